@@ -1,0 +1,13 @@
+/* blueprint: the whole public C API. */
+#ifndef BLUEPRINT_BLUEPRINT_H
+#define BLUEPRINT_BLUEPRINT_H
+
+#include "blueprint/status.h"
+#include "blueprint/dtype.h"
+#include "blueprint/region.h"
+#include "blueprint/dtensor.h"
+#include "blueprint/plan.h"
+#include "blueprint/arena.h"
+#include "blueprint/model.h"
+
+#endif

@@ -1,0 +1,99 @@
+/* Models: a layer graph read from YAML (or built in C), compiled into a
+ * MemoryPlan with one variant per shape configuration. */
+#ifndef BLUEPRINT_MODEL_H
+#define BLUEPRINT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blueprint/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum bp_layer_type {
+  BP_LAYER_CONV = 0,      /* conv2d: filters, kernel, stride, pad, dilation, groups, bias */
+  BP_LAYER_BATCHNORM,     /* batch norm over C: eps, momentum */
+  BP_LAYER_RELU,
+  BP_LAYER_MAXPOOL,       /* kernel, stride, pad */
+  BP_LAYER_AVGPOOL,       /* kernel, stride, pad */
+  BP_LAYER_GLOBAL_AVGPOOL,
+  BP_LAYER_FC,            /* units, bias; flattens H*W*C */
+  BP_LAYER_ADD,           /* element-wise sum of two inputs (residual) */
+  BP_LAYER_SOFTMAX_CE,    /* softmax cross-entropy: label_smoothing; the loss */
+  BP_LAYER_TYPE_COUNT
+} bp_layer_type;
+
+#define BP_MODEL_INPUT (-1) /* producer index meaning "the model's input" */
+
+typedef struct bp_layer {
+  bp_layer_type type;
+  char name[BP_NAME_MAX]; /* unique; "<type><index>" when the file names none */
+  int inputs[2];          /* producer layer indices or BP_MODEL_INPUT */
+  int input_count;        /* 1, or 2 for add */
+  int64_t units;          /* conv filters / fc units */
+  int64_t kernel_h, kernel_w, stride, pad, dilation, groups;
+  int bias;               /* conv / fc */
+  float eps, momentum;    /* batchnorm */
+  float label_smoothing;  /* softmax_ce */
+  int line, column;       /* where the layer starts in its file (1-based; 0 if built in C) */
+} bp_layer;
+
+/* Training settings a model file may carry; the command line overrides them. */
+typedef struct bp_train_settings {
+  int64_t batch;        /* training batch (default 128) */
+  int64_t eval_batch;   /* evaluation batch (default 1000) */
+  int64_t train_size;   /* images per epoch (default 60000); sets the last partial batch */
+  int64_t epochs;       /* default 3 */
+  bp_optimizer optimizer; /* default sgd */
+  double lr, momentum, weight_decay; /* defaults 0.05, 0.9, 5e-4 */
+  int amp, ema;         /* default off */
+} bp_train_settings;
+
+typedef struct bp_model {
+  char name[BP_NAME_MAX];
+  char path[4096];      /* file it came from ("" if built in C) */
+  int64_t height, width, channels, classes; /* input and label space */
+  bp_layer *layers;     /* [layer_count], owned */
+  int layer_count;
+  bp_train_settings train;
+} bp_model;
+
+/* Reads a YAML model file. Errors name "file:line:column" and the field. */
+bp_status bp_model_load(const char *path, bp_model **model_out);
+/* The same from memory; `display_name` stands for the file in messages. */
+bp_status bp_model_parse(const char *text, size_t length, const char *display_name,
+                         bp_model **model_out);
+void bp_model_destroy(bp_model *model); /* NULL is a no-op */
+
+const char *bp_layer_type_name(bp_layer_type type);
+
+/* One extra variant: a name, a batch and a resolution. */
+typedef struct bp_variant_spec {
+  char name[BP_NAME_MAX];
+  int64_t batch, height, width;
+} bp_variant_spec;
+
+typedef struct bp_compile_options {
+  bp_plan_options plan;    /* amp, ema, optimizer */
+  int64_t batch;           /* "train" variant */
+  int64_t eval_batch;      /* "eval" variant */
+  int64_t train_size;      /* "train_last" variant when train_size % batch != 0 */
+  const bp_variant_spec *extra; /* more variants (other batches or resolutions); borrowed */
+  int extra_count;
+} bp_compile_options;
+
+/* Options from the model's own training settings (no extra variants). */
+bp_compile_options bp_compile_options_from_model(const bp_model *model);
+
+/* Lays out every tensor of the model for each variant ("train",
+ * "train_last" when needed, "eval", then the extras) and finalizes the plan.
+ * Shape errors name the file, line, layer and variant. */
+bp_status bp_model_compile(const bp_model *model, const bp_compile_options *options,
+                           bp_plan **plan_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
