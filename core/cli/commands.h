@@ -1,0 +1,9 @@
+/* Subcommands of the blueprint executable; each lives in cmd_<name>.c. */
+#ifndef BLUEPRINT_CLI_COMMANDS_H
+#define BLUEPRINT_CLI_COMMANDS_H
+
+/* Each returns the process exit status; argv[0] is the subcommand name.
+ * Errors go to stderr as one line "blueprint <cmd>: <what is wrong>". */
+int bp_cmd_plan(int argc, char **argv);
+
+#endif

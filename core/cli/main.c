@@ -1,0 +1,35 @@
+/* The blueprint command: dispatches to one subcommand (DESIGN.md sec. 8). */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+static const struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *summary;
+} commands[] = {
+    {"plan", bp_cmd_plan, "lay out a model's memory plan and print it"},
+};
+
+static void usage(FILE *out) {
+  fprintf(out, "usage: blueprint COMMAND [ARGS]\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out, "\n'blueprint COMMAND --help' describes one command.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "blueprint: unknown command '%s' (try 'blueprint --help')\n", argv[1]);
+  return 2;
+}
