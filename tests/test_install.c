@@ -1,0 +1,83 @@
+/* cmake --install into a temporary prefix, then build and run a consumer
+ * through pkg-config and through the CMake package, and the installed CLI. */
+#include <check.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char prefix[256];
+static char tmp_dir[] = "/tmp/bp-install-XXXXXX";
+
+/* Runs a shell command built from fmt; returns its exit status. */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+  char cmd[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "+ %s\n", cmd);
+  int rc = system(cmd);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+static void install_once(void) {
+  ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
+  snprintf(prefix, sizeof prefix, "%s/prefix", tmp_dir);
+  ck_assert_int_eq(sh("cmake --install '%s' --prefix '%s' >/dev/null", getenv("BP_BINARY_DIR"),
+                      prefix),
+                   0);
+}
+
+static void remove_tree(void) { sh("rm -rf '%s'", tmp_dir); }
+
+START_TEST(pkg_config_consumer_builds_and_runs) {
+  ck_assert_int_eq(sh(
+           "PKG_CONFIG_PATH='%1$s/lib/pkgconfig' && export PKG_CONFIG_PATH && "
+           "%2$s %3$s '%4$s/tests/install/consumer.c' -o '%1$s/consumer' "
+           "$(pkg-config --cflags --libs blueprint) -Wl,-rpath,'%1$s/lib' && "
+           "'%1$s/consumer' | grep -qx 'total_bytes=9635328'",
+           prefix, BP_TEST_CC, BP_TEST_CFLAGS, getenv("BP_SOURCE_DIR")),
+                   0);
+}
+END_TEST
+
+START_TEST(cmake_package_consumer_builds_and_runs) {
+  ck_assert_int_eq(sh(
+           "cmake -S '%2$s/tests/install' -B '%1$s/consumer-build' -DCMAKE_PREFIX_PATH='%1$s' "
+           "-DCMAKE_C_COMPILER=%3$s -DCMAKE_C_FLAGS='%4$s' -DCMAKE_EXE_LINKER_FLAGS='%4$s' "
+           ">/dev/null && cmake --build '%1$s/consumer-build' >/dev/null && "
+           "'%1$s/consumer-build/consumer' | grep -qx 'total_bytes=9635328'",
+           prefix, getenv("BP_SOURCE_DIR"), BP_TEST_CC, BP_TEST_CFLAGS),
+                   0);
+}
+END_TEST
+
+START_TEST(installed_cli_and_models_work) {
+  ck_assert_int_eq(sh("test -x '%s/bin/blueprint' && test -f '%s/include/blueprint/blueprint.h'",
+                      prefix, prefix),
+                   0);
+  ck_assert_int_eq(sh("'%s/bin/blueprint' --help >/dev/null && test -f "
+                      "'%s/share/blueprint/models/cnn.yaml'",
+                      prefix, prefix),
+                   0);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("install");
+  TCase *tc = tcase_create("install");
+  tcase_set_timeout(tc, 120);
+  tcase_add_unchecked_fixture(tc, install_once, remove_tree);
+  tcase_add_test(tc, pkg_config_consumer_builds_and_runs);
+  tcase_add_test(tc, cmake_package_consumer_builds_and_runs);
+  tcase_add_test(tc, installed_cli_and_models_work);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
