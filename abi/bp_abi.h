@@ -1,0 +1,184 @@
+/* blueprint op-module ABI: the only header an op module includes (device
+ * plugins add bp_abi_device.h). Plain C, no dependency on the core.
+ *
+ * Rules (abi/README.md has the full text and the changelog):
+ *  - Every struct begins with uint32_t struct_size, set by the writer to
+ *    sizeof its own definition. A reader reads a struct only up to the
+ *    smaller of its own size and struct_size; fields beyond are absent.
+ *  - Version major.minor. A minor release only appends fields, enum values
+ *    and extension types; a major release may break anything, and a module
+ *    of another major is refused.
+ *  - A module states the minor it was built with and the minimum host minor
+ *    it needs; a host older than that minimum refuses it.
+ *  - Every function pointer marked (optional) may be NULL, and readers check.
+ *  - Optional groups of functions travel in an extension chain
+ *    (bp_abi_ext_header), identified by type, skipped when unknown.
+ *  - Strings and tables a module hands to the host must stay valid until
+ *    the module is unloaded (use static storage). */
+#ifndef BP_ABI_H
+#define BP_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BP_ABI_MAJOR 1
+#define BP_ABI_MINOR 0
+
+/* The one symbol a module exports; its type is bp_abi_module_entry_fn. The
+ * major is part of the name so a module of another major fails at dlsym
+ * with a clear message, not at a mismatched call. */
+#define BP_ABI_ENTRY_SYMBOL "bp_abi_module_entry_v1"
+#define BP_ABI_ENTRY bp_abi_module_entry_v1
+
+#if defined(__GNUC__)
+#define BP_ABI_EXPORT __attribute__((visibility("default")))
+#else
+#define BP_ABI_EXPORT
+#endif
+
+/* Status of ABI calls: 0 is success. Values are only appended. */
+enum {
+  BP_ABI_OK = 0,
+  BP_ABI_ERR_INVALID = 1,     /* bad argument */
+  BP_ABI_ERR_UNSUPPORTED = 2, /* the kernel/device cannot do this */
+  BP_ABI_ERR_DEVICE = 3,      /* the device or its runtime failed */
+  BP_ABI_ERR_NOMEM = 4,       /* allocation failed */
+  BP_ABI_ERR_DUPLICATE = 5,   /* a registration collides */
+};
+
+/* Element types; numerically equal to the core's bp_dtype. */
+enum {
+  BP_ABI_DTYPE_FP32 = 0,
+  BP_ABI_DTYPE_FP16 = 1,
+  BP_ABI_DTYPE_INT8 = 2,
+  BP_ABI_DTYPE_INT32 = 3,
+  BP_ABI_DTYPE_BF16 = 4,
+};
+#define BP_ABI_DTYPE_BIT(dtype) (1u << (dtype))
+
+/* Head of every optional extension group. */
+typedef struct bp_abi_ext_header {
+  uint32_t struct_size;                  /* of the whole extension struct */
+  uint32_t type;                         /* BP_ABI_EXT_* */
+  const struct bp_abi_ext_header *next;  /* next extension or NULL */
+} bp_abi_ext_header;
+
+enum {
+  BP_ABI_EXT_GRAPH_CAPTURE = 1, /* bp_abi_device_graph_ext (bp_abi_device.h) */
+};
+
+/* One tensor as a kernel sees it: the DTensor descriptor without names. */
+typedef struct bp_abi_tensor {
+  uint32_t struct_size;
+  int32_t dtype;        /* BP_ABI_DTYPE_* */
+  int64_t shape[4];     /* NHWC extents */
+  int64_t padded_c;     /* channels as laid out on the device (>= shape[3]) */
+  int64_t stride[4];    /* NHWC element strides on the device (padded_c) */
+  uint64_t slot_bytes;  /* bytes readable from the pointer, 16-byte tail included */
+} bp_abi_tensor;
+
+/* What run(), supports() and workspace_size() receive. Tensor pointers are
+ * device pointers of the rank (arena base + offset); range ops get one
+ * tensor per span, shaped [1,1,1,elements]. */
+typedef struct bp_abi_kernel_args {
+  uint32_t struct_size;
+  int32_t num_inputs, num_outputs;
+  const bp_abi_tensor *inputs;   /* [num_inputs] */
+  const bp_abi_tensor *outputs;  /* [num_outputs] */
+  const void *const *input_ptrs; /* [num_inputs]; NULL in supports/workspace_size */
+  void *const *output_ptrs;      /* [num_outputs]; NULL in supports/workspace_size */
+  const void *attrs;             /* the op's attribute block, or NULL */
+  uint32_t attr_size;            /* bytes of attrs */
+  uint32_t attr_version;         /* the op's attribute block version */
+  void *workspace;               /* workspace_size() bytes, or NULL */
+  uint64_t workspace_bytes;
+  void *stream;                  /* device stream; NULL: run synchronously */
+  int32_t rank, world_size;      /* this rank, number of ranks */
+} bp_abi_kernel_args;
+
+/* Kernel flags. */
+enum {
+  BP_ABI_KERNEL_REFERENCE = 1u << 0,        /* plain reference: chosen only as a last resort */
+  BP_ABI_KERNEL_DETERMINISTIC = 1u << 1,    /* same inputs, same bits */
+  BP_ABI_KERNEL_GRAPH_CAPTURABLE = 1u << 2, /* may be captured in a CUDA graph */
+  BP_ABI_KERNEL_IN_PLACE = 1u << 3,         /* output may alias input 0 */
+};
+
+typedef struct bp_abi_kernel {
+  uint32_t struct_size;
+  const char *op;        /* op name, e.g. "conv2d.fwd" */
+  const char *impl;      /* implementation name, e.g. "xnnpack" */
+  const char *device;    /* device kind, e.g. "cpu", "cuda" */
+  uint32_t dtypes;       /* BP_ABI_DTYPE_BIT mask of supported dtypes */
+  int32_t priority;      /* higher wins among supporting kernels */
+  uint32_t flags;        /* BP_ABI_KERNEL_* */
+  /* (optional; NULL: supports everything in `dtypes`) 1 if it can run these
+   * args; else 0 and a reason in reason[reason_size]. */
+  int (*supports)(void *user, const bp_abi_kernel_args *args, char *reason, size_t reason_size);
+  /* (optional; NULL: 0) bytes of workspace needed for these args. */
+  uint64_t (*workspace_size)(void *user, const bp_abi_kernel_args *args);
+  /* Runs the kernel; BP_ABI_OK or an error. Never aborts on its inputs. */
+  int (*run)(void *user, const bp_abi_kernel_args *args);
+  void *user;            /* passed back to the functions above */
+} bp_abi_kernel;
+
+/* A new op kind. Built-in ops are registered by the host the same way. */
+typedef struct bp_abi_op {
+  uint32_t struct_size;
+  const char *name;       /* "conv2d.fwd" */
+  int32_t num_inputs, num_outputs;
+  uint32_t attr_size;     /* bytes of the attribute block (0: none) */
+  uint32_t attr_version;  /* its version; bumped when the block grows */
+  /* (optional) output descriptors from inputs and attrs; 0 on success, else
+   * a reason in reason[reason_size]. */
+  int (*infer_shape)(const void *attrs, const bp_abi_tensor *inputs, bp_abi_tensor *outputs,
+                     char *reason, size_t reason_size);
+} bp_abi_op;
+
+struct bp_abi_device; /* bp_abi_device.h */
+
+/* Log levels for bp_abi_host.log. */
+enum { BP_ABI_LOG_ERROR = 0, BP_ABI_LOG_WARN = 1, BP_ABI_LOG_INFO = 2, BP_ABI_LOG_DEBUG = 3 };
+
+/* Services the host lends a module during init. */
+typedef struct bp_abi_host {
+  uint32_t struct_size;
+  uint16_t abi_major, abi_minor; /* the host's version */
+  void *ctx;                     /* pass to every function below */
+  void (*log)(void *ctx, int level, const char *message);
+  /* Records why init fails (the loader reports it). */
+  void (*error)(void *ctx, const char *message);
+  /* Registrations are staged: they take effect only if init returns
+   * BP_ABI_OK and every registration of the module succeeded. */
+  int (*register_op)(void *ctx, const bp_abi_op *op);
+  int (*register_kernel)(void *ctx, const bp_abi_kernel *kernel);
+  int (*register_device)(void *ctx, const struct bp_abi_device *device);
+} bp_abi_host;
+
+/* What a module's entry returns. */
+typedef struct bp_abi_module {
+  uint32_t struct_size;
+  uint16_t abi_major;          /* BP_ABI_MAJOR the module was built with */
+  uint16_t abi_minor_built;    /* BP_ABI_MINOR the module was built with */
+  uint16_t abi_minor_required; /* the oldest host minor it works with */
+  uint16_t reserved;
+  const char *name;            /* short module name, e.g. "ops-reference" */
+  const char *version;         /* the module's own version string */
+  const char *build_id;        /* changes with every build (autotune cache key) */
+  /* Registers everything through host; BP_ABI_OK or an error (with
+   * host->error called). */
+  int (*init)(const bp_abi_host *host);
+  /* (optional) called before the module is unloaded. */
+  void (*fini)(void);
+} bp_abi_module;
+
+typedef const bp_abi_module *(*bp_abi_module_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
