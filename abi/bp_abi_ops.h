@@ -1,0 +1,145 @@
+/* Built-in op kinds: their names, tensor lists and attribute blocks. The
+ * host registers these kinds; modules provide kernels for them (and may add
+ * kinds of their own). Same versioning rules as bp_abi.h: an attribute
+ * block only grows at its end, with its BP_ABI_ATTR_VERSION bumped, and a
+ * kernel reads it up to min(attr_size, sizeof its own definition).
+ *
+ * Conventions for every op:
+ *  - Tensors are NHWC with device strides (bp_abi_tensor.stride); channel
+ *    padding beyond shape[3] is neither read as data nor required to stay.
+ *  - "accumulate" in an attribute block: 1 adds into the outputs it names
+ *    (out += result; gradient slots reached by several consumers, and
+ *    parameter gradients zeroed once per step), 0 overwrites.
+ *  - Outputs never alias inputs unless the kernel has BP_ABI_KERNEL_IN_PLACE
+ *    and the op says "may alias". */
+#ifndef BP_ABI_OPS_H
+#define BP_ABI_OPS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BP_ABI_ATTR_VERSION 1 /* of every block below, for now */
+
+/* conv2d.fwd       in: x[N,H,W,C], w[K,kh,kw,C/groups], b[1,1,1,K] (has_bias)
+ *                  out: y[N,OH,OW,K]             OH = (H + 2*pad_h - (dil_h*(kh-1)+1))/stride_h + 1
+ * conv2d.bwd_data  in: dy[N,OH,OW,K], w          out: dx[N,H,W,C]        (accumulate: dx)
+ * conv2d.bwd_filter in: x, dy                    out: dw, db (has_bias)  (accumulate: dw, db) */
+typedef struct bp_conv2d_attrs {
+  int32_t kernel_h, kernel_w;
+  int32_t stride_h, stride_w;
+  int32_t pad_h, pad_w;
+  int32_t dilation_h, dilation_w;
+  int32_t groups;
+  int32_t has_bias;
+  int32_t accumulate;
+} bp_conv2d_attrs;
+
+/* fc.fwd        in: x[N,H,W,C] (read as [N, H*W*C]), w[out,1,1,H*W*C], b[1,1,1,out] (has_bias)
+ *               out: y[N,1,1,out]
+ * fc.bwd_data   in: dy[N,1,1,out], w       out: dx (x's shape)     (accumulate: dx)
+ * fc.bwd_filter in: x, dy                  out: dw, db (has_bias)  (accumulate: dw, db) */
+typedef struct bp_fc_attrs {
+  int32_t has_bias;
+  int32_t accumulate;
+} bp_fc_attrs;
+
+/* relu.fwd  in: x            out: y (may alias x)
+ * relu.bwd  in: y, dy        out: dx (may alias dy)  (accumulate: dx)
+ * add.fwd   in: a, b (same shape)  out: y
+ * add.bwd   in: dy           out: da, db            (accumulate: da, db) */
+typedef struct bp_elementwise_attrs {
+  int32_t accumulate;
+} bp_elementwise_attrs;
+
+/* maxpool.fwd  in: x        out: y, mask[y's shape] int8: argmax index ky*kw+kx in its window
+ * maxpool.bwd  in: dy, mask out: dx   (accumulate: dx)
+ * avgpool.fwd  in: x        out: y
+ * avgpool.bwd  in: dy       out: dx   (accumulate: dx)
+ * Padding never wins a max; avg divides by the whole window when
+ * count_include_pad, else by the in-bounds count. */
+typedef struct bp_pool_attrs {
+  int32_t kernel_h, kernel_w;
+  int32_t stride_h, stride_w;
+  int32_t pad_h, pad_w;
+  int32_t count_include_pad;
+  int32_t accumulate;
+} bp_pool_attrs;
+
+/* global_avgpool.fwd  in: x[N,H,W,C]   out: y[N,1,1,C]
+ * global_avgpool.bwd  in: dy[N,1,1,C]  out: dx[N,H,W,C]  (accumulate: dx)
+ * uses bp_elementwise_attrs */
+
+/* batchnorm.fwd_train  in: x, gamma[1,1,1,C], beta, running_mean, running_var
+ *                      out: y, save_mean[1,1,1,C], save_invstd, running_mean, running_var
+ *                      (the running statistics are updated in place:
+ *                       r = (1-momentum)*r + momentum*batch, var unbiased)
+ * batchnorm.fwd_eval   in: x, gamma, beta, running_mean, running_var   out: y
+ * batchnorm.bwd        in: x, dy, gamma, save_mean, save_invstd
+ *                      out: dx, dgamma, dbeta  (accumulate: dx, dgamma, dbeta) */
+typedef struct bp_batchnorm_attrs {
+  float eps;
+  float momentum;
+  int32_t accumulate;
+} bp_batchnorm_attrs;
+
+/* softmax_ce.fwd_bwd  in: logits[N,1,1,K], labels[N,1,1,1] int32
+ *                     out: loss[1,1,1,1], correct[1,1,1,1], dlogits[N,1,1,K] (compute_grad)
+ * loss += sum over the batch of the (label-smoothed) cross-entropy and
+ * correct += the count of argmax == label (both accumulate across steps,
+ * zeroed by the executor); dlogits = (softmax - target) * grad_scale,
+ * overwritten. grad_scale is 1 / global batch, so gradients summed across
+ * ranks are the gradient of the global mean loss. */
+typedef struct bp_softmax_ce_attrs {
+  float label_smoothing;
+  float grad_scale;
+  int32_t compute_grad;
+} bp_softmax_ce_attrs;
+
+/* Range ops work on spans of regions, each passed as one tensor shaped
+ * [1,1,1,elements] (FP32 unless stated). Scalars (lr, step) are FP32
+ * [1,1,1,1] tensors in the S region, so schedules change them without
+ * rebinding.
+ *
+ * range.zero   out: x
+ * range.copy   in: src                  out: dst
+ * range.scale  in: x                    out: x (in place): x *= scale
+ * range.cast   in: src (fp32 or fp16)   out: dst (the other; elements equal)
+ * range.ema    in: w                    out: e: e = decay*e + (1-decay)*w
+ * range.nan_check  in: x                out: flag[1,1,1,1]: 1 if any NaN/Inf, else unchanged */
+typedef struct bp_range_attrs {
+  float scale; /* range.scale */
+  float decay; /* range.ema */
+} bp_range_attrs;
+
+/* range.sgd    in: grad, lr             out: w, m
+ *   g = grad + weight_decay*w (coupled, as PyTorch's SGD)
+ *   m = momentum*m + g;  w -= lr * (nesterov ? g + momentum*m : m)
+ * range.adamw  in: grad, lr, step       out: w, m, v   (step counts from 1)
+ *   w -= lr*weight_decay*w (decoupled); m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2
+ *   w -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
+ * range.lars   in: grad, lr, segments[1,1,1,S+1] int32 (element offsets of
+ *              each parameter in the span)   out: w, m, norms[1,1,1,2S]
+ *   per parameter: trust = eta*|w| / (|g| + weight_decay*|w|) (1 if a norm is 0),
+ *   g' = g + weight_decay*w, m = momentum*m + lr*trust*g', w -= m */
+typedef struct bp_optimizer_attrs {
+  float momentum;
+  float weight_decay;
+  int32_t nesterov;
+  float beta1, beta2, eps; /* adamw */
+  float eta;               /* lars trust coefficient */
+} bp_optimizer_attrs;
+
+/* allreduce.sum  in: x (a span)   out: x (in place), summed over ranks (then
+ * multiplied by scale: 1/world for a mean). Kernels receive rank and world
+ * size in the args; the communicator comes from the device/comm plugin. */
+typedef struct bp_allreduce_attrs {
+  float scale;
+} bp_allreduce_attrs;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
