@@ -2,6 +2,7 @@
  * Invariants are listed in plan.h and verified by bp_plan_check. */
 #include "blueprint/plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,9 +144,11 @@ static bp_status add_tensor(bp_plan *p, const char *name, bp_shape shape, bp_dty
   int32_t id = p->cursor;
   bp_dtensor t;
   bp_status st = bp_dtensor_make(&t, id, name, shape, dtype, region, 0, init);
-  if (st != BP_OK)
-    return bp_fail(st, "tensor '%s' in variant '%s': %s", name, p->variants[v].name,
-                   bp_last_error());
+  if (st != BP_OK) {
+    char why[512]; /* copied: bp_fail must not read the buffer it writes */
+    snprintf(why, sizeof why, "%s", bp_last_error());
+    return bp_fail(st, "tensor '%s' in variant '%s': %s", name, p->variants[v].name, why);
+  }
   if (v == 0) {
     if (bp_plan_find_tensor(p, name) >= 0)
       return bp_fail(BP_ERR_INVALID, "tensor name '%s' is used twice", name);

@@ -60,7 +60,12 @@ typedef struct bp_model {
   bp_train_settings train;
 } bp_model;
 
-/* Reads a YAML model file. Errors name "file:line:column" and the field. */
+/* Reads a YAML model file (format: models/README.md). Errors are one line
+ * naming "file:line:column", the field and the value: BP_ERR_IO (the file
+ * cannot be read), BP_ERR_PARSE (YAML syntax), BP_ERR_INVALID (an unknown
+ * layer type or field, a wrong value type or range, a duplicate name, an
+ * unknown or later input, a missing required field, no softmax_ce last).
+ * *model_out is written only on success. */
 bp_status bp_model_load(const char *path, bp_model **model_out);
 /* The same from memory; `display_name` stands for the file in messages. */
 bp_status bp_model_parse(const char *text, size_t length, const char *display_name,
@@ -69,7 +74,8 @@ void bp_model_destroy(bp_model *model); /* NULL is a no-op */
 
 const char *bp_layer_type_name(bp_layer_type type);
 
-/* One extra variant: a name, a batch and a resolution. */
+/* One extra variant: a name, a batch and a resolution. A batch, height or
+ * width of 0 stands for the training batch or the model's resolution. */
 typedef struct bp_variant_spec {
   char name[BP_NAME_MAX];
   int64_t batch, height, width;
@@ -89,7 +95,13 @@ bp_compile_options bp_compile_options_from_model(const bp_model *model);
 
 /* Lays out every tensor of the model for each variant ("train",
  * "train_last" when needed, "eval", then the extras) and finalizes the plan.
- * Shape errors name the file, line, layer and variant. */
+ * The tensors and their names ("input.a", "<layer>.w", "<layer>.out", ...)
+ * are listed at the top of core/src/compile.c. Errors are one line naming
+ * "file:line:column", the layer and the variant: BP_ERR_INVALID (the model
+ * or the options), BP_ERR_SHAPE (shapes or channels that do not fit,
+ * including a parameter whose shape would change across variants),
+ * BP_ERR_OVERFLOW (a tensor or the plan too large). *plan_out is written
+ * only on success; the caller destroys it. */
 bp_status bp_model_compile(const bp_model *model, const bp_compile_options *options,
                            bp_plan **plan_out);
 

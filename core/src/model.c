@@ -1,0 +1,259 @@
+/* Models in memory: layer type names, defaults, and the structural checks
+ * every model passes before it is compiled, whether it came from a file or
+ * was built in C. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model-impl.h"
+
+static const char *const layer_type_names[BP_LAYER_TYPE_COUNT] = {
+    [BP_LAYER_CONV] = "conv",
+    [BP_LAYER_BATCHNORM] = "batchnorm",
+    [BP_LAYER_RELU] = "relu",
+    [BP_LAYER_MAXPOOL] = "maxpool",
+    [BP_LAYER_AVGPOOL] = "avgpool",
+    [BP_LAYER_GLOBAL_AVGPOOL] = "global_avgpool",
+    [BP_LAYER_FC] = "fc",
+    [BP_LAYER_ADD] = "add",
+    [BP_LAYER_SOFTMAX_CE] = "softmax_ce",
+};
+
+const char *bp_layer_type_name(bp_layer_type type) {
+  return (int)type >= 0 && type < BP_LAYER_TYPE_COUNT ? layer_type_names[type] : "?";
+}
+
+int bp_layer_type_from_name(const char *name, bp_layer_type *out) {
+  for (int t = 0; t < BP_LAYER_TYPE_COUNT; t++) {
+    if (strcmp(name, layer_type_names[t]) == 0) {
+      *out = (bp_layer_type)t;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+void bp_layer_set_defaults(bp_layer *l, bp_layer_type type) {
+  memset(l, 0, sizeof *l);
+  l->type = type;
+  l->inputs[0] = l->inputs[1] = BP_MODEL_INPUT;
+  l->input_count = type == BP_LAYER_ADD ? 2 : 1;
+  l->kernel_h = l->kernel_w = 1;
+  l->stride = 1;
+  l->dilation = 1;
+  l->groups = 1;
+  l->bias = 1; /* as in PyTorch; the shipped models say `bias:` explicitly */
+  l->eps = 1e-5f;
+  l->momentum = 0.1f;
+}
+
+bp_train_settings bp_train_defaults(void) {
+  bp_train_settings t;
+  memset(&t, 0, sizeof t);
+  t.batch = 128;
+  t.eval_batch = 1000;
+  t.train_size = 60000;
+  t.epochs = 3;
+  t.optimizer = BP_OPT_SGD;
+  t.lr = 0.05;
+  t.momentum = 0.9;
+  t.weight_decay = 5e-4;
+  return t;
+}
+
+int bp_layer_name_valid(const char *name) {
+  size_t n = strlen(name);
+  if (n == 0 || n >= BP_LAYER_NAME_MAX || strcmp(name, BP_MODEL_INPUT_NAME) == 0) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = name[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+void bp_model_destroy(bp_model *model) {
+  if (!model) return;
+  free(model->layers);
+  free(model);
+}
+
+void bp_model_where(const bp_model *m, const bp_layer *l, char *buf, size_t size) {
+  /* bounded: a model built in C may leave its strings without a NUL */
+  const int path_max = (int)sizeof m->path - 1, name_max = (int)sizeof m->name - 1;
+  if (m->path[0] && l && l->line > 0)
+    snprintf(buf, size, "%.*s:%d:%d", path_max, m->path, l->line, l->column);
+  else if (m->path[0])
+    snprintf(buf, size, "%.*s", path_max, m->path);
+  else
+    snprintf(buf, size, "model '%.*s'", name_max, m->name);
+}
+
+/* Fails with "where: layer 'name': <fmt>". */
+static bp_status layer_invalid(const bp_model *m, const bp_layer *l, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bp_status layer_invalid(const bp_model *m, const bp_layer *l, const char *fmt, ...) {
+  char where[4200], what[512];
+  bp_model_where(m, l, where, sizeof where);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  /* the name may come from C without its NUL: print at most BP_NAME_MAX-1 bytes */
+  return bp_fail(BP_ERR_INVALID, "%s: %s layer '%.*s': %s", where, bp_layer_type_name(l->type),
+                 BP_NAME_MAX - 1, l->name, what);
+}
+
+/* `field` of layer l must lie in [lo, hi]. */
+#define RANGE(field, lo, hi)                                                                       \
+  do {                                                                                             \
+    if (l->field < (lo) || l->field > (hi))                                                        \
+      return layer_invalid(m, l, "'%s' must be in [%lld, %lld], got %lld", #field,                 \
+                           (long long)(lo), (long long)(hi), (long long)l->field);                 \
+  } while (0)
+
+static bp_status check_layer_values(const bp_model *m, const bp_layer *l) {
+  const int64_t max = BP_MODEL_DIM_MAX;
+  switch (l->type) {
+  case BP_LAYER_CONV:
+    RANGE(units, 1, max);
+    RANGE(kernel_h, 1, max);
+    RANGE(kernel_w, 1, max);
+    RANGE(stride, 1, max);
+    RANGE(pad, 0, max);
+    RANGE(dilation, 1, max);
+    RANGE(groups, 1, max);
+    RANGE(bias, 0, 1);
+    break;
+  case BP_LAYER_MAXPOOL:
+  case BP_LAYER_AVGPOOL:
+    RANGE(kernel_h, 1, max);
+    RANGE(kernel_w, 1, max);
+    RANGE(stride, 1, max);
+    RANGE(pad, 0, max);
+    /* a window lying wholly in the padding would have no input to pool */
+    if (2 * l->pad > l->kernel_h || 2 * l->pad > l->kernel_w)
+      return layer_invalid(m, l, "pad %lld is more than half of the %lldx%lld kernel",
+                           (long long)l->pad, (long long)l->kernel_h, (long long)l->kernel_w);
+    break;
+  case BP_LAYER_FC:
+    RANGE(units, 1, max);
+    RANGE(bias, 0, 1);
+    break;
+  case BP_LAYER_BATCHNORM:
+    if (!(l->eps > 0.0f) || !isfinite(l->eps))
+      return layer_invalid(m, l, "'eps' must be a finite number > 0, got %g", (double)l->eps);
+    if (!(l->momentum >= 0.0f && l->momentum <= 1.0f))
+      return layer_invalid(m, l, "'momentum' must be in [0, 1], got %g", (double)l->momentum);
+    break;
+  case BP_LAYER_SOFTMAX_CE:
+    if (!(l->label_smoothing >= 0.0f && l->label_smoothing < 1.0f))
+      return layer_invalid(m, l, "'label_smoothing' must be in [0, 1), got %g",
+                           (double)l->label_smoothing);
+    break;
+  case BP_LAYER_RELU:
+  case BP_LAYER_GLOBAL_AVGPOOL:
+  case BP_LAYER_ADD:
+  case BP_LAYER_TYPE_COUNT: break;
+  }
+  return BP_OK;
+}
+#undef RANGE
+
+static bp_status check_layer_inputs(const bp_model *m, int i) {
+  const bp_layer *l = &m->layers[i];
+  int want = l->type == BP_LAYER_ADD ? 2 : 1;
+  if (l->input_count != want)
+    return layer_invalid(m, l, "takes %d input%s, got %d", want, want == 1 ? "" : "s",
+                         l->input_count);
+  for (int k = 0; k < want; k++) {
+    int p = l->inputs[k];
+    if (p == BP_MODEL_INPUT) continue;
+    if (p < 0 || p >= m->layer_count)
+      return layer_invalid(m, l, "input %d refers to layer index %d, which does not exist", k, p);
+    if (p >= i)
+      return layer_invalid(m, l,
+                           "reads layer '%s', which does not come before it (layers are "
+                           "listed in the order they run)",
+                           m->layers[p].name);
+  }
+  return BP_OK;
+}
+
+static bp_status check_train(const bp_model *m) {
+  const bp_train_settings *t = &m->train;
+  char where[4200];
+  bp_model_where(m, NULL, where, sizeof where);
+  const struct {
+    const char *name;
+    int64_t value;
+  } counts[] = {{"batch", t->batch},
+                {"eval_batch", t->eval_batch},
+                {"train_size", t->train_size},
+                {"epochs", t->epochs}};
+  for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+    if (counts[k].value < 1)
+      return bp_fail(BP_ERR_INVALID, "%s: train: '%s' must be >= 1, got %lld", where,
+                     counts[k].name, (long long)counts[k].value);
+  if ((int)t->optimizer < BP_OPT_SGD || t->optimizer > BP_OPT_LARS)
+    return bp_fail(BP_ERR_INVALID, "%s: train: unknown optimizer %d", where, (int)t->optimizer);
+  if (!(t->lr >= 0.0) || !isfinite(t->lr))
+    return bp_fail(BP_ERR_INVALID, "%s: train: 'lr' must be a finite number >= 0, got %g", where,
+                   t->lr);
+  if (!(t->momentum >= 0.0 && t->momentum < 1.0))
+    return bp_fail(BP_ERR_INVALID, "%s: train: 'momentum' must be in [0, 1), got %g", where,
+                   t->momentum);
+  if (!(t->weight_decay >= 0.0) || !isfinite(t->weight_decay))
+    return bp_fail(BP_ERR_INVALID, "%s: train: 'weight_decay' must be a finite number >= 0, got %g",
+                   where, t->weight_decay);
+  return BP_OK;
+}
+
+bp_status bp_model_check(const bp_model *m) {
+  if (!m) return bp_fail(BP_ERR_INVALID, "model is NULL");
+  char where[4200];
+  bp_model_where(m, NULL, where, sizeof where);
+  if (m->layer_count < 1 || !m->layers)
+    return bp_fail(BP_ERR_INVALID, "%s: the model has no layers", where);
+  const struct {
+    const char *name;
+    int64_t value;
+  } extents[] = {{"height", m->height},
+                 {"width", m->width},
+                 {"channels", m->channels},
+                 {"classes", m->classes}};
+  for (size_t k = 0; k < sizeof extents / sizeof extents[0]; k++)
+    if (extents[k].value < 1 || extents[k].value > BP_MODEL_DIM_MAX)
+      return bp_fail(BP_ERR_INVALID, "%s: input: '%s' must be in [1, %lld], got %lld", where,
+                     extents[k].name, (long long)BP_MODEL_DIM_MAX, (long long)extents[k].value);
+  bp_status st = check_train(m);
+  if (st != BP_OK) return st;
+  for (int i = 0; i < m->layer_count; i++) {
+    const bp_layer *l = &m->layers[i];
+    if ((int)l->type < 0 || l->type >= BP_LAYER_TYPE_COUNT)
+      return layer_invalid(m, l, "unknown layer type %d", (int)l->type);
+    if (strnlen(l->name, BP_NAME_MAX) >= BP_NAME_MAX || !bp_layer_name_valid(l->name))
+      return layer_invalid(m, l,
+                           "invalid name: use 1 to %d characters of [A-Za-z0-9_-] ('%s' is "
+                           "reserved for the model's input)",
+                           BP_LAYER_NAME_MAX - 1, BP_MODEL_INPUT_NAME);
+    for (int j = 0; j < i; j++)
+      if (strcmp(m->layers[j].name, l->name) == 0) {
+        char first[4200];
+        bp_model_where(m, &m->layers[j], first, sizeof first);
+        return layer_invalid(m, l, "duplicate layer name (first used at %s)", first);
+      }
+    if ((st = check_layer_values(m, l)) != BP_OK || (st = check_layer_inputs(m, i)) != BP_OK)
+      return st;
+    if (l->type == BP_LAYER_SOFTMAX_CE && i != m->layer_count - 1)
+      return layer_invalid(m, l, "softmax_ce is the loss and must be the last layer");
+  }
+  const bp_layer *last = &m->layers[m->layer_count - 1];
+  if (last->type != BP_LAYER_SOFTMAX_CE)
+    return layer_invalid(m, last, "the last layer must be softmax_ce (the loss), not %s",
+                         bp_layer_type_name(last->type));
+  return BP_OK;
+}

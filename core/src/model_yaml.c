@@ -1,0 +1,793 @@
+/* Model files: YAML read with libyaml's document API into a bp_model.
+ *
+ * The format is documented in models/README.md. This file only maps YAML
+ * nodes to fields: every value is checked where it is read, so an error
+ * names the exact "file:line:column" of the value (or key) at fault, the
+ * field and the layer. Structural checks shared with models built in C
+ * (bp_model_check) run last as a safety net.
+ *
+ * Scalars: integers, numbers and booleans must be plain (unquoted) YAML
+ * scalars, so `filters: "32"` is refused rather than guessed at; strings
+ * may use any style. libyaml marks are 0-based; messages are 1-based. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "model-impl.h"
+
+#define MODEL_FILE_MAX (64u << 20) /* a model file is small; refuse anything huge */
+
+typedef struct parse_ctx {
+  const char *file; /* name used in messages (path or display name) */
+  const char *text; /* the whole input, for reader-error positions */
+  size_t length;
+  yaml_document_t *doc;
+  bp_model *model;
+  /* per layer: the scalar nodes naming its producers (unresolved) */
+  const yaml_node_t *(*refs)[2];
+  int *ref_count;
+} parse_ctx;
+
+/* ---- messages ---------------------------------------------------------- */
+
+static bp_status fail_at(const parse_ctx *c, const yaml_node_t *node, bp_status st, const char *fmt,
+                         ...) __attribute__((format(printf, 4, 5)));
+static bp_status fail_at(const parse_ctx *c, const yaml_node_t *node, bp_status st, const char *fmt,
+                         ...) {
+  char what[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  size_t line = node ? node->start_mark.line + 1 : 1, col = node ? node->start_mark.column + 1 : 1;
+  return bp_fail(st, "%s:%zu:%zu: %s", c->file, line, col, what);
+}
+
+/* A short, printable, one-line rendering of a node for messages. */
+static const char *node_preview(const yaml_node_t *n, char *buf, size_t size) {
+  if (n->type == YAML_MAPPING_NODE) return "a mapping";
+  if (n->type == YAML_SEQUENCE_NODE) return "a sequence";
+  if (n->type != YAML_SCALAR_NODE) return "nothing";
+  const unsigned char *v = n->data.scalar.value;
+  size_t len = n->data.scalar.length, max = size > 8 ? size - 8 : 0, o = 0;
+  if (len == 0 && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) return "nothing";
+  if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE && size > 24) {
+    memcpy(buf, "the string ", 11); /* a quoted "32" is text, not a number */
+    o = 11;
+  }
+  buf[o++] = '\'';
+  size_t i = 0;
+  for (; i < len && o < max; i++) buf[o++] = (v[i] >= 0x20 && v[i] < 0x7f) ? (char)v[i] : '?';
+  if (i < len) {
+    memcpy(buf + o, "...", 3);
+    o += 3;
+  }
+  buf[o++] = '\'';
+  buf[o] = '\0';
+  return buf;
+}
+
+/* ---- scalar readers: each checks kind, syntax and range ---------------- */
+
+static const char *scalar_text(const yaml_node_t *n) { return (const char *)n->data.scalar.value; }
+
+static int is_plain_scalar(const yaml_node_t *n) {
+  return n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+         strlen(scalar_text(n)) == n->data.scalar.length;
+}
+
+/* `what` names the field and its owner: "'kernel' of conv layer 'conv1'". */
+static bp_status read_int(const parse_ctx *c, const yaml_node_t *n, const char *what, int64_t lo,
+                          int64_t hi, int64_t *out) {
+  char pv[48];
+  const char *s = is_plain_scalar(n) ? scalar_text(n) : "";
+  size_t i = (s[0] == '+' || s[0] == '-') ? 1 : 0, digits = strspn(s + i, "0123456789");
+  if (digits == 0 || s[i + digits] != '\0')
+    return fail_at(c, n, BP_ERR_INVALID, "%s must be an integer, got %s", what,
+                   node_preview(n, pv, sizeof pv));
+  errno = 0;
+  long long v = strtoll(s, NULL, 10);
+  if (errno == ERANGE)
+    return fail_at(c, n, BP_ERR_INVALID, "%s: %s does not fit in 64 bits", what,
+                   node_preview(n, pv, sizeof pv));
+  if (v < lo)
+    return fail_at(c, n, BP_ERR_INVALID, "%s must be >= %lld, got %lld", what, (long long)lo, v);
+  if (v > hi)
+    return fail_at(c, n, BP_ERR_INVALID, "%s must be <= %lld, got %lld", what, (long long)hi, v);
+  *out = (int64_t)v;
+  return BP_OK;
+}
+
+/* Accepted bounds of a number: lo <= x (or lo < x when lo_open), x <= hi
+ * (or x < hi when hi_open). */
+typedef struct num_range {
+  double lo, hi;
+  int lo_open, hi_open;
+} num_range;
+
+static bp_status read_number(const parse_ctx *c, const yaml_node_t *n, const char *what,
+                             num_range r, double *out) {
+  char pv[48];
+  const char *s = is_plain_scalar(n) ? scalar_text(n) : "";
+  /* decimal only: strtod alone would also take hex, "inf" and "nan" */
+  int ok =
+      s[0] != '\0' && strspn(s, "0123456789+-.eE") == strlen(s) && strpbrk(s, "0123456789") != NULL;
+  char *end = NULL;
+  double v = ok ? strtod(s, &end) : 0.0;
+  if (!ok || *end != '\0')
+    return fail_at(c, n, BP_ERR_INVALID, "%s must be a number, got %s", what,
+                   node_preview(n, pv, sizeof pv));
+  if (!isfinite(v))
+    return fail_at(c, n, BP_ERR_INVALID, "%s: %s is out of range", what,
+                   node_preview(n, pv, sizeof pv));
+  if (r.lo_open ? !(v > r.lo) : !(v >= r.lo))
+    return fail_at(c, n, BP_ERR_INVALID, "%s must be %s %g, got %g", what,
+                   r.lo_open ? ">" : ">=", r.lo, v);
+  if (r.hi_open ? !(v < r.hi) : !(v <= r.hi))
+    return fail_at(c, n, BP_ERR_INVALID, "%s must be %s %g, got %g", what,
+                   r.hi_open ? "<" : "<=", r.hi, v);
+  *out = v;
+  return BP_OK;
+}
+
+/* YAML 1.2 core booleans. */
+static bp_status read_bool(const parse_ctx *c, const yaml_node_t *n, const char *what, int *out) {
+  static const char *const yes[] = {"true", "True", "TRUE"}, *const no[] = {"false", "False",
+                                                                            "FALSE"};
+  if (is_plain_scalar(n)) {
+    for (int i = 0; i < 3; i++) {
+      if (strcmp(scalar_text(n), yes[i]) == 0) return (*out = 1), BP_OK;
+      if (strcmp(scalar_text(n), no[i]) == 0) return (*out = 0), BP_OK;
+    }
+  }
+  char pv[48];
+  return fail_at(c, n, BP_ERR_INVALID, "%s must be true or false, got %s", what,
+                 node_preview(n, pv, sizeof pv));
+}
+
+/* A non-empty string without NUL bytes that fits in `size` bytes. */
+static bp_status read_string(const parse_ctx *c, const yaml_node_t *n, const char *what, char *out,
+                             size_t size) {
+  char pv[48];
+  if (n->type != YAML_SCALAR_NODE || n->data.scalar.length == 0 ||
+      strlen(scalar_text(n)) != n->data.scalar.length)
+    return fail_at(c, n, BP_ERR_INVALID, "%s must be a string, got %s", what,
+                   node_preview(n, pv, sizeof pv));
+  if (n->data.scalar.length >= size)
+    return fail_at(c, n, BP_ERR_INVALID, "%s %s is longer than %zu characters", what,
+                   node_preview(n, pv, sizeof pv), size - 1);
+  memcpy(out, scalar_text(n), n->data.scalar.length + 1);
+  return BP_OK;
+}
+
+/* ---- mappings -------------------------------------------------------- */
+
+typedef struct field_iter {
+  const yaml_node_pair_t *pair, *end;
+} field_iter;
+
+static yaml_node_t *node_at(const parse_ctx *c, int id) {
+  return yaml_document_get_node(c->doc, id);
+}
+
+/* Every key of mapping `m` must be a string and appear once. No mapping of
+ * the format has more than 16 fields: the cap keeps this quadratic check
+ * cheap on hostile input. */
+static bp_status check_keys(const parse_ctx *c, const yaml_node_t *m, const char *owner) {
+  if (m->data.mapping.pairs.top - m->data.mapping.pairs.start > 64)
+    return fail_at(c, m, BP_ERR_INVALID, "%s has more than 64 fields", owner);
+  for (const yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top;
+       p++) {
+    const yaml_node_t *k = node_at(c, p->key);
+    char pv[48];
+    if (k->type != YAML_SCALAR_NODE || strlen(scalar_text(k)) != k->data.scalar.length)
+      return fail_at(c, k, BP_ERR_INVALID, "field names of %s must be words, got %s", owner,
+                     node_preview(k, pv, sizeof pv));
+    for (const yaml_node_pair_t *q = m->data.mapping.pairs.start; q < p; q++)
+      if (strcmp(scalar_text(node_at(c, q->key)), scalar_text(k)) == 0)
+        return fail_at(c, k, BP_ERR_INVALID, "duplicate field '%s' in %s", scalar_text(k), owner);
+  }
+  return BP_OK;
+}
+
+/* The value of `key` in mapping `m`, or NULL. Keys are checked strings. */
+static const yaml_node_t *map_get(const parse_ctx *c, const yaml_node_t *m, const char *key) {
+  for (const yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++)
+    if (strcmp(scalar_text(node_at(c, p->key)), key) == 0) return node_at(c, p->value);
+  return NULL;
+}
+
+static int name_in(const char *name, const char *const *names, int count) {
+  for (int i = 0; i < count; i++)
+    if (strcmp(name, names[i]) == 0) return i;
+  return -1;
+}
+
+/* "a, b, c" */
+static void join_names(const char *const *names, int count, unsigned mask, char *out, size_t size) {
+  size_t o = 0;
+  out[0] = '\0';
+  for (int i = 0; i < count && o < size; i++) {
+    if (!(mask & (1u << i))) continue;
+    int n = snprintf(out + o, size - o, "%s%s", o ? ", " : "", names[i]);
+    if (n < 0) break;
+    o += (size_t)n;
+  }
+}
+
+static bp_status expect_mapping(const parse_ctx *c, const yaml_node_t *n, const char *what,
+                                const char *example) {
+  char pv[48];
+  if (n->type != YAML_MAPPING_NODE)
+    return fail_at(c, n, BP_ERR_INVALID, "%s must be a mapping like %s, got %s", what, example,
+                   node_preview(n, pv, sizeof pv));
+  return check_keys(c, n, what);
+}
+
+/* ---- layers ------------------------------------------------------------ */
+
+typedef enum layer_field {
+  LF_TYPE,
+  LF_NAME,
+  LF_INPUT,
+  LF_INPUTS,
+  LF_FILTERS,
+  LF_UNITS,
+  LF_KERNEL,
+  LF_STRIDE,
+  LF_PAD,
+  LF_DILATION,
+  LF_GROUPS,
+  LF_BIAS,
+  LF_EPS,
+  LF_MOMENTUM,
+  LF_LABEL_SMOOTHING,
+  LF_COUNT
+} layer_field;
+
+static const char *const layer_field_names[LF_COUNT] = {
+    "type", "name",     "input",  "inputs", "filters", "units",    "kernel",          "stride",
+    "pad",  "dilation", "groups", "bias",   "eps",     "momentum", "label_smoothing",
+};
+
+#define T_(x) (1u << BP_LAYER_##x)
+#define T_ALL ((1u << BP_LAYER_TYPE_COUNT) - 1u)
+#define T_WINDOW (T_(CONV) | T_(MAXPOOL) | T_(AVGPOOL))
+/* Which layer types take each field, and which require it. */
+static const unsigned layer_field_types[LF_COUNT] = {
+    [LF_TYPE] = T_ALL,
+    [LF_NAME] = T_ALL,
+    [LF_INPUT] = T_ALL & ~T_(ADD),
+    [LF_INPUTS] = T_(ADD),
+    [LF_FILTERS] = T_(CONV),
+    [LF_UNITS] = T_(FC),
+    [LF_KERNEL] = T_WINDOW,
+    [LF_STRIDE] = T_WINDOW,
+    [LF_PAD] = T_WINDOW,
+    [LF_DILATION] = T_(CONV),
+    [LF_GROUPS] = T_(CONV),
+    [LF_BIAS] = T_(CONV) | T_(FC),
+    [LF_EPS] = T_(BATCHNORM),
+    [LF_MOMENTUM] = T_(BATCHNORM),
+    [LF_LABEL_SMOOTHING] = T_(SOFTMAX_CE),
+};
+static const unsigned layer_field_required[LF_COUNT] = {
+    [LF_TYPE] = T_ALL,   [LF_INPUTS] = T_(ADD),  [LF_FILTERS] = T_(CONV),
+    [LF_UNITS] = T_(FC), [LF_KERNEL] = T_WINDOW,
+};
+#undef T_
+#undef T_ALL
+#undef T_WINDOW
+
+static unsigned fields_of(bp_layer_type type) {
+  unsigned mask = 0;
+  for (int f = 0; f < LF_COUNT; f++)
+    if (layer_field_types[f] & (1u << type)) mask |= 1u << f;
+  return mask;
+}
+
+/* `kernel: 3` or `kernel: [3, 5]` (height, width). */
+static bp_status read_kernel(const parse_ctx *c, const yaml_node_t *n, const char *what,
+                             bp_layer *l) {
+  if (n->type == YAML_SEQUENCE_NODE) {
+    int count = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (count != 2)
+      return fail_at(c, n, BP_ERR_INVALID,
+                     "%s must be one integer or [height, width], got %d items", what, count);
+    bp_status st = read_int(c, node_at(c, n->data.sequence.items.start[0]), what, 1,
+                            BP_MODEL_DIM_MAX, &l->kernel_h);
+    if (st != BP_OK) return st;
+    return read_int(c, node_at(c, n->data.sequence.items.start[1]), what, 1, BP_MODEL_DIM_MAX,
+                    &l->kernel_w);
+  }
+  bp_status st = read_int(c, n, what, 1, BP_MODEL_DIM_MAX, &l->kernel_h);
+  l->kernel_w = l->kernel_h;
+  return st;
+}
+
+/* `input: name` (one producer) or `inputs: [a, b]` (add): the name nodes
+ * are kept and resolved once every layer is named. */
+static bp_status read_refs(parse_ctx *c, int index, const yaml_node_t *n, int many,
+                           const char *what) {
+  char pv[48];
+  if (!many) {
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.length == 0)
+      return fail_at(c, n, BP_ERR_INVALID, "%s must name one layer (or 'input'), got %s", what,
+                     node_preview(n, pv, sizeof pv));
+    c->refs[index][0] = n;
+    c->ref_count[index] = 1;
+    return BP_OK;
+  }
+  int count = n->type == YAML_SEQUENCE_NODE
+                  ? (int)(n->data.sequence.items.top - n->data.sequence.items.start)
+                  : -1;
+  if (count < 0)
+    return fail_at(c, n, BP_ERR_INVALID, "%s must list two layers like [a, b], got %s", what,
+                   node_preview(n, pv, sizeof pv));
+  if (count != 2)
+    return fail_at(c, n, BP_ERR_INVALID, "%s must list two layers like [a, b], got %d item%s",
+                   what, count, count == 1 ? "" : "s");
+  for (int k = 0; k < 2; k++) {
+    const yaml_node_t *item = node_at(c, n->data.sequence.items.start[k]);
+    if (item->type != YAML_SCALAR_NODE || item->data.scalar.length == 0)
+      return fail_at(c, item, BP_ERR_INVALID, "%s must list layer names, got %s", what,
+                     node_preview(item, pv, sizeof pv));
+    c->refs[index][k] = item;
+  }
+  c->ref_count[index] = 2;
+  return BP_OK;
+}
+
+static bp_status read_layer_field(parse_ctx *c, int index, layer_field f, const yaml_node_t *v,
+                                  const char *what) {
+  bp_layer *l = &c->model->layers[index];
+  const int64_t max = BP_MODEL_DIM_MAX;
+  double x = 0.0;
+  bp_status st = BP_OK;
+  switch (f) {
+  case LF_TYPE: /* read first, by read_layer */
+  case LF_NAME:
+  case LF_COUNT: return BP_OK;
+  case LF_INPUT: return read_refs(c, index, v, 0, what);
+  case LF_INPUTS: return read_refs(c, index, v, 1, what);
+  case LF_FILTERS:
+  case LF_UNITS: return read_int(c, v, what, 1, max, &l->units);
+  case LF_KERNEL: return read_kernel(c, v, what, l);
+  case LF_STRIDE: return read_int(c, v, what, 1, max, &l->stride);
+  case LF_PAD: return read_int(c, v, what, 0, max, &l->pad);
+  case LF_DILATION: return read_int(c, v, what, 1, max, &l->dilation);
+  case LF_GROUPS: return read_int(c, v, what, 1, max, &l->groups);
+  case LF_BIAS: return read_bool(c, v, what, &l->bias);
+  case LF_EPS:
+    st = read_number(c, v, what, (num_range){0.0, 1.0, 1, 0}, &x);
+    l->eps = (float)x;
+    break;
+  case LF_MOMENTUM:
+    st = read_number(c, v, what, (num_range){0.0, 1.0, 0, 0}, &x);
+    l->momentum = (float)x;
+    break;
+  case LF_LABEL_SMOOTHING:
+    st = read_number(c, v, what, (num_range){0.0, 1.0, 0, 1}, &x);
+    l->label_smoothing = (float)x;
+    break;
+  }
+  /* eps must stay > 0 once rounded to float */
+  if (st == BP_OK && f == LF_EPS && !(l->eps > 0.0f))
+    return fail_at(c, v, BP_ERR_INVALID, "%s is too small for a float", what);
+  return st;
+}
+
+static bp_status read_layer(parse_ctx *c, int index, const yaml_node_t *n) {
+  char owner[160], pv[48], list[512];
+  snprintf(owner, sizeof owner, "layer %d", index);
+  bp_status st = expect_mapping(c, n, owner, "{type: relu}");
+  if (st != BP_OK) return st;
+  bp_layer *l = &c->model->layers[index];
+
+  /* type first: it decides which fields the layer takes */
+  const yaml_node_t *tn = map_get(c, n, "type");
+  bp_layer_type type;
+  const char *types[BP_LAYER_TYPE_COUNT];
+  for (int t = 0; t < BP_LAYER_TYPE_COUNT; t++) types[t] = bp_layer_type_name((bp_layer_type)t);
+  join_names(types, BP_LAYER_TYPE_COUNT, (1u << BP_LAYER_TYPE_COUNT) - 1u, list, sizeof list);
+  if (!tn) return fail_at(c, n, BP_ERR_INVALID, "%s has no 'type' (one of: %s)", owner, list);
+  if (tn->type != YAML_SCALAR_NODE || strlen(scalar_text(tn)) != tn->data.scalar.length ||
+      bp_layer_type_from_name(scalar_text(tn), &type) != 0)
+    return fail_at(c, tn, BP_ERR_INVALID, "unknown layer type %s in %s (expected one of: %s)",
+                   node_preview(tn, pv, sizeof pv), owner, list);
+  bp_layer_set_defaults(l, type);
+  l->line = (int)n->start_mark.line + 1;
+  l->column = (int)n->start_mark.column + 1;
+
+  /* then the name, so later messages can use it */
+  const yaml_node_t *nn = map_get(c, n, "name");
+  if (nn) {
+    snprintf(owner, sizeof owner, "'name' of %s layer %d", bp_layer_type_name(type), index);
+    if ((st = read_string(c, nn, owner, l->name, BP_LAYER_NAME_MAX)) != BP_OK) return st;
+    if (!bp_layer_name_valid(l->name))
+      return fail_at(c, nn, BP_ERR_INVALID,
+                     "layer name %s: use letters, digits, '_' and '-' only ('%s' is reserved "
+                     "for the model's input)",
+                     node_preview(nn, pv, sizeof pv), BP_MODEL_INPUT_NAME);
+  } else {
+    snprintf(l->name, sizeof l->name, "%s%d", bp_layer_type_name(type), index);
+  }
+  for (int j = 0; j < index; j++)
+    if (strcmp(c->model->layers[j].name, l->name) == 0)
+      return fail_at(c, nn ? nn : n, BP_ERR_INVALID,
+                     "duplicate layer name '%s' (layer %d at line %d has it%s)", l->name, j,
+                     c->model->layers[j].line,
+                     nn ? "" : "; this layer is unnamed and got it by default");
+  snprintf(owner, sizeof owner, "%s layer '%s'", bp_layer_type_name(type), l->name);
+
+  /* every other field */
+  unsigned allowed = fields_of(type), seen = 0;
+  for (const yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+       p++) {
+    const yaml_node_t *k = node_at(c, p->key);
+    int f = name_in(scalar_text(k), layer_field_names, LF_COUNT);
+    if (f < 0 || !(allowed & (1u << f))) {
+      join_names(layer_field_names, LF_COUNT, allowed, list, sizeof list);
+      return fail_at(c, k, BP_ERR_INVALID, "%s field '%s' in %s (a %s layer takes: %s)",
+                     f < 0 ? "unknown" : "inapplicable", scalar_text(k), owner,
+                     bp_layer_type_name(type), list);
+    }
+    char what[224];
+    snprintf(what, sizeof what, "'%s' of %s", layer_field_names[f], owner);
+    if ((st = read_layer_field(c, index, (layer_field)f, node_at(c, p->value), what)) != BP_OK)
+      return st;
+    seen |= 1u << f;
+  }
+  for (int f = 0; f < LF_COUNT; f++)
+    if ((layer_field_required[f] & (1u << type)) && !(seen & (1u << f)))
+      return fail_at(c, n, BP_ERR_INVALID, "%s is missing required field '%s'", owner,
+                     layer_field_names[f]);
+
+  /* a pooling window moves by its own size unless told otherwise */
+  if ((type == BP_LAYER_MAXPOOL || type == BP_LAYER_AVGPOOL) && !(seen & (1u << LF_STRIDE))) {
+    if (l->kernel_h != l->kernel_w)
+      return fail_at(c, n, BP_ERR_INVALID, "%s has a %lldx%lld kernel: give its 'stride'", owner,
+                     (long long)l->kernel_h, (long long)l->kernel_w);
+    l->stride = l->kernel_h;
+  }
+  return BP_OK;
+}
+
+/* Producers by name: "input" is the model's input; a name must belong to an
+ * earlier layer. Without `input:` a layer reads the one before it. */
+static bp_status resolve_refs(parse_ctx *c) {
+  bp_model *m = c->model;
+  for (int i = 0; i < m->layer_count; i++) {
+    bp_layer *l = &m->layers[i];
+    if (c->ref_count[i] == 0) {
+      l->inputs[0] = i > 0 ? i - 1 : BP_MODEL_INPUT;
+      l->input_count = 1;
+      continue;
+    }
+    l->input_count = c->ref_count[i];
+    for (int k = 0; k < c->ref_count[i]; k++) {
+      const yaml_node_t *rn = c->refs[i][k];
+      const char *ref = scalar_text(rn);
+      if (strcmp(ref, BP_MODEL_INPUT_NAME) == 0) {
+        l->inputs[k] = BP_MODEL_INPUT;
+        continue;
+      }
+      int j = 0;
+      while (j < m->layer_count && strcmp(m->layers[j].name, ref) != 0) j++;
+      char pv[48];
+      if (j == m->layer_count)
+        return fail_at(c, rn, BP_ERR_INVALID,
+                       "unknown input %s for %s layer '%s' (no layer has that name; '%s' is the "
+                       "model's input)",
+                       node_preview(rn, pv, sizeof pv), bp_layer_type_name(l->type), l->name,
+                       BP_MODEL_INPUT_NAME);
+      if (j >= i)
+        return fail_at(c, rn, BP_ERR_INVALID,
+                       "%s layer '%s' reads '%s', which %s; layers are listed in the order "
+                       "they run",
+                       bp_layer_type_name(l->type), l->name, ref,
+                       j == i ? "is itself" : "comes later");
+      l->inputs[k] = j;
+    }
+  }
+  return BP_OK;
+}
+
+static bp_status read_layers(parse_ctx *c, const yaml_node_t *n) {
+  char pv[48];
+  if (n->type != YAML_SEQUENCE_NODE)
+    return fail_at(
+        c, n, BP_ERR_INVALID,
+        "'layers' must be a sequence of layers like [{type: fc, units: 10}, ...], got %s",
+        node_preview(n, pv, sizeof pv));
+  ptrdiff_t count = n->data.sequence.items.top - n->data.sequence.items.start;
+  if (count == 0) return fail_at(c, n, BP_ERR_INVALID, "'layers' is empty");
+  /* name look-ups are linear: keep hostile inputs from taking minutes */
+  if (count > BP_MODEL_LAYERS_MAX)
+    return fail_at(c, n, BP_ERR_INVALID, "'layers' lists %td layers; at most %d are allowed", count,
+                   BP_MODEL_LAYERS_MAX);
+  bp_model *m = c->model;
+  m->layers = calloc((size_t)count, sizeof *m->layers);
+  c->refs = calloc((size_t)count, sizeof *c->refs);
+  c->ref_count = calloc((size_t)count, sizeof *c->ref_count);
+  if (!m->layers || !c->refs || !c->ref_count)
+    return bp_fail(BP_ERR_NOMEM, "%s: out of memory for %td layers", c->file, count);
+  for (int i = 0; i < (int)count; i++) {
+    m->layer_count = i + 1; /* destroy() frees what was read so far */
+    bp_status st = read_layer(c, i, node_at(c, n->data.sequence.items.start[i]));
+    if (st != BP_OK) return st;
+  }
+  return resolve_refs(c);
+}
+
+/* ---- top level ----------------------------------------------------------- */
+
+static bp_status read_input(parse_ctx *c, const yaml_node_t *n) {
+  static const char *const names[] = {"height", "width", "channels", "classes"};
+  bp_status st =
+      expect_mapping(c, n, "'input'", "{height: 28, width: 28, channels: 1, classes: 10}");
+  if (st != BP_OK) return st;
+  int64_t *dst[] = {&c->model->height, &c->model->width, &c->model->channels, &c->model->classes};
+  for (const yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+       p++) {
+    const yaml_node_t *k = node_at(c, p->key);
+    if (name_in(scalar_text(k), names, 4) < 0)
+      return fail_at(c, k, BP_ERR_INVALID,
+                     "unknown field '%s' in 'input' (it takes: height, width, channels, classes)",
+                     scalar_text(k));
+  }
+  for (int f = 0; f < 4; f++) {
+    const yaml_node_t *v = map_get(c, n, names[f]);
+    if (!v)
+      return fail_at(c, n, BP_ERR_INVALID, "'input' is missing required field '%s'", names[f]);
+    char what[64];
+    snprintf(what, sizeof what, "'%s' of 'input'", names[f]);
+    if ((st = read_int(c, v, what, 1, BP_MODEL_DIM_MAX, dst[f])) != BP_OK) return st;
+  }
+  return BP_OK;
+}
+
+static bp_status read_train(parse_ctx *c, const yaml_node_t *n) {
+  enum {
+    BATCH,
+    EVAL_BATCH,
+    TRAIN_SIZE,
+    EPOCHS,
+    OPTIMIZER,
+    LR,
+    MOMENTUM,
+    WEIGHT_DECAY,
+    AMP,
+    EMA,
+    COUNT
+  };
+  static const char *const names[COUNT] = {"batch",     "eval_batch", "train_size", "epochs",
+                                           "optimizer", "lr",         "momentum",   "weight_decay",
+                                           "amp",       "ema"};
+  bp_status st = expect_mapping(c, n, "'train'", "{batch: 128, lr: 0.05}");
+  if (st != BP_OK) return st;
+  bp_train_settings *t = &c->model->train;
+  for (const yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+       p++) {
+    const yaml_node_t *k = node_at(c, p->key), *v = node_at(c, p->value);
+    int f = name_in(scalar_text(k), names, COUNT);
+    char what[64], list[256], opt[16], pv[48];
+    if (f < 0) {
+      join_names(names, COUNT, (1u << COUNT) - 1u, list, sizeof list);
+      return fail_at(c, k, BP_ERR_INVALID, "unknown field '%s' in 'train' (it takes: %s)",
+                     scalar_text(k), list);
+    }
+    snprintf(what, sizeof what, "'%s' of 'train'", names[f]);
+    const num_range nonneg = {0.0, INFINITY, 0, 0};
+    switch (f) {
+    case BATCH: st = read_int(c, v, what, 1, INT64_MAX, &t->batch); break;
+    case EVAL_BATCH: st = read_int(c, v, what, 1, INT64_MAX, &t->eval_batch); break;
+    case TRAIN_SIZE: st = read_int(c, v, what, 1, INT64_MAX, &t->train_size); break;
+    case EPOCHS: st = read_int(c, v, what, 1, INT64_MAX, &t->epochs); break;
+    case OPTIMIZER:
+      if (v->type != YAML_SCALAR_NODE || v->data.scalar.length >= sizeof opt ||
+          bp_optimizer_from_name(scalar_text(v), &t->optimizer) != 0)
+        st = fail_at(c, v, BP_ERR_INVALID, "%s must be sgd, adamw or lars, got %s", what,
+                     node_preview(v, pv, sizeof pv));
+      break;
+    case LR: st = read_number(c, v, what, nonneg, &t->lr); break;
+    case MOMENTUM: st = read_number(c, v, what, (num_range){0.0, 1.0, 0, 1}, &t->momentum); break;
+    case WEIGHT_DECAY: st = read_number(c, v, what, nonneg, &t->weight_decay); break;
+    case AMP: st = read_bool(c, v, what, &t->amp); break;
+    case EMA: st = read_bool(c, v, what, &t->ema); break;
+    }
+    if (st != BP_OK) return st;
+  }
+  return BP_OK;
+}
+
+/* The model's name when the file gives none: the file name without its
+ * folder and extension, if that is a valid name. */
+static void default_model_name(const char *file, char out[BP_NAME_MAX]) {
+  const char *base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  size_t n = strcspn(base, ".");
+  int ok = n > 0 && n < BP_NAME_MAX;
+  for (size_t i = 0; ok && i < n; i++)
+    ok = (base[i] >= 'a' && base[i] <= 'z') || (base[i] >= 'A' && base[i] <= 'Z') ||
+         (base[i] >= '0' && base[i] <= '9') || base[i] == '_' || base[i] == '-';
+  if (!ok) {
+    base = "model";
+    n = 5;
+  }
+  memcpy(out, base, n);
+  out[n] = '\0';
+}
+
+static bp_status read_model(parse_ctx *c, const yaml_node_t *root) {
+  static const char *const names[] = {"name", "input", "layers", "train"};
+  char pv[48];
+  if (root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0 &&
+      root->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
+    return fail_at(c, root, BP_ERR_INVALID,
+                   "the document is empty; expected a mapping with 'input' and 'layers'");
+  if (root->type != YAML_MAPPING_NODE)
+    return fail_at(c, root, BP_ERR_INVALID,
+                   "expected a mapping with 'input' and 'layers' at the top level, got %s",
+                   node_preview(root, pv, sizeof pv));
+  bp_status st = check_keys(c, root, "the model");
+  if (st != BP_OK) return st;
+  for (const yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+       p++) {
+    const yaml_node_t *k = node_at(c, p->key);
+    if (name_in(scalar_text(k), names, 4) < 0)
+      return fail_at(c, k, BP_ERR_INVALID,
+                     "unknown top-level field '%s' (a model takes: name, input, layers, train)",
+                     scalar_text(k));
+  }
+  bp_model *m = c->model;
+  const yaml_node_t *v;
+  if ((v = map_get(c, root, "name"))) {
+    if ((st = read_string(c, v, "'name' of the model", m->name, BP_NAME_MAX)) != BP_OK) return st;
+    if (strspn(m->name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+        strlen(m->name))
+      return fail_at(c, v, BP_ERR_INVALID,
+                     "model name %s: use letters, digits, '_', '.' and '-' only",
+                     node_preview(v, pv, sizeof pv));
+  } else {
+    default_model_name(c->file, m->name);
+  }
+  if (!(v = map_get(c, root, "input")))
+    return fail_at(c, root, BP_ERR_INVALID,
+                   "missing required field 'input' (like {height: 28, width: 28, channels: 1, "
+                   "classes: 10})");
+  if ((st = read_input(c, v)) != BP_OK) return st;
+  if ((v = map_get(c, root, "train")) && (st = read_train(c, v)) != BP_OK) return st;
+  if (!(v = map_get(c, root, "layers")))
+    return fail_at(c, root, BP_ERR_INVALID, "missing required field 'layers'");
+  if ((st = read_layers(c, v)) != BP_OK) return st;
+  return bp_model_check(m); /* what fields alone cannot say (e.g. the loss is last) */
+}
+
+/* ---- libyaml errors ------------------------------------------------------ */
+
+/* 1-based line and column of byte `offset` of the input. */
+static void offset_position(const parse_ctx *c, size_t offset, size_t *line, size_t *col) {
+  *line = 1;
+  *col = 1;
+  for (size_t i = 0; i < offset && i < c->length; i++) {
+    if (c->text[i] == '\n') {
+      (*line)++;
+      *col = 1;
+    } else {
+      (*col)++;
+    }
+  }
+}
+
+static bp_status yaml_error(const parse_ctx *c, const yaml_parser_t *p) {
+  if (p->error == YAML_MEMORY_ERROR)
+    return bp_fail(BP_ERR_NOMEM, "%s: out of memory reading YAML", c->file);
+  size_t line = p->problem_mark.line + 1, col = p->problem_mark.column + 1;
+  if (p->error == YAML_READER_ERROR) offset_position(c, p->problem_offset, &line, &col);
+  char context[160] = "";
+  if (p->context)
+    snprintf(context, sizeof context, " (%s at line %zu, column %zu)", p->context,
+             (size_t)p->context_mark.line + 1, (size_t)p->context_mark.column + 1);
+  return bp_fail(BP_ERR_PARSE, "%s:%zu:%zu: YAML syntax error: %s%s", c->file, line, col,
+                 p->problem ? p->problem : "malformed input", context);
+}
+
+/* ---- entry points ------------------------------------------------------ */
+
+bp_status bp_model_parse(const char *text, size_t length, const char *display_name,
+                         bp_model **model_out) {
+  if (!model_out || (!text && length > 0))
+    return bp_fail(BP_ERR_INVALID, "bp_model_parse: NULL argument");
+  parse_ctx c;
+  memset(&c, 0, sizeof c);
+  c.file = display_name ? display_name : "<memory>";
+  c.text = text ? text : "";
+  c.length = length;
+  bp_model *m = calloc(1, sizeof *m);
+  if (!m) return bp_fail(BP_ERR_NOMEM, "%s: out of memory for a model", c.file);
+  snprintf(m->path, sizeof m->path, "%s", c.file);
+  m->train = bp_train_defaults();
+  c.model = m;
+
+  yaml_parser_t parser;
+  yaml_document_t doc, next;
+  if (!yaml_parser_initialize(&parser)) {
+    free(m);
+    return bp_fail(BP_ERR_NOMEM, "%s: out of memory starting the YAML parser", c.file);
+  }
+  yaml_parser_set_input_string(&parser, (const unsigned char *)c.text, length);
+  bp_status st = BP_OK;
+  if (!yaml_parser_load(&parser, &doc)) { /* on failure libyaml frees doc itself */
+    st = yaml_error(&c, &parser);
+  } else {
+    c.doc = &doc;
+    const yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root) {
+      st = bp_fail(BP_ERR_INVALID,
+                   "%s:1:1: the file holds no YAML document; expected a mapping with 'input' "
+                   "and 'layers'",
+                   c.file);
+    } else if ((st = read_model(&c, root)) == BP_OK) {
+      /* one model per file: a second document is a mistake, not ignored */
+      if (!yaml_parser_load(&parser, &next)) {
+        st = yaml_error(&c, &parser);
+      } else {
+        const yaml_node_t *extra = yaml_document_get_root_node(&next);
+        if (extra)
+          st = fail_at(&c, extra, BP_ERR_INVALID,
+                       "a second YAML document; a model file holds exactly one");
+        yaml_document_delete(&next);
+      }
+    }
+    yaml_document_delete(&doc);
+  }
+  yaml_parser_delete(&parser);
+  free(c.refs);
+  free(c.ref_count);
+  if (st != BP_OK) {
+    bp_model_destroy(m);
+    return st;
+  }
+  *model_out = m;
+  return BP_OK;
+}
+
+bp_status bp_model_load(const char *path, bp_model **model_out) {
+  if (!path || !model_out) return bp_fail(BP_ERR_INVALID, "bp_model_load: NULL argument");
+  FILE *f = fopen(path, "rb");
+  if (!f) return bp_fail(BP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  size_t size = 0, cap = 4096;
+  char *text = malloc(cap);
+  bp_status st = BP_OK;
+  while (text) {
+    size_t got = fread(text + size, 1, cap - size, f);
+    size += got;
+    if (got == 0 || size < cap) break;
+    if (cap >= MODEL_FILE_MAX) {
+      st = bp_fail(BP_ERR_IO, "%s: larger than %u MiB; not a model file", path,
+                   MODEL_FILE_MAX >> 20);
+      break;
+    }
+    char *grown = realloc(text, cap * 2);
+    if (!grown) {
+      free(text);
+      text = NULL;
+      break;
+    }
+    text = grown;
+    cap *= 2;
+  }
+  if (!text)
+    st = bp_fail(BP_ERR_NOMEM, "%s: out of memory reading the file", path);
+  else if (st == BP_OK && ferror(f))
+    st = bp_fail(BP_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+  fclose(f);
+  if (st == BP_OK) st = bp_model_parse(text, size, path, model_out);
+  free(text);
+  return st;
+}
