@@ -5,5 +5,6 @@
 /* Each returns the process exit status; argv[0] is the subcommand name.
  * Errors go to stderr as one line "blueprint <cmd>: <what is wrong>". */
 int bp_cmd_plan(int argc, char **argv);
+int bp_cmd_plugins(int argc, char **argv);
 
 #endif

@@ -10,6 +10,7 @@ static const struct {
   const char *summary;
 } commands[] = {
     {"plan", bp_cmd_plan, "lay out a model's memory plan and print it"},
+    {"plugins", bp_cmd_plugins, "list op modules, kernels and which kernel each op gets"},
 };
 
 static void usage(FILE *out) {

@@ -1,0 +1,343 @@
+/* `blueprint plan MODEL ...`: loads a model, compiles its memory plan with
+ * the command line's settings over the model file's, and prints it as a
+ * table, as JSON, and/or as an SVG picture.
+ *
+ * Exit status: 0 success; 1 the model, the plan or an output file failed;
+ * 2 the command line itself is wrong. Every failure is one line on stderr,
+ * "blueprint plan: <what is wrong>". */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blueprint/model.h"
+#include "commands.h"
+#include "plan_print.h"
+
+#define EXIT_INPUT 1 /* the model, the plan or an output failed */
+#define EXIT_USAGE 2 /* the command line is wrong */
+
+static const char usage_text[] =
+    "usage: blueprint plan MODEL [options]\n"
+    "\n"
+    "Lays out every tensor of MODEL (a YAML model file) in one arena and prints\n"
+    "the plan: its variants, regions, tensors and the arena bytes per rank.\n"
+    "Options override the model file's train: settings.\n"
+    "\n"
+    "  --batch B            training batch (variant \"train\")\n"
+    "  --eval-batch B       evaluation batch (variant \"eval\")\n"
+    "  --train-size N       images per epoch; N %% B != 0 adds \"train_last\"\n"
+    "  --amp, --no-amp      FP16 working copies, gradients and features\n"
+    "  --ema, --no-ema      EMA copies of the weights\n"
+    "  --optimizer NAME     sgd, adamw or lars\n"
+    "  --variants SPEC      more variants: NAME:BATCH[:HxW],... (resolution\n"
+    "                       defaults to the model's), e.g. hires:64:32x32,small:16\n"
+    "  --json               print the plan as JSON (docs/plan-json.md) instead\n"
+    "  --svg FILE           also draw the arena as an SVG picture into FILE\n"
+    "  -h, --help           print this help\n"
+    "\n"
+    "Exit status: 0 ok, 1 bad model or plan or unwritable file, 2 bad command line.\n";
+
+/* One line on stderr; control characters in the message (a value typed on
+ * the command line, a name from a file) become '?' so it stays one line. */
+static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void report(const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  for (char *p = msg; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  fprintf(stderr, "blueprint plan: %s\n", msg);
+}
+
+/* What the command line asked for; 0 / -1 mean "as the model file says". */
+typedef struct plan_args {
+  const char *model_path;
+  int64_t batch, eval_batch, train_size; /* 0: from the model */
+  int amp, ema;                          /* -1: from the model */
+  int optimizer;                         /* -1: from the model, else bp_optimizer */
+  bp_variant_spec *extra;                /* owned */
+  int extra_count;
+  int json;
+  const char *svg_path;
+  int help;
+} plan_args;
+
+/* A positive decimal integer that fits in int64: digits only, no sign, no
+ * spaces. Returns 0 on success. */
+static int parse_positive(const char *s, int64_t *out) {
+  if (*s < '0' || *s > '9') return -1;
+  errno = 0;
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (*end != '\0' || errno == ERANGE || v < 1) return -1;
+  *out = (int64_t)v;
+  return 0;
+}
+
+/* Same, for a value given to `option`; reports the problem itself. */
+static int option_positive(const char *option, const char *value, int64_t *out) {
+  if (parse_positive(value, out) == 0) return 0;
+  report("%s: '%s' is not a positive integer", option, value);
+  return -1;
+}
+
+static int name_char_ok(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         c == '_' || c == '-' || c == '.';
+}
+
+/* Parses one "NAME:BATCH[:HxW]" item of --variants into `out` (height and
+ * width 0 when absent: the model's resolution is filled in later). */
+static int parse_variant_item(const char *item, bp_variant_spec *out) {
+  char buf[256];
+  if (strlen(item) >= sizeof buf) {
+    report("--variants: '%.40s...' is too long", item);
+    return -1;
+  }
+  strcpy(buf, item);
+  memset(out, 0, sizeof *out);
+  char *name = buf, *batch = strchr(buf, ':'), *res = NULL;
+  if (!batch) {
+    report("--variants: '%s' is not NAME:BATCH[:HxW]", item);
+    return -1;
+  }
+  *batch++ = '\0';
+  if ((res = strchr(batch, ':')) != NULL) *res++ = '\0';
+  size_t nlen = strlen(name);
+  if (nlen == 0 || nlen >= BP_NAME_MAX) {
+    report("--variants: '%s': the name must have 1 to %d characters", item, BP_NAME_MAX - 1);
+    return -1;
+  }
+  for (const char *p = name; *p; p++) {
+    if (!name_char_ok(*p)) {
+      report("--variants: '%s': the name '%s' may only hold letters, digits, '_', '-' and '.'",
+             item, name);
+      return -1;
+    }
+  }
+  if (strcmp(name, "train") == 0 || strcmp(name, "train_last") == 0 || strcmp(name, "eval") == 0) {
+    report("--variants: '%s': the name '%s' is reserved for the built-in variants", item, name);
+    return -1;
+  }
+  memcpy(out->name, name, nlen + 1);
+  if (parse_positive(batch, &out->batch) != 0) {
+    report("--variants: '%s': the batch '%s' is not a positive integer", item, batch);
+    return -1;
+  }
+  if (res) {
+    char *x = strpbrk(res, "xX");
+    if (x) *x = '\0';
+    if (!x || parse_positive(res, &out->height) != 0 || parse_positive(x + 1, &out->width) != 0) {
+      if (x) *x = 'x';
+      report("--variants: '%s': the resolution '%s' is not HxW (two positive integers)", item, res);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Appends the comma-separated items of one --variants value. */
+static int parse_variants(const char *spec, plan_args *a) {
+  const char *p = spec;
+  if (*p == '\0') {
+    report("--variants: the value is empty; expected NAME:BATCH[:HxW],...");
+    return -1;
+  }
+  for (;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    char *item = strndup(p, len);
+    if (!item) {
+      report("out of memory reading --variants");
+      return -1;
+    }
+    if (len == 0) {
+      report("--variants: '%s' has an empty item", spec);
+      free(item);
+      return -1;
+    }
+    bp_variant_spec *grown = realloc(a->extra, (size_t)(a->extra_count + 1) * sizeof *grown);
+    if (!grown) {
+      report("out of memory reading --variants");
+      free(item);
+      return -1;
+    }
+    a->extra = grown;
+    int rc = parse_variant_item(item, &a->extra[a->extra_count]);
+    if (rc == 0) {
+      for (int i = 0; i < a->extra_count; i++) {
+        if (strcmp(a->extra[i].name, a->extra[a->extra_count].name) == 0) {
+          report("--variants: the variant '%s' is named twice", a->extra[i].name);
+          rc = -1;
+          break;
+        }
+      }
+    }
+    free(item);
+    if (rc != 0) return -1;
+    a->extra_count++;
+    if (!comma) return 0;
+    p = comma + 1;
+  }
+}
+
+/* Options that take a value; `--opt VALUE` and `--opt=VALUE` both work. */
+static const char *const valued[] = {"--batch", "--eval-batch", "--train-size",
+                                     "--optimizer", "--variants", "--svg"};
+
+/* Parses argv (argv[0] is "plan"). Returns 0, or -1 after reporting. */
+static int parse_args(int argc, char **argv, plan_args *a) {
+  int only_positional = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (only_positional || arg[0] != '-' || strcmp(arg, "-") == 0) {
+      if (a->model_path) {
+        report("unexpected argument '%s' (the model is '%s'; one model per plan)", arg,
+               a->model_path);
+        return -1;
+      }
+      a->model_path = arg;
+      continue;
+    }
+    if (strcmp(arg, "--") == 0) {
+      only_positional = 1;
+      continue;
+    }
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+      a->help = 1;
+      return 0;
+    }
+    if (strcmp(arg, "--json") == 0) { a->json = 1; continue; }
+    if (strcmp(arg, "--amp") == 0) { a->amp = 1; continue; }
+    if (strcmp(arg, "--no-amp") == 0) { a->amp = 0; continue; }
+    if (strcmp(arg, "--ema") == 0) { a->ema = 1; continue; }
+    if (strcmp(arg, "--no-ema") == 0) { a->ema = 0; continue; }
+
+    /* an option with a value: split "--opt=VALUE" or take the next word */
+    char option[32];
+    const char *value = NULL;
+    const char *eq = strchr(arg, '=');
+    size_t olen = eq ? (size_t)(eq - arg) : strlen(arg);
+    const char *known = NULL;
+    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+      if (strlen(valued[k]) == olen && strncmp(arg, valued[k], olen) == 0) known = valued[k];
+    if (!known) {
+      report("unknown option '%s' (try 'blueprint plan --help')", arg);
+      return -1;
+    }
+    snprintf(option, sizeof option, "%s", known);
+    if (eq) {
+      value = eq + 1;
+    } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+      value = argv[++i];
+    } else {
+      report("option '%s' needs a value", option);
+      return -1;
+    }
+    if (strcmp(option, "--batch") == 0) {
+      if (option_positive(option, value, &a->batch)) return -1;
+    } else if (strcmp(option, "--eval-batch") == 0) {
+      if (option_positive(option, value, &a->eval_batch)) return -1;
+    } else if (strcmp(option, "--train-size") == 0) {
+      if (option_positive(option, value, &a->train_size)) return -1;
+    } else if (strcmp(option, "--optimizer") == 0) {
+      bp_optimizer opt;
+      if (bp_optimizer_from_name(value, &opt) != 0) {
+        report("--optimizer: unknown optimizer '%s' (sgd, adamw or lars)", value);
+        return -1;
+      }
+      a->optimizer = (int)opt;
+    } else if (strcmp(option, "--variants") == 0) {
+      if (parse_variants(value, a)) return -1;
+    } else { /* --svg */
+      if (*value == '\0') {
+        report("--svg: the file name is empty");
+        return -1;
+      }
+      a->svg_path = value;
+    }
+  }
+  if (!a->model_path) {
+    report("no model file given (usage: blueprint plan MODEL [options]; try --help)");
+    return -1;
+  }
+  return 0;
+}
+
+/* The model's name for titles: its own, else the file name. */
+static const char *model_title(const bp_model *m, const char *path) {
+  if (m->name[0]) return m->name;
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+/* Loads, compiles and prints. Returns the exit status. */
+static int run(const plan_args *a) {
+  bp_model *model = NULL;
+  bp_plan *plan = NULL;
+  int rc = EXIT_INPUT;
+  if (bp_model_load(a->model_path, &model) != BP_OK) {
+    report("%s", bp_last_error());
+    return EXIT_INPUT;
+  }
+  bp_compile_options opt = bp_compile_options_from_model(model);
+  if (a->batch) opt.batch = a->batch;
+  if (a->eval_batch) opt.eval_batch = a->eval_batch;
+  if (a->train_size) opt.train_size = a->train_size;
+  if (a->amp >= 0) opt.plan.amp = a->amp;
+  if (a->ema >= 0) opt.plan.ema = a->ema;
+  if (a->optimizer >= 0) opt.plan.optimizer = (bp_optimizer)a->optimizer;
+  /* extra variants without a resolution take the model's */
+  for (int i = 0; i < a->extra_count; i++) {
+    if (a->extra[i].height == 0) {
+      a->extra[i].height = model->height;
+      a->extra[i].width = model->width;
+    }
+  }
+  opt.extra = a->extra;
+  opt.extra_count = a->extra_count;
+  if (bp_model_compile(model, &opt, &plan) != BP_OK) {
+    report("%s", bp_last_error());
+    goto done;
+  }
+  bp_plan_print_info info = {model_title(model, a->model_path), a->model_path};
+  if (a->svg_path && bp_plan_write_svg(a->svg_path, plan, &info) != BP_OK) {
+    report("%s", bp_last_error());
+    goto done;
+  }
+  if (a->json) {
+    bp_plan_print_json(stdout, plan);
+  } else {
+    bp_plan_print_table(stdout, plan, &info);
+    if (a->svg_path) printf("picture of the arena: %s\n", a->svg_path);
+  }
+  /* a full disk or a closed pipe must not pass for success */
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    report("cannot write the plan to standard output: %s", strerror(errno));
+    goto done;
+  }
+  rc = 0;
+done:
+  bp_plan_destroy(plan);
+  bp_model_destroy(model);
+  return rc;
+}
+
+int bp_cmd_plan(int argc, char **argv) {
+  plan_args a = {.amp = -1, .ema = -1, .optimizer = -1};
+  int rc;
+  if (parse_args(argc, argv, &a) != 0) {
+    rc = EXIT_USAGE;
+  } else if (a.help) {
+    fputs(usage_text, stdout);
+    rc = fflush(stdout) == 0 ? 0 : EXIT_INPUT;
+  } else {
+    rc = run(&a);
+  }
+  free(a.extra);
+  return rc;
+}

@@ -1,0 +1,322 @@
+/* `blueprint plugins [--json] [--plugin PATH]...`: discovers op modules and
+ * device plugins and prints what loaded, what was refused and why, the
+ * kernels, and which kernel each op gets on each device by default.
+ *
+ * Exit status: 0 listed; 1 an explicit --plugin path could not be loaded
+ * (the listing is printed anyway); 2 the command line is wrong. */
+#include <stdio.h>
+#include <string.h>
+
+#include "blueprint/dtype.h"
+#include "blueprint/registry.h"
+#include "commands.h"
+
+#define EXIT_LOAD 1
+#define EXIT_USAGE 2
+#define MAX_PLUGINS 256
+
+static const char usage_text[] =
+    "usage: blueprint plugins [--json] [--plugin PATH]...\n"
+    "\n"
+    "Finds op modules and device plugins and lists every load attempt (loaded,\n"
+    "skipped or refused, with the stage and the reason), the kernels, and the\n"
+    "kernel each op gets on each device when nothing is pinned or tuned.\n"
+    "Search order: --plugin paths (files or directories), BP_PLUGIN_PATH\n"
+    "(absolute directories, colon-separated), the install directory, and\n"
+    "blueprint-modules/ beside libblueprint.so; never the current directory.\n"
+    "\n"
+    "  --plugin PATH   load this module file, or every *.so in this directory\n"
+    "  --json          print JSON (docs/plugins-json.md) instead of tables\n"
+    "  -h, --help      print this help\n"
+    "\n"
+    "Exit status: 0 ok, 1 a --plugin path was refused, 2 bad command line.\n";
+
+static void dtype_list(uint32_t mask, char *buf, size_t size, int json) {
+  buf[0] = '\0';
+  size_t used = 0;
+  for (unsigned b = 0; b < 32; b++) {
+    if (!(mask & BP_ABI_DTYPE_BIT(b))) continue;
+    const char *name = bp_dtype_name((bp_dtype)b);
+    int n = json ? snprintf(buf + used, size - used, "%s\"%s\"", used ? ", " : "", name)
+                 : snprintf(buf + used, size - used, "%s%s", used ? "," : "", name);
+    if (n < 0 || (size_t)n >= size - used) break;
+    used += (size_t)n;
+  }
+}
+
+static const struct {
+  uint32_t bit;
+  const char *name;
+} flag_names[] = {
+    {BP_ABI_KERNEL_REFERENCE, "reference"},
+    {BP_ABI_KERNEL_DETERMINISTIC, "deterministic"},
+    {BP_ABI_KERNEL_GRAPH_CAPTURABLE, "graph_capturable"},
+    {BP_ABI_KERNEL_IN_PLACE, "in_place"},
+};
+
+static void flag_list(uint32_t flags, char *buf, size_t size, int json) {
+  buf[0] = '\0';
+  size_t used = 0;
+  for (size_t i = 0; i < sizeof flag_names / sizeof flag_names[0]; i++) {
+    if (!(flags & flag_names[i].bit)) continue;
+    int n = json ? snprintf(buf + used, size - used, "%s\"%s\"", used ? ", " : "",
+                            flag_names[i].name)
+                 : snprintf(buf + used, size - used, "%s%s", used ? "," : "", flag_names[i].name);
+    if (n < 0 || (size_t)n >= size - used) break;
+    used += (size_t)n;
+  }
+  if (!json && !used) snprintf(buf, size, "-");
+}
+
+/* A JSON string literal: quotes, backslashes and control bytes escaped. */
+static void json_str(FILE *out, const char *s) {
+  fputc('"', out);
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+    if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
+    else if (*p == '\n') fputs("\\n", out);
+    else if (*p == '\t') fputs("\\t", out);
+    else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\u%04x", *p);
+    else fputc(*p, out);
+  }
+  fputc('"', out);
+}
+
+/* Module name of the kernel's file: the loaded record with that path. */
+static const char *module_name(const bp_registry *r, const char *path) {
+  for (int i = 0; i < bp_registry_record_count(r); i++) {
+    const bp_load_record *rec = bp_registry_record(r, i);
+    if (rec->outcome == BP_LOAD_LOADED && strcmp(rec->path, path) == 0) return rec->name;
+  }
+  return path;
+}
+
+/* Distinct devices of kernels, in first-registration order: calls fn for
+ * each (op, device) that has a kernel. */
+static int first_of_pair(const bp_registry *r, int index) {
+  const bp_registered_kernel *k = bp_registry_kernel(r, index);
+  for (int j = 0; j < index; j++) {
+    const bp_registered_kernel *o = bp_registry_kernel(r, j);
+    if (strcmp(o->kernel.op, k->kernel.op) == 0 && strcmp(o->kernel.device, k->kernel.device) == 0)
+      return 0;
+  }
+  return 1;
+}
+
+static void print_text(const bp_registry *r, FILE *out) {
+  fprintf(out, "host ABI %d.%d\n\nsearch path:\n", BP_ABI_MAJOR, BP_ABI_MINOR);
+  for (int i = 0; i < bp_registry_search_dir_count(r); i++) {
+    const bp_search_dir *d = bp_registry_search_dir(r, i);
+    fprintf(out, "  %-15s %s%s\n", d->source, d->path, d->exists ? "" : " (absent)");
+  }
+
+  int counts[3] = {0, 0, 0};
+  for (int i = 0; i < bp_registry_record_count(r); i++)
+    counts[bp_registry_record(r, i)->outcome]++;
+  fprintf(out, "\nmodules: %d loaded, %d refused, %d skipped\n", counts[BP_LOAD_LOADED],
+          counts[BP_LOAD_REFUSED], counts[BP_LOAD_SKIPPED]);
+  for (int i = 0; i < bp_registry_record_count(r); i++) {
+    const bp_load_record *rec = bp_registry_record(r, i);
+    fprintf(out, "  %-8s %s", bp_load_outcome_name(rec->outcome),
+            rec->path[0] ? rec->path : "\"\"");
+    if (rec->outcome == BP_LOAD_REFUSED)
+      fprintf(out, "  [stage %s]", bp_load_stage_name(rec->stage));
+    fputc('\n', out);
+    if (rec->name[0] || rec->abi_major >= 0) {
+      fprintf(out, "           name %s, version %s", rec->name[0] ? rec->name : "?",
+              rec->version[0] ? rec->version : "?");
+      if (rec->abi_minor_built >= 0)
+        fprintf(out, ", ABI built %d.%d, requires %d.%d", rec->abi_major, rec->abi_minor_built,
+                rec->abi_major, rec->abi_minor_required);
+      else if (rec->abi_major >= 0)
+        fprintf(out, ", ABI major %d", rec->abi_major);
+      fprintf(out, " (host %d.%d)\n", rec->host_abi_major, rec->host_abi_minor);
+    }
+    if (rec->message[0]) fprintf(out, "           %s\n", rec->message);
+  }
+
+  int nops = bp_registry_op_count(r), builtin = 0;
+  for (int i = 0; i < nops; i++)
+    if (strcmp(bp_registry_op_path(r, i), "<builtin>") == 0) builtin++;
+  fprintf(out, "\nops: %d built in, %d from modules\n", builtin, nops - builtin);
+  for (int i = 0; i < nops; i++) {
+    const char *path = bp_registry_op_path(r, i);
+    if (strcmp(path, "<builtin>") == 0) continue;
+    const bp_abi_op *op = bp_registry_op(r, i);
+    fprintf(out, "  %-22s %d in, %d out   %s\n", op->name, op->num_inputs, op->num_outputs,
+            module_name(r, path));
+  }
+
+  fprintf(out, "\ndevices: %d\n", bp_registry_device_count(r));
+  for (int i = 0; i < bp_registry_device_count(r); i++)
+    fprintf(out, "  %-10s %s\n", bp_registry_device(r, i)->kind,
+            module_name(r, bp_registry_device_path(r, i)));
+
+  int nk = bp_registry_kernel_count(r);
+  fprintf(out, "\nkernels: %d\n", nk);
+  if (nk)
+    fprintf(out, "  %-22s %-12s %-8s %-18s %8s  %-34s %s\n", "OP", "IMPL", "DEVICE", "DTYPES",
+            "PRIORITY", "FLAGS", "MODULE");
+  for (int i = 0; i < nk; i++) {
+    const bp_registered_kernel *k = bp_registry_kernel(r, i);
+    char dtypes[128], flags[128];
+    dtype_list(k->kernel.dtypes, dtypes, sizeof dtypes, 0);
+    flag_list(k->kernel.flags, flags, sizeof flags, 0);
+    fprintf(out, "  %-22s %-12s %-8s %-18s %8d  %-34s %s\n", k->kernel.op, k->kernel.impl,
+            k->kernel.device, dtypes, k->kernel.priority, flags, module_name(r, k->path));
+  }
+
+  if (nk) {
+    fprintf(out, "\ndefault picks (nothing pinned or tuned, every kernel supporting):\n");
+    fprintf(out, "  %-22s %-8s %s\n", "OP", "DEVICE", "KERNEL");
+  }
+  for (int i = 0; i < nk; i++) {
+    if (!first_of_pair(r, i)) continue;
+    const bp_registered_kernel *k = bp_registry_kernel(r, i);
+    const bp_registered_kernel *pick =
+        bp_registry_default_kernel(r, k->kernel.op, k->kernel.device);
+    fprintf(out, "  %-22s %-8s %s%s\n", k->kernel.op, k->kernel.device, pick->kernel.impl,
+            (pick->kernel.flags & BP_ABI_KERNEL_REFERENCE) ? " (reference: the only kernel)" : "");
+  }
+}
+
+static void print_json(const bp_registry *r, FILE *out) {
+  fprintf(out, "{\n  \"format_version\": 1,\n  \"host_abi\": {\"major\": %d, \"minor\": %d},\n",
+          BP_ABI_MAJOR, BP_ABI_MINOR);
+  fprintf(out, "  \"search_path\": [");
+  for (int i = 0; i < bp_registry_search_dir_count(r); i++) {
+    const bp_search_dir *d = bp_registry_search_dir(r, i);
+    fprintf(out, "%s\n    {\"source\": ", i ? "," : "");
+    json_str(out, d->source);
+    fprintf(out, ", \"path\": ");
+    json_str(out, d->path);
+    fprintf(out, ", \"exists\": %s}", d->exists ? "true" : "false");
+  }
+  fprintf(out, "%s],\n  \"modules\": [", bp_registry_search_dir_count(r) ? "\n  " : "");
+  for (int i = 0; i < bp_registry_record_count(r); i++) {
+    const bp_load_record *rec = bp_registry_record(r, i);
+    fprintf(out, "%s\n    {\"path\": ", i ? "," : "");
+    json_str(out, rec->path);
+    fprintf(out, ", \"status\": \"%s\", \"stage\": \"%s\", \"name\": ",
+            bp_load_outcome_name(rec->outcome), bp_load_stage_name(rec->stage));
+    json_str(out, rec->name);
+    fprintf(out, ", \"version\": ");
+    json_str(out, rec->version);
+    fprintf(out, ", \"build_id\": ");
+    json_str(out, rec->build_id);
+    fprintf(out,
+            ", \"abi_major\": %d, \"abi_minor_built\": %d, \"abi_minor_required\": %d"
+            ", \"host_abi_major\": %d, \"host_abi_minor\": %d, \"reason\": ",
+            rec->abi_major, rec->abi_minor_built, rec->abi_minor_required, rec->host_abi_major,
+            rec->host_abi_minor);
+    json_str(out, rec->message);
+    fputc('}', out);
+  }
+  fprintf(out, "%s],\n  \"ops\": [", bp_registry_record_count(r) ? "\n  " : "");
+  for (int i = 0; i < bp_registry_op_count(r); i++) {
+    const bp_abi_op *op = bp_registry_op(r, i);
+    fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
+    json_str(out, op->name);
+    fprintf(out, ", \"inputs\": %d, \"outputs\": %d, \"attr_size\": %u, \"attr_version\": %u"
+                 ", \"module\": ",
+            op->num_inputs, op->num_outputs, op->attr_size, op->attr_version);
+    json_str(out, bp_registry_op_path(r, i));
+    fputc('}', out);
+  }
+  fprintf(out, "%s],\n  \"devices\": [", bp_registry_op_count(r) ? "\n  " : "");
+  for (int i = 0; i < bp_registry_device_count(r); i++) {
+    fprintf(out, "%s\n    {\"kind\": ", i ? "," : "");
+    json_str(out, bp_registry_device(r, i)->kind);
+    fprintf(out, ", \"module\": ");
+    json_str(out, bp_registry_device_path(r, i));
+    fputc('}', out);
+  }
+  fprintf(out, "%s],\n  \"kernels\": [", bp_registry_device_count(r) ? "\n  " : "");
+  int nk = bp_registry_kernel_count(r);
+  for (int i = 0; i < nk; i++) {
+    const bp_registered_kernel *k = bp_registry_kernel(r, i);
+    char dtypes[256], flags[256];
+    dtype_list(k->kernel.dtypes, dtypes, sizeof dtypes, 1);
+    flag_list(k->kernel.flags, flags, sizeof flags, 1);
+    fprintf(out, "%s\n    {\"op\": ", i ? "," : "");
+    json_str(out, k->kernel.op);
+    fprintf(out, ", \"impl\": ");
+    json_str(out, k->kernel.impl);
+    fprintf(out, ", \"device\": ");
+    json_str(out, k->kernel.device);
+    fprintf(out, ", \"dtypes\": [%s], \"priority\": %d, \"flags\": [%s], \"module\": ", dtypes,
+            k->kernel.priority, flags);
+    json_str(out, k->path);
+    fprintf(out, ", \"build_id\": ");
+    json_str(out, k->build_id);
+    fprintf(out, ", \"load_index\": %d}", k->load_index);
+  }
+  fprintf(out, "%s],\n  \"defaults\": [", nk ? "\n  " : "");
+  int first = 1;
+  for (int i = 0; i < nk; i++) {
+    if (!first_of_pair(r, i)) continue;
+    const bp_registered_kernel *k = bp_registry_kernel(r, i);
+    const bp_registered_kernel *pick =
+        bp_registry_default_kernel(r, k->kernel.op, k->kernel.device);
+    fprintf(out, "%s\n    {\"op\": ", first ? "" : ",");
+    json_str(out, k->kernel.op);
+    fprintf(out, ", \"device\": ");
+    json_str(out, k->kernel.device);
+    fprintf(out, ", \"impl\": ");
+    json_str(out, pick->kernel.impl);
+    fprintf(out, ", \"module\": ");
+    json_str(out, pick->path);
+    fprintf(out, ", \"reference\": %s}",
+            (pick->kernel.flags & BP_ABI_KERNEL_REFERENCE) ? "true" : "false");
+    first = 0;
+  }
+  fprintf(out, "%s]\n}\n", first ? "" : "\n  ");
+}
+
+int bp_cmd_plugins(int argc, char **argv) {
+  const char *paths[MAX_PLUGINS];
+  int npaths = 0, json = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) {
+      json = 1;
+    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      fputs(usage_text, stdout);
+      return 0;
+    } else if (strcmp(argv[i], "--plugin") == 0 || strncmp(argv[i], "--plugin=", 9) == 0) {
+      const char *value = argv[i][8] == '=' ? argv[i] + 9 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!value || !value[0]) {
+        fprintf(stderr, "blueprint plugins: --plugin needs a path\n");
+        return EXIT_USAGE;
+      }
+      if (npaths == MAX_PLUGINS) {
+        fprintf(stderr, "blueprint plugins: more than %d --plugin paths\n", MAX_PLUGINS);
+        return EXIT_USAGE;
+      }
+      paths[npaths++] = value;
+    } else {
+      fprintf(stderr, "blueprint plugins: unknown argument '%s' (try --help)\n", argv[i]);
+      return EXIT_USAGE;
+    }
+  }
+
+  bp_registry *r = NULL;
+  if (bp_registry_create(&r) != BP_OK) {
+    fprintf(stderr, "blueprint plugins: %s\n", bp_last_error());
+    return EXIT_LOAD;
+  }
+  bp_status st = bp_registry_discover(r, paths, npaths);
+  char why[1024];
+  snprintf(why, sizeof why, "%s", bp_last_error());
+  if (json)
+    print_json(r, stdout);
+  else
+    print_text(r, stdout);
+  fflush(stdout);
+  bp_registry_destroy(r);
+  if (st != BP_OK) {
+    for (char *p = why; *p; p++)
+      if ((unsigned char)*p < 0x20) *p = '?'; /* one line */
+    fprintf(stderr, "blueprint plugins: %s\n", why);
+    return EXIT_LOAD;
+  }
+  return 0;
+}
