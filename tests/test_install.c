@@ -63,6 +63,12 @@ START_TEST(installed_cli_and_models_work) {
                       "'%s/share/blueprint/models/cnn.yaml'",
                       prefix, prefix),
                    0);
+  /* the ABI headers a module builds against, and `plugins` with what is installed */
+  ck_assert_int_eq(sh("test -f '%1$s/include/blueprint/abi/bp_abi.h' && "
+                      "test -f '%1$s/include/blueprint/abi/bp_abi_device.h' && "
+                      "env -u BP_PLUGIN_PATH '%1$s/bin/blueprint' plugins >/dev/null",
+                      prefix),
+                   0);
 }
 END_TEST
 

@@ -9,5 +9,6 @@
 #include "blueprint/plan.h"
 #include "blueprint/arena.h"
 #include "blueprint/model.h"
+#include "blueprint/registry.h"
 
 #endif

@@ -1,0 +1,377 @@
+/* Autotune: time every kernel that supports a node on the node's real
+ * buffers and keep the fastest, in a cache file reused by later runs.
+ *
+ * Cache file: text, one entry a line, "signature impl build_id", fields
+ * separated by one space; '#' starts a comment line; lines that do not
+ * parse are ignored (the cache is advice, never required). Fields hold no
+ * whitespace: names are checked at registration, the signature is built
+ * from names and numbers, and a build id is written with bytes <= ' ',
+ * '%' and DEL as %XX ("-" stands for an empty one). An entry counts only
+ * while its impl supports the node and the loaded module's build id
+ * equals the recorded one; otherwise the node is timed again and the line
+ * replaced. The file is rewritten whole (merged with what other processes
+ * wrote meanwhile) through a temporary file and rename(), so readers never
+ * see half a file. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "blueprint/dtype.h"
+#include "registry-impl.h"
+
+#define TUNE_REPS 5          /* timed runs per kernel after one warm-up; the minimum counts */
+#define TUNE_FIELD_MAX 4096  /* longest field of a cache line */
+#define TUNE_HEADER "# blueprint autotune cache v1: signature impl build_id\n"
+
+typedef struct tune_entry {
+  char *sig, *impl, *build;
+} tune_entry;
+
+struct bp_autotune_cache {
+  char *path; /* the file the entries mirror; "" for an in-memory cache */
+  tune_entry *entries;
+  int count, cap;
+};
+
+static void cache_clear(bp_autotune_cache *c) {
+  for (int i = 0; i < c->count; i++) {
+    free(c->entries[i].sig);
+    free(c->entries[i].impl);
+    free(c->entries[i].build);
+  }
+  free(c->entries);
+  c->entries = NULL;
+  c->count = c->cap = 0;
+}
+
+void bp_autotune_cache_free(bp_autotune_cache *c) {
+  if (!c) return;
+  cache_clear(c);
+  free(c->path);
+  free(c);
+}
+
+static int cache_find(const bp_autotune_cache *c, const char *sig) {
+  for (int i = 0; i < c->count; i++)
+    if (strcmp(c->entries[i].sig, sig) == 0) return i;
+  return -1;
+}
+
+/* Sets sig's entry (replacing an older one); 0 on success. */
+static int cache_set(bp_autotune_cache *c, const char *sig, const char *impl, const char *build) {
+  char *s = bp_strdup(sig), *i = bp_strdup(impl), *b = bp_strdup(build);
+  int at = cache_find(c, sig);
+  if (s && i && b && at < 0 && c->count == c->cap) {
+    int cap = c->cap ? 2 * c->cap : 16;
+    tune_entry *e = realloc(c->entries, (size_t)cap * sizeof *e);
+    if (e) {
+      c->entries = e;
+      c->cap = cap;
+    }
+  }
+  if (!s || !i || !b || (at < 0 && c->count == c->cap)) {
+    free(s);
+    free(i);
+    free(b);
+    return -1;
+  }
+  if (at < 0) {
+    at = c->count++;
+  } else {
+    free(c->entries[at].sig);
+    free(c->entries[at].impl);
+    free(c->entries[at].build);
+  }
+  c->entries[at] = (tune_entry){s, i, b};
+  return 0;
+}
+
+/* Reads `path` into c (emptied first). A missing file is an empty cache. */
+static void cache_read(bp_autotune_cache *c, const char *path) {
+  cache_clear(c);
+  FILE *f = path[0] ? fopen(path, "r") : NULL;
+  if (!f) return;
+  char *line = NULL;
+  size_t cap = 0;
+  while (getline(&line, &cap, f) >= 0) {
+    if (line[0] == '#') continue;
+    char sig[TUNE_FIELD_MAX], impl[TUNE_FIELD_MAX], build[TUNE_FIELD_MAX], extra[2];
+    if (strlen(line) >= TUNE_FIELD_MAX) continue;
+    if (sscanf(line, "%4095s %4095s %4095s %1s", sig, impl, build, extra) != 3) continue;
+    (void)cache_set(c, sig, impl, build);
+  }
+  free(line);
+  fclose(f);
+}
+
+/* Writes c to its file through path.tmp.<pid> and rename(). */
+static bp_status cache_write(const bp_autotune_cache *c) {
+  size_t n = strlen(c->path) + 32;
+  char *tmp = malloc(n);
+  if (!tmp) return bp_fail(BP_ERR_NOMEM, "out of memory writing %s", c->path);
+  snprintf(tmp, n, "%s.tmp.%ld", c->path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  int ok = f != NULL && fputs(TUNE_HEADER, f) >= 0;
+  for (int i = 0; ok && i < c->count; i++)
+    ok = fprintf(f, "%s %s %s\n", c->entries[i].sig, c->entries[i].impl, c->entries[i].build) > 0;
+  if (ok) ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+  int err = errno;
+  if (f && fclose(f) != 0 && ok) {
+    ok = 0;
+    err = errno;
+  }
+  if (ok && rename(tmp, c->path) != 0) {
+    ok = 0;
+    err = errno;
+  }
+  if (!ok) unlink(tmp);
+  free(tmp);
+  if (!ok) return bp_fail(BP_ERR_IO, "autotune cache %s: cannot write: %s", c->path, strerror(err));
+  return BP_OK;
+}
+
+/* The build id as a cache field (see the top of this file). */
+static void encode_field(const char *in, char *out, size_t size) {
+  out[0] = '\0';
+  if (!in[0]) {
+    snprintf(out, size, "-");
+    return;
+  }
+  for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
+    if (*p <= ' ' || *p == '%' || *p == 0x7f || (*p == '-' && p == (const unsigned char *)in))
+      bp_strcatf(out, size, "%%%02X", *p);
+    else
+      bp_strcatf(out, size, "%c", *p);
+  }
+}
+
+/* op@device;in=...;out=...;attr=v<version>:<fnv1a-64 of the bytes>;world=<n> */
+static void signature(const char *op, const char *device, const bp_abi_kernel_args *a, char *buf,
+                      size_t size) {
+  snprintf(buf, size, "%s@%s", op, device);
+  for (int side = 0; side < 2; side++) {
+    const bp_abi_tensor *t = side ? a->outputs : a->inputs;
+    int n = side ? a->num_outputs : a->num_inputs;
+    bp_strcatf(buf, size, ";%s=", side ? "out" : "in");
+    for (int i = 0; i < n; i++) {
+      bp_strcatf(buf, size, "%s%s[%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "]", i ? "," : "",
+                 bp_dtype_name((bp_dtype)t[i].dtype), t[i].shape[0], t[i].shape[1],
+                 t[i].shape[2], t[i].shape[3]);
+      if (t[i].padded_c != t[i].shape[3]) bp_strcatf(buf, size, "p%" PRId64, t[i].padded_c);
+    }
+  }
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
+  const unsigned char *bytes = a->attrs;
+  for (uint32_t i = 0; bytes && i < a->attr_size; i++) h = (h ^ bytes[i]) * 0x100000001b3ull;
+  bp_strcatf(buf, size, ";attr=v%" PRIu32 ":%016" PRIx64 ";world=%d", a->attr_version, h,
+             (int)a->world_size);
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Device events for timing, when a plugin of the node's device kind is
+ * registered; all NULL otherwise (timed with CLOCK_MONOTONIC). */
+typedef struct tune_timer {
+  const bp_abi_device *dev;
+  int index;
+  bp_abi_stream *stream;
+  bp_abi_event *start, *end;
+} tune_timer;
+
+static void timer_close(tune_timer *t) {
+  if (t->start) t->dev->event_destroy(t->start);
+  if (t->end) t->dev->event_destroy(t->end);
+  if (t->stream) t->dev->stream_destroy(t->stream);
+  t->start = t->end = NULL;
+  t->stream = NULL;
+}
+
+static void timer_open(tune_timer *t, const bp_registry *r, const char *device, int rank) {
+  memset(t, 0, sizeof *t);
+  t->dev = bp_registry_find_device(r, device);
+  if (!t->dev) return;
+  int count = 0;
+  if (t->dev->device_count(&count) == BP_ABI_OK && rank >= 0 && rank < count) t->index = rank;
+  if (!t->dev->event_elapsed_ms || !t->dev->stream_native) return;
+  if (t->dev->stream_create(t->index, BP_ABI_STREAM_COMPUTE, &t->stream) != BP_ABI_OK ||
+      t->dev->event_create(t->index, &t->start) != BP_ABI_OK ||
+      t->dev->event_create(t->index, &t->end) != BP_ABI_OK)
+    timer_close(t); /* fall back to the clock */
+}
+
+/* One timed run; <0 when the kernel or the timer failed (reason set). */
+static double timed_run(const tune_timer *t, const bp_registered_kernel *k,
+                        const bp_abi_kernel_args *run, char *reason, size_t size) {
+  const bp_abi_kernel *kk = &k->kernel;
+  if (t->stream) {
+    float ms = 0;
+    int rc = t->dev->event_record(t->start, t->stream);
+    int krc = rc == BP_ABI_OK ? kk->run(kk->user, run) : BP_ABI_OK;
+    if (rc == BP_ABI_OK) rc = t->dev->event_record(t->end, t->stream);
+    if (rc == BP_ABI_OK) rc = t->dev->event_synchronize(t->end);
+    if (rc == BP_ABI_OK && krc == BP_ABI_OK) rc = t->dev->event_elapsed_ms(t->start, t->end, &ms);
+    if (krc != BP_ABI_OK) {
+      snprintf(reason, size, "run() failed with status %d", krc);
+      return -1;
+    }
+    if (rc != BP_ABI_OK) {
+      snprintf(reason, size, "device '%s' timer failed with status %d", t->dev->kind, rc);
+      return -1;
+    }
+    return ms;
+  }
+  double t0 = now_ms();
+  int krc = kk->run(kk->user, run);
+  double t1 = now_ms();
+  if (krc != BP_ABI_OK) {
+    snprintf(reason, size, "run() failed with status %d", krc);
+    return -1;
+  }
+  return t1 - t0;
+}
+
+/* Best of TUNE_REPS runs after a warm-up, in ms; <0 with a reason when the
+ * kernel cannot be timed. */
+static double time_kernel(const tune_timer *t, const char *device,
+                          const bp_registered_kernel *k, const bp_abi_kernel_args *args,
+                          char *reason, size_t size) {
+  bp_abi_kernel_args run = *args, meta = *args;
+  meta.input_ptrs = NULL;
+  meta.output_ptrs = NULL;
+  meta.workspace = NULL;
+  meta.workspace_bytes = 0;
+  uint64_t need = k->kernel.workspace_size ? k->kernel.workspace_size(k->kernel.user, &meta) : 0;
+  void *ws = NULL;
+  if (need > 0 && (!args->workspace || args->workspace_bytes < need)) {
+    int rc = -1;
+    if (t->dev)
+      rc = t->dev->arena_alloc(t->index, need, 256, &ws);
+    else if (strcmp(device, "cpu") == 0 && need <= SIZE_MAX)
+      rc = posix_memalign(&ws, 256, (size_t)need);
+    if (rc != 0 || !ws) {
+      snprintf(reason, size, "could not allocate %" PRIu64 " bytes of workspace on '%s'%s", need,
+               device, t->dev ? "" : " (no device plugin of that kind is loaded)");
+      return -1;
+    }
+    run.workspace = ws;
+    run.workspace_bytes = need;
+  }
+  run.stream = t->stream ? t->dev->stream_native(t->stream) : NULL; /* NULL: synchronous */
+  double best = timed_run(t, k, &run, reason, size); /* warm-up */
+  for (int i = 0; i < TUNE_REPS && best >= 0; i++) {
+    double ms = timed_run(t, k, &run, reason, size);
+    if (ms < 0) best = ms;
+    else if (i == 0 || ms < best) best = ms;
+  }
+  if (ws) {
+    if (t->dev) t->dev->arena_free(t->index, ws, need);
+    else free(ws);
+  }
+  return best;
+}
+
+/* The cache for `path`, loaded from the file when it is not the one held. */
+static bp_status cache_for(bp_registry *r, const char *path) {
+  if (r->tune && strcmp(r->tune->path, path) == 0) return BP_OK;
+  bp_autotune_cache_free(r->tune);
+  r->tune = calloc(1, sizeof *r->tune);
+  if (r->tune) r->tune->path = bp_strdup(path);
+  if (!r->tune || !r->tune->path) {
+    bp_autotune_cache_free(r->tune);
+    r->tune = NULL;
+    return bp_fail(BP_ERR_NOMEM, "out of memory reading the autotune cache");
+  }
+  cache_read(r->tune, path);
+  return BP_OK;
+}
+
+/* Looks the node up, or times it and stores the winner; lock held. */
+static bp_status pick_locked(bp_registry *r, const char *op, const char *device,
+                             const bp_abi_kernel_args *args,
+                             const bp_registered_kernel *const *cands, int n, const char *path,
+                             int *winner_out, char *report, size_t report_size) {
+  char *sig = malloc(TUNE_FIELD_MAX);
+  char *build = malloc(TUNE_FIELD_MAX);
+  char reason[BP_REASON_MAX];
+  bp_status st = BP_OK;
+  if (!sig || !build) {
+    st = bp_fail(BP_ERR_NOMEM, "out of memory autotuning %s", op);
+    goto out;
+  }
+  signature(op, device, args, sig, TUNE_FIELD_MAX);
+  if ((st = cache_for(r, path)) != BP_OK) goto out;
+  int at = cache_find(r->tune, sig);
+  if (at >= 0) {
+    const tune_entry *e = &r->tune->entries[at];
+    for (int i = 0; i < n; i++) {
+      if (strcmp(cands[i]->kernel.impl, e->impl) != 0) continue;
+      encode_field(cands[i]->build_id, build, TUNE_FIELD_MAX);
+      if (strcmp(build, e->build) == 0) {
+        bp_strcatf(report, report_size, "autotune: %s from the cache%s%s\n", e->impl,
+                   path[0] ? " " : "", path);
+        *winner_out = i;
+        goto out;
+      }
+      bp_strcatf(report, report_size,
+                 "autotune: cached winner %s was built as '%s', the loaded module is '%s': "
+                 "timing again\n",
+                 e->impl, e->build, build);
+    }
+  }
+
+  tune_timer timer;
+  timer_open(&timer, r, device, args->rank);
+  int winner = -1;
+  double best = 0;
+  for (int i = 0; i < n; i++) {
+    double ms = time_kernel(&timer, device, cands[i], args, reason, sizeof reason);
+    if (ms < 0) {
+      bp_strcatf(report, report_size, "autotune: %s excluded: %s\n", cands[i]->kernel.impl,
+                 reason);
+      continue;
+    }
+    bp_strcatf(report, report_size, "autotune: %s %.4f ms (%s)\n", cands[i]->kernel.impl, ms,
+               timer.stream ? "device events" : "monotonic clock");
+    if (winner < 0 || ms < best) { /* ties keep the preferred kernel */
+      winner = i;
+      best = ms;
+    }
+  }
+  timer_close(&timer);
+  if (winner < 0) {
+    st = bp_fail(BP_ERR_UNSUPPORTED, "autotune of %s on %s: every kernel failed to run (%s)", op,
+                 device, reason);
+    goto out;
+  }
+  *winner_out = winner;
+  encode_field(cands[winner]->build_id, build, TUNE_FIELD_MAX);
+  if (path[0]) cache_read(r->tune, path); /* merge what others wrote meanwhile */
+  if (cache_set(r->tune, sig, cands[winner]->kernel.impl, build) != 0) {
+    st = bp_fail(BP_ERR_NOMEM, "out of memory updating the autotune cache");
+    goto out;
+  }
+  if (path[0]) st = cache_write(r->tune);
+out:
+  free(sig);
+  free(build);
+  return st;
+}
+
+bp_status bp_autotune_pick(bp_registry *r, const char *op, const char *device,
+                           const bp_abi_kernel_args *args,
+                           const bp_registered_kernel *const *cands, int n, const char *cache_path,
+                           int *winner_out, char *report, size_t report_size) {
+  pthread_mutex_lock(&r->tune_lock);
+  bp_status st = pick_locked(r, op, device, args, cands, n, cache_path ? cache_path : "",
+                             winner_out, report, report_size);
+  pthread_mutex_unlock(&r->tune_lock);
+  return st;
+}
