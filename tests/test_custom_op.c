@@ -1,0 +1,248 @@
+/* examples/custom-op end to end: install blueprint into a temporary prefix,
+ * build the example there (CMake package and pkg-config), install it, load
+ * it through BP_PLUGIN_PATH, pin its relu.fwd kernel with BP_KERNELS and
+ * run it, and run the kernel of the op kind it adds (scale_shift.fwd). */
+#include <check.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "blueprint/registry.h"
+#include "blueprint/status.h"
+
+static char tmp_dir[] = "/tmp/bp-custom-op-XXXXXX";
+static char prefix[256];     /* blueprint installed here */
+static char modules[320];    /* the example's installed module directory */
+
+/* Runs a shell command built from fmt; returns its exit status. */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+  char cmd[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "+ %s\n", cmd);
+  int rc = system(cmd);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+/* Configures and builds the example in <tmp>/<build> with this build's
+ * compiler and sanitizer flags, finding blueprint through its CMake package
+ * or (pkg_config) through pkg-config. */
+static int build_example(const char *build, int pkg_config) {
+  char find[600];
+  if (pkg_config)
+    snprintf(find, sizeof find, "-DCUSTOM_OPS_USE_PKG_CONFIG=ON");
+  else
+    snprintf(find, sizeof find, "-DCMAKE_PREFIX_PATH='%s'", prefix);
+  return sh("PKG_CONFIG_PATH='%1$s/lib/pkgconfig' cmake -S '%2$s/examples/custom-op' "
+            "-B '%3$s/%4$s' %5$s -DCMAKE_C_COMPILER=%6$s -DCMAKE_C_FLAGS='%7$s' "
+            "-DCMAKE_MODULE_LINKER_FLAGS='%7$s' -DCUSTOM_OPS_NO_UNDEFINED=%8$s "
+            "-DCMAKE_INSTALL_LIBDIR=lib >/dev/null && cmake --build '%3$s/%4$s' >/dev/null",
+            prefix, getenv("BP_SOURCE_DIR"), tmp_dir, build, find, BP_TEST_CC, BP_TEST_CFLAGS,
+            BP_TEST_NO_UNDEFINED);
+}
+
+static void install_and_build(void) {
+  ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
+  snprintf(prefix, sizeof prefix, "%s/prefix", tmp_dir);
+  snprintf(modules, sizeof modules, "%s/example/lib/blueprint/modules", tmp_dir);
+  ck_assert_int_eq(sh("cmake --install '%s' --prefix '%s' >/dev/null", getenv("BP_BINARY_DIR"),
+                      prefix),
+                   0);
+  ck_assert_int_eq(build_example("build", 0), 0);
+  ck_assert_int_eq(sh("cmake --install '%s/build' --prefix '%s/example' >/dev/null", tmp_dir,
+                      tmp_dir),
+                   0);
+}
+
+static void remove_tree(void) { sh("rm -rf '%s'", tmp_dir); }
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+/* A registry with the installed example found through BP_PLUGIN_PATH (and
+ * whatever else discovery finds: the build tree's own modules). */
+static bp_registry *open_registry(void) {
+  ck_assert_int_eq(setenv("BP_PLUGIN_PATH", modules, 1), 0);
+  bp_registry *r = NULL;
+  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
+  ck_assert_int_eq(bp_registry_discover(r, NULL, 0), BP_OK);
+  return r;
+}
+
+/* The load record of the example module. */
+static const bp_load_record *example_record(const bp_registry *r) {
+  for (int i = 0; i < bp_registry_record_count(r); i++) {
+    const bp_load_record *rec = bp_registry_record(r, i);
+    if (strstr(rec->path, "/custom_ops.so")) return rec;
+  }
+  return NULL;
+}
+
+/* [2,2,3,3] fp32 with channels padded to 4: padding must stay untouched. */
+enum { N = 2, H = 2, W = 3, C = 3, PC = 4, ELEMS = N * H * W * PC };
+#define SENTINEL 1234.5f
+
+static bp_abi_tensor padded_tensor(void) {
+  bp_abi_tensor t;
+  memset(&t, 0, sizeof t);
+  t.struct_size = sizeof t;
+  t.dtype = BP_ABI_DTYPE_FP32;
+  t.shape[0] = N, t.shape[1] = H, t.shape[2] = W, t.shape[3] = C;
+  t.padded_c = PC;
+  t.stride[0] = H * W * PC, t.stride[1] = W * PC, t.stride[2] = PC, t.stride[3] = 1;
+  t.slot_bytes = ELEMS * sizeof(float) + 16;
+  return t;
+}
+
+static float input_value(int i) { return (float)((i * 7) % 11) - 5.0f; }
+
+static bp_abi_kernel_args unary_args(const bp_abi_tensor *x, const bp_abi_tensor *y,
+                                     const void *const *in, void *const *out) {
+  bp_abi_kernel_args a;
+  memset(&a, 0, sizeof a);
+  a.struct_size = sizeof a;
+  a.num_inputs = 1;
+  a.num_outputs = 1;
+  a.inputs = x;
+  a.outputs = y;
+  a.input_ptrs = in;
+  a.output_ptrs = out;
+  a.world_size = 1;
+  return a;
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+START_TEST(module_loads_through_bp_plugin_path) {
+  bp_registry *r = open_registry();
+  const bp_load_record *rec = example_record(r);
+  ck_assert_msg(rec != NULL, "custom_ops.so was not tried");
+  ck_assert_msg(rec->outcome == BP_LOAD_LOADED, "custom_ops.so: %s", rec->message);
+  ck_assert_str_eq(rec->name, "custom-ops");
+  ck_assert_str_eq(rec->version, "1.0.0");
+  ck_assert_int_eq(rec->abi_major, BP_ABI_MAJOR);
+  const bp_abi_op *op = bp_registry_find_op(r, "scale_shift.fwd");
+  ck_assert_ptr_nonnull(op);
+  ck_assert_int_eq(op->num_inputs, 1);
+  ck_assert_int_eq(op->num_outputs, 1);
+  ck_assert_uint_eq(op->attr_size, 8);
+  bp_registry_destroy(r);
+}
+END_TEST
+
+START_TEST(pinned_relu_kernel_is_selected_and_runs) {
+  ck_assert_int_eq(setenv("BP_KERNELS", "relu.fwd=custom", 1), 0);
+  bp_registry *r = open_registry();
+  bp_abi_tensor x = padded_tensor(), y = padded_tensor();
+  float xb[ELEMS], yb[ELEMS];
+  for (int i = 0; i < ELEMS; i++) xb[i] = input_value(i), yb[i] = SENTINEL;
+  const void *in[1] = {xb};
+  void *out[1] = {yb};
+  bp_abi_kernel_args args = unary_args(&x, &y, in, out);
+  char report[2048] = "";
+  bp_select_options options = {NULL, 0, NULL, report, sizeof report}; /* pins from BP_KERNELS */
+  const bp_registered_kernel *k = NULL;
+  ck_assert_msg(bp_registry_select(r, "relu.fwd", "cpu", &args, &options, &k) == BP_OK, "%s",
+                bp_last_error());
+  ck_assert_str_eq(k->kernel.impl, "custom");
+  ck_assert_str_eq(k->kernel.op, "relu.fwd");
+  ck_assert_msg(strstr(k->path, "/custom_ops.so") != NULL, "picked from %s", k->path);
+  ck_assert_msg(strstr(report, "pinned") != NULL, "report: %s", report);
+  ck_assert_int_eq(k->kernel.run(k->kernel.user, &args), BP_ABI_OK);
+  for (int i = 0; i < ELEMS; i++) {
+    if (i % PC == C)
+      ck_assert_float_eq(yb[i], SENTINEL); /* padding untouched */
+    else
+      ck_assert_float_eq(yb[i], input_value(i) > 0 ? input_value(i) : 0.0f);
+  }
+  /* in place */
+  out[0] = xb;
+  ck_assert_int_eq(k->kernel.run(k->kernel.user, &args), BP_ABI_OK);
+  for (int i = 0; i < ELEMS; i++)
+    if (i % PC != C) ck_assert_float_eq(xb[i], yb[i]);
+
+  /* a pinned kernel that cannot run the node is an error, with its reason */
+  x.stride[3] = 2;
+  k = NULL;
+  ck_assert_int_eq(bp_registry_select(r, "relu.fwd", "cpu", &args, &options, &k),
+                   BP_ERR_UNSUPPORTED);
+  ck_assert_msg(strstr(bp_last_error(), "channel stride") != NULL, "%s", bp_last_error());
+  bp_registry_destroy(r);
+  unsetenv("BP_KERNELS");
+}
+END_TEST
+
+START_TEST(new_op_kind_runs) {
+  bp_registry *r = open_registry();
+  bp_abi_tensor x = padded_tensor(), y = padded_tensor();
+  float xb[ELEMS], yb[ELEMS];
+  for (int i = 0; i < ELEMS; i++) xb[i] = input_value(i), yb[i] = SENTINEL;
+  const void *in[1] = {xb};
+  void *out[1] = {yb};
+  const float attrs[2] = {2.0f, 0.5f}; /* scale, shift */
+  bp_abi_kernel_args args = unary_args(&x, &y, in, out);
+  args.attrs = attrs;
+  args.attr_size = sizeof attrs;
+  args.attr_version = 1;
+  bp_select_options options = {"", 0, NULL, NULL, 0}; /* no pins */
+  const bp_registered_kernel *k = NULL;
+  ck_assert_msg(bp_registry_select(r, "scale_shift.fwd", "cpu", &args, &options, &k) == BP_OK,
+                "%s", bp_last_error());
+  ck_assert_str_eq(k->kernel.impl, "custom");
+  ck_assert_int_eq(k->kernel.run(k->kernel.user, &args), BP_ABI_OK);
+  for (int i = 0; i < ELEMS; i++) {
+    if (i % PC == C)
+      ck_assert_float_eq(yb[i], SENTINEL);
+    else
+      ck_assert_float_eq(yb[i], input_value(i) * 2.0f + 0.5f);
+  }
+  /* infer_shape: y takes x's shape */
+  const bp_abi_op *op = bp_registry_find_op(r, "scale_shift.fwd");
+  ck_assert_ptr_nonnull(op->infer_shape);
+  bp_abi_tensor inferred;
+  memset(&inferred, 0, sizeof inferred);
+  char reason[128] = "";
+  ck_assert_int_eq(op->infer_shape(attrs, &x, &inferred, reason, sizeof reason), 0);
+  ck_assert_int_eq(inferred.shape[2], W);
+  /* without its attribute block the node is not supported, with a reason */
+  args.attrs = NULL;
+  args.attr_size = 0;
+  ck_assert_int_eq(bp_registry_select(r, "scale_shift.fwd", "cpu", &args, &options, &k),
+                   BP_ERR_UNSUPPORTED);
+  ck_assert_msg(strstr(bp_last_error(), "attributes missing") != NULL, "%s", bp_last_error());
+  bp_registry_destroy(r);
+}
+END_TEST
+
+START_TEST(pkg_config_build_works_too) {
+  ck_assert_int_eq(build_example("build-pc", 1), 0);
+  /* only the entry symbol leaves the module */
+  ck_assert_int_eq(sh("nm -D --defined-only '%s/build-pc/custom_ops.so' > '%s/symbols' && "
+                      "grep -qw bp_abi_module_entry_v1 '%s/symbols' && "
+                      "! grep -Eqw 'relu_run|custom_init|check_tensor' '%s/symbols'",
+                      tmp_dir, tmp_dir, tmp_dir, tmp_dir),
+                   0);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("custom_op");
+  TCase *tc = tcase_create("custom_op");
+  tcase_set_timeout(tc, 240);
+  tcase_add_unchecked_fixture(tc, install_and_build, remove_tree);
+  tcase_add_test(tc, module_loads_through_bp_plugin_path);
+  tcase_add_test(tc, pinned_relu_kernel_is_selected_and_runs);
+  tcase_add_test(tc, new_op_kind_runs);
+  tcase_add_test(tc, pkg_config_build_works_too);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
