@@ -1,0 +1,422 @@
+/* Batches: normalization statistics, the per-epoch permutation, sharding of
+ * a global batch over ranks, augmentation draws, FP16 conversion and the
+ * batch fill into strided (arena-layout) tensors. See data.h for the rules.
+ *
+ * Randomness. One documented generator, SplitMix64 (Steele, Lea & Flood,
+ * "Fast splittable pseudorandom number generators", OOPSLA 2014; the
+ * generator of java.util.SplittableRandom):
+ *     mix(z)  = z ^= z >> 30, z *= 0xBF58476D1CE4E5B9,
+ *               z ^= z >> 27, z *= 0x94D049BB133111EB, z ^ (z >> 31)
+ *     h(x)    = mix(x + GOLDEN), GOLDEN = 0x9E3779B97F4A7C15
+ *     key     = h(h(h(h(seed) ^ domain) ^ a) ^ b)
+ *     draw k  = mix(key + (k + 1) * GOLDEN)          (k = 0, 1, 2, ...)
+ * Draw k is a pure function of (key, k): the generator is counter-based, a
+ * stream never depends on another stream or on how many draws were made
+ * elsewhere. Streams: domain 1 = permutation (a = epoch), domain 2 = crop
+ * (a = epoch, b = sample index), domain 3 = flip (same). A bounded draw in
+ * [0, n) rejects draws below 2^64 mod n, then takes draw mod n (unbiased). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data-impl.h"
+
+#define GOLDEN 0x9E3779B97F4A7C15ULL
+#define MAX_CROP_PAD 65535
+
+enum { DOMAIN_PERMUTATION = 1, DOMAIN_CROP = 2, DOMAIN_FLIP = 3 };
+
+typedef struct rng {
+  uint64_t state;
+} rng;
+
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+static uint64_t hash64(uint64_t x) { return mix64(x + GOLDEN); }
+
+static rng rng_stream(uint64_t seed, uint64_t domain, uint64_t a, uint64_t b) {
+  rng r = {hash64(hash64(hash64(hash64(seed) ^ domain) ^ a) ^ b)};
+  return r;
+}
+
+static uint64_t rng_next(rng *r) {
+  r->state += GOLDEN;
+  return mix64(r->state);
+}
+
+/* Uniform in [0, n), n >= 1. */
+static uint64_t rng_below(rng *r, uint64_t n) {
+  uint64_t threshold = (0 - n) % n; /* 2^64 mod n */
+  for (;;) {
+    uint64_t x = rng_next(r);
+    if (x >= threshold) return x % n;
+  }
+}
+
+/* ---- permutation and sharding ------------------------------------------- */
+
+bp_status bp_data_permutation(uint64_t seed, uint64_t epoch, int shuffle, int64_t n,
+                              int64_t *perm_out) {
+  if (n < 0 || (n > 0 && !perm_out))
+    return bp_fail(BP_ERR_INVALID, "bp_data_permutation: n %lld or a NULL output", (long long)n);
+  for (int64_t i = 0; i < n; i++) perm_out[i] = i;
+  if (!shuffle) return BP_OK;
+  rng r = rng_stream(seed, DOMAIN_PERMUTATION, epoch, 0);
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = (int64_t)rng_below(&r, (uint64_t)i + 1);
+    int64_t t = perm_out[i];
+    perm_out[i] = perm_out[j];
+    perm_out[j] = t;
+  }
+  return BP_OK;
+}
+
+int64_t bp_data_steps_per_epoch(int64_t n, int64_t global_batch, int drop_last) {
+  if (n < 1 || global_batch < 1) return 0;
+  return n / global_batch + (!drop_last && n % global_batch != 0 ? 1 : 0);
+}
+
+bp_status bp_data_shard(int64_t count, int world, int rank, int64_t *offset_out,
+                        int64_t *count_out) {
+  if (count < 0 || world < 1 || rank < 0 || rank >= world || !offset_out || !count_out)
+    return bp_fail(BP_ERR_INVALID, "cannot shard %lld samples to rank %d of %d", (long long)count,
+                   rank, world);
+  int64_t q = count / world, r = count % world;
+  *count_out = q + (rank < r ? 1 : 0);
+  *offset_out = rank * q + (rank < r ? rank : r);
+  return BP_OK;
+}
+
+int64_t bp_data_rank_capacity(int64_t global_batch, int world) {
+  if (global_batch < 1 || world < 1) return 0;
+  return global_batch / world + (global_batch % world != 0 ? 1 : 0);
+}
+
+bp_status bp_data_step_slice(int64_t n, int64_t global_batch, int drop_last, int64_t step,
+                             int world, int rank, bp_data_slice *slice_out) {
+  int64_t steps = bp_data_steps_per_epoch(n, global_batch, drop_last);
+  if (!slice_out || steps == 0 || step < 0 || step >= steps)
+    return bp_fail(BP_ERR_INVALID,
+                   "step %lld is outside the %lld steps of an epoch of %lld samples in batches "
+                   "of %lld",
+                   (long long)step, (long long)steps, (long long)n, (long long)global_batch);
+  int64_t begin = step * global_batch;
+  int64_t global = n - begin < global_batch ? n - begin : global_batch;
+  int64_t off = 0, cnt = 0;
+  bp_status st = bp_data_shard(global, world, rank, &off, &cnt);
+  if (st != BP_OK) return st;
+  slice_out->first = begin + off;
+  slice_out->count = cnt;
+  slice_out->global_count = global;
+  return BP_OK;
+}
+
+/* ---- augmentation ------------------------------------------------------- */
+
+void bp_data_augment_params(uint64_t seed, uint64_t epoch, int64_t index,
+                            const bp_data_augment *augment, bp_data_augment_draw *draw_out) {
+  if (!draw_out) return;
+  memset(draw_out, 0, sizeof *draw_out);
+  if (!augment) return;
+  if (augment->crop_pad > 0 && augment->crop_pad <= MAX_CROP_PAD) {
+    int p = augment->crop_pad;
+    rng r = rng_stream(seed, DOMAIN_CROP, epoch, (uint64_t)index);
+    draw_out->dy = (int)rng_below(&r, 2 * (uint64_t)p + 1) - p;
+    draw_out->dx = (int)rng_below(&r, 2 * (uint64_t)p + 1) - p;
+  }
+  if (augment->flip) {
+    rng r = rng_stream(seed, DOMAIN_FLIP, epoch, (uint64_t)index);
+    draw_out->flip = (int)(rng_next(&r) >> 63);
+  }
+}
+
+/* ---- FP16 --------------------------------------------------------------- */
+
+uint16_t bp_fp16_from_fp32(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) /* Inf stays Inf; NaN becomes a quiet NaN, top payload kept */
+    return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7e00u | ((ax >> 13) & 0x3ffu) : 0x7c00u));
+  if (ax >= 0x477ff000u) /* >= 65520 = 65504 + half an ulp: ties to even go to Inf */
+    return (uint16_t)(sign | 0x7c00u);
+  if (ax >= 0x38800000u) { /* >= 2^-14: a normal half */
+    /* rebias the exponent (127 -> 15), keep 10 mantissa bits, round the 13
+     * dropped bits to nearest even; a carry into the exponent is correct */
+    uint32_t h = (ax >> 13) - ((127u - 15u) << 10);
+    uint32_t rest = ax & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+  }
+  if (ax <= 0x33000000u) /* <= 2^-25, half the smallest subnormal: ties to 0 */
+    return (uint16_t)sign;
+  /* subnormal half m * 2^-24: the float is mant * 2^(e - 150) with the
+   * implicit bit, so m = mant >> (126 - e), rounded to nearest even
+   * (e in 102..112 here, the shift in 14..24); m may round up to 0x400, the
+   * smallest normal, which is its correct encoding */
+  uint32_t e = ax >> 23;
+  uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
+  uint32_t shift = 126u - e;
+  uint32_t m = mant >> shift;
+  uint32_t rest = mant & ((1u << shift) - 1u);
+  uint32_t halfway = 1u << (shift - 1u);
+  if (rest > halfway || (rest == halfway && (m & 1u))) m++;
+  return (uint16_t)(sign | m);
+}
+
+float bp_fp16_to_fp32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+  if (e == 0x1f) {
+    x = sign | 0x7f800000u | (m << 13);
+  } else if (e != 0) {
+    x = sign | ((e + 112u) << 23) | (m << 13);
+  } else if (m == 0) {
+    x = sign;
+  } else { /* subnormal m * 2^-24: normalize */
+    e = 113;
+    while (!(m & 0x400u)) {
+      m <<= 1;
+      e--;
+    }
+    x = sign | (e << 23) | ((m & 0x3ffu) << 13);
+  }
+  float f;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+/* ---- normalization statistics ------------------------------------------- */
+
+bp_status bp_dataset_stats(const bp_dataset *dataset, bp_data_norm *norm_out) {
+  if (!dataset || !norm_out) return bp_fail(BP_ERR_INVALID, "bp_dataset_stats: NULL argument");
+  const bp_dataset_info *in = &dataset->info;
+  const int c = (int)in->channels;
+  uint64_t(*hist)[256] = calloc((size_t)c, sizeof *hist);
+  if (!hist) return bp_fail(BP_ERR_NOMEM, "out of memory computing dataset statistics");
+  const uint64_t pixels = (uint64_t)in->count * (uint64_t)in->height * (uint64_t)in->width;
+  const uint8_t *p = dataset->images;
+  for (uint64_t i = 0; i < pixels; i++)
+    for (int k = 0; k < c; k++) hist[k][*p++]++;
+  bp_data_norm out;
+  memset(&out, 0, sizeof out);
+  out.channels = c;
+  for (int k = 0; k < c; k++) {
+    double sum = 0;
+    for (int v = 0; v < 256; v++) sum += (double)hist[k][v] * v;
+    double mean = sum / 255.0 / (double)pixels, var = 0;
+    for (int v = 0; v < 256; v++) {
+      double d = v / 255.0 - mean;
+      var += (double)hist[k][v] * d * d;
+    }
+    var /= (double)pixels;
+    out.mean[k] = (float)mean;
+    out.std[k] = var > 0 ? (float)sqrt(var) : 1.0f; /* a constant channel: scale 1 */
+  }
+  free(hist);
+  *norm_out = out;
+  return BP_OK;
+}
+
+/* ---- batch filling ------------------------------------------------------ */
+
+/* Index of the last element of a [n, h, w, pc] tensor with strides s, plus
+ * one; false on overflow or strides that make elements alias. */
+static bool strided_extent(int64_t n, int64_t h, int64_t w, int64_t pc, const int64_t s[4],
+                           int64_t *extent) {
+  int64_t inner;
+  if (s[3] < 1 || __builtin_mul_overflow(pc, s[3], &inner) || s[2] < inner ||
+      __builtin_mul_overflow(w, s[2], &inner) || s[1] < inner ||
+      __builtin_mul_overflow(h, s[1], &inner) || s[0] < inner)
+    return false;
+  int64_t last = 0, t;
+  const int64_t ext[4] = {n, h, w, pc};
+  for (int d = 0; d < 4; d++) {
+    if (__builtin_mul_overflow(ext[d] - 1, s[d], &t) || __builtin_add_overflow(last, t, &last))
+      return false;
+  }
+  *extent = last + 1;
+  return true;
+}
+
+bp_status bp_data_check_targets_(const bp_dataset_info *info, int64_t rows, const char *what,
+                                 const bp_dtensor *image_desc, const void *images,
+                                 const bp_dtensor *label_desc, const void *labels) {
+  if (!image_desc || !images)
+    return bp_fail(BP_ERR_INVALID, "%s: no image tensor or pointer", what);
+  const bp_dtensor *t = image_desc;
+  if (t->dtype != BP_DTYPE_FP32 && t->dtype != BP_DTYPE_FP16)
+    return bp_fail(BP_ERR_UNSUPPORTED, "%s: image tensor %s is %s; fp32 or fp16 expected", what,
+                   t->name, bp_dtype_name(t->dtype));
+  if (t->shape.h != info->height || t->shape.w != info->width || t->shape.c != info->channels)
+    return bp_fail(BP_ERR_SHAPE,
+                   "%s: image tensor %s is [%lld,%lld,%lld,%lld] but the images are %lldx%lldx%lld",
+                   what, t->name, (long long)t->shape.n, (long long)t->shape.h,
+                   (long long)t->shape.w, (long long)t->shape.c, (long long)info->height,
+                   (long long)info->width, (long long)info->channels);
+  if (t->shape.n < rows)
+    return bp_fail(BP_ERR_SHAPE, "%s: image tensor %s holds %lld rows, %lld needed", what,
+                   t->name, (long long)t->shape.n, (long long)rows);
+  size_t es = bp_dtype_size(t->dtype);
+  int64_t extent = 0;
+  uint64_t bytes = 0;
+  if (t->padded_c < t->shape.c ||
+      !strided_extent(t->shape.n, t->shape.h, t->shape.w, t->padded_c, t->dev_stride, &extent) ||
+      __builtin_mul_overflow((uint64_t)extent, (uint64_t)es, &bytes) || bytes > t->slot_bytes)
+    return bp_fail(BP_ERR_SHAPE,
+                   "%s: image tensor %s: padded_c %lld and device strides [%lld,%lld,%lld,%lld] "
+                   "do not fit its shape in its %llu-byte slot",
+                   what, t->name, (long long)t->padded_c, (long long)t->dev_stride[0],
+                   (long long)t->dev_stride[1], (long long)t->dev_stride[2],
+                   (long long)t->dev_stride[3], (unsigned long long)t->slot_bytes);
+  if ((uintptr_t)images % es != 0)
+    return bp_fail(BP_ERR_INVALID, "%s: image pointer %p is not aligned to %zu bytes", what,
+                   images, es);
+  if (!label_desc != !labels)
+    return bp_fail(BP_ERR_INVALID, "%s: a label tensor without a pointer or the reverse", what);
+  if (!label_desc) return BP_OK;
+  const bp_dtensor *l = label_desc;
+  if (l->dtype != BP_DTYPE_INT32)
+    return bp_fail(BP_ERR_UNSUPPORTED, "%s: label tensor %s is %s; int32 expected", what,
+                   l->name, bp_dtype_name(l->dtype));
+  if (l->shape.h != 1 || l->shape.w != 1 || l->shape.c != 1 || l->shape.n < rows)
+    return bp_fail(BP_ERR_SHAPE, "%s: label tensor %s is [%lld,%lld,%lld,%lld]; [n >= %lld,1,1,1] "
+                                 "expected",
+                   what, l->name, (long long)l->shape.n, (long long)l->shape.h,
+                   (long long)l->shape.w, (long long)l->shape.c, (long long)rows);
+  int64_t lextent = 0;
+  uint64_t lbytes = 0;
+  if (l->padded_c < 1 ||
+      !strided_extent(l->shape.n, 1, 1, l->padded_c, l->dev_stride, &lextent) ||
+      __builtin_mul_overflow((uint64_t)lextent, (uint64_t)4, &lbytes) || lbytes > l->slot_bytes)
+    return bp_fail(BP_ERR_SHAPE,
+                   "%s: label tensor %s: device stride %lld does not fit its %llu-byte slot",
+                   what, l->name, (long long)l->dev_stride[0], (unsigned long long)l->slot_bytes);
+  if ((uintptr_t)labels % 4 != 0)
+    return bp_fail(BP_ERR_INVALID, "%s: label pointer %p is not aligned to 4 bytes", what, labels);
+  uintptr_t i0 = (uintptr_t)images, i1 = i0 + (uintptr_t)bytes;
+  uintptr_t l0 = (uintptr_t)labels, l1 = l0 + (uintptr_t)lbytes;
+  if (i0 < l1 && l0 < i1)
+    return bp_fail(BP_ERR_INVALID, "%s: the image tensor %s and the label tensor %s overlap", what,
+                   t->name, l->name);
+  return BP_OK;
+}
+
+bp_status bp_data_check_fill_options_(const bp_dataset_info *info,
+                                      const bp_data_fill_options *o) {
+  if (o->augment.crop_pad < 0 || o->augment.crop_pad > MAX_CROP_PAD)
+    return bp_fail(BP_ERR_INVALID, "crop padding %d is outside [0, %d]", o->augment.crop_pad,
+                   MAX_CROP_PAD);
+  const bp_data_norm *n = o->norm;
+  if (!n) return BP_OK;
+  if (n->channels != info->channels)
+    return bp_fail(BP_ERR_SHAPE, "normalization has %d channels, the images %lld", n->channels,
+                   (long long)info->channels);
+  for (int c = 0; c < n->channels; c++)
+    if (!isfinite(n->mean[c]) || !isfinite(n->std[c]) || !(n->std[c] > 0))
+      return bp_fail(BP_ERR_INVALID, "normalization of channel %d: mean %g, std %g (std must be "
+                                     "finite and > 0)",
+                     c, (double)n->mean[c], (double)n->std[c]);
+  return BP_OK;
+}
+
+/* One sample's geometry: H x W x C source bytes, padded_c output channels
+ * at element strides s (s[0] is applied by the caller). */
+typedef struct sample_geometry {
+  int64_t h, w;
+  int c;
+  int64_t pc;
+  const int64_t *s;
+} sample_geometry;
+
+/* Writes one sample (rows y, columns x, channels 0..pc-1) at `out`:
+ * out(y, x) = in(y + dy, x' + dx) with x' = flip ? W-1-x : x, the value of
+ * raw byte 0 outside the image, 0 in padded channels; all 0 when src is
+ * NULL. One copy per output type. */
+#define DEFINE_FILL_SAMPLE(NAME, T)                                                          \
+  static void NAME(T *out, const sample_geometry *g, const uint8_t *src,                    \
+                   const bp_data_augment_draw *d, T lut[][256]) {                           \
+    const int64_t H = g->h, W = g->w, PC = g->pc, s1 = g->s[1], s2 = g->s[2], s3 = g->s[3];  \
+    const int C = g->c;                                                                      \
+    for (int64_t y = 0; y < H; y++) {                                                        \
+      const int64_t sy = y + d->dy;                                                          \
+      const int row_in = src && sy >= 0 && sy < H;                                           \
+      for (int64_t x = 0; x < W; x++) {                                                      \
+        T *o = out + y * s1 + x * s2;                                                        \
+        int64_t c = 0;                                                                       \
+        if (src) {                                                                           \
+          const int64_t sx = (d->flip ? W - 1 - x : x) + d->dx;                              \
+          if (row_in && sx >= 0 && sx < W) {                                                 \
+            const uint8_t *px = src + (sy * W + sx) * C;                                     \
+            for (; c < C; c++) o[c * s3] = lut[c][px[c]];                                    \
+          } else {                                                                           \
+            for (; c < C; c++) o[c * s3] = lut[c][0];                                        \
+          }                                                                                  \
+        }                                                                                    \
+        for (; c < PC; c++) o[c * s3] = 0;                                                   \
+      }                                                                                      \
+    }                                                                                        \
+  }
+
+DEFINE_FILL_SAMPLE(fill_sample_fp32, float)
+DEFINE_FILL_SAMPLE(fill_sample_fp16, uint16_t)
+
+bp_status bp_data_fill(const bp_dataset *dataset, const int64_t *indices, int64_t count,
+                       const bp_data_fill_options *options, const bp_dtensor *image_desc,
+                       void *images, const bp_dtensor *label_desc, void *labels) {
+  static const bp_data_fill_options defaults;
+  if (!dataset || count < 0 || (count > 0 && !indices))
+    return bp_fail(BP_ERR_INVALID, "bp_data_fill: NULL dataset or indices, or count %lld",
+                   (long long)count);
+  const bp_dataset_info *in = &dataset->info;
+  const bp_data_fill_options *o = options ? options : &defaults;
+  bp_status st = bp_data_check_targets_(in, count, "batch fill", image_desc, images, label_desc,
+                                        labels);
+  if (st != BP_OK) return st;
+  st = bp_data_check_fill_options_(in, o);
+  if (st != BP_OK) return st;
+  for (int64_t i = 0; i < count; i++)
+    if (indices[i] < 0 || indices[i] >= in->count)
+      return bp_fail(BP_ERR_INVALID, "sample index %lld (row %lld) is outside the %lld samples",
+                     (long long)indices[i], (long long)i, (long long)in->count);
+
+  /* value of each byte per channel, computed as torchvision does in FP32:
+   * ToTensor (p / 255), then Normalize ((x - mean) / std) */
+  const int C = (int)in->channels;
+  float lut[BP_DATA_MAX_CHANNELS][256];
+  uint16_t lut16[BP_DATA_MAX_CHANNELS][256];
+  for (int c = 0; c < C; c++) {
+    for (int p = 0; p < 256; p++) {
+      float x = (float)p / 255.0f;
+      if (o->norm) x = (x - o->norm->mean[c]) / o->norm->std[c];
+      lut[c][p] = x;
+      lut16[c][p] = bp_fp16_from_fp32(x);
+    }
+  }
+  const bp_dtensor *t = image_desc;
+  const sample_geometry g = {in->height, in->width, C, t->padded_c, t->dev_stride};
+  const size_t image_bytes = (size_t)(in->height * in->width * C);
+  for (int64_t i = 0; i < t->shape.n; i++) {
+    bp_data_augment_draw d = {0, 0, 0};
+    const uint8_t *src = NULL; /* NULL: an unused row, written 0 */
+    if (i < count) {
+      bp_data_augment_params(o->seed, o->epoch, indices[i], &o->augment, &d);
+      src = dataset->images + (size_t)indices[i] * image_bytes;
+    }
+    if (t->dtype == BP_DTYPE_FP16)
+      fill_sample_fp16((uint16_t *)images + i * g.s[0], &g, src, &d, lut16);
+    else
+      fill_sample_fp32((float *)images + i * g.s[0], &g, src, &d, lut);
+  }
+  if (label_desc) {
+    int32_t *lab = labels;
+    for (int64_t i = 0; i < label_desc->shape.n; i++)
+      lab[i * label_desc->dev_stride[0]] = i < count ? dataset->labels[indices[i]] : 0;
+  }
+  return BP_OK;
+}
