@@ -48,6 +48,7 @@ typedef struct bp_fc_attrs {
 
 /* relu.fwd  in: x            out: y (may alias x)
  * relu.bwd  in: y, dy        out: dx (may alias dy)  (accumulate: dx)
+ *           (for relu.bwd, BP_ABI_KERNEL_IN_PLACE means dx may be dy, input 1)
  * add.fwd   in: a, b (same shape)  out: y
  * add.bwd   in: dy           out: da, db            (accumulate: da, db) */
 typedef struct bp_elementwise_attrs {

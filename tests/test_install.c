@@ -69,6 +69,12 @@ START_TEST(installed_cli_and_models_work) {
                       "env -u BP_PLUGIN_PATH '%1$s/bin/blueprint' plugins >/dev/null",
                       prefix),
                    0);
+  /* a prefix other than the configured one still finds its own modules:
+   * <libdir>/blueprint/modules is also the directory beside the library */
+  ck_assert_int_eq(sh("env -u BP_PLUGIN_PATH '%1$s/bin/blueprint' plugins | "
+                      "grep -q \"loaded  *%1$s/lib/blueprint/modules/bp_ops_reference.so\"",
+                      prefix),
+                   0);
 }
 END_TEST
 

@@ -78,7 +78,7 @@ START_TEST(mlp_parses) {
   ck_assert_int_eq(m->layers[0].line, 6);
   ck_assert_int_eq(m->layers[0].column, 5);
   ck_assert_int_eq(m->train.batch, 128);
-  ck_assert_int_eq(m->train.eval_batch, 1000);
+  ck_assert_int_eq(m->train.eval_batch, 200);
   ck_assert_int_eq(m->train.train_size, 60000);
   ck_assert_int_eq(m->train.epochs, 3);
   ck_assert_int_eq(m->train.optimizer, BP_OPT_SGD);
@@ -209,7 +209,7 @@ START_TEST(defaults_and_forms) {
   ck_assert_float_eq_tol(m->layers[8].label_smoothing, 0.1f, 1e-7f);
   /* no train section: the documented defaults */
   ck_assert_int_eq(m->train.batch, 128);
-  ck_assert_int_eq(m->train.eval_batch, 1000);
+  ck_assert_int_eq(m->train.eval_batch, 200);
   ck_assert_int_eq(m->train.train_size, 60000);
   ck_assert_double_eq(m->train.lr, 0.05);
   bp_model_destroy(m);

@@ -446,9 +446,9 @@ START_TEST(explicit_failure_is_returned_and_discovery_goes_on) {
   snprintf(env, sizeof env, "%s/registry_cwd", BP_TEST_MODULES);
   setenv("BP_PLUGIN_PATH", env, 1);
   bp_registry *r = fresh();
-  const char *paths[] = {"/nonexistent/blueprint-modules", MOD("good")};
+  const char *paths[] = {"/nonexistent/blueprint/modules", MOD("good")};
   ck_assert_int_eq(bp_registry_discover(r, paths, 2), BP_ERR_IO);
-  ck_assert_ptr_nonnull(strstr(bp_last_error(), "/nonexistent/blueprint-modules"));
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "/nonexistent/blueprint/modules"));
   ck_assert_ptr_nonnull(find_kernel(r, "relu.fwd", "good", "cpu"));
   ck_assert_ptr_nonnull(find_kernel(r, "relu.fwd", "cwd", "cpu"));
   /* the same directory again is not searched twice */

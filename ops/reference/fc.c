@@ -1,0 +1,177 @@
+/* fully connected reference: forward, backward-data, backward-filter.
+ *
+ * Shape legend (bp_abi_ops.h):
+ *   x  [N, H, W, C]     read as [N, F], F = H*W*C, feature f = (h*W + w)*C + c
+ *                       (the logical NHWC order; channel padding skipped)
+ *   w  [O, 1, 1, F]     one row of F weights per output
+ *   b  [1, 1, 1, O]     bias (has_bias)
+ *   y  [N, 1, 1, O]     y[n,o] = b[o] + sum_f x[n,f] * w[o,f]
+ *
+ * All tensors FP32 with device strides that nest in NHWC order; no
+ * alignment beyond 4 bytes; the 16-byte tail is never read. Outputs never
+ * alias inputs. */
+#include "reference-impl.h"
+
+typedef enum fc_pass { FC_FWD, FC_BWD_DATA, FC_BWD_FILTER } fc_pass;
+
+typedef struct fc_geom {
+  const bp_abi_tensor *x, *w, *b, *y; /* y stands for dy in the backward passes */
+  int64_t n, h, w_, c, f, o;
+  int has_bias, accumulate;
+} fc_geom;
+
+static int fc_check(const bp_abi_kernel_args *args, fc_pass pass, fc_geom *g, char *reason,
+                    size_t rs) {
+  bp_fc_attrs a;
+  if (!args) return ref_fail(reason, rs, "no args");
+  if (!ref_read_attrs(args, &a, sizeof a, reason, rs)) return 0;
+  if (!ref_check_flag(a.has_bias, "has_bias", reason, rs) ||
+      !ref_check_flag(a.accumulate, "accumulate", reason, rs))
+    return 0;
+  int nin = 2, nout = 1;
+  if (pass == FC_FWD) nin += a.has_bias;
+  if (pass == FC_BWD_FILTER) nout += a.has_bias;
+  if (!ref_check_args(args, nin, nout, reason, rs)) return 0;
+  const bp_abi_tensor *in = args->inputs, *out = args->outputs;
+  g->b = NULL;
+  switch (pass) {
+    case FC_FWD:
+      g->x = &in[0], g->w = &in[1], g->y = &out[0];
+      if (a.has_bias) g->b = &in[2];
+      break;
+    case FC_BWD_DATA: g->y = &in[0], g->w = &in[1], g->x = &out[0]; break;
+    case FC_BWD_FILTER:
+      g->x = &in[0], g->y = &in[1], g->w = &out[0];
+      if (a.has_bias) g->b = &out[1];
+      break;
+  }
+  const char *xname = pass == FC_BWD_DATA ? "dx" : "x";
+  const char *wname = pass == FC_BWD_FILTER ? "dw" : "w";
+  const char *bname = pass == FC_BWD_FILTER ? "db" : "b";
+  const char *yname = pass == FC_FWD ? "y" : "dy";
+  if (!ref_check_tensor(g->x, xname, BP_ABI_DTYPE_FP32, reason, rs) ||
+      !ref_check_tensor(g->w, wname, BP_ABI_DTYPE_FP32, reason, rs) ||
+      !ref_check_tensor(g->y, yname, BP_ABI_DTYPE_FP32, reason, rs) ||
+      (g->b && !ref_check_tensor(g->b, bname, BP_ABI_DTYPE_FP32, reason, rs)))
+    return 0;
+  g->n = g->x->shape[0], g->h = g->x->shape[1], g->w_ = g->x->shape[2], g->c = g->x->shape[3];
+  g->f = g->h * g->w_ * g->c;
+  g->o = g->w->shape[0];
+  g->has_bias = a.has_bias, g->accumulate = a.accumulate;
+  if (!ref_check_shape(g->w, wname, g->o, 1, 1, g->f, reason, rs) ||
+      !ref_check_shape(g->y, yname, g->n, 1, 1, g->o, reason, rs) ||
+      (g->b && !ref_check_shape(g->b, bname, 1, 1, 1, g->o, reason, rs)))
+    return 0;
+  return 1;
+}
+
+static int fc_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
+  (void)user;
+  fc_geom g;
+  return fc_check(args, FC_FWD, &g, reason, rs);
+}
+static int fc_supports_bwd_data(void *user, const bp_abi_kernel_args *args, char *reason,
+                                size_t rs) {
+  (void)user;
+  fc_geom g;
+  return fc_check(args, FC_BWD_DATA, &g, reason, rs);
+}
+static int fc_supports_bwd_filter(void *user, const bp_abi_kernel_args *args, char *reason,
+                                  size_t rs) {
+  (void)user;
+  fc_geom g;
+  return fc_check(args, FC_BWD_FILTER, &g, reason, rs);
+}
+
+/* fc.fwd
+ *   in:  x [N,H,W,C], w [O,1,1,F], b [1,1,1,O] (has_bias)   out: y [N,1,1,O]
+ *   y is overwritten (no accumulate in the forward). Per (n,o): bias, then
+ *   one dot product per (h,w) row of C channels (ref_dot), summed in
+ *   double, rounded to float once. */
+static int fc_run_fwd(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  fc_geom g;
+  char reason[REF_REASON_MAX];
+  if (!fc_check(args, FC_FWD, &g, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+    return BP_ABI_ERR_INVALID;
+  const float *x = ref_in(args, 0), *w = ref_in(args, 1), *b = g.has_bias ? ref_in(args, 2) : NULL;
+  float *y = ref_out(args, 0);
+  const int64_t xs = g.x->stride[3], ws = g.w->stride[3];
+  for (int64_t n = 0; n < g.n; n++)
+    for (int64_t o = 0; o < g.o; o++) {
+      double acc = b ? (double)b[o * g.b->stride[3]] : 0.0;
+      for (int64_t h = 0; h < g.h; h++)
+        for (int64_t iw = 0; iw < g.w_; iw++)
+          acc += ref_dot(x + ref_off(g.x, n, h, iw, 0), xs,
+                         w + ref_off(g.w, o, 0, 0, (h * g.w_ + iw) * g.c), ws, g.c);
+      y[ref_off(g.y, n, 0, 0, o)] = (float)acc;
+    }
+  return BP_ABI_OK;
+}
+
+/* fc.bwd_data
+ *   in:  dy [N,1,1,O], w [O,1,1,F]   out: dx [N,H,W,C]
+ *   dx[n,f] (+)= sum_o dy[n,o] * w[o,f]; accumulate 0: overwritten, 1:
+ *   added. Summed in float straight into dx, o ascending. */
+static int fc_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  fc_geom g;
+  char reason[REF_REASON_MAX];
+  if (!fc_check(args, FC_BWD_DATA, &g, reason, sizeof reason) ||
+      !ref_check_ptrs(args, NULL, NULL, 0))
+    return BP_ABI_ERR_INVALID;
+  const float *dy = ref_in(args, 0), *w = ref_in(args, 1);
+  float *dx = ref_out(args, 0);
+  const int64_t xs = g.x->stride[3], ws = g.w->stride[3];
+  if (!g.accumulate) ref_zero(g.x, dx);
+  for (int64_t n = 0; n < g.n; n++)
+    for (int64_t o = 0; o < g.o; o++) {
+      const float d = dy[ref_off(g.y, n, 0, 0, o)];
+      for (int64_t h = 0; h < g.h; h++)
+        for (int64_t iw = 0; iw < g.w_; iw++)
+          ref_axpy(dx + ref_off(g.x, n, h, iw, 0), xs, d,
+                   w + ref_off(g.w, o, 0, 0, (h * g.w_ + iw) * g.c), ws, g.c);
+    }
+  return BP_ABI_OK;
+}
+
+/* fc.bwd_filter
+ *   in:  x [N,H,W,C], dy [N,1,1,O]   out: dw [O,1,1,F], db [1,1,1,O] (has_bias)
+ *   dw[o,f] (+)= sum_n dy[n,o] * x[n,f]   (float, straight into dw, n ascending)
+ *   db[o]   (+)= sum_n dy[n,o]            (double, added once)
+ *   accumulate 0: overwritten, 1: added. */
+static int fc_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  fc_geom g;
+  char reason[REF_REASON_MAX];
+  if (!fc_check(args, FC_BWD_FILTER, &g, reason, sizeof reason) ||
+      !ref_check_ptrs(args, NULL, NULL, 0))
+    return BP_ABI_ERR_INVALID;
+  const float *x = ref_in(args, 0), *dy = ref_in(args, 1);
+  float *dw = ref_out(args, 0), *db = g.has_bias ? ref_out(args, 1) : NULL;
+  const int64_t xs = g.x->stride[3], ws = g.w->stride[3];
+  if (!g.accumulate) ref_zero(g.w, dw);
+  for (int64_t n = 0; n < g.n; n++)
+    for (int64_t o = 0; o < g.o; o++) {
+      const float d = dy[ref_off(g.y, n, 0, 0, o)];
+      for (int64_t h = 0; h < g.h; h++)
+        for (int64_t iw = 0; iw < g.w_; iw++)
+          ref_axpy(dw + ref_off(g.w, o, 0, 0, (h * g.w_ + iw) * g.c), ws, d,
+                   x + ref_off(g.x, n, h, iw, 0), xs, g.c);
+    }
+  if (db) {
+    for (int64_t o = 0; o < g.o; o++) {
+      double sum = 0.0;
+      for (int64_t n = 0; n < g.n; n++) sum += dy[ref_off(g.y, n, 0, 0, o)];
+      float *p = db + o * g.b->stride[3];
+      *p = g.accumulate ? (float)(*p + sum) : (float)sum;
+    }
+  }
+  return BP_ABI_OK;
+}
+
+const bp_abi_kernel ref_fc_fwd = REF_KERNEL("fc.fwd", fc_supports_fwd, fc_run_fwd, 0);
+const bp_abi_kernel ref_fc_bwd_data =
+    REF_KERNEL("fc.bwd_data", fc_supports_bwd_data, fc_run_bwd_data, 0);
+const bp_abi_kernel ref_fc_bwd_filter =
+    REF_KERNEL("fc.bwd_filter", fc_supports_bwd_filter, fc_run_bwd_filter, 0);

@@ -1,0 +1,107 @@
+/* Softmax cross-entropy reference: loss, correct count and the gradient of
+ * the logits in one pass.
+ *
+ * Shape legend (bp_abi_ops.h):
+ *   logits  [N,1,1,K] FP32      labels [N,1,1,1] INT32, each in [0, K)
+ *   loss    [1,1,1,1] FP32      correct [1,1,1,1] FP32 (a count; the R region is FP32)
+ *   dlogits [N,1,1,K] FP32 (compute_grad)
+ *
+ * Per sample, with s = label_smoothing and target t_k = (1-s)*[k == label] + s/K:
+ *   lse  = max z + log sum_k exp(z_k - max z)       (stable for any logit size)
+ *   loss_n = sum_k t_k * (lse - z_k)
+ *   dlogits_k = (exp(z_k - lse) - t_k) * grad_scale
+ *   hit_n = argmax_k z_k == label (ties: the first largest k wins)
+ * loss += sum_n loss_n and correct += sum_n hit_n (both accumulate across
+ * steps; the executor zeroes them); dlogits is overwritten. Everything in
+ * double; loss and correct are added once per call.
+ *
+ * Device strides that nest in NHWC order; no alignment beyond 4 bytes; the
+ * 16-byte tail never read; no output aliases an input. Labels are checked
+ * before anything is written: one outside [0, K) makes run() return
+ * BP_ABI_ERR_INVALID with every output untouched. */
+#include <math.h>
+
+#include "reference-impl.h"
+
+static int ce_check(const bp_abi_kernel_args *args, bp_softmax_ce_attrs *a, char *reason,
+                    size_t rs) {
+  if (!args) return ref_fail(reason, rs, "no args");
+  if (!ref_read_attrs(args, a, sizeof *a, reason, rs)) return 0;
+  if (!isfinite(a->label_smoothing) || a->label_smoothing < 0.0f || a->label_smoothing > 1.0f)
+    return ref_fail(reason, rs, "label_smoothing %g must be in [0, 1]",
+                    (double)a->label_smoothing);
+  if (!isfinite(a->grad_scale))
+    return ref_fail(reason, rs, "grad_scale %g must be finite", (double)a->grad_scale);
+  if (!ref_check_flag(a->compute_grad, "compute_grad", reason, rs) ||
+      !ref_check_args(args, 2, 2 + a->compute_grad, reason, rs))
+    return 0;
+  const bp_abi_tensor *z = &args->inputs[0], *lab = &args->inputs[1], *out = args->outputs;
+  if (!ref_check_tensor(z, "logits", BP_ABI_DTYPE_FP32, reason, rs) ||
+      !ref_check_tensor(lab, "labels", BP_ABI_DTYPE_INT32, reason, rs) ||
+      !ref_check_tensor(&out[0], "loss", BP_ABI_DTYPE_FP32, reason, rs) ||
+      !ref_check_tensor(&out[1], "correct", BP_ABI_DTYPE_FP32, reason, rs) ||
+      (a->compute_grad && !ref_check_tensor(&out[2], "dlogits", BP_ABI_DTYPE_FP32, reason, rs)))
+    return 0;
+  const int64_t n = z->shape[0], k = z->shape[3];
+  if (!ref_check_shape(z, "logits", n, 1, 1, k, reason, rs) ||
+      !ref_check_shape(lab, "labels", n, 1, 1, 1, reason, rs) ||
+      !ref_check_shape(&out[0], "loss", 1, 1, 1, 1, reason, rs) ||
+      !ref_check_shape(&out[1], "correct", 1, 1, 1, 1, reason, rs) ||
+      (a->compute_grad && !ref_check_shape(&out[2], "dlogits", n, 1, 1, k, reason, rs)))
+    return 0;
+  return 1;
+}
+
+static int ce_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
+  (void)user;
+  bp_softmax_ce_attrs a;
+  return ce_check(args, &a, reason, rs);
+}
+
+/* softmax_ce.fwd_bwd: see the top of the file. */
+static int ce_run(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  bp_softmax_ce_attrs a;
+  char reason[REF_REASON_MAX];
+  if (!ce_check(args, &a, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+    return BP_ABI_ERR_INVALID;
+  const bp_abi_tensor *tz = &args->inputs[0], *tl = &args->inputs[1];
+  const float *z = ref_in(args, 0);
+  const int32_t *labels = (const int32_t *)args->input_ptrs[1];
+  const int64_t N = tz->shape[0], K = tz->shape[3], zs = tz->stride[3];
+  for (int64_t n = 0; n < N; n++) {
+    const int32_t y = labels[ref_off(tl, n, 0, 0, 0)];
+    if (y < 0 || y >= K) return BP_ABI_ERR_INVALID;
+  }
+  const bp_abi_tensor *tg = a.compute_grad ? &args->outputs[2] : NULL;
+  float *dz = a.compute_grad ? ref_out(args, 2) : NULL;
+  const double s = a.label_smoothing, off = s / (double)K, on = 1.0 - s + off;
+  double loss = 0.0, hits = 0.0;
+  for (int64_t n = 0; n < N; n++) {
+    const float *row = z + ref_off(tz, n, 0, 0, 0);
+    const int32_t y = labels[ref_off(tl, n, 0, 0, 0)];
+    int64_t arg = 0;
+    for (int64_t k = 1; k < K; k++)
+      if (row[k * zs] > row[arg * zs]) arg = k;
+    const double m = row[arg * zs];
+    double sum = 0.0;
+    for (int64_t k = 0; k < K; k++) sum += exp(row[k * zs] - m);
+    const double lse = m + log(sum);
+    double ln = 0.0;
+    for (int64_t k = 0; k < K; k++) {
+      const double t = k == y ? on : off;
+      if (t != 0.0) ln += t * (lse - row[k * zs]); /* a -inf logit off target adds nothing */
+      if (dz) dz[ref_off(tg, n, 0, 0, k)] = (float)((exp(row[k * zs] - lse) - t) * a.grad_scale);
+    }
+    loss += ln;
+    hits += arg == y;
+  }
+  float *ploss = ref_out(args, 0), *pcorrect = ref_out(args, 1);
+  *ploss = (float)(*ploss + loss);
+  *pcorrect = (float)(*pcorrect + hits);
+  return BP_ABI_OK;
+}
+
+const bp_abi_kernel ref_softmax_ce_fwd_bwd =
+    REF_KERNEL_DT("softmax_ce.fwd_bwd", ce_supports, ce_run, 0,
+                  BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT32));

@@ -1,0 +1,189 @@
+/* The reference op module as a whole: its entry and descriptor, the kernel
+ * table it registers (through the registry), only the entry exported,
+ * selection through bp_registry_select, and how init fails against a host
+ * that refuses a registration or speaks another major. */
+#include <check.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_ref_util.h"
+
+static const char *const expected_ops[] = {
+    "conv2d.fwd",         "conv2d.bwd_data",     "conv2d.bwd_filter",  "fc.fwd",
+    "fc.bwd_data",        "fc.bwd_filter",       "relu.fwd",           "relu.bwd",
+    "add.fwd",            "add.bwd",             "maxpool.fwd",        "maxpool.bwd",
+    "avgpool.fwd",        "avgpool.bwd",         "global_avgpool.fwd", "global_avgpool.bwd",
+    "batchnorm.fwd_train", "batchnorm.fwd_eval", "batchnorm.bwd",      "softmax_ce.fwd_bwd",
+};
+#define EXPECTED_COUNT ((int)(sizeof expected_ops / sizeof expected_ops[0]))
+
+static void *open_module(const bp_abi_module **module_out) {
+  void *handle = dlopen(BP_OPS_REFERENCE_PATH, RTLD_NOW | RTLD_LOCAL);
+  ck_assert_msg(handle != NULL, "dlopen: %s", dlerror());
+  bp_abi_module_entry_fn entry;
+  *(void **)&entry = dlsym(handle, BP_ABI_ENTRY_SYMBOL);
+  ck_assert_msg(entry != NULL, "dlsym: %s", dlerror());
+  *module_out = entry();
+  return handle;
+}
+
+START_TEST(descriptor) {
+  const bp_abi_module *m;
+  void *handle = open_module(&m);
+  ck_assert_uint_eq(m->struct_size, sizeof(bp_abi_module));
+  ck_assert_uint_eq(m->abi_major, BP_ABI_MAJOR);
+  ck_assert_uint_eq(m->abi_minor_built, BP_ABI_MINOR);
+  ck_assert_uint_le(m->abi_minor_required, m->abi_minor_built);
+  ck_assert_str_eq(m->name, "ops-reference");
+  ck_assert_ptr_nonnull(m->version);
+  ck_assert_uint_eq(strlen(m->build_id), 16); /* hash of the sources and settings */
+  ck_assert_ptr_nonnull(m->init);
+  /* only the entry is exported */
+  const char *hidden[] = {"ref_conv2d_fwd", "ref_fail", "ref_check_tensor", "ref_dot",
+                          "ref_softmax_ce_fwd_bwd"};
+  for (size_t i = 0; i < sizeof hidden / sizeof hidden[0]; i++)
+    ck_assert_msg(dlsym(handle, hidden[i]) == NULL, "%s is exported", hidden[i]);
+  dlclose(handle);
+}
+END_TEST
+
+START_TEST(registers_every_op_once) {
+  const bp_registry *r = ops_registry_get();
+  ck_assert_int_eq(bp_registry_kernel_count(r), EXPECTED_COUNT);
+  for (int e = 0; e < EXPECTED_COUNT; e++) {
+    int found = 0;
+    for (int i = 0; i < bp_registry_kernel_count(r); i++) {
+      const bp_registered_kernel *rk = bp_registry_kernel(r, i);
+      if (strcmp(rk->kernel.op, expected_ops[e]) != 0) continue;
+      found++;
+      const bp_abi_kernel *k = &rk->kernel;
+      ck_assert_str_eq(k->impl, "reference");
+      ck_assert_str_eq(k->device, "cpu");
+      ck_assert_uint_eq(k->flags & (BP_ABI_KERNEL_REFERENCE | BP_ABI_KERNEL_DETERMINISTIC),
+                        BP_ABI_KERNEL_REFERENCE | BP_ABI_KERNEL_DETERMINISTIC);
+      ck_assert_uint_eq(k->flags & BP_ABI_KERNEL_GRAPH_CAPTURABLE, 0);
+      ck_assert(k->dtypes & BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32));
+      ck_assert_ptr_nonnull(k->supports);
+      ck_assert_ptr_nonnull(k->run);
+      ck_assert_int_eq(k->priority, 0);
+      ck_assert_str_eq(rk->path, bp_registry_record(r, 0)->path);
+    }
+    ck_assert_msg(found == 1, "%s registered %d times", expected_ops[e], found);
+  }
+  /* the auxiliary dtypes are in the masks (the registry checks every tensor's dtype) */
+  ck_assert(ops_kernel("maxpool.fwd")->dtypes & BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT8));
+  ck_assert(ops_kernel("maxpool.bwd")->dtypes & BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT8));
+  ck_assert(ops_kernel("softmax_ce.fwd_bwd")->dtypes & BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT32));
+  const bp_load_record *rec = bp_registry_record(r, 0);
+  ck_assert_int_eq(rec->outcome, BP_LOAD_LOADED);
+  ck_assert_str_eq(rec->name, "ops-reference");
+}
+END_TEST
+
+START_TEST(selected_through_the_registry) {
+  /* a conv node: the reference is the only kernel, so selection picks it;
+   * a node it cannot run is unsupported, with the kernel's reason */
+  bp_registry *r = ops_registry_get();
+  tt x = tt_new(BP_ABI_DTYPE_FP32, 2, 6, 6, 3, 1), w = tt_new(BP_ABI_DTYPE_FP32, 4, 3, 3, 3, 0);
+  tt y = tt_new(BP_ABI_DTYPE_FP32, 2, 6, 6, 4, 0);
+  bp_conv2d_attrs a = {3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0};
+  bp_abi_tensor in[2] = {x.d, w.d}, out[1] = {y.d};
+  bp_abi_kernel_args args = {sizeof args, 2, 1, in, out, NULL, NULL, &a, sizeof a,
+                             BP_ABI_ATTR_VERSION, NULL, 0, NULL, 0, 1};
+  bp_select_options opt = {"", 0, NULL, NULL, 0};
+  const bp_registered_kernel *k = NULL;
+  ck_assert_int_eq(bp_registry_select(r, "conv2d.fwd", "cpu", &args, &opt, &k), BP_OK);
+  ck_assert_str_eq(k->kernel.impl, "reference");
+  ck_assert_str_eq(k->kernel.op, "conv2d.fwd");
+  a.groups = 5;
+  k = NULL;
+  ck_assert_int_ne(bp_registry_select(r, "conv2d.fwd", "cpu", &args, &opt, &k), BP_OK);
+  ck_assert_msg(strstr(bp_last_error(), "groups 5 must divide") != NULL, "%s", bp_last_error());
+  tt_free(&x), tt_free(&w), tt_free(&y);
+}
+END_TEST
+
+/* A host of our own, to see init fail. */
+typedef struct fake_host {
+  int registered, fail_at;
+  char error[256];
+} fake_host;
+
+static int fake_register(void *ctx, const bp_abi_kernel *k) {
+  fake_host *h = ctx;
+  (void)k;
+  if (h->registered == h->fail_at) return BP_ABI_ERR_DUPLICATE;
+  h->registered++;
+  return BP_ABI_OK;
+}
+static void fake_error(void *ctx, const char *message) {
+  fake_host *h = ctx;
+  snprintf(h->error, sizeof h->error, "%s", message);
+}
+
+START_TEST(init_reports_a_refused_registration) {
+  const bp_abi_module *m;
+  void *handle = open_module(&m);
+  fake_host fh = {0, 4, ""};
+  bp_abi_host host = {sizeof host, BP_ABI_MAJOR, BP_ABI_MINOR, &fh, NULL, fake_error,
+                      NULL,        fake_register, NULL};
+  ck_assert_int_eq(m->init(&host), BP_ABI_ERR_DUPLICATE);
+  ck_assert_int_eq(fh.registered, 4);
+  /* the fifth kernel of the table is fc.bwd_data */
+  ck_assert_msg(strstr(fh.error, "fc.bwd_data") != NULL, "%s", fh.error);
+  /* a host of another major, or one without register_kernel, is refused */
+  fake_host fh2 = {0, -1, ""};
+  host.ctx = &fh2;
+  host.abi_major = BP_ABI_MAJOR + 1;
+  ck_assert_int_ne(m->init(&host), BP_ABI_OK);
+  ck_assert_int_eq(fh2.registered, 0);
+  ck_assert(strstr(fh2.error, "major") != NULL);
+  host.abi_major = BP_ABI_MAJOR;
+  host.register_kernel = NULL;
+  ck_assert_int_ne(m->init(&host), BP_ABI_OK);
+  /* a complete host gets every kernel */
+  host.register_kernel = fake_register;
+  ck_assert_int_eq(m->init(&host), BP_ABI_OK);
+  ck_assert_int_eq(fh2.registered, EXPECTED_COUNT);
+  dlclose(handle);
+}
+END_TEST
+
+START_TEST(supports_handles_odd_args) {
+  /* every kernel: NULL args and an args struct that is too small are
+   * refused with a reason, never a crash */
+  bp_abi_kernel_args tiny;
+  memset(&tiny, 0, sizeof tiny);
+  tiny.struct_size = 8;
+  for (int e = 0; e < EXPECTED_COUNT; e++) {
+    const bp_abi_kernel *k = ops_kernel(expected_ops[e]);
+    char reason[128] = "";
+    ck_assert_int_eq(k->supports(k->user, NULL, reason, sizeof reason), 0);
+    ck_assert_msg(reason[0] != '\0', "%s", expected_ops[e]);
+    reason[0] = '\0';
+    ck_assert_int_eq(k->supports(k->user, &tiny, reason, sizeof reason), 0);
+    ck_assert_msg(reason[0] != '\0', "%s", expected_ops[e]);
+    ck_assert_int_eq(k->supports(k->user, &tiny, NULL, 0), 0); /* no reason buffer */
+    ck_assert_int_eq(k->run(k->user, NULL), BP_ABI_ERR_INVALID);
+    ck_assert_int_eq(k->run(k->user, &tiny), BP_ABI_ERR_INVALID);
+  }
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("ops_reference");
+  TCase *tc = tcase_create("module");
+  tcase_add_test(tc, descriptor);
+  tcase_add_test(tc, registers_every_op_once);
+  tcase_add_test(tc, selected_through_the_registry);
+  tcase_add_test(tc, init_reports_a_refused_registration);
+  tcase_add_test(tc, supports_handles_odd_args);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
