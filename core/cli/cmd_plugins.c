@@ -23,7 +23,7 @@ static const char usage_text[] =
     "kernel each op gets on each device when nothing is pinned or tuned.\n"
     "Search order: --plugin paths (files or directories), BP_PLUGIN_PATH\n"
     "(absolute directories, colon-separated), the install directory, and\n"
-    "blueprint-modules/ beside libblueprint.so; never the current directory.\n"
+    "blueprint/modules/ beside libblueprint.so; never the current directory.\n"
     "\n"
     "  --plugin PATH   load this module file, or every *.so in this directory\n"
     "  --json          print JSON (docs/plugins-json.md) instead of tables\n"

@@ -108,7 +108,7 @@ static bp_status load_path(bp_registry *r, const char *path, const char *source,
   return st;
 }
 
-/* <dir of libblueprint.so>/blueprint-modules, or NULL. Caller frees. */
+/* <dir of libblueprint.so>/blueprint/modules, or NULL. Caller frees. */
 static char *beside_library(void) {
   Dl_info info;
   if (!dladdr(&library_anchor, &info) || !info.dli_fname) return NULL;
@@ -120,9 +120,9 @@ static char *beside_library(void) {
     return NULL;
   }
   *slash = '\0';
-  size_t n = strlen(lib) + sizeof "/blueprint-modules";
+  size_t n = strlen(lib) + sizeof "/blueprint/modules";
   char *dir = malloc(n);
-  if (dir) snprintf(dir, n, "%s/blueprint-modules", lib);
+  if (dir) snprintf(dir, n, "%s/blueprint/modules", lib);
   free(lib);
   return dir;
 }

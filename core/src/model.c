@@ -53,7 +53,7 @@ bp_train_settings bp_train_defaults(void) {
   bp_train_settings t;
   memset(&t, 0, sizeof t);
   t.batch = 128;
-  t.eval_batch = 1000;
+  t.eval_batch = 200; /* divides the 10000 test images; sets the feature slots less than a big batch */
   t.train_size = 60000;
   t.epochs = 3;
   t.optimizer = BP_OPT_SGD;

@@ -43,7 +43,7 @@ typedef struct bp_layer {
 /* Training settings a model file may carry; the command line overrides them. */
 typedef struct bp_train_settings {
   int64_t batch;        /* training batch (default 128) */
-  int64_t eval_batch;   /* evaluation batch (default 1000) */
+  int64_t eval_batch;   /* evaluation batch (default 200) */
   int64_t train_size;   /* images per epoch (default 60000); sets the last partial batch */
   int64_t epochs;       /* default 3 */
   bp_optimizer optimizer; /* default sgd */

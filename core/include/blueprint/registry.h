@@ -4,7 +4,7 @@
  * Discovery order (bp_registry_discover): explicit paths, then the
  * directories of BP_PLUGIN_PATH (colon-separated, read with secure_getenv),
  * then the install directory (<prefix>/lib/blueprint/modules), then the
- * directory "blueprint-modules" beside libblueprint.so. Never the current
+ * directory "blueprint/modules" beside libblueprint.so. Never the current
  * directory; relative entries are refused. Every file ending in ".so" in a
  * directory is a candidate, in name order; an explicit path or a
  * BP_PLUGIN_PATH entry may also name one module file. dlopen(RTLD_NOW | RTLD_LOCAL).
