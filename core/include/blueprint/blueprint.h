@@ -10,5 +10,6 @@
 #include "blueprint/arena.h"
 #include "blueprint/model.h"
 #include "blueprint/registry.h"
+#include "blueprint/checkpoint.h"
 
 #endif

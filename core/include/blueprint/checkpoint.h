@@ -11,7 +11,17 @@
  * directory; a failure leaves an existing <path> untouched.
  * Reading: the whole file is validated (magic, format version, size, CRC32,
  * plan hash) before one byte of the arena changes; a corrupt, truncated or
- * mismatched file is refused with a message naming the file and the fault. */
+ * mismatched file is refused with a message naming the file and the fault.
+ *
+ * The file format (version 1) is documented in core/src/checkpoint.c and
+ * docs/checkpoint-format.md. Refusals and their status:
+ *   BP_ERR_IO          the file cannot be opened or read, or written
+ *   BP_ERR_PARSE       not a checkpoint (wrong magic), truncated, corrupt
+ *                      (a CRC, the end marker or the header does not hold)
+ *   BP_ERR_UNSUPPORTED a format version newer than this build reads
+ *   BP_ERR_SHAPE       written for another plan (hash or state spans differ)
+ *   BP_ERR_INVALID     a NULL argument;  BP_ERR_STATE  plan not finalized
+ *   BP_ERR_NOMEM       the staging buffer could not be allocated */
 #ifndef BLUEPRINT_CHECKPOINT_H
 #define BLUEPRINT_CHECKPOINT_H
 
@@ -34,18 +44,57 @@ typedef struct bp_train_state {
   uint64_t good_steps;  /* AMP: steps since the loss scale last changed */
 } bp_train_state;
 
-/* A 64-bit hash of everything a checkpoint depends on: the options and, for
- * every tensor of variant 0, its name, region, dtype, shape, offset and slot. */
+/* The format version this build writes (and the newest it reads). */
+#define BP_CHECKPOINT_FORMAT_VERSION 1
+/* Bytes of the identification text field, NUL included. */
+#define BP_CHECKPOINT_TEXT_MAX 256
+
+/* A 64-bit hash of everything a checkpoint depends on: the options, the
+ * total size and, for every tensor of variant 0, its name, region, dtype,
+ * shape, padded_c, offset and slot. FNV-1a over a canonical little-endian
+ * serialization (core/src/plan_hash.c, docs/checkpoint-format.md): equal on
+ * every run, build and machine for equal plans. 0 for NULL. */
 uint64_t bp_plan_hash(const bp_plan *plan);
 
 /* Writes the state spans of `arena` (a host copy of one rank's arena,
- * bp_plan_total_bytes long; borrowed) and `state` to `path`. */
+ * bp_plan_total_bytes long; borrowed) and `state` to `path`. On failure the
+ * temporary file is removed, an existing `path` is left as it was, and the
+ * message names `path` and the system's reason. */
 bp_status bp_checkpoint_save(const char *path, const bp_plan *plan, const void *arena,
                              const bp_train_state *state);
 
+/* As bp_checkpoint_save, with `note` (borrowed; NULL for none), e.g. the
+ * model file or run name, recorded in the file's identification text ahead
+ * of a summary of the plan. Control characters become spaces; the text is
+ * cut at BP_CHECKPOINT_TEXT_MAX - 1 bytes. bp_checkpoint_save is this with
+ * a NULL note. */
+bp_status bp_checkpoint_save_note(const char *path, const bp_plan *plan, const void *arena,
+                                  const bp_train_state *state, const char *note);
+
+/* Bytes of a checkpoint of `plan` (finalized); 0 on an invalid plan. */
+uint64_t bp_checkpoint_file_bytes(const bp_plan *plan);
+
+/* What a checkpoint says about itself. */
+typedef struct bp_checkpoint_info {
+  uint32_t format_version;
+  uint64_t plan_hash;        /* bp_plan_hash of the plan it was written for */
+  uint64_t plan_total_bytes; /* that plan's bp_plan_total_bytes */
+  uint64_t data_bytes;       /* bytes of state data it holds */
+  uint64_t file_bytes;       /* bytes of the file */
+  bp_train_state state;
+  char text[BP_CHECKPOINT_TEXT_MAX]; /* identification text, NUL-terminated */
+} bp_checkpoint_info;
+
+/* Reads and verifies `path` (magic, version, size, both CRCs, end marker)
+ * without a plan, and describes it in *info_out (written only on success).
+ * Memory use does not depend on the file's size. */
+bp_status bp_checkpoint_read_info(const char *path, bp_checkpoint_info *info_out);
+
 /* Validates `path` against `plan`, then copies its spans into `arena` (host,
  * bp_plan_total_bytes long) and its counters into *state_out. On any error
- * neither the arena nor *state_out is touched. */
+ * neither the arena nor *state_out is touched. The data is staged in a
+ * buffer the size of the state spans (sized from the plan, never from the
+ * file) until every check has passed. */
 bp_status bp_checkpoint_load(const char *path, const bp_plan *plan, void *arena,
                              bp_train_state *state_out);
 
