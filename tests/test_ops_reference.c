@@ -16,6 +16,9 @@ static const char *const expected_ops[] = {
     "add.fwd",            "add.bwd",             "maxpool.fwd",        "maxpool.bwd",
     "avgpool.fwd",        "avgpool.bwd",         "global_avgpool.fwd", "global_avgpool.bwd",
     "batchnorm.fwd_train", "batchnorm.fwd_eval", "batchnorm.bwd",      "softmax_ce.fwd_bwd",
+    "range.zero",         "range.copy",          "range.scale",        "range.cast",
+    "range.ema",          "range.nan_check",     "range.sgd",          "range.adamw",
+    "range.lars",
 };
 #define EXPECTED_COUNT ((int)(sizeof expected_ops / sizeof expected_ops[0]))
 

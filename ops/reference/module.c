@@ -1,8 +1,9 @@
 /* The reference op module: its ABI entry (the only exported symbol) and the
- * table of kernels it registers. Every kernel is plain C, FP32, device
+ * table of kernels it registers. Every kernel is plain C, FP32 (the range
+ * ops also take FP16 and other dtypes where range.c says so), device
  * "cpu", implementation "reference", flagged REFERENCE | DETERMINISTIC
- * (relu adds IN_PLACE), priority 0: the host picks one only when no other
- * kernel supports a node, and tests use them as the oracle. */
+ * (relu and range.scale add IN_PLACE), priority 0: the host picks one only
+ * when no other kernel supports a node, and tests use them as the oracle. */
 #include <stdio.h>
 
 #include "reference-impl.h"
@@ -25,6 +26,9 @@ static const bp_abi_kernel *const ref_kernels[] = {
     &ref_avgpool_fwd,         &ref_avgpool_bwd,        &ref_global_avgpool_fwd,
     &ref_global_avgpool_bwd,  &ref_batchnorm_fwd_train, &ref_batchnorm_fwd_eval,
     &ref_batchnorm_bwd,       &ref_softmax_ce_fwd_bwd,
+    &ref_range_zero,          &ref_range_copy,         &ref_range_scale,
+    &ref_range_cast,          &ref_range_ema,          &ref_range_nan_check,
+    &ref_range_sgd,           &ref_range_adamw,        &ref_range_lars,
 };
 
 static void host_error(const bp_abi_host *host, const char *message) {

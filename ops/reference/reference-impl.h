@@ -6,7 +6,9 @@
  *  - Element (n,h,w,c) of a tensor t lives at ptr + ref_off(t, n, h, w, c),
  *    in elements; the strides are the device strides the host passes, so a
  *    padded channel dimension (padded_c > shape[3]) is skipped, never read
- *    and never written. No kernel reads the 16-byte tail.
+ *    and never written. No kernel reads the 16-byte tail. (The range ops
+ *    of range.c take spans [1,1,1,E] whose E elements include the padding
+ *    of every slot inside the span; see there.)
  *  - Every tensor is checked by ref_check_tensor: dtype, extents >= 1,
  *    strides >= 0 nesting in NHWC order without overlap, and the whole
  *    logical extent inside slot_bytes.
@@ -118,11 +120,16 @@ extern const bp_abi_kernel ref_maxpool_fwd, ref_maxpool_bwd, ref_avgpool_fwd, re
 extern const bp_abi_kernel ref_global_avgpool_fwd, ref_global_avgpool_bwd;
 extern const bp_abi_kernel ref_batchnorm_fwd_train, ref_batchnorm_fwd_eval, ref_batchnorm_bwd;
 extern const bp_abi_kernel ref_softmax_ce_fwd_bwd;
+extern const bp_abi_kernel ref_range_zero, ref_range_copy, ref_range_scale, ref_range_cast;
+extern const bp_abi_kernel ref_range_ema, ref_range_nan_check;
+extern const bp_abi_kernel ref_range_sgd, ref_range_adamw, ref_range_lars;
 
 /* A descriptor of this module: op name, supports, run, extra flags. The
  * dtype mask names every dtype among the op's tensors (the registry
- * requires each to be in it): FP32, plus INT8 for the maxpool mask and
- * INT32 for the softmax_ce labels (REF_KERNEL_DT). */
+ * requires each to be in it): FP32, plus INT8 for the maxpool mask,
+ * INT32 for the softmax_ce labels and the LARS segments, FP16 for the
+ * cast and the NaN check, every dtype for range.zero and range.copy
+ * (REF_KERNEL_DT). */
 #define REF_KERNEL_DT(op_name, supports_fn, run_fn, extra_flags, dtype_mask)                  \
   {                                                                                          \
     sizeof(bp_abi_kernel), (op_name), REF_IMPL, REF_DEVICE, (dtype_mask), 0,                 \
