@@ -1,0 +1,108 @@
+/* Private helpers of the BLAS op module (ops/blas/). Nothing here is
+ * exported: the module is built with -fvisibility=hidden and only the ABI
+ * entry (module.c) is visible.
+ *
+ * The module validates its arguments with the reference module's checks
+ * (ops/reference/common.c is compiled in, reference-impl.h gives ref_*), so
+ * it accepts exactly the nodes the reference accepts, minus the layouts
+ * listed below, which its supports() refuses with a reason and the
+ * reference kernel then serves.
+ *
+ * Layouts. Every GEMM operand is a row-major matrix taken straight from the
+ * device pointer with a leading dimension (blas_view):
+ *  - conv y and dy: N*OH*OW rows of K channels. Channel padding
+ *    (padded_c > K) is fine: it only widens the leading dimension, and the
+ *    padding is never read or written. Refused: strides whose rows are not
+ *    evenly spaced (stride[1] != OW*stride[2] or stride[0] !=
+ *    OH*stride[1]) or whose channels are not adjacent (stride[3] != 1).
+ *  - conv filters (w, dw): K rows of kh*kw*C/G values, which must be
+ *    adjacent, so a padded filter (padded_c > C/G) is refused unless the
+ *    kernel is 1x1.
+ *  - fc x / dx: N rows of H*W*C features, which must be adjacent, so a
+ *    padded input (padded_c > C) is refused unless H = W = 1. fc w, dw, y,
+ *    dy: any channel padding.
+ *  - conv x and dx may have any strides the reference accepts: im2col
+ *    gathers x and col2im scatters into dx through the strides; only the
+ *    paths that use them in place (1x1 / stride 1 / no padding; the
+ *    flipped stride-1 backward-data) need a matrix, and fall back to
+ *    im2col / col2im when they are not one.
+ *  - Every matrix extent and leading dimension must fit in a 32-bit BLAS
+ *    int.
+ *
+ * Determinism: results depend on the inputs, the OpenBLAS thread count and
+ * the OpenBLAS kernel set (fixed per machine, or by OPENBLAS_CORETYPE).
+ * OpenBLAS's level-3 threads split the rows and columns of C, never the
+ * inner dimension, and every other sum here runs in a fixed order; so with
+ * a fixed thread count (BP_BLAS_THREADS, or the same OPENBLAS_NUM_THREADS /
+ * machine) the same inputs give the same bits, however many ranks call at
+ * once (tests/test_ops_blas.c checks both). */
+#ifndef BP_OPS_BLAS_IMPL_H
+#define BP_OPS_BLAS_IMPL_H
+
+#include <cblas.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reference-impl.h"
+
+#define BLAS_IMPL "blas"
+#define BLAS_DEVICE "cpu"
+#define BLAS_PRIORITY 10
+#define BLAS_FLAGS BP_ABI_KERNEL_DETERMINISTIC /* with a fixed BLAS thread count (above) */
+
+/* im2col chunking (conv2d.c). The column buffer holds the im2col rows of
+ * `images` whole images at once, images = clamp(BLAS_COL_TARGET_BYTES /
+ * bytes of one image's rows, 1, N); that is the kernel's workspace. An
+ * image whose rows alone exceed BLAS_COL_MAX_BYTES is refused. 1 MiB keeps
+ * a chunk in a core's L2 cache while the GEMM reads it (measured against
+ * 512 KiB, 2 and 4 MiB on the CNN's convolutions). */
+#define BLAS_COL_TARGET_BYTES (UINT64_C(1) << 20)
+#define BLAS_COL_MAX_BYTES (UINT64_C(1) << 30)
+
+/* A tensor read as a row-major matrix: dimensions [0, split) are the rows,
+ * dimensions [split, 4) the columns. */
+typedef struct blas_mat {
+  int64_t rows, cols; /* products of the extents */
+  int64_t ld;         /* elements from one row to the next (>= cols) */
+} blas_mat;
+
+/* 1 and *m when t (already through ref_check_tensor) is such a matrix: the
+ * column dimensions adjacent in order (stride 1 for the last, each other
+ * the span of those inside it) and the row dimensions evenly spaced;
+ * dimensions of extent 1 carry any stride. Else 0 with a reason naming
+ * `name` and what a row holds (`row_what`, e.g. "N*H*W rows of C channels"). */
+int blas_view(const bp_abi_tensor *t, int split, const char *name, const char *row_what,
+              blas_mat *m, char *reason, size_t reason_size);
+
+/* 1 if v fits a BLAS int (and is >= 0), else 0 with a reason naming it. */
+int blas_check_int(int64_t v, const char *what, char *reason, size_t reason_size);
+
+/* Sets every row r < rows of the matrix at y (leading dimension ld) to
+ * bias[c * bias_stride], c < cols: the C that a GEMM with beta = 1 then
+ * adds to. */
+void blas_fill_rows(float *y, int64_t ld, int64_t rows, int64_t cols, const float *bias,
+                    int64_t bias_stride);
+
+/* db[k * db_stride] (+)= sum of column k < cols over rows of dy (leading
+ * dimension ld), summed in double in row order and rounded once, as the
+ * reference does. */
+void blas_sum_rows(const float *dy, int64_t ld, int64_t rows, int64_t cols, float *db,
+                   int64_t db_stride, int accumulate);
+
+/* cblas_sgemm on row-major operands, with every extent and leading
+ * dimension already checked by blas_check_int. */
+void blas_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a,
+                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* The kernels, one descriptor each (conv2d.c, fc.c). */
+extern const bp_abi_kernel blas_conv2d_fwd, blas_conv2d_bwd_data, blas_conv2d_bwd_filter;
+extern const bp_abi_kernel blas_fc_fwd, blas_fc_bwd_data, blas_fc_bwd_filter;
+
+#define BLAS_KERNEL(op_name, supports_fn, workspace_fn, run_fn)                                 \
+  {                                                                                          \
+    sizeof(bp_abi_kernel), (op_name), BLAS_IMPL, BLAS_DEVICE,                                \
+        BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32), BLAS_PRIORITY, BLAS_FLAGS, (supports_fn),       \
+        (workspace_fn), (run_fn), NULL                                                       \
+  }
+
+#endif

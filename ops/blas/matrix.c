@@ -1,0 +1,83 @@
+/* Matrix views of tensors and the small loops around the GEMMs of the BLAS
+ * op module; see blas-impl.h. */
+#include <limits.h>
+
+#include "blas-impl.h"
+
+int blas_view(const bp_abi_tensor *t, int split, const char *name, const char *row_what,
+              blas_mat *m, char *reason, size_t reason_size) {
+  /* columns: adjacent, innermost first */
+  int64_t cols = 1;
+  for (int d = 3; d >= split; d--) {
+    if (t->shape[d] > 1 && t->stride[d] != cols)
+      return ref_fail(reason, reason_size,
+                      "%s: device strides [%lld,%lld,%lld,%lld] (padded_c %lld) do not form a "
+                      "matrix of %s with adjacent values; the reference kernel serves this layout",
+                      name, (long long)t->stride[0], (long long)t->stride[1],
+                      (long long)t->stride[2], (long long)t->stride[3], (long long)t->padded_c,
+                      row_what);
+    cols *= t->shape[d];
+  }
+  /* rows: evenly spaced */
+  int64_t rows = 1, ld = -1, next = 0;
+  for (int d = split - 1; d >= 0; d--) {
+    rows *= t->shape[d];
+    if (t->shape[d] == 1) continue;
+    if (ld < 0) {
+      ld = t->stride[d];
+    } else if (t->stride[d] != next) {
+      return ref_fail(reason, reason_size,
+                      "%s: device strides [%lld,%lld,%lld,%lld] do not space the %s evenly; the "
+                      "reference kernel serves this layout",
+                      name, (long long)t->stride[0], (long long)t->stride[1],
+                      (long long)t->stride[2], (long long)t->stride[3], row_what);
+    }
+    next = t->stride[d] * t->shape[d]; /* cannot overflow: ref_check_tensor bounded the span */
+  }
+  if (ld < cols) ld = cols; /* one row (any stride), or nested strides give ld >= cols anyway */
+  m->rows = rows, m->cols = cols, m->ld = ld;
+  return 1;
+}
+
+int blas_check_int(int64_t v, const char *what, char *reason, size_t reason_size) {
+  if (v < 0 || v > INT_MAX)
+    return ref_fail(reason, reason_size, "%s is %lld, beyond the 32-bit BLAS interface", what,
+                    (long long)v);
+  return 1;
+}
+
+void blas_fill_rows(float *y, int64_t ld, int64_t rows, int64_t cols, const float *bias,
+                    int64_t bias_stride) {
+  for (int64_t r = 0; r < rows; r++) {
+    float *row = y + r * ld;
+    for (int64_t c = 0; c < cols; c++) row[c] = bias[c * bias_stride];
+  }
+}
+
+/* Columns are summed in blocks of SUM_BLOCK, row by row, so dy is read once
+ * per block and not once per column; each column still sums its rows in
+ * row order. */
+#define SUM_BLOCK 256
+void blas_sum_rows(const float *dy, int64_t ld, int64_t rows, int64_t cols, float *db,
+                   int64_t db_stride, int accumulate) {
+  double sum[SUM_BLOCK];
+  for (int64_t c0 = 0; c0 < cols; c0 += SUM_BLOCK) {
+    const int64_t nc = cols - c0 < SUM_BLOCK ? cols - c0 : SUM_BLOCK;
+    for (int64_t c = 0; c < nc; c++) sum[c] = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+      const float *row = dy + r * ld + c0;
+      for (int64_t c = 0; c < nc; c++) sum[c] += row[c];
+    }
+    for (int64_t c = 0; c < nc; c++) {
+      float *o = db + (c0 + c) * db_stride;
+      *o = accumulate ? (float)(*o + sum[c]) : (float)sum[c];
+    }
+  }
+}
+
+void blas_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a,
+                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, 1.0f, a,
+              (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
+}

@@ -1,0 +1,760 @@
+/* The BLAS op module (ops/blas/) against the reference module: both loaded
+ * through the registry (ops_ref_util.c loads the reference, this file adds
+ * the BLAS module to the same registry), every BLAS kernel compared with
+ * the reference kernel on the same inputs.
+ *
+ * Error bound: err = max|blas - ref| / max(1, max|ref|) over the logical
+ * elements of an output, and err < BLAS_TOL = 1e-4. The reference sums the
+ * forwards in double and the backwards in float; the BLAS kernels sum in
+ * float in another order, so they differ by float rounding (a few 1e-6 on
+ * these shapes; the bound leaves room for larger sums).
+ *
+ * Shapes: odd sizes, stride 2 and 3, padding, dilation 2, groups 2 and
+ * depthwise, 1x1 (with and without im2col), backward-data through col2im
+ * and through the flipped gather (K <= C), the CNN's convolutions, bias on
+ * and off, accumulate 0 and 1, batch 1 and 7, compact tensors and padded
+ * channels (the padding holds NaNs, so a kernel that reads it fails, and is
+ * checked untouched afterwards). Outputs start as NaN when accumulate is 0
+ * (they must be overwritten, never read) and as random values when it is 1.
+ * Every BLAS run gets a workspace of exactly workspace_size() bytes from
+ * malloc, so AddressSanitizer builds catch a kernel that overruns it.
+ *
+ * Then: the refusals (padded conv filters, padded fc inputs, a short
+ * workspace, bad arguments and pointers), chunked im2col, bitwise
+ * determinism (two runs; four rank threads calling at once), and selection: bp_registry_select picks "blas" over
+ * "reference", pins (BP_KERNELS, select options) override it, and a node
+ * the BLAS kernel refuses goes to the reference. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_ref_util.h"
+
+#define BLAS_TOL 1e-4
+
+/* ---- the two modules ------------------------------------------------------ */
+
+static bp_registry *both_modules(void) {
+  static int loaded;
+  bp_registry *r = ops_registry_get(); /* the reference module */
+  if (!loaded) {
+    if (bp_registry_load(r, BP_OPS_BLAS_PATH) != BP_OK)
+      ck_abort_msg("bp_registry_load(%s): %s", BP_OPS_BLAS_PATH, bp_last_error());
+    loaded = 1;
+  }
+  return r;
+}
+
+static const bp_abi_kernel *kernel_of(const char *op, const char *impl) {
+  const bp_registry *r = both_modules();
+  for (int i = 0; i < bp_registry_kernel_count(r); i++) {
+    const bp_abi_kernel *k = &bp_registry_kernel(r, i)->kernel;
+    if (strcmp(k->op, op) == 0 && strcmp(k->impl, impl) == 0 && strcmp(k->device, "cpu") == 0)
+      return k;
+  }
+  ck_abort_msg("no %s kernel for %s", impl, op);
+  return NULL;
+}
+
+/* ---- calling a kernel directly ------------------------------------------- */
+
+typedef struct kargs {
+  bp_abi_tensor in[6], out[6];
+  const void *in_ptrs[6];
+  void *out_ptrs[6];
+  bp_abi_kernel_args a;
+} kargs;
+
+static void kargs_make(kargs *k, const ops_call *c, int with_ptrs) {
+  memset(k, 0, sizeof *k);
+  for (int i = 0; i < c->nin; i++) k->in[i] = c->in[i]->d, k->in_ptrs[i] = c->in[i]->data;
+  for (int i = 0; i < c->nout; i++) k->out[i] = c->out[i]->d, k->out_ptrs[i] = c->out[i]->data;
+  k->a.struct_size = sizeof k->a;
+  k->a.num_inputs = c->nin, k->a.num_outputs = c->nout;
+  k->a.inputs = k->in, k->a.outputs = k->out;
+  k->a.input_ptrs = with_ptrs ? k->in_ptrs : NULL;
+  k->a.output_ptrs = with_ptrs ? k->out_ptrs : NULL;
+  k->a.attrs = c->attrs, k->a.attr_size = c->attr_size;
+  k->a.attr_version = BP_ABI_ATTR_VERSION;
+  k->a.world_size = 1;
+}
+
+static int k_supports(const bp_abi_kernel *k, const ops_call *c, char *reason, size_t size) {
+  kargs a;
+  kargs_make(&a, c, 0);
+  reason[0] = '\0';
+  return k->supports(k->user, &a.a, reason, size);
+}
+
+static uint64_t k_workspace(const bp_abi_kernel *k, const ops_call *c) {
+  kargs a;
+  kargs_make(&a, c, 0);
+  return k->workspace_size ? k->workspace_size(k->user, &a.a) : 0;
+}
+
+/* run() with the given workspace; returns its status. */
+static int k_run_ws(const bp_abi_kernel *k, const ops_call *c, void *ws, uint64_t ws_bytes) {
+  kargs a;
+  kargs_make(&a, c, 1);
+  a.a.workspace = ws, a.a.workspace_bytes = ws_bytes;
+  return k->run(k->user, &a.a);
+}
+
+/* supports() asserted, then run() with exactly workspace_size() bytes. */
+static void k_run(const bp_abi_kernel *k, const ops_call *c) {
+  char reason[256];
+  if (k_supports(k, c, reason, sizeof reason) != 1)
+    ck_abort_msg("%s/%s refused: %s", c->op, k->impl, reason);
+  const uint64_t need = k_workspace(k, c);
+  void *ws = need ? malloc((size_t)need) : NULL;
+  if (need) ck_assert_ptr_nonnull(ws);
+  const int rc = k_run_ws(k, c, ws, need);
+  free(ws);
+  if (rc != BP_ABI_OK) ck_abort_msg("%s/%s run() returned %d", c->op, k->impl, rc);
+}
+
+/* Asserts the BLAS kernel refuses with a reason containing `needle`, and
+ * that run() returns BP_ABI_ERR_INVALID without aborting. */
+static void blas_expect_refused(const ops_call *c, const char *needle) {
+  const bp_abi_kernel *k = kernel_of(c->op, "blas");
+  char reason[256];
+  ck_assert_msg(k_supports(k, c, reason, sizeof reason) == 0, "%s accepted, expected refusal (%s)",
+                c->op, needle);
+  ck_assert_msg(strstr(reason, needle) != NULL, "%s: reason '%s' lacks '%s'", c->op, reason,
+                needle);
+  ck_assert_int_eq(k_run_ws(k, c, NULL, 0), BP_ABI_ERR_INVALID);
+}
+
+/* ---- tensors ------------------------------------------------------------- */
+
+static void tt_nan(tt *t) {
+  for (int64_t i = 0; i < tt_count(t); i++) *tt_at(t, i) = NAN;
+}
+
+/* max|a - b| / max(1, max|b|) over the logical elements; NaN sticks. */
+static double norm_err(const tt *a, const tt *b) {
+  double diff = 0.0, scale = 1.0;
+  for (int64_t i = 0; i < tt_count(b); i++) {
+    const double d = fabs((double)*tt_at(a, i) - *tt_at(b, i));
+    if (!(d <= diff)) diff = d;
+    if (fabs(*tt_at(b, i)) > scale) scale = fabs(*tt_at(b, i));
+  }
+  return diff / scale;
+}
+
+static int bitwise_equal(const tt *a, const tt *b) {
+  for (int64_t i = 0; i < tt_count(a); i++)
+    if (memcmp(tt_at(a, i), tt_at(b, i), sizeof(float)) != 0) return 0;
+  return 1;
+}
+
+/* ---- conv2d against the reference ---------------------------------------- */
+
+typedef struct conv_case {
+  int h, w, c, k, kh, kw, sh, sw, ph, pw, dh, dw, groups;
+} conv_case;
+
+static const conv_case conv_cases[] = {
+    /*  h   w   c   k kh kw sh sw ph pw dh dw  g */
+    {28, 28, 1, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1},  /* the CNN's conv1 */
+    {14, 14, 32, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1}, /* the CNN's conv3 */
+    {5, 7, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1},     /* odd sizes, same padding */
+    {9, 8, 5, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1},     /* stride 2 */
+    {7, 7, 4, 6, 3, 3, 1, 1, 2, 2, 2, 2, 2},     /* dilation 2, padding 2, groups 2 */
+    {6, 5, 4, 4, 3, 3, 2, 2, 1, 1, 1, 1, 4},     /* depthwise, stride 2 */
+    {7, 7, 8, 8, 3, 3, 1, 1, 2, 2, 2, 2, 8},     /* depthwise, dilation 2 */
+    {5, 5, 6, 6, 1, 1, 1, 1, 0, 0, 1, 1, 1},     /* 1x1: no im2col */
+    {5, 5, 4, 6, 1, 1, 1, 1, 0, 0, 1, 1, 2},     /* 1x1, groups 2, no im2col */
+    {6, 6, 3, 5, 1, 1, 2, 2, 0, 0, 1, 1, 1},     /* 1x1, stride 2: im2col */
+    {5, 5, 3, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1},     /* 1x1, padding 1: im2col */
+    {8, 7, 3, 2, 2, 2, 3, 3, 0, 1, 1, 1, 1},     /* stride 3 > kernel: uncovered inputs */
+    {4, 6, 9, 5, 2, 3, 1, 2, 1, 2, 2, 1, 1},     /* mixed strides, pads, dilations */
+    {11, 13, 16, 8, 5, 5, 1, 1, 2, 2, 1, 1, 1},  /* 5x5 */
+    {3, 3, 2, 3, 3, 3, 1, 1, 0, 0, 1, 1, 1},     /* the kernel covers the input: 1x1 out */
+    {9, 9, 6, 9, 3, 3, 2, 1, 0, 1, 1, 2, 3},     /* groups 3, uneven stride and dilation */
+    {7, 7, 6, 4, 3, 3, 1, 1, 2, 1, 2, 1, 2},     /* K <= C (flipped bwd_data), groups 2 */
+    {9, 8, 8, 8, 3, 5, 1, 1, 1, 2, 1, 1, 1},     /* K = C, 3x5 */
+};
+#define CONV_CASES ((int)(sizeof conv_cases / sizeof conv_cases[0]))
+
+static int conv_out(int in, int pad, int dil, int k, int stride) {
+  return (in + 2 * pad - (dil * (k - 1) + 1)) / stride + 1;
+}
+
+static bp_conv2d_attrs conv_attrs_of(const conv_case *cc, int bias, int accumulate) {
+  bp_conv2d_attrs a = {cc->kh, cc->kw, cc->sh, cc->sw, cc->ph, cc->pw,
+                       cc->dh, cc->dw, cc->groups, bias, accumulate};
+  return a;
+}
+
+/* One case at one batch, bias, accumulate and channel padding: the three
+ * passes of both kernels on the same inputs and equal starting outputs. */
+static double conv_compare(const conv_case *cc, int n, int bias, int acc, int extra, uint64_t seed) {
+  const int oh = conv_out(cc->h, cc->ph, cc->dh, cc->kh, cc->sh);
+  const int ow = conv_out(cc->w, cc->pw, cc->dw, cc->kw, cc->sw);
+  const int cg = cc->c / cc->groups;
+  /* a padded filter is a matrix only for 1x1 kernels (others: refused) */
+  const int wextra = cc->kh * cc->kw == 1 ? extra : 0;
+  tt x = tt_new(BP_ABI_DTYPE_FP32, n, cc->h, cc->w, cc->c, extra);
+  tt w = tt_new(BP_ABI_DTYPE_FP32, cc->k, cc->kh, cc->kw, cg, wextra);
+  tt b = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, cc->k, extra);
+  tt dy = tt_new(BP_ABI_DTYPE_FP32, n, oh, ow, cc->k, extra ? extra + 1 : 0);
+  tt y[2], dx[2], dw[2], db[2];
+  for (int i = 0; i < 2; i++) {
+    y[i] = tt_new(BP_ABI_DTYPE_FP32, n, oh, ow, cc->k, extra);
+    dx[i] = tt_new(BP_ABI_DTYPE_FP32, n, cc->h, cc->w, cc->c, extra);
+    dw[i] = tt_new(BP_ABI_DTYPE_FP32, cc->k, cc->kh, cc->kw, cg, wextra);
+    db[i] = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, cc->k, extra);
+  }
+  uint64_t rng = seed;
+  tt_rand(&x, &rng, -1, 1), tt_rand(&w, &rng, -1, 1), tt_rand(&b, &rng, -1, 1);
+  tt_rand(&dy, &rng, -1, 1);
+  tt_nan(&y[0]);
+  if (acc) {
+    tt_rand(&dx[0], &rng, -1, 1), tt_rand(&dw[0], &rng, -1, 1), tt_rand(&db[0], &rng, -1, 1);
+  } else {
+    tt_nan(&dx[0]), tt_nan(&dw[0]), tt_nan(&db[0]);
+  }
+  tt_copy(&y[1], &y[0]), tt_copy(&dx[1], &dx[0]), tt_copy(&dw[1], &dw[0]);
+  tt_copy(&db[1], &db[0]);
+
+  const bp_conv2d_attrs a = conv_attrs_of(cc, bias, acc);
+  static const char *const impl[2] = {"reference", "blas"};
+  for (int i = 0; i < 2; i++) {
+    const ops_call fwd = {"conv2d.fwd", {&x, &w, &b}, {&y[i]}, bias ? 3 : 2, 1, &a, sizeof a};
+    const ops_call bd = {"conv2d.bwd_data", {&dy, &w}, {&dx[i]}, 2, 1, &a, sizeof a};
+    const ops_call bf = {"conv2d.bwd_filter", {&x, &dy}, {&dw[i], &db[i]}, 2, bias ? 2 : 1,
+                         &a, sizeof a};
+    k_run(kernel_of(fwd.op, impl[i]), &fwd);
+    k_run(kernel_of(bd.op, impl[i]), &bd);
+    k_run(kernel_of(bf.op, impl[i]), &bf);
+  }
+  const double ey = norm_err(&y[1], &y[0]), ex = norm_err(&dx[1], &dx[0]);
+  const double ew = norm_err(&dw[1], &dw[0]), eb = bias ? norm_err(&db[1], &db[0]) : 0.0;
+  ck_assert_msg(ey < BLAS_TOL && ex < BLAS_TOL && ew < BLAS_TOL && eb < BLAS_TOL,
+                "conv case %d n %d bias %d acc %d extra %d: err y %.3g dx %.3g dw %.3g db %.3g",
+                (int)(cc - conv_cases), n, bias, acc, extra, ey, ex, ew, eb);
+
+  tt *all[] = {&x, &w, &b, &dy, &y[0], &y[1], &dx[0], &dx[1], &dw[0], &dw[1], &db[0], &db[1]};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    ck_assert_msg(tt_padding_intact(all[i]), "conv case %d: padding of tensor %d written",
+                  (int)(cc - conv_cases), (int)i);
+    tt_free(all[i]);
+  }  double worst = ey > ex ? ey : ex;
+  if (ew > worst) worst = ew;
+  if (eb > worst) worst = eb;
+  return worst;
+}
+
+START_TEST(conv_matches_reference) {
+  const conv_case *cc = &conv_cases[_i];
+  static const int batches[] = {1, 7};
+  double worst = 0.0;
+  for (int bi = 0; bi < 2; bi++)
+    for (int bias = 0; bias <= 1; bias++)
+      for (int acc = 0; acc <= 1; acc++)
+        for (int extra = 0; extra <= 3; extra += 3) {
+          const double e = conv_compare(
+              cc, batches[bi], bias, acc, extra,
+              (uint64_t)(_i * 100 + bi * 8 + bias * 4 + acc * 2 + (extra > 0)));
+          if (e > worst) worst = e;
+        }
+  printf("blas conv2d case %d: max normalized err %.2e\n", _i, worst);
+}
+END_TEST
+
+/* ---- fc against the reference -------------------------------------------- */
+
+typedef struct fc_case {
+  int h, w, c, o;
+} fc_case;
+
+static const fc_case fc_cases[] = {
+    {1, 1, 5, 3},    /* plain */
+    {3, 3, 4, 10},   /* features from a 3x3x4 map */
+    {7, 7, 64, 10},  /* the CNN's fc */
+    {2, 5, 3, 1},    /* one output */
+    {1, 1, 300, 129} /* wider */
+};
+#define FC_CASES ((int)(sizeof fc_cases / sizeof fc_cases[0]))
+
+static double fc_compare(const fc_case *fc, int n, int bias, int acc, int extra, uint64_t seed) {
+  const int f = fc->h * fc->w * fc->c;
+  /* a padded x is a matrix only when H = W = 1 (others: refused) */
+  const int xextra = fc->h * fc->w == 1 ? extra : 0;
+  tt x = tt_new(BP_ABI_DTYPE_FP32, n, fc->h, fc->w, fc->c, xextra);
+  tt w = tt_new(BP_ABI_DTYPE_FP32, fc->o, 1, 1, f, extra);
+  tt b = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, fc->o, extra);
+  tt dy = tt_new(BP_ABI_DTYPE_FP32, n, 1, 1, fc->o, extra ? extra + 1 : 0);
+  tt y[2], dx[2], dw[2], db[2];
+  for (int i = 0; i < 2; i++) {
+    y[i] = tt_new(BP_ABI_DTYPE_FP32, n, 1, 1, fc->o, extra);
+    dx[i] = tt_new(BP_ABI_DTYPE_FP32, n, fc->h, fc->w, fc->c, xextra);
+    dw[i] = tt_new(BP_ABI_DTYPE_FP32, fc->o, 1, 1, f, extra);
+    db[i] = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, fc->o, extra);
+  }
+  uint64_t rng = seed;
+  tt_rand(&x, &rng, -1, 1), tt_rand(&w, &rng, -1, 1), tt_rand(&b, &rng, -1, 1);
+  tt_rand(&dy, &rng, -1, 1);
+  tt_nan(&y[0]);
+  if (acc) {
+    tt_rand(&dx[0], &rng, -1, 1), tt_rand(&dw[0], &rng, -1, 1), tt_rand(&db[0], &rng, -1, 1);
+  } else {
+    tt_nan(&dx[0]), tt_nan(&dw[0]), tt_nan(&db[0]);
+  }
+  tt_copy(&y[1], &y[0]), tt_copy(&dx[1], &dx[0]), tt_copy(&dw[1], &dw[0]);
+  tt_copy(&db[1], &db[0]);
+
+  const bp_fc_attrs a = {bias, acc};
+  static const char *const impl[2] = {"reference", "blas"};
+  for (int i = 0; i < 2; i++) {
+    const ops_call fwd = {"fc.fwd", {&x, &w, &b}, {&y[i]}, bias ? 3 : 2, 1, &a, sizeof a};
+    const ops_call bd = {"fc.bwd_data", {&dy, &w}, {&dx[i]}, 2, 1, &a, sizeof a};
+    const ops_call bf = {"fc.bwd_filter", {&x, &dy}, {&dw[i], &db[i]}, 2, bias ? 2 : 1, &a,
+                         sizeof a};
+    k_run(kernel_of(fwd.op, impl[i]), &fwd);
+    k_run(kernel_of(bd.op, impl[i]), &bd);
+    k_run(kernel_of(bf.op, impl[i]), &bf);
+  }
+  const double ey = norm_err(&y[1], &y[0]), ex = norm_err(&dx[1], &dx[0]);
+  const double ew = norm_err(&dw[1], &dw[0]), eb = bias ? norm_err(&db[1], &db[0]) : 0.0;
+  ck_assert_msg(ey < BLAS_TOL && ex < BLAS_TOL && ew < BLAS_TOL && eb < BLAS_TOL,
+                "fc case %d n %d bias %d acc %d extra %d: err y %.3g dx %.3g dw %.3g db %.3g",
+                (int)(fc - fc_cases), n, bias, acc, extra, ey, ex, ew, eb);
+  tt *all[] = {&x, &w, &b, &dy, &y[0], &y[1], &dx[0], &dx[1], &dw[0], &dw[1], &db[0], &db[1]};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    ck_assert_msg(tt_padding_intact(all[i]), "fc case %d: padding of tensor %d written",
+                  (int)(fc - fc_cases), (int)i);
+    tt_free(all[i]);
+  }  double worst = ey > ex ? ey : ex;
+  if (ew > worst) worst = ew;
+  if (eb > worst) worst = eb;
+  return worst;
+}
+
+START_TEST(fc_matches_reference) {
+  static const int batches[] = {1, 7};
+  double worst = 0.0;
+  for (int bi = 0; bi < 2; bi++)
+    for (int bias = 0; bias <= 1; bias++)
+      for (int acc = 0; acc <= 1; acc++)
+        for (int extra = 0; extra <= 3; extra += 3) {
+          const double e = fc_compare(
+              &fc_cases[_i], batches[bi], bias, acc, extra,
+              (uint64_t)(5000 + _i * 100 + bi * 8 + bias * 4 + acc * 2 + (extra > 0)));
+          if (e > worst) worst = e;
+        }
+  printf("blas fc case %d: max normalized err %.2e\n", _i, worst);
+}
+END_TEST
+
+/* ---- chunked im2col and determinism -------------------------------------- */
+
+START_TEST(conv_chunks_and_is_deterministic) {
+  /* 24x24x20 -> 16, 3x3, padding 1, batch 7: one image's im2col rows are
+   * 24*24*180 floats (405 KiB) and its flipped backward-data rows 24*24*144
+   * (324 KiB), so with the 1 MiB chunk target the batch runs in chunks of
+   * 2 (and 3) images, the last one short. */
+  const conv_case cc = {24, 24, 20, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1};
+  const int n = 7;
+  const uint64_t image_bytes[3] = {24u * 24u * 180u * sizeof(float),
+                                   24u * 24u * 144u * sizeof(float),
+                                   24u * 24u * 180u * sizeof(float)};
+  tt x = tt_new(BP_ABI_DTYPE_FP32, n, 24, 24, 20, 0), w = tt_new(BP_ABI_DTYPE_FP32, 16, 3, 3, 20, 0);
+  tt dy = tt_new(BP_ABI_DTYPE_FP32, n, 24, 24, 16, 0);
+  uint64_t rng = 99;
+  tt_rand(&x, &rng, -1, 1), tt_rand(&w, &rng, -1, 1), tt_rand(&dy, &rng, -1, 1);
+  const bp_conv2d_attrs a = conv_attrs_of(&cc, 0, 0);
+  tt out[3][3]; /* [pass][reference, blas, blas again] */
+  for (int r = 0; r < 3; r++) {
+    out[0][r] = tt_new(BP_ABI_DTYPE_FP32, n, 24, 24, 16, 0);
+    out[1][r] = tt_new(BP_ABI_DTYPE_FP32, n, 24, 24, 20, 0);
+    out[2][r] = tt_new(BP_ABI_DTYPE_FP32, 16, 3, 3, 20, 0);
+    const char *impl = r == 0 ? "reference" : "blas";
+    const ops_call fwd = {"conv2d.fwd", {&x, &w}, {&out[0][r]}, 2, 1, &a, sizeof a};
+    const ops_call bd = {"conv2d.bwd_data", {&dy, &w}, {&out[1][r]}, 2, 1, &a, sizeof a};
+    const ops_call bf = {"conv2d.bwd_filter", {&x, &dy}, {&out[2][r]}, 2, 1, &a, sizeof a};
+    const ops_call *calls[3] = {&fwd, &bd, &bf};
+    for (int p = 0; p < 3; p++) {
+      const bp_abi_kernel *k = kernel_of(calls[p]->op, impl);
+      if (r == 1) {
+        const uint64_t ws = k_workspace(k, calls[p]);
+        ck_assert_msg(ws >= image_bytes[p] && ws < (uint64_t)n * image_bytes[p],
+                      "%s: workspace %llu bytes: not chunked", calls[p]->op,
+                      (unsigned long long)ws);
+      }
+      k_run(k, calls[p]);
+    }
+  }
+  for (int p = 0; p < 3; p++) {
+    const double e = norm_err(&out[p][1], &out[p][0]);
+    ck_assert_msg(e < BLAS_TOL, "pass %d: err %.3g", p, e);
+    ck_assert_msg(bitwise_equal(&out[p][1], &out[p][2]), "pass %d: two runs differ", p);
+    for (int r = 0; r < 3; r++) tt_free(&out[p][r]);
+  }
+  tt_free(&x), tt_free(&w), tt_free(&dy);
+}
+END_TEST
+
+/* ---- ranks as threads ----------------------------------------------------- */
+
+/* Ranks are threads of one process, each calling the kernels on its own
+ * tensors and workspace at the same time: every thread must get the bits
+ * a lone call gets. */
+typedef struct rank_job {
+  const ops_call *call[2]; /* conv2d.fwd and conv2d.bwd_filter into this rank's outputs */
+  int failed;
+} rank_job;
+
+static void *rank_main(void *p) {
+  rank_job *job = p;
+  for (int rep = 0; rep < 3; rep++)
+    for (int i = 0; i < 2; i++) {
+      const bp_abi_kernel *k = kernel_of(job->call[i]->op, "blas");
+      const uint64_t need = k_workspace(k, job->call[i]);
+      void *ws = need ? malloc((size_t)need) : NULL;
+      if ((need && !ws) || k_run_ws(k, job->call[i], ws, need) != BP_ABI_OK) job->failed = 1;
+      free(ws);
+    }
+  return NULL;
+}
+
+#define RANKS 4
+START_TEST(concurrent_ranks_get_the_same_bits) {
+  const conv_case cc = {14, 14, 32, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1};
+  const int n = 5;
+  tt x = tt_new(BP_ABI_DTYPE_FP32, n, 14, 14, 32, 0), w = tt_new(BP_ABI_DTYPE_FP32, 64, 3, 3, 32, 0);
+  tt dy = tt_new(BP_ABI_DTYPE_FP32, n, 14, 14, 64, 0);
+  uint64_t rng = 77;
+  tt_rand(&x, &rng, -1, 1), tt_rand(&w, &rng, -1, 1), tt_rand(&dy, &rng, -1, 1);
+  const bp_conv2d_attrs a = conv_attrs_of(&cc, 0, 0);
+  tt y[RANKS + 1], dw[RANKS + 1];
+  ops_call fwd[RANKS + 1], bf[RANKS + 1];
+  rank_job jobs[RANKS];
+  pthread_t threads[RANKS];
+  for (int r = 0; r <= RANKS; r++) {
+    y[r] = tt_new(BP_ABI_DTYPE_FP32, n, 14, 14, 64, 0);
+    dw[r] = tt_new(BP_ABI_DTYPE_FP32, 64, 3, 3, 32, 0);
+    fwd[r] = (ops_call){"conv2d.fwd", {&x, &w}, {&y[r]}, 2, 1, &a, sizeof a};
+    bf[r] = (ops_call){"conv2d.bwd_filter", {&x, &dy}, {&dw[r]}, 2, 1, &a, sizeof a};
+  }
+  k_run(kernel_of("conv2d.fwd", "blas"), &fwd[RANKS]); /* the lone call */
+  k_run(kernel_of("conv2d.bwd_filter", "blas"), &bf[RANKS]);
+  for (int r = 0; r < RANKS; r++) {
+    jobs[r] = (rank_job){{&fwd[r], &bf[r]}, 0};
+    ck_assert_int_eq(pthread_create(&threads[r], NULL, rank_main, &jobs[r]), 0);
+  }
+  for (int r = 0; r < RANKS; r++) {
+    ck_assert_int_eq(pthread_join(threads[r], NULL), 0);
+    ck_assert_msg(!jobs[r].failed, "rank %d: a run failed", r);
+    ck_assert_msg(bitwise_equal(&y[r], &y[RANKS]), "rank %d: y differs", r);
+    ck_assert_msg(bitwise_equal(&dw[r], &dw[RANKS]), "rank %d: dw differs", r);
+  }
+  for (int r = 0; r <= RANKS; r++) tt_free(&y[r]), tt_free(&dw[r]);
+  tt_free(&x), tt_free(&w), tt_free(&dy);
+}
+END_TEST
+
+/* ---- refusals ------------------------------------------------------------ */
+
+START_TEST(conv_refuses_padded_filters) {
+  /* a 3x3 filter with padded channels is not one row of 3*3*C values */
+  tt x = tt_new(BP_ABI_DTYPE_FP32, 2, 5, 5, 4, 0), w = tt_new(BP_ABI_DTYPE_FP32, 6, 3, 3, 4, 4);
+  tt y = tt_new(BP_ABI_DTYPE_FP32, 2, 5, 5, 6, 0);
+  const conv_case cc = {5, 5, 4, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1};
+  const bp_conv2d_attrs a = conv_attrs_of(&cc, 0, 0);
+  const ops_call fwd = {"conv2d.fwd", {&x, &w}, {&y}, 2, 1, &a, sizeof a};
+  const ops_call bd = {"conv2d.bwd_data", {&y, &w}, {&x}, 2, 1, &a, sizeof a};
+  const ops_call bf = {"conv2d.bwd_filter", {&x, &y}, {&w}, 2, 1, &a, sizeof a};
+  blas_expect_refused(&fwd, "w: device strides");
+  blas_expect_refused(&bd, "reference kernel serves");
+  blas_expect_refused(&bf, "dw: device strides");
+  /* the reference serves them */
+  ops_run(&fwd);
+  tt_free(&x), tt_free(&w), tt_free(&y);
+}
+END_TEST
+
+START_TEST(conv_refuses_uneven_rows) {
+  /* y's images are not evenly spaced pixel rows: a gap after each image */
+  tt x = tt_new(BP_ABI_DTYPE_FP32, 2, 4, 4, 3, 0), w = tt_new(BP_ABI_DTYPE_FP32, 5, 3, 3, 3, 0);
+  tt y = tt_new(BP_ABI_DTYPE_FP32, 3, 4, 4, 5, 0); /* room for the gaps */
+  y.d.shape[0] = 2;
+  y.d.stride[0] += 7;
+  const conv_case cc = {4, 4, 3, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1};
+  const bp_conv2d_attrs a = conv_attrs_of(&cc, 0, 0);
+  const ops_call fwd = {"conv2d.fwd", {&x, &w}, {&y}, 2, 1, &a, sizeof a};
+  blas_expect_refused(&fwd, "y: device strides");
+  ops_run(&fwd); /* the reference accepts it */
+  /* x read through im2col may have such strides */
+  tt x2 = tt_new(BP_ABI_DTYPE_FP32, 3, 4, 4, 3, 0), y2 = tt_new(BP_ABI_DTYPE_FP32, 2, 4, 4, 5, 0);
+  x2.d.shape[0] = 2;
+  x2.d.stride[0] += 5;
+  tt_rand(&x2, &(uint64_t){3}, -1, 1), tt_rand(&w, &(uint64_t){4}, -1, 1);
+  const ops_call fwd2 = {"conv2d.fwd", {&x2, &w}, {&y2}, 2, 1, &a, sizeof a};
+  tt y3 = tt_new(BP_ABI_DTYPE_FP32, 2, 4, 4, 5, 0);
+  const ops_call fwd3 = {"conv2d.fwd", {&x2, &w}, {&y3}, 2, 1, &a, sizeof a};
+  k_run(kernel_of("conv2d.fwd", "blas"), &fwd2);
+  ops_run(&fwd3);
+  ck_assert(norm_err(&y2, &y3) < BLAS_TOL);
+  /* and so may dx, written by col2im instead of the flipped GEMM, for
+   * both accumulate settings */
+  for (int acc = 0; acc <= 1; acc++) {
+    bp_conv2d_attrs aa = a;
+    aa.accumulate = acc;
+    tt dx[2];
+    for (int i = 0; i < 2; i++) {
+      dx[i] = tt_new(BP_ABI_DTYPE_FP32, 3, 4, 4, 3, 0);
+      dx[i].d.shape[0] = 2;
+      dx[i].d.stride[0] += 5;
+      tt_rand(&dx[i], &(uint64_t){5}, -1, 1);
+    }
+    const ops_call bd0 = {"conv2d.bwd_data", {&y2, &w}, {&dx[0]}, 2, 1, &aa, sizeof aa};
+    const ops_call bd1 = {"conv2d.bwd_data", {&y2, &w}, {&dx[1]}, 2, 1, &aa, sizeof aa};
+    ops_run(&bd0);
+    k_run(kernel_of("conv2d.bwd_data", "blas"), &bd1);
+    ck_assert_msg(norm_err(&dx[1], &dx[0]) < BLAS_TOL, "col2im dx: err %.3g",
+                  norm_err(&dx[1], &dx[0]));
+    tt_free(&dx[0]), tt_free(&dx[1]);
+  }
+  tt_free(&x), tt_free(&w), tt_free(&y), tt_free(&x2), tt_free(&y2), tt_free(&y3);
+}
+END_TEST
+
+START_TEST(fc_refuses_padded_feature_maps) {
+  tt x = tt_new(BP_ABI_DTYPE_FP32, 3, 2, 2, 5, 3), w = tt_new(BP_ABI_DTYPE_FP32, 4, 1, 1, 20, 0);
+  tt y = tt_new(BP_ABI_DTYPE_FP32, 3, 1, 1, 4, 0);
+  const bp_fc_attrs a = {0, 0};
+  const ops_call fwd = {"fc.fwd", {&x, &w}, {&y}, 2, 1, &a, sizeof a};
+  const ops_call bd = {"fc.bwd_data", {&y, &w}, {&x}, 2, 1, &a, sizeof a};
+  const ops_call bf = {"fc.bwd_filter", {&x, &y}, {&w}, 2, 1, &a, sizeof a};
+  blas_expect_refused(&fwd, "x: device strides");
+  blas_expect_refused(&bd, "dx: device strides");
+  blas_expect_refused(&bf, "N rows of H*W*C features");
+  ops_run(&fwd);
+  tt_free(&x), tt_free(&w), tt_free(&y);
+}
+END_TEST
+
+START_TEST(conv_run_needs_its_workspace) {
+  tt x = tt_new(BP_ABI_DTYPE_FP32, 2, 6, 6, 3, 0), w = tt_new(BP_ABI_DTYPE_FP32, 4, 3, 3, 3, 0);
+  tt y = tt_new(BP_ABI_DTYPE_FP32, 2, 6, 6, 4, 0);
+  const conv_case cc = {6, 6, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1};
+  const bp_conv2d_attrs a = conv_attrs_of(&cc, 0, 0);
+  const ops_call fwd = {"conv2d.fwd", {&x, &w}, {&y}, 2, 1, &a, sizeof a};
+  const bp_abi_kernel *k = kernel_of("conv2d.fwd", "blas");
+  const uint64_t need = k_workspace(k, &fwd);
+  ck_assert_uint_eq(need, 2u * 36u * 27u * sizeof(float)); /* both images' im2col rows */
+  float *ws = malloc((size_t)need + 4);
+  ck_assert_int_eq(k_run_ws(k, &fwd, NULL, 0), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(k_run_ws(k, &fwd, ws, need - 4), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(k_run_ws(k, &fwd, (char *)ws + 2, need), BP_ABI_ERR_INVALID); /* misaligned */
+  ck_assert_int_eq(k_run_ws(k, &fwd, x.data, need), BP_ABI_ERR_INVALID); /* overlaps x */
+  ck_assert_int_eq(k_run_ws(k, &fwd, ws, need), BP_ABI_OK);
+  /* 1x1, stride 1, no padding: no workspace */
+  const conv_case c1 = {6, 6, 3, 4, 1, 1, 1, 1, 0, 0, 1, 1, 1};
+  const bp_conv2d_attrs a1 = conv_attrs_of(&c1, 0, 0);
+  tt w1 = tt_new(BP_ABI_DTYPE_FP32, 4, 1, 1, 3, 0);
+  const ops_call fwd1 = {"conv2d.fwd", {&x, &w1}, {&y}, 2, 1, &a1, sizeof a1};
+  ck_assert_uint_eq(k_workspace(k, &fwd1), 0);
+  ck_assert_int_eq(k_run_ws(k, &fwd1, NULL, 0), BP_ABI_OK);
+  free(ws);
+  tt_free(&x), tt_free(&w), tt_free(&y), tt_free(&w1);
+}
+END_TEST
+
+START_TEST(blas_refuses_bad_args_like_the_reference) {
+  tt x = tt_new(BP_ABI_DTYPE_FP32, 2, 5, 5, 4, 0), w = tt_new(BP_ABI_DTYPE_FP32, 6, 3, 3, 2, 0);
+  tt b = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 6, 0), y = tt_new(BP_ABI_DTYPE_FP32, 2, 5, 5, 6, 0);
+  const conv_case cc = {5, 5, 4, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2};
+  const bp_conv2d_attrs a = conv_attrs_of(&cc, 1, 0);
+  const ops_call ok = {"conv2d.fwd", {&x, &w, &b}, {&y}, 3, 1, &a, sizeof a};
+  char reason[256];
+  ck_assert_int_eq(k_supports(kernel_of("conv2d.fwd", "blas"), &ok, reason, sizeof reason), 1);
+  ops_call c = ok;
+  bp_conv2d_attrs bad = a;
+  c.attrs = &bad;
+  bad.stride_h = 0;
+  blas_expect_refused(&c, "stride");
+  bad = a, bad.groups = 3;
+  blas_expect_refused(&c, "groups 3 must divide");
+  bad = a, bad.accumulate = 2;
+  blas_expect_refused(&c, "accumulate");
+  bad = a, bad.kernel_w = 2;
+  blas_expect_refused(&c, "w: shape");
+  c = ok, c.attrs = NULL;
+  blas_expect_refused(&c, "attribute block");
+  tt xi = tt_new(BP_ABI_DTYPE_INT32, 2, 5, 5, 4, 0);
+  c = ok, c.in[0] = &xi;
+  blas_expect_refused(&c, "x: dtype int32, expected fp32");
+  c = ok, c.nin = 2;
+  blas_expect_refused(&c, "expects 3 inputs");
+
+  /* pointers: in place, missing, misaligned */
+  const bp_abi_kernel *k = kernel_of("conv2d.fwd", "blas");
+  const uint64_t need = k_workspace(k, &ok);
+  void *ws = malloc((size_t)need);
+  ck_assert_int_eq(k_run_ws(k, &ok, ws, need), BP_ABI_OK);
+  tt ybad = y;
+  c = ok, c.out[0] = &ybad;
+  ybad.data = x.data; /* overlaps x */
+  ck_assert_int_eq(k_run_ws(k, &c, ws, need), BP_ABI_ERR_INVALID);
+  ybad.data = NULL;
+  ck_assert_int_eq(k_run_ws(k, &c, ws, need), BP_ABI_ERR_INVALID);
+  ybad.data = (char *)y.data + 2;
+  ck_assert_int_eq(k_run_ws(k, &c, ws, need), BP_ABI_ERR_INVALID);
+  free(ws);
+
+  /* fc too */
+  tt fx = tt_new(BP_ABI_DTYPE_FP32, 3, 1, 1, 5, 0), fw = tt_new(BP_ABI_DTYPE_FP32, 4, 1, 1, 6, 0);
+  tt fy = tt_new(BP_ABI_DTYPE_FP32, 3, 1, 1, 4, 0);
+  const bp_fc_attrs fa = {0, 0};
+  const ops_call fc = {"fc.fwd", {&fx, &fw}, {&fy}, 2, 1, &fa, sizeof fa};
+  blas_expect_refused(&fc, "w: shape");
+  tt_free(&x), tt_free(&w), tt_free(&b), tt_free(&y), tt_free(&xi);
+  tt_free(&fx), tt_free(&fw), tt_free(&fy);
+}
+END_TEST
+
+/* ---- descriptors and selection ------------------------------------------- */
+
+static const char *const blas_ops[] = {"conv2d.fwd", "conv2d.bwd_data", "conv2d.bwd_filter",
+                                       "fc.fwd",     "fc.bwd_data",     "fc.bwd_filter"};
+
+START_TEST(descriptors) {
+  for (int i = 0; i < 6; i++) {
+    const bp_abi_kernel *k = kernel_of(blas_ops[i], "blas");
+    ck_assert_str_eq(k->device, "cpu");
+    ck_assert_int_eq(k->priority, 10);
+    ck_assert_uint_eq(k->dtypes, BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32));
+    ck_assert(k->flags & BP_ABI_KERNEL_DETERMINISTIC);
+    ck_assert(!(k->flags & BP_ABI_KERNEL_REFERENCE));
+    ck_assert(!(k->flags & BP_ABI_KERNEL_IN_PLACE));
+    ck_assert_ptr_nonnull(k->supports);
+    ck_assert_ptr_nonnull(k->run);
+    const bp_registered_kernel *d = bp_registry_default_kernel(both_modules(), blas_ops[i], "cpu");
+    ck_assert_ptr_nonnull(d);
+    ck_assert_str_eq(d->kernel.impl, "blas");
+  }
+  /* the module is recorded as loaded, with a build id */
+  const bp_registry *r = both_modules();
+  int found = 0;
+  for (int i = 0; i < bp_registry_record_count(r); i++) {
+    const bp_load_record *rec = bp_registry_record(r, i);
+    if (strcmp(rec->name, "ops-blas") != 0) continue;
+    found = 1;
+    ck_assert_int_eq(rec->outcome, BP_LOAD_LOADED);
+    ck_assert_int_eq((int)strlen(rec->build_id), 16);
+  }
+  ck_assert(found);
+}
+END_TEST
+
+/* The args of one node of `op` on small compact tensors (no pointers). */
+typedef struct node {
+  tt t[5];
+  int nt;
+  ops_call call;
+  kargs k;
+  bp_conv2d_attrs ca;
+  bp_fc_attrs fa;
+} node;
+
+static void node_make(node *nd, const char *op, int padded_filter) {
+  memset(nd, 0, sizeof *nd);
+  const int conv = strncmp(op, "conv2d.", 7) == 0;
+  const int pass = strstr(op, "bwd_data") ? 1 : strstr(op, "bwd_filter") ? 2 : 0;
+  tt *x = &nd->t[0], *w = &nd->t[1], *y = &nd->t[2];
+  if (conv) {
+    *x = tt_new(BP_ABI_DTYPE_FP32, 2, 6, 6, 3, 0);
+    *w = tt_new(BP_ABI_DTYPE_FP32, 4, 3, 3, 3, padded_filter ? 1 : 0);
+    *y = tt_new(BP_ABI_DTYPE_FP32, 2, 6, 6, 4, 0);
+    const conv_case cc = {6, 6, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1};
+    nd->ca = conv_attrs_of(&cc, 0, 0);
+    nd->call.attrs = &nd->ca, nd->call.attr_size = sizeof nd->ca;
+  } else {
+    *x = tt_new(BP_ABI_DTYPE_FP32, 2, 3, 3, 2, 0);
+    *w = tt_new(BP_ABI_DTYPE_FP32, 5, 1, 1, 18, 0);
+    *y = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 1, 5, 0);
+    nd->call.attrs = &nd->fa, nd->call.attr_size = sizeof nd->fa;
+  }
+  nd->nt = 3;
+  nd->call.op = op;
+  nd->call.nin = 2, nd->call.nout = 1;
+  switch (pass) {
+    case 0: nd->call.in[0] = x, nd->call.in[1] = w, nd->call.out[0] = y; break;
+    case 1: nd->call.in[0] = y, nd->call.in[1] = w, nd->call.out[0] = x; break;
+    default: nd->call.in[0] = x, nd->call.in[1] = y, nd->call.out[0] = w; break;
+  }
+  kargs_make(&nd->k, &nd->call, 0);
+}
+
+static void node_free(node *nd) {
+  for (int i = 0; i < nd->nt; i++) tt_free(&nd->t[i]);
+}
+
+/* The impl bp_registry_select picks (pins NULL: BP_KERNELS applies). */
+static const char *selected(const char *op, const char *pins, int padded_filter, char *report,
+                            size_t report_size) {
+  node nd;
+  node_make(&nd, op, padded_filter);
+  bp_select_options o;
+  memset(&o, 0, sizeof o);
+  o.pins = pins;
+  o.report = report, o.report_size = report_size;
+  const bp_registered_kernel *k = NULL;
+  const bp_status st = bp_registry_select(both_modules(), op, "cpu", &nd.k.a, &o, &k);
+  node_free(&nd);
+  if (st != BP_OK) ck_abort_msg("select %s: %s", op, bp_last_error());
+  return k->kernel.impl;
+}
+
+START_TEST(select_prefers_blas_and_pins_override) {
+  unsetenv("BP_KERNELS");
+  for (int i = 0; i < 6; i++) ck_assert_str_eq(selected(blas_ops[i], NULL, 0, NULL, 0), "blas");
+
+  /* BP_KERNELS pins one op to the reference; the others keep blas */
+  setenv("BP_KERNELS", "conv2d.fwd=reference", 1);
+  ck_assert_str_eq(selected("conv2d.fwd", NULL, 0, NULL, 0), "reference");
+  ck_assert_str_eq(selected("conv2d.bwd_data", NULL, 0, NULL, 0), "blas");
+  ck_assert_str_eq(selected("fc.fwd", NULL, 0, NULL, 0), "blas");
+  /* pins in the options take the place of BP_KERNELS, with globs */
+  ck_assert_str_eq(selected("fc.bwd_filter", "fc.*=reference", 0, NULL, 0), "reference");
+  ck_assert_str_eq(selected("conv2d.fwd", "fc.*=reference", 0, NULL, 0), "blas");
+  ck_assert_str_eq(selected("conv2d.bwd_filter", "conv2d.*@cpu=reference", 0, NULL, 0),
+                   "reference");
+  unsetenv("BP_KERNELS");
+
+  /* a node the blas kernel refuses goes to the reference, and the report
+   * says why */
+  char report[2048] = "";
+  ck_assert_str_eq(selected("conv2d.fwd", NULL, 1, report, sizeof report), "reference");
+  ck_assert_msg(strstr(report, "reference kernel serves") != NULL, "report: %s", report);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("ops_blas");
+  TCase *tc = tcase_create("blas");
+  tcase_set_timeout(tc, 300);
+  tcase_add_loop_test(tc, conv_matches_reference, 0, CONV_CASES);
+  tcase_add_loop_test(tc, fc_matches_reference, 0, FC_CASES);
+  tcase_add_test(tc, conv_chunks_and_is_deterministic);
+  tcase_add_test(tc, concurrent_ranks_get_the_same_bits);
+  tcase_add_test(tc, conv_refuses_padded_filters);
+  tcase_add_test(tc, conv_refuses_uneven_rows);
+  tcase_add_test(tc, fc_refuses_padded_feature_maps);
+  tcase_add_test(tc, conv_run_needs_its_workspace);
+  tcase_add_test(tc, blas_refuses_bad_args_like_the_reference);
+  tcase_add_test(tc, descriptors);
+  tcase_add_test(tc, select_prefers_blas_and_pins_override);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
