@@ -43,14 +43,9 @@
 
 #include "blas-impl.h"
 
-typedef enum conv_pass { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER } conv_pass;
-
 /* Everything a pass needs, checked. */
 typedef struct conv_geom {
-  const bp_abi_tensor *x, *w, *b, *y; /* dx / dy / dw / db in the backward passes */
-  int64_t n, h, w_, c, k, oh, ow;
-  int64_t kh, kw, sh, sw, ph, pw, dh, dw, groups, cg, kg;
-  int has_bias, accumulate;
+  ref_conv_geom r; /* the checked geometry (weighted.c) */
   blas_mat ym, wm; /* y as [N*OH*OW, K]; w as [K, kh*kw*C/G] */
   blas_mat xm;     /* x as [N*H*W, C] when `x_matrix` (else zeros) */
   int x_matrix;    /* x's strides allow xm */
@@ -64,88 +59,28 @@ typedef struct conv_geom {
 
 /* The validity checks of the reference (the same messages), then what this
  * module adds: matrix layouts, BLAS int range, the workspace. */
-static int conv_check(const bp_abi_kernel_args *args, conv_pass pass, conv_geom *g, char *reason,
+static int conv_check(const bp_abi_kernel_args *args, ref_pass pass, conv_geom *g, char *reason,
                       size_t rs) {
-  bp_conv2d_attrs a;
-  if (!args) return ref_fail(reason, rs, "no args");
-  if (!ref_read_attrs(args, &a, sizeof a, reason, rs)) return 0;
-  if (a.kernel_h < 1 || a.kernel_w < 1)
-    return ref_fail(reason, rs, "kernel %dx%d: each side must be >= 1", a.kernel_h, a.kernel_w);
-  if (a.stride_h < 1 || a.stride_w < 1)
-    return ref_fail(reason, rs, "stride %dx%d: each must be >= 1", a.stride_h, a.stride_w);
-  if (a.dilation_h < 1 || a.dilation_w < 1)
-    return ref_fail(reason, rs, "dilation %dx%d: each must be >= 1", a.dilation_h, a.dilation_w);
-  if (a.pad_h < 0 || a.pad_w < 0)
-    return ref_fail(reason, rs, "padding %dx%d: each must be >= 0", a.pad_h, a.pad_w);
-  if (a.groups < 1) return ref_fail(reason, rs, "groups %d must be >= 1", a.groups);
-  if (!ref_check_flag(a.has_bias, "has_bias", reason, rs) ||
-      !ref_check_flag(a.accumulate, "accumulate", reason, rs))
-    return 0;
-
-  int nin = 2, nout = 1;
-  if (pass == CONV_FWD) nin += a.has_bias;
-  if (pass == CONV_BWD_FILTER) nout += a.has_bias;
-  if (!ref_check_args(args, nin, nout, reason, rs)) return 0;
-  const bp_abi_tensor *in = args->inputs, *out = args->outputs;
-  g->b = NULL;
-  switch (pass) {
-    case CONV_FWD:
-      g->x = &in[0], g->w = &in[1], g->y = &out[0];
-      if (a.has_bias) g->b = &in[2];
-      break;
-    case CONV_BWD_DATA: g->y = &in[0], g->w = &in[1], g->x = &out[0]; break;
-    case CONV_BWD_FILTER:
-      g->x = &in[0], g->y = &in[1], g->w = &out[0];
-      if (a.has_bias) g->b = &out[1];
-      break;
-  }
-  const char *xname = pass == CONV_BWD_DATA ? "dx" : "x";
-  const char *wname = pass == CONV_BWD_FILTER ? "dw" : "w";
-  const char *bname = pass == CONV_BWD_FILTER ? "db" : "b";
-  const char *yname = pass == CONV_FWD ? "y" : "dy";
-  if (!ref_check_tensor(g->x, xname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      !ref_check_tensor(g->w, wname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      !ref_check_tensor(g->y, yname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      (g->b && !ref_check_tensor(g->b, bname, BP_ABI_DTYPE_FP32, reason, rs)))
-    return 0;
-
-  g->n = g->x->shape[0], g->h = g->x->shape[1], g->w_ = g->x->shape[2], g->c = g->x->shape[3];
-  g->k = g->w->shape[0];
-  g->kh = a.kernel_h, g->kw = a.kernel_w, g->sh = a.stride_h, g->sw = a.stride_w;
-  g->ph = a.pad_h, g->pw = a.pad_w, g->dh = a.dilation_h, g->dw = a.dilation_w;
-  g->groups = a.groups, g->has_bias = a.has_bias, g->accumulate = a.accumulate;
-  if (g->c % g->groups != 0 || g->k % g->groups != 0)
-    return ref_fail(reason, rs, "groups %d must divide channels %lld and filters %lld", a.groups,
-                    (long long)g->c, (long long)g->k);
-  g->cg = g->c / g->groups, g->kg = g->k / g->groups;
-  const int64_t eh = g->dh * (g->kh - 1) + 1, ew = g->dw * (g->kw - 1) + 1;
-  const int64_t nh = g->h + 2 * g->ph - eh, nw = g->w_ + 2 * g->pw - ew;
-  if (nh < 0 || nw < 0)
-    return ref_fail(reason, rs,
-                    "padded input %lldx%lld is smaller than the dilated kernel %lldx%lld",
-                    (long long)(g->h + 2 * g->ph), (long long)(g->w_ + 2 * g->pw),
-                    (long long)eh, (long long)ew);
-  g->oh = nh / g->sh + 1, g->ow = nw / g->sw + 1;
-  if (!ref_check_shape(g->w, wname, g->k, g->kh, g->kw, g->cg, reason, rs) ||
-      !ref_check_shape(g->y, yname, g->n, g->oh, g->ow, g->k, reason, rs) ||
-      (g->b && !ref_check_shape(g->b, bname, 1, 1, 1, g->k, reason, rs)))
-    return 0;
+  if (!ref_conv_check(args, pass, &g->r, reason, rs)) return 0;
+  const char *xname = pass == REF_PASS_BWD_DATA ? "dx" : "x";
+  const char *wname = pass == REF_PASS_BWD_FILTER ? "dw" : "w";
+  const char *yname = pass == REF_PASS_FWD ? "y" : "dy";
 
   /* ---- this module's own limits ---- */
-  if (!blas_view(g->y, 3, yname, "N*OH*OW rows of K channels", &g->ym, reason, rs) ||
-      !blas_view(g->w, 1, wname, "K rows of kh*kw*C/groups filter values", &g->wm, reason, rs))
+  if (!blas_view(g->r.y, 3, yname, "N*OH*OW rows of K channels", &g->ym, reason, rs) ||
+      !blas_view(g->r.w, 1, wname, "K rows of kh*kw*C/groups filter values", &g->wm, reason, rs))
     return 0;
-  g->x_matrix = blas_view(g->x, 3, xname, "", &g->xm, NULL, 0);
+  g->x_matrix = blas_view(g->r.x, 3, xname, "", &g->xm, NULL, 0);
   if (!g->x_matrix) memset(&g->xm, 0, sizeof g->xm);
-  g->direct = g->x_matrix && g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 &&
-              g->ph == 0 && g->pw == 0;
+  g->direct = g->x_matrix && g->r.kh == 1 && g->r.kw == 1 && g->r.sh == 1 && g->r.sw == 1 &&
+              g->r.ph == 0 && g->r.pw == 0;
   /* The flipped gather moves kh*kw*K values a row, col2im kh*kw*C (each
    * added into dx): flipped when K <= C (measured on the CNN's shapes:
    * 1.25-1.4x faster at K = C, slower at K = 2C and K = 32C). */
-  g->flipped = pass == CONV_BWD_DATA && !g->direct && g->x_matrix && g->sh == 1 && g->sw == 1 &&
-               g->k <= g->c;
-  g->pix = g->flipped ? g->h * g->w_ : g->oh * g->ow;
-  g->row = g->kh * g->kw * (g->flipped ? g->k : g->c);
+  g->flipped = pass == REF_PASS_BWD_DATA && !g->direct && g->x_matrix && g->r.sh == 1 && g->r.sw == 1 &&
+               g->r.k <= g->r.c;
+  g->pix = g->flipped ? g->r.h * g->r.w_ : g->r.oh * g->r.ow;
+  g->row = g->r.kh * g->r.kw * (g->flipped ? g->r.k : g->r.c);
   if (!blas_check_int(g->ym.rows, "N*OH*OW", reason, rs) ||
       !blas_check_int(g->ym.ld, "the pixel stride of y", reason, rs) ||
       !blas_check_int(g->wm.ld, "the filter stride of w", reason, rs) ||
@@ -153,7 +88,7 @@ static int conv_check(const bp_abi_kernel_args *args, conv_pass pass, conv_geom 
       (g->x_matrix && (!blas_check_int(g->xm.rows, "N*H*W", reason, rs) ||
                        !blas_check_int(g->xm.ld, "the pixel stride of x", reason, rs))))
     return 0;
-  g->images = g->n;
+  g->images = g->r.n;
   g->ws_bytes = 0;
   if (!g->direct) {
     /* row and pix are below 2^31 (checked above): no overflow */
@@ -164,16 +99,16 @@ static int conv_check(const bp_abi_kernel_args *args, conv_pass pass, conv_geom 
                       "allows",
                       (unsigned long long)image_bytes, (unsigned long long)BLAS_COL_MAX_BYTES);
     const uint64_t fit = BLAS_COL_TARGET_BYTES / image_bytes;
-    g->images = fit < 1 ? 1 : fit > (uint64_t)g->n ? g->n : (int64_t)fit;
+    g->images = fit < 1 ? 1 : fit > (uint64_t)g->r.n ? g->r.n : (int64_t)fit;
     g->ws_bytes = (uint64_t)g->images * image_bytes;
-    if (g->flipped) g->ws_bytes += (uint64_t)(g->k * g->kh * g->kw * g->cg) * sizeof(float);
+    if (g->flipped) g->ws_bytes += (uint64_t)(g->r.k * g->r.kh * g->r.kw * g->r.cg) * sizeof(float);
   }
   return 1;
 }
 
 /* What run() adds to the checks: pointers, and a workspace of the size
  * workspace_size() announced. */
-static int conv_check_run(const bp_abi_kernel_args *args, conv_pass pass, conv_geom *g) {
+static int conv_check_run(const bp_abi_kernel_args *args, ref_pass pass, conv_geom *g) {
   char reason[REF_REASON_MAX];
   if (!conv_check(args, pass, g, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
     return 0;
@@ -201,9 +136,9 @@ static int conv_check_run(const bp_abi_kernel_args *args, conv_pass pass, conv_g
     conv_geom g;                                                                            \
     return conv_check(args, pass, &g, reason, rs);                                          \
   }
-CONV_SUPPORTS(conv_supports_fwd, CONV_FWD)
-CONV_SUPPORTS(conv_supports_bwd_data, CONV_BWD_DATA)
-CONV_SUPPORTS(conv_supports_bwd_filter, CONV_BWD_FILTER)
+CONV_SUPPORTS(conv_supports_fwd, REF_PASS_FWD)
+CONV_SUPPORTS(conv_supports_bwd_data, REF_PASS_BWD_DATA)
+CONV_SUPPORTS(conv_supports_bwd_filter, REF_PASS_BWD_FILTER)
 
 #define CONV_WORKSPACE(fn, pass)                                                            \
   static uint64_t fn(void *user, const bp_abi_kernel_args *args) {                          \
@@ -211,9 +146,9 @@ CONV_SUPPORTS(conv_supports_bwd_filter, CONV_BWD_FILTER)
     conv_geom g;                                                                            \
     return conv_check(args, pass, &g, NULL, 0) ? g.ws_bytes : 0;                            \
   }
-CONV_WORKSPACE(conv_workspace_fwd, CONV_FWD)
-CONV_WORKSPACE(conv_workspace_bwd_data, CONV_BWD_DATA)
-CONV_WORKSPACE(conv_workspace_bwd_filter, CONV_BWD_FILTER)
+CONV_WORKSPACE(conv_workspace_fwd, REF_PASS_FWD)
+CONV_WORKSPACE(conv_workspace_bwd_data, REF_PASS_BWD_DATA)
+CONV_WORKSPACE(conv_workspace_bwd_filter, REF_PASS_BWD_FILTER)
 
 /* The in-bounds taps [*lo, *hi) of a window: tap t reads position
  * i0 + t*dil (dil < 0 walks backwards), in bounds when in [0, limit). */
@@ -294,16 +229,16 @@ static void gather_rows(const gather *q, const float *src, int64_t n0, int64_t i
 }
 
 static gather im2col_of(const conv_geom *g) {
-  const gather q = {g->x,  g->oh,  g->ow,  g->sh,     g->sw, -g->ph, -g->pw,
-                    g->dh, g->dw,  g->kh,  g->kw, g->groups, g->cg};
+  const gather q = {g->r.x,  g->r.oh,  g->r.ow,  g->r.sh,     g->r.sw, -g->r.ph, -g->r.pw,
+                    g->r.dh, g->r.dw,  g->r.kh,  g->r.kw, g->r.groups, g->r.cg};
   return q;
 }
 
 /* The flipped gather of dy: row (n, ih, iw), tap (ky, kx) reads
  * dy[n, ih + ph - ky*dh, iw + pw - kx*dw]. */
 static gather flipped_of(const conv_geom *g) {
-  const gather q = {g->y,   g->h,   g->w_,  1,     1,         g->ph, g->pw,
-                    -g->dh, -g->dw, g->kh,  g->kw, g->groups, g->kg};
+  const gather q = {g->r.y,   g->r.h,   g->r.w_,  1,     1,         g->r.ph, g->r.pw,
+                    -g->r.dh, -g->r.dw, g->r.kh,  g->r.kw, g->r.groups, g->r.kg};
   return q;
 }
 
@@ -316,20 +251,20 @@ static inline void add_run(float *restrict d, const float *restrict s, int64_t n
  * in-bounds tap of every row added to its input element, rows in order,
  * then groups, taps and channels in order (a fixed order: deterministic). */
 static void col2im(const conv_geom *g, const float *col, int64_t n0, int64_t images, float *dx) {
-  const int64_t xs = g->x->stride[3], tap = g->cg, group_len = g->kh * g->kw * g->cg;
+  const int64_t xs = g->r.x->stride[3], tap = g->r.cg, group_len = g->r.kh * g->r.kw * g->r.cg;
   const float *row = col;
   for (int64_t n = n0; n < n0 + images; n++)
-    for (int64_t oh = 0; oh < g->oh; oh++)
-      for (int64_t ow = 0; ow < g->ow; ow++, row += g->row) {
-        const int64_t ih0 = oh * g->sh - g->ph, iw0 = ow * g->sw - g->pw;
+    for (int64_t oh = 0; oh < g->r.oh; oh++)
+      for (int64_t ow = 0; ow < g->r.ow; ow++, row += g->row) {
+        const int64_t ih0 = oh * g->r.sh - g->r.ph, iw0 = ow * g->r.sw - g->r.pw;
         int64_t y0, y1, x0, x1;
-        conv_taps(ih0, g->dh, g->kh, g->h, &y0, &y1);
-        conv_taps(iw0, g->dw, g->kw, g->w_, &x0, &x1);
-        for (int64_t gi = 0; gi < g->groups; gi++)
+        conv_taps(ih0, g->r.dh, g->r.kh, g->r.h, &y0, &y1);
+        conv_taps(iw0, g->r.dw, g->r.kw, g->r.w_, &x0, &x1);
+        for (int64_t gi = 0; gi < g->r.groups; gi++)
           for (int64_t ky = y0; ky < y1; ky++)
             for (int64_t kx = x0; kx < x1; kx++) {
-              const float *s = row + gi * group_len + (ky * g->kw + kx) * tap;
-              float *d = dx + ref_off(g->x, n, ih0 + ky * g->dh, iw0 + kx * g->dw, gi * g->cg);
+              const float *s = row + gi * group_len + (ky * g->r.kw + kx) * tap;
+              float *d = dx + ref_off(g->r.x, n, ih0 + ky * g->r.dh, iw0 + kx * g->r.dw, gi * g->r.cg);
               if (xs == 1)
                 add_run(d, s, tap);
               else
@@ -340,12 +275,12 @@ static void col2im(const conv_geom *g, const float *col, int64_t n0, int64_t ima
 
 /* Vg for every group, into v: v[g][ky][kx][k][c] = w[g*K/G + k, ky, kx, c]. */
 static void flip_filters(const conv_geom *g, const float *w, float *v) {
-  for (int64_t gi = 0; gi < g->groups; gi++)
-    for (int64_t ky = 0; ky < g->kh; ky++)
-      for (int64_t kx = 0; kx < g->kw; kx++)
-        for (int64_t k = 0; k < g->kg; k++, v += g->cg)
-          memcpy(v, w + (gi * g->kg + k) * g->wm.ld + (ky * g->kw + kx) * g->cg,
-                 sizeof(float) * (size_t)g->cg);
+  for (int64_t gi = 0; gi < g->r.groups; gi++)
+    for (int64_t ky = 0; ky < g->r.kh; ky++)
+      for (int64_t kx = 0; kx < g->r.kw; kx++)
+        for (int64_t k = 0; k < g->r.kg; k++, v += g->r.cg)
+          memcpy(v, w + (gi * g->r.kg + k) * g->wm.ld + (ky * g->r.kw + kx) * g->r.cg,
+                 sizeof(float) * (size_t)g->r.cg);
 }
 
 /* conv2d.fwd
@@ -356,23 +291,23 @@ static void flip_filters(const conv_geom *g, const float *w, float *v) {
 static int conv_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   conv_geom g;
-  if (!conv_check_run(args, CONV_FWD, &g)) return BP_ABI_ERR_INVALID;
-  const float *x = ref_in(args, 0), *w = ref_in(args, 1), *b = g.has_bias ? ref_in(args, 2) : NULL;
+  if (!conv_check_run(args, REF_PASS_FWD, &g)) return BP_ABI_ERR_INVALID;
+  const float *x = ref_in(args, 0), *w = ref_in(args, 1), *b = g.r.has_bias ? ref_in(args, 2) : NULL;
   float *y = ref_out(args, 0), *col = args->workspace;
   const gather q = im2col_of(&g);
-  for (int64_t n0 = 0; n0 < g.n; n0 += g.images) {
-    const int64_t images = g.n - n0 < g.images ? g.n - n0 : g.images, rows = images * g.pix;
+  for (int64_t n0 = 0; n0 < g.r.n; n0 += g.images) {
+    const int64_t images = g.r.n - n0 < g.images ? g.r.n - n0 : g.images, rows = images * g.pix;
     float *yc = y + n0 * g.pix * g.ym.ld;
     const float *a = x; /* direct: the chunk is every image */
-    int64_t lda = g.xm.ld, a_group = g.cg;
+    int64_t lda = g.xm.ld, a_group = g.r.cg;
     if (!g.direct) {
       gather_rows(&q, x, n0, images, col);
-      a = col, lda = g.row, a_group = g.kh * g.kw * g.cg;
+      a = col, lda = g.row, a_group = g.r.kh * g.r.kw * g.r.cg;
     }
-    if (b) blas_fill_rows(yc, g.ym.ld, rows, g.k, b, g.b->stride[3]);
-    for (int64_t gi = 0; gi < g.groups; gi++)
-      blas_sgemm(0, 1, rows, g.kg, g.kh * g.kw * g.cg, a + gi * a_group, lda,
-                 w + gi * g.kg * g.wm.ld, g.wm.ld, b ? 1.0f : 0.0f, yc + gi * g.kg, g.ym.ld);
+    if (b) blas_fill_rows(yc, g.ym.ld, rows, g.r.k, b, g.r.b->stride[3]);
+    for (int64_t gi = 0; gi < g.r.groups; gi++)
+      blas_sgemm(0, 1, rows, g.r.kg, g.r.kh * g.r.kw * g.r.cg, a + gi * a_group, lda,
+                 w + gi * g.r.kg * g.wm.ld, g.wm.ld, b ? 1.0f : 0.0f, yc + gi * g.r.kg, g.ym.ld);
   }
   return BP_ABI_OK;
 }
@@ -387,37 +322,37 @@ static int conv_run_fwd(void *user, const bp_abi_kernel_args *args) {
 static int conv_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   conv_geom g;
-  if (!conv_check_run(args, CONV_BWD_DATA, &g)) return BP_ABI_ERR_INVALID;
+  if (!conv_check_run(args, REF_PASS_BWD_DATA, &g)) return BP_ABI_ERR_INVALID;
   const float *dy = ref_in(args, 0), *w = ref_in(args, 1);
   float *dx = ref_out(args, 0), *col = args->workspace;
-  const float beta = g.accumulate ? 1.0f : 0.0f;
-  const int64_t kkg = g.kh * g.kw * g.cg;
+  const float beta = g.r.accumulate ? 1.0f : 0.0f;
+  const int64_t kkg = g.r.kh * g.r.kw * g.r.cg;
   if (g.direct) {
-    for (int64_t gi = 0; gi < g.groups; gi++)
-      blas_sgemm(0, 0, g.ym.rows, g.cg, g.kg, dy + gi * g.kg, g.ym.ld, w + gi * g.kg * g.wm.ld,
-                 g.wm.ld, beta, dx + gi * g.cg, g.xm.ld);
+    for (int64_t gi = 0; gi < g.r.groups; gi++)
+      blas_sgemm(0, 0, g.ym.rows, g.r.cg, g.r.kg, dy + gi * g.r.kg, g.ym.ld, w + gi * g.r.kg * g.wm.ld,
+                 g.wm.ld, beta, dx + gi * g.r.cg, g.xm.ld);
     return BP_ABI_OK;
   }
   if (g.flipped) {
     float *v = col + g.images * g.pix * g.row; /* after the col rows */
     const gather q = flipped_of(&g);
-    const int64_t kkk = g.kh * g.kw * g.kg; /* values of one group's block */
+    const int64_t kkk = g.r.kh * g.r.kw * g.r.kg; /* values of one group's block */
     flip_filters(&g, w, v);
-    for (int64_t n0 = 0; n0 < g.n; n0 += g.images) {
-      const int64_t images = g.n - n0 < g.images ? g.n - n0 : g.images, rows = images * g.pix;
+    for (int64_t n0 = 0; n0 < g.r.n; n0 += g.images) {
+      const int64_t images = g.r.n - n0 < g.images ? g.r.n - n0 : g.images, rows = images * g.pix;
       gather_rows(&q, dy, n0, images, col);
-      for (int64_t gi = 0; gi < g.groups; gi++)
-        blas_sgemm(0, 0, rows, g.cg, kkk, col + gi * kkk, g.row, v + gi * kkk * g.cg, g.cg,
-                   beta, dx + n0 * g.pix * g.xm.ld + gi * g.cg, g.xm.ld);
+      for (int64_t gi = 0; gi < g.r.groups; gi++)
+        blas_sgemm(0, 0, rows, g.r.cg, kkk, col + gi * kkk, g.row, v + gi * kkk * g.r.cg, g.r.cg,
+                   beta, dx + n0 * g.pix * g.xm.ld + gi * g.r.cg, g.xm.ld);
     }
     return BP_ABI_OK;
   }
-  if (!g.accumulate) ref_zero(g.x, dx);
-  for (int64_t n0 = 0; n0 < g.n; n0 += g.images) {
-    const int64_t images = g.n - n0 < g.images ? g.n - n0 : g.images, rows = images * g.pix;
+  if (!g.r.accumulate) ref_zero(g.r.x, dx);
+  for (int64_t n0 = 0; n0 < g.r.n; n0 += g.images) {
+    const int64_t images = g.r.n - n0 < g.images ? g.r.n - n0 : g.images, rows = images * g.pix;
     const float *dyc = dy + n0 * g.pix * g.ym.ld;
-    for (int64_t gi = 0; gi < g.groups; gi++)
-      blas_sgemm(0, 0, rows, kkg, g.kg, dyc + gi * g.kg, g.ym.ld, w + gi * g.kg * g.wm.ld,
+    for (int64_t gi = 0; gi < g.r.groups; gi++)
+      blas_sgemm(0, 0, rows, kkg, g.r.kg, dyc + gi * g.r.kg, g.ym.ld, w + gi * g.r.kg * g.wm.ld,
                  g.wm.ld, 0.0f, col + gi * kkg, g.row);
     col2im(&g, col, n0, images, dx);
   }
@@ -433,26 +368,26 @@ static int conv_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
 static int conv_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   conv_geom g;
-  if (!conv_check_run(args, CONV_BWD_FILTER, &g)) return BP_ABI_ERR_INVALID;
+  if (!conv_check_run(args, REF_PASS_BWD_FILTER, &g)) return BP_ABI_ERR_INVALID;
   const float *x = ref_in(args, 0), *dy = ref_in(args, 1);
-  float *dw = ref_out(args, 0), *db = g.has_bias ? ref_out(args, 1) : NULL, *col = args->workspace;
+  float *dw = ref_out(args, 0), *db = g.r.has_bias ? ref_out(args, 1) : NULL, *col = args->workspace;
   const gather q = im2col_of(&g);
-  const int64_t kkg = g.kh * g.kw * g.cg;
-  for (int64_t n0 = 0; n0 < g.n; n0 += g.images) {
-    const int64_t images = g.n - n0 < g.images ? g.n - n0 : g.images, rows = images * g.pix;
+  const int64_t kkg = g.r.kh * g.r.kw * g.r.cg;
+  for (int64_t n0 = 0; n0 < g.r.n; n0 += g.images) {
+    const int64_t images = g.r.n - n0 < g.images ? g.r.n - n0 : g.images, rows = images * g.pix;
     const float *dyc = dy + n0 * g.pix * g.ym.ld;
     const float *a = x; /* direct: the chunk is every image */
-    int64_t lda = g.xm.ld, a_group = g.cg;
+    int64_t lda = g.xm.ld, a_group = g.r.cg;
     if (!g.direct) {
       gather_rows(&q, x, n0, images, col);
       a = col, lda = g.row, a_group = kkg;
     }
-    const float beta = n0 == 0 && !g.accumulate ? 0.0f : 1.0f;
-    for (int64_t gi = 0; gi < g.groups; gi++)
-      blas_sgemm(1, 0, g.kg, kkg, rows, dyc + gi * g.kg, g.ym.ld, a + gi * a_group, lda, beta,
-                 dw + gi * g.kg * g.wm.ld, g.wm.ld);
+    const float beta = n0 == 0 && !g.r.accumulate ? 0.0f : 1.0f;
+    for (int64_t gi = 0; gi < g.r.groups; gi++)
+      blas_sgemm(1, 0, g.r.kg, kkg, rows, dyc + gi * g.r.kg, g.ym.ld, a + gi * a_group, lda, beta,
+                 dw + gi * g.r.kg * g.wm.ld, g.wm.ld);
   }
-  if (db) blas_sum_rows(dy, g.ym.ld, g.ym.rows, g.k, db, g.b->stride[3], g.accumulate);
+  if (db) blas_sum_rows(dy, g.ym.ld, g.ym.rows, g.r.k, db, g.r.b->stride[3], g.r.accumulate);
   return BP_ABI_OK;
 }
 

@@ -17,102 +17,23 @@
  * read. Outputs never alias inputs. */
 #include "reference-impl.h"
 
-typedef enum conv_pass { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER } conv_pass;
-
-/* Everything a pass needs, checked. */
-typedef struct conv_geom {
-  const bp_abi_tensor *x, *w, *b, *y; /* y stands for dy in the backward passes */
-  int64_t n, h, w_, c, k, oh, ow;
-  int64_t kh, kw, sh, sw, ph, pw, dh, dw, groups, cg, kg;
-  int has_bias, accumulate;
-} conv_geom;
-
-static int conv_check(const bp_abi_kernel_args *args, conv_pass pass, conv_geom *g, char *reason,
-                      size_t rs) {
-  bp_conv2d_attrs a;
-  if (!args) return ref_fail(reason, rs, "no args");
-  if (!ref_read_attrs(args, &a, sizeof a, reason, rs)) return 0;
-  if (a.kernel_h < 1 || a.kernel_w < 1)
-    return ref_fail(reason, rs, "kernel %dx%d: each side must be >= 1", a.kernel_h, a.kernel_w);
-  if (a.stride_h < 1 || a.stride_w < 1)
-    return ref_fail(reason, rs, "stride %dx%d: each must be >= 1", a.stride_h, a.stride_w);
-  if (a.dilation_h < 1 || a.dilation_w < 1)
-    return ref_fail(reason, rs, "dilation %dx%d: each must be >= 1", a.dilation_h, a.dilation_w);
-  if (a.pad_h < 0 || a.pad_w < 0)
-    return ref_fail(reason, rs, "padding %dx%d: each must be >= 0", a.pad_h, a.pad_w);
-  if (a.groups < 1) return ref_fail(reason, rs, "groups %d must be >= 1", a.groups);
-  if (!ref_check_flag(a.has_bias, "has_bias", reason, rs) ||
-      !ref_check_flag(a.accumulate, "accumulate", reason, rs))
-    return 0;
-
-  int nin = 2, nout = 1;
-  if (pass == CONV_FWD) nin += a.has_bias;
-  if (pass == CONV_BWD_FILTER) nout += a.has_bias;
-  if (!ref_check_args(args, nin, nout, reason, rs)) return 0;
-  const bp_abi_tensor *in = args->inputs, *out = args->outputs;
-  const char *yname = pass == CONV_FWD ? "y" : "dy";
-  g->b = NULL;
-  switch (pass) {
-    case CONV_FWD:
-      g->x = &in[0], g->w = &in[1], g->y = &out[0];
-      if (a.has_bias) g->b = &in[2];
-      break;
-    case CONV_BWD_DATA: g->y = &in[0], g->w = &in[1], g->x = &out[0]; break;
-    case CONV_BWD_FILTER:
-      g->x = &in[0], g->y = &in[1], g->w = &out[0];
-      if (a.has_bias) g->b = &out[1];
-      break;
-  }
-  const char *xname = pass == CONV_BWD_DATA ? "dx" : "x";
-  const char *wname = pass == CONV_BWD_FILTER ? "dw" : "w";
-  const char *bname = pass == CONV_BWD_FILTER ? "db" : "b";
-  if (!ref_check_tensor(g->x, xname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      !ref_check_tensor(g->w, wname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      !ref_check_tensor(g->y, yname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      (g->b && !ref_check_tensor(g->b, bname, BP_ABI_DTYPE_FP32, reason, rs)))
-    return 0;
-
-  g->n = g->x->shape[0], g->h = g->x->shape[1], g->w_ = g->x->shape[2], g->c = g->x->shape[3];
-  g->k = g->w->shape[0];
-  g->kh = a.kernel_h, g->kw = a.kernel_w, g->sh = a.stride_h, g->sw = a.stride_w;
-  g->ph = a.pad_h, g->pw = a.pad_w, g->dh = a.dilation_h, g->dw = a.dilation_w;
-  g->groups = a.groups, g->has_bias = a.has_bias, g->accumulate = a.accumulate;
-  if (g->c % g->groups != 0 || g->k % g->groups != 0)
-    return ref_fail(reason, rs, "groups %d must divide channels %lld and filters %lld", a.groups,
-                    (long long)g->c, (long long)g->k);
-  g->cg = g->c / g->groups, g->kg = g->k / g->groups;
-  int64_t eh = g->dh * (g->kh - 1) + 1, ew = g->dw * (g->kw - 1) + 1;
-  int64_t nh = g->h + 2 * g->ph - eh, nw = g->w_ + 2 * g->pw - ew;
-  if (nh < 0 || nw < 0)
-    return ref_fail(reason, rs,
-                    "padded input %lldx%lld is smaller than the dilated kernel %lldx%lld",
-                    (long long)(g->h + 2 * g->ph), (long long)(g->w_ + 2 * g->pw),
-                    (long long)eh, (long long)ew);
-  g->oh = nh / g->sh + 1, g->ow = nw / g->sw + 1;
-  if (!ref_check_shape(g->w, wname, g->k, g->kh, g->kw, g->cg, reason, rs) ||
-      !ref_check_shape(g->y, yname, g->n, g->oh, g->ow, g->k, reason, rs) ||
-      (g->b && !ref_check_shape(g->b, bname, 1, 1, 1, g->k, reason, rs)))
-    return 0;
-  return 1;
-}
-
 static int conv_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason,
                              size_t rs) {
   (void)user;
-  conv_geom g;
-  return conv_check(args, CONV_FWD, &g, reason, rs);
+  ref_conv_geom g;
+  return ref_conv_check(args, REF_PASS_FWD, &g, reason, rs);
 }
 static int conv_supports_bwd_data(void *user, const bp_abi_kernel_args *args, char *reason,
                                   size_t rs) {
   (void)user;
-  conv_geom g;
-  return conv_check(args, CONV_BWD_DATA, &g, reason, rs);
+  ref_conv_geom g;
+  return ref_conv_check(args, REF_PASS_BWD_DATA, &g, reason, rs);
 }
 static int conv_supports_bwd_filter(void *user, const bp_abi_kernel_args *args, char *reason,
                                     size_t rs) {
   (void)user;
-  conv_geom g;
-  return conv_check(args, CONV_BWD_FILTER, &g, reason, rs);
+  ref_conv_geom g;
+  return ref_conv_check(args, REF_PASS_BWD_FILTER, &g, reason, rs);
 }
 
 /* The output row (or column) o whose tap k lands on input row i:
@@ -134,9 +55,9 @@ static int conv_tap(int64_t i, int64_t pad, int64_t k, int64_t dil, int64_t stri
  *   double, bias first; rounded to float once. */
 static int conv_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  conv_geom g;
+  ref_conv_geom g;
   char reason[REF_REASON_MAX];
-  if (!conv_check(args, CONV_FWD, &g, reason, sizeof reason) ||
+  if (!ref_conv_check(args, REF_PASS_FWD, &g, reason, sizeof reason) ||
       !ref_check_ptrs(args, NULL, NULL, 0))
     return BP_ABI_ERR_INVALID;
   const float *x = ref_in(args, 0), *w = ref_in(args, 1), *b = g.has_bias ? ref_in(args, 2) : NULL;
@@ -172,9 +93,9 @@ static int conv_run_fwd(void *user, const bp_abi_kernel_args *args) {
  *   float straight into dx, in the fixed order (ky, kx, k, c). */
 static int conv_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  conv_geom g;
+  ref_conv_geom g;
   char reason[REF_REASON_MAX];
-  if (!conv_check(args, CONV_BWD_DATA, &g, reason, sizeof reason) ||
+  if (!ref_conv_check(args, REF_PASS_BWD_DATA, &g, reason, sizeof reason) ||
       !ref_check_ptrs(args, NULL, NULL, 0))
     return BP_ABI_ERR_INVALID;
   const float *dy = ref_in(args, 0), *w = ref_in(args, 1);
@@ -210,9 +131,9 @@ static int conv_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
  *   into dw in the order (n, oh, ow, ky, kx, k, c); db in double, added once. */
 static int conv_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  conv_geom g;
+  ref_conv_geom g;
   char reason[REF_REASON_MAX];
-  if (!conv_check(args, CONV_BWD_FILTER, &g, reason, sizeof reason) ||
+  if (!ref_conv_check(args, REF_PASS_BWD_FILTER, &g, reason, sizeof reason) ||
       !ref_check_ptrs(args, NULL, NULL, 0))
     return BP_ABI_ERR_INVALID;
   const float *x = ref_in(args, 0), *dy = ref_in(args, 1);

@@ -12,75 +12,22 @@
  * alias inputs. */
 #include "reference-impl.h"
 
-typedef enum fc_pass { FC_FWD, FC_BWD_DATA, FC_BWD_FILTER } fc_pass;
-
-typedef struct fc_geom {
-  const bp_abi_tensor *x, *w, *b, *y; /* y stands for dy in the backward passes */
-  int64_t n, h, w_, c, f, o;
-  int has_bias, accumulate;
-} fc_geom;
-
-static int fc_check(const bp_abi_kernel_args *args, fc_pass pass, fc_geom *g, char *reason,
-                    size_t rs) {
-  bp_fc_attrs a;
-  if (!args) return ref_fail(reason, rs, "no args");
-  if (!ref_read_attrs(args, &a, sizeof a, reason, rs)) return 0;
-  if (!ref_check_flag(a.has_bias, "has_bias", reason, rs) ||
-      !ref_check_flag(a.accumulate, "accumulate", reason, rs))
-    return 0;
-  int nin = 2, nout = 1;
-  if (pass == FC_FWD) nin += a.has_bias;
-  if (pass == FC_BWD_FILTER) nout += a.has_bias;
-  if (!ref_check_args(args, nin, nout, reason, rs)) return 0;
-  const bp_abi_tensor *in = args->inputs, *out = args->outputs;
-  g->b = NULL;
-  switch (pass) {
-    case FC_FWD:
-      g->x = &in[0], g->w = &in[1], g->y = &out[0];
-      if (a.has_bias) g->b = &in[2];
-      break;
-    case FC_BWD_DATA: g->y = &in[0], g->w = &in[1], g->x = &out[0]; break;
-    case FC_BWD_FILTER:
-      g->x = &in[0], g->y = &in[1], g->w = &out[0];
-      if (a.has_bias) g->b = &out[1];
-      break;
-  }
-  const char *xname = pass == FC_BWD_DATA ? "dx" : "x";
-  const char *wname = pass == FC_BWD_FILTER ? "dw" : "w";
-  const char *bname = pass == FC_BWD_FILTER ? "db" : "b";
-  const char *yname = pass == FC_FWD ? "y" : "dy";
-  if (!ref_check_tensor(g->x, xname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      !ref_check_tensor(g->w, wname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      !ref_check_tensor(g->y, yname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      (g->b && !ref_check_tensor(g->b, bname, BP_ABI_DTYPE_FP32, reason, rs)))
-    return 0;
-  g->n = g->x->shape[0], g->h = g->x->shape[1], g->w_ = g->x->shape[2], g->c = g->x->shape[3];
-  g->f = g->h * g->w_ * g->c;
-  g->o = g->w->shape[0];
-  g->has_bias = a.has_bias, g->accumulate = a.accumulate;
-  if (!ref_check_shape(g->w, wname, g->o, 1, 1, g->f, reason, rs) ||
-      !ref_check_shape(g->y, yname, g->n, 1, 1, g->o, reason, rs) ||
-      (g->b && !ref_check_shape(g->b, bname, 1, 1, 1, g->o, reason, rs)))
-    return 0;
-  return 1;
-}
-
 static int fc_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
-  fc_geom g;
-  return fc_check(args, FC_FWD, &g, reason, rs);
+  ref_fc_geom g;
+  return ref_fc_check(args, REF_PASS_FWD, &g, reason, rs);
 }
 static int fc_supports_bwd_data(void *user, const bp_abi_kernel_args *args, char *reason,
                                 size_t rs) {
   (void)user;
-  fc_geom g;
-  return fc_check(args, FC_BWD_DATA, &g, reason, rs);
+  ref_fc_geom g;
+  return ref_fc_check(args, REF_PASS_BWD_DATA, &g, reason, rs);
 }
 static int fc_supports_bwd_filter(void *user, const bp_abi_kernel_args *args, char *reason,
                                   size_t rs) {
   (void)user;
-  fc_geom g;
-  return fc_check(args, FC_BWD_FILTER, &g, reason, rs);
+  ref_fc_geom g;
+  return ref_fc_check(args, REF_PASS_BWD_FILTER, &g, reason, rs);
 }
 
 /* fc.fwd
@@ -90,9 +37,9 @@ static int fc_supports_bwd_filter(void *user, const bp_abi_kernel_args *args, ch
  *   double, rounded to float once. */
 static int fc_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  fc_geom g;
+  ref_fc_geom g;
   char reason[REF_REASON_MAX];
-  if (!fc_check(args, FC_FWD, &g, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+  if (!ref_fc_check(args, REF_PASS_FWD, &g, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
     return BP_ABI_ERR_INVALID;
   const float *x = ref_in(args, 0), *w = ref_in(args, 1), *b = g.has_bias ? ref_in(args, 2) : NULL;
   float *y = ref_out(args, 0);
@@ -115,9 +62,9 @@ static int fc_run_fwd(void *user, const bp_abi_kernel_args *args) {
  *   added. Summed in float straight into dx, o ascending. */
 static int fc_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  fc_geom g;
+  ref_fc_geom g;
   char reason[REF_REASON_MAX];
-  if (!fc_check(args, FC_BWD_DATA, &g, reason, sizeof reason) ||
+  if (!ref_fc_check(args, REF_PASS_BWD_DATA, &g, reason, sizeof reason) ||
       !ref_check_ptrs(args, NULL, NULL, 0))
     return BP_ABI_ERR_INVALID;
   const float *dy = ref_in(args, 0), *w = ref_in(args, 1);
@@ -142,9 +89,9 @@ static int fc_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
  *   accumulate 0: overwritten, 1: added. */
 static int fc_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  fc_geom g;
+  ref_fc_geom g;
   char reason[REF_REASON_MAX];
-  if (!fc_check(args, FC_BWD_FILTER, &g, reason, sizeof reason) ||
+  if (!ref_fc_check(args, REF_PASS_BWD_FILTER, &g, reason, sizeof reason) ||
       !ref_check_ptrs(args, NULL, NULL, 0))
     return BP_ABI_ERR_INVALID;
   const float *x = ref_in(args, 0), *dy = ref_in(args, 1);

@@ -138,4 +138,34 @@ extern const bp_abi_kernel ref_range_sgd, ref_range_adamw, ref_range_lars;
 #define REF_KERNEL(op_name, supports_fn, run_fn, extra_flags)                                 \
   REF_KERNEL_DT(op_name, supports_fn, run_fn, extra_flags, BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32))
 
+
+/* ---- weighted ops (weighted.c): conv2d and fc share their tensor roles ----
+ *   forward          in: x, w, b (has_bias)   out: y
+ *   backward-data    in: dy, w                out: dx
+ *   backward-filter  in: x, dy                out: dw, db (has_bias)
+ * The checks below validate attributes, tensor counts, dtypes and shapes
+ * once, for this module and for every module that compiles weighted.c in
+ * (ops/blas), so all accept the same nodes with the same reasons. */
+typedef enum ref_pass { REF_PASS_FWD, REF_PASS_BWD_DATA, REF_PASS_BWD_FILTER } ref_pass;
+
+/* Everything a pass needs, checked. */
+typedef struct ref_conv_geom {
+  const bp_abi_tensor *x, *w, *b, *y; /* y stands for dy in the backward passes */
+  int64_t n, h, w_, c, k, oh, ow;
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw, groups, cg, kg;
+  int has_bias, accumulate;
+} ref_conv_geom;
+
+int ref_conv_check(const bp_abi_kernel_args *args, ref_pass pass, ref_conv_geom *g, char *reason,
+                   size_t rs);
+
+typedef struct ref_fc_geom {
+  const bp_abi_tensor *x, *w, *b, *y; /* y stands for dy in the backward passes */
+  int64_t n, h, w_, c, f, o;
+  int has_bias, accumulate;
+} ref_fc_geom;
+
+int ref_fc_check(const bp_abi_kernel_args *args, ref_pass pass, ref_fc_geom *g, char *reason,
+                 size_t rs);
+
 #endif
