@@ -8,6 +8,7 @@ packages=(
   check                                          # unit tests
   libyaml-dev                                    # model files
   zlib1g-dev                                     # gzip'd IDX data
+  libopenblas-dev                                # ops/blas GEMM kernels
   dataset-fashion-mnist                          # default data set (test_data_fashion_mnist)
   python3                                        # JSON checks in the CLI tests
 )

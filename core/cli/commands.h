@@ -6,5 +6,7 @@
  * Errors go to stderr as one line "blueprint <cmd>: <what is wrong>". */
 int bp_cmd_plan(int argc, char **argv);
 int bp_cmd_plugins(int argc, char **argv);
+int bp_cmd_train(int argc, char **argv);
+int bp_cmd_eval(int argc, char **argv);
 
 #endif

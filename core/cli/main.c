@@ -11,6 +11,8 @@ static const struct {
 } commands[] = {
     {"plan", bp_cmd_plan, "lay out a model's memory plan and print it"},
     {"plugins", bp_cmd_plugins, "list op modules, kernels and which kernel each op gets"},
+    {"train", bp_cmd_train, "train a model on Fashion-MNIST (or MNIST-format data)"},
+    {"eval", bp_cmd_eval, "evaluate a checkpoint on the test set"},
 };
 
 static void usage(FILE *out) {

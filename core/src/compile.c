@@ -3,7 +3,9 @@
  *
  * Variants, in this order: "train" (options->batch at the model's
  * resolution), "train_last" (train_size % batch, only when nonzero), "eval"
- * (eval_batch), then options->extra (any batch and resolution).
+ * (eval_batch), "eval_last" (eval_size % eval_batch, only when eval_size is
+ * given and the remainder is nonzero), then options->extra (any batch and
+ * resolution).
  *
  * Allocation scheme. Every variant makes the same calls in the same order,
  * so a tensor has one id everywhere; only batch and resolution change the
@@ -12,7 +14,14 @@
  *   label.a/.b  [N,1,1,1] int32     I_A / I_B
  *   lr          fp32 = train lr     S_SCALAR
  *   loss_scale  fp32 = 1            S_SCALAR
- *   step        int32 = 0           S_SCALAR
+ *   step        fp32 = 0            S_SCALAR   AdamW's step counter (bp_abi_ops.h:
+ *                                              scalars are FP32; exact to 2^24 steps)
+ * and, with the LARS optimizer, for its one node over the decayed span
+ * (the S weights of conv and fc layers, graph.h):
+ *   lars.segments [1,1,1,S+1] int32 T   element offsets of each weight in
+ *                                        the span (written by the trainer
+ *                                        from the graph's constants)
+ *   lars.norms    [1,1,1,2S] fp32   T   |w| and |g| of each weight
  * then per layer, in file order, its parameters, then its features:
  *   conv        <l>.w [F,kh,kw,Cin/groups]  CONV_FIRST when it reads the
  *               model input, else CONV_DEEP; Kaiming normal (fan_in, gain
@@ -275,10 +284,25 @@ static bp_status alloc_layer(const compile_ctx *x, int i, bp_shape out) {
   return BP_OK;
 }
 
+/* Weights in the decayed span FC_WEIGHT..CONV_DEEP: one per conv and fc. */
+static int64_t decayed_weights(const bp_model *m) {
+  int64_t s = 0;
+  for (int i = 0; i < m->layer_count; i++)
+    s += m->layers[i].type == BP_LAYER_CONV || m->layers[i].type == BP_LAYER_FC;
+  return s;
+}
+
 static bp_status alloc_globals(const compile_ctx *x) {
   const bp_model *m = x->model;
   int32_t ids[2];
   bp_status st;
+  const int64_t lars = x->options->plan.optimizer == BP_OPT_LARS ? decayed_weights(m) : 0;
+  if (lars > 0 &&
+      ((st = bp_plan_alloc_temp(x->plan, "lars.segments", (bp_shape){1, 1, 1, lars + 1},
+                                BP_DTYPE_INT32, NULL)) != BP_OK ||
+       (st = bp_plan_alloc_temp(x->plan, "lars.norms", (bp_shape){1, 1, 1, 2 * lars},
+                                BP_DTYPE_FP32, NULL)) != BP_OK))
+    return plan_fail(x, -1, st);
   if ((st = bp_plan_alloc_input(x->plan, "input",
                                 (bp_shape){x->batch, x->height, x->width, m->channels}, x->fx,
                                 ids)) != BP_OK ||
@@ -289,7 +313,7 @@ static bp_status alloc_globals(const compile_ctx *x) {
           BP_OK ||
       (st = bp_plan_alloc_scalar(x->plan, "loss_scale", BP_DTYPE_FP32,
                                  (bp_init){BP_INIT_ONES, 0.0f, 0.0f, 0}, NULL)) != BP_OK ||
-      (st = bp_plan_alloc_scalar(x->plan, "step", BP_DTYPE_INT32,
+      (st = bp_plan_alloc_scalar(x->plan, "step", BP_DTYPE_FP32,
                                  (bp_init){BP_INIT_ZEROS, 0.0f, 0.0f, 0}, NULL)) != BP_OK)
     return plan_fail(x, -1, st);
   return BP_OK;
@@ -334,6 +358,9 @@ static bp_status check_options(const compile_ctx *x) {
     return layer_fail(x, -1, BP_ERR_INVALID,
                       "batch %lld, eval batch %lld and train size %lld must all be >= 1",
                       (long long)o->batch, (long long)o->eval_batch, (long long)o->train_size);
+  if (o->eval_size < 0)
+    return layer_fail(x, -1, BP_ERR_INVALID, "eval size %lld must be >= 0 (0: no eval_last)",
+                      (long long)o->eval_size);
   if (o->extra_count < 0 || (o->extra_count > 0 && !o->extra))
     return layer_fail(x, -1, BP_ERR_INVALID, "%d extra variants given without their list",
                       o->extra_count);
@@ -373,6 +400,8 @@ bp_status bp_model_compile(const bp_model *model, const bp_compile_options *opti
   st = compile_variant(&x, "train", options->batch, h, w);
   if (st == BP_OK && last != 0) st = compile_variant(&x, "train_last", last, h, w);
   if (st == BP_OK) st = compile_variant(&x, "eval", options->eval_batch, h, w);
+  const int64_t eval_last = options->eval_size % options->eval_batch;
+  if (st == BP_OK && eval_last != 0) st = compile_variant(&x, "eval_last", eval_last, h, w);
   for (int k = 0; st == BP_OK && k < options->extra_count; k++) {
     const bp_variant_spec *v = &options->extra[k];
     st = compile_variant(&x, v->name, v->batch ? v->batch : options->batch,

@@ -563,11 +563,12 @@ static bp_status read_train(parse_ctx *c, const yaml_node_t *n) {
     WEIGHT_DECAY,
     AMP,
     EMA,
+    KERNELS,
     COUNT
   };
   static const char *const names[COUNT] = {"batch",     "eval_batch", "train_size", "epochs",
                                            "optimizer", "lr",         "momentum",   "weight_decay",
-                                           "amp",       "ema"};
+                                           "amp",       "ema",        "kernels"};
   bp_status st = expect_mapping(c, n, "'train'", "{batch: 128, lr: 0.05}");
   if (st != BP_OK) return st;
   bp_train_settings *t = &c->model->train;
@@ -599,6 +600,15 @@ static bp_status read_train(parse_ctx *c, const yaml_node_t *n) {
     case WEIGHT_DECAY: st = read_number(c, v, what, nonneg, &t->weight_decay); break;
     case AMP: st = read_bool(c, v, what, &t->amp); break;
     case EMA: st = read_bool(c, v, what, &t->ema); break;
+    case KERNELS: /* pins, checked where kernels are chosen (registry.h) */
+      if (v->type != YAML_SCALAR_NODE || v->data.scalar.length >= sizeof t->kernels ||
+          strlen(scalar_text(v)) != v->data.scalar.length)
+        st = fail_at(c, v, BP_ERR_INVALID, "%s must be a string of pins (op_glob=impl,...) "
+                     "shorter than %zu bytes, got %s", what, sizeof t->kernels,
+                     node_preview(v, pv, sizeof pv));
+      else
+        memcpy(t->kernels, scalar_text(v), v->data.scalar.length + 1);
+      break;
     }
     if (st != BP_OK) return st;
   }

@@ -10,6 +10,10 @@
 #include "blueprint/arena.h"
 #include "blueprint/model.h"
 #include "blueprint/registry.h"
+#include "blueprint/data.h"
+#include "blueprint/graph.h"
+#include "blueprint/exec.h"
+#include "blueprint/train.h"
 #include "blueprint/checkpoint.h"
 
 #endif

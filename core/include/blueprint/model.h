@@ -49,6 +49,7 @@ typedef struct bp_train_settings {
   bp_optimizer optimizer; /* default sgd */
   double lr, momentum, weight_decay; /* defaults 0.05, 0.9, 5e-4 */
   int amp, ema;         /* default off */
+  char kernels[256];    /* kernel pins "op_glob=impl,..." (registry.h); "" for none */
 } bp_train_settings;
 
 typedef struct bp_model {
@@ -88,13 +89,15 @@ typedef struct bp_compile_options {
   int64_t train_size;      /* "train_last" variant when train_size % batch != 0 */
   const bp_variant_spec *extra; /* more variants (other batches or resolutions); borrowed */
   int extra_count;
+  int64_t eval_size;       /* "eval_last" variant when eval_size % eval_batch != 0 (0: none) */
 } bp_compile_options;
 
 /* Options from the model's own training settings (no extra variants). */
 bp_compile_options bp_compile_options_from_model(const bp_model *model);
 
 /* Lays out every tensor of the model for each variant ("train",
- * "train_last" when needed, "eval", then the extras) and finalizes the plan.
+ * "train_last" when needed, "eval", "eval_last" when needed, then the
+ * extras) and finalizes the plan.
  * The tensors and their names ("input.a", "<layer>.w", "<layer>.out", ...)
  * are listed at the top of core/src/compile.c. Errors are one line naming
  * "file:line:column", the layer and the variant: BP_ERR_INVALID (the model

@@ -1,0 +1,173 @@
+/* `blueprint train MODEL ...`: trains a model on Fashion-MNIST (or --data)
+ * through the public C API (train.h) and prints one line per epoch. On a
+ * terminal a progress bar is redrawn on one line during the epoch; when
+ * standard output is not a terminal only whole lines are written.
+ *
+ * Exit status: 0 trained (or stopped by --stop-after-steps); 1 the model,
+ * the data, a kernel, a checkpoint or a file failed; 2 the command line is
+ * wrong. Every failure is one line on stderr, "blueprint train: ...". */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "train_args.h"
+
+static const char usage_text[] =
+    "usage: blueprint train MODEL [options]\n"
+    "\n"
+    "Trains MODEL (a YAML model file) on Fashion-MNIST (the dataset-fashion-mnist\n"
+    "package) or on the MNIST-format files of --data DIR, evaluating on the test\n"
+    "set after every epoch. Options override the model file's train: settings.\n"
+    "\n"
+    "  --data DIR            MNIST-format directory (default: Fashion-MNIST)\n"
+    "  --epochs N            epochs to train (in all, when resuming)\n"
+    "  --batch B             training batch; --eval-batch B: evaluation batch\n"
+    "  --ranks R             ranks (1; more ranks are not implemented yet)\n"
+    "  --device cpu|cuda     device kind (cpu)\n"
+    "  --seed S              run seed: initialization, data order, augmentation (1)\n"
+    "  --optimizer NAME      sgd, adamw or lars\n"
+    "  --lr X, --momentum X, --weight-decay X, --nesterov\n"
+    "  --schedule NAME       constant, step (--step-gamma X, --step-every N epochs)\n"
+    "                        or cosine; --warmup-epochs N: linear warmup first\n"
+    "  --ema, --ema-decay X  keep an EMA of the weights and evaluate on it\n"
+    "  --amp                 FP16 features and working copies (needs FP16 kernels)\n"
+    "  --crop-pad N, --flip  augmentation: random crop with N pixels of padding,\n"
+    "                        horizontal flip (off by default)\n"
+    "  --train-limit N       use the first N training images (and --test-limit N)\n"
+    "  --checkpoint FILE     write a checkpoint at the end of every epoch\n"
+    "  --resume FILE         continue a run from its checkpoint\n"
+    "  --stop-after-steps N  (for testing interruption) checkpoint and stop after N\n"
+    "                        steps of the run\n"
+    "  --metrics FILE.jsonl  one JSON object per epoch (docs/metrics-jsonl.md)\n"
+    "  --log-every N         also a metrics line every N steps\n"
+    "  --kernels PINS        pin kernels: op_glob=impl,... (as BP_KERNELS)\n"
+    "  --plugin PATH         load this op module (file or directory) too\n"
+    "  --autotune            time the kernels that support a node, keep the fastest\n"
+    "  --quiet               no progress bar\n"
+    "  -h, --help            print this help\n"
+    "\n"
+    "Exit status: 0 ok, 1 training failed, 2 bad command line.\n";
+
+typedef struct bar_state {
+  int tty;
+  double last_draw;
+  double loss, accuracy; /* last metrics read */
+  int has_metrics;
+} bar_state;
+
+static void draw_bar(void *user, const bp_train_progress *p) {
+  bar_state *b = user;
+  if (p->has_metrics) {
+    b->loss = p->loss;
+    b->accuracy = p->accuracy;
+    b->has_metrics = 1;
+  }
+  /* redraw at most ten times a second, and on the last step */
+  if (p->seconds - b->last_draw < 0.1 && !p->has_metrics && p->step != p->steps) return;
+  b->last_draw = p->seconds;
+  const int width = 24;
+  const int filled = p->steps > 0 ? (int)(width * p->step / p->steps) : 0;
+  char bar[32];
+  for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+  bar[width] = '\0';
+  printf("\repoch %lld/%lld [%s] %lld/%lld", (long long)p->epoch, (long long)p->epochs, bar,
+         (long long)p->step, (long long)p->steps);
+  if (b->has_metrics) printf("  loss %.4f  acc %.2f%%", b->loss, 100.0 * b->accuracy);
+  printf("  %.0f img/s\033[K", p->images_per_second);
+  fflush(stdout);
+}
+
+static void clear_bar(const bar_state *b) {
+  if (b->tty) printf("\r\033[K");
+}
+
+static void print_epoch(const bp_epoch_report *r) {
+  if (r->complete) {
+    printf(
+        "epoch %lld/%lld  train loss %.4f  train acc %.2f%%  test acc %.2f%%  %.0f img/s  "
+        "%.1f s\n",
+        (long long)r->epoch, (long long)r->epochs, r->train_loss, 100.0 * r->train_accuracy,
+        100.0 * r->test_accuracy, r->images_per_second, r->seconds);
+  } else {
+    printf(
+        "epoch %lld/%lld  stopped at step %lld  train loss %.4f  train acc %.2f%%  %.0f img/s  "
+        "%.1f s\n",
+        (long long)r->epoch, (long long)r->epochs, (long long)r->steps, r->train_loss,
+        100.0 * r->train_accuracy, r->images_per_second, r->seconds);
+  }
+  fflush(stdout);
+}
+
+static int run(bp_cli_train_args *a) {
+  bar_state bar = {isatty(STDOUT_FILENO) && !a->quiet, 0.0, NAN, NAN, 0};
+  if (bar.tty) {
+    a->options.on_progress = draw_bar;
+    a->options.progress_user = &bar;
+    a->options.progress_interval = 0.5;
+  }
+  bp_trainer *t = NULL;
+  if (bp_trainer_create_from_file(a->model_path, &a->options, &t) != BP_OK) {
+    bp_cli_report("train", "%s", bp_last_error());
+    return BP_CLI_EXIT_RUN;
+  }
+  const bp_model *m = bp_trainer_model(t);
+  const bp_train_state s = bp_trainer_state(t);
+  printf(
+      "model %s: %lld training and %lld test images, batch %lld, %lld steps per epoch, "
+      "%lld epochs, %s lr %g (%s)",
+      m->name, (long long)bp_trainer_train_samples(t), (long long)bp_trainer_test_samples(t),
+      (long long)m->train.batch, (long long)bp_trainer_steps_per_epoch(t),
+      (long long)bp_trainer_epochs(t), bp_optimizer_name(m->train.optimizer), m->train.lr,
+      bp_lr_schedule_name(a->options.schedule));
+  if (a->options.resume_path)
+    printf(", resumed at epoch %llu step %llu", (unsigned long long)s.epoch + 1,
+           (unsigned long long)s.step);
+  printf("\n");
+  fflush(stdout);
+  int rc = 0;
+  double last_test = NAN;
+  if (bp_trainer_done(t))
+    printf("nothing to train: the run has done %llu of its %lld epochs (step %llu of the run)\n",
+           (unsigned long long)s.epoch, (long long)bp_trainer_epochs(t),
+           (unsigned long long)s.global_step);
+  while (!bp_trainer_done(t)) {
+    bp_epoch_report r;
+    bar.has_metrics = 0;
+    bar.last_draw = -1.0;
+    bp_status st = bp_trainer_train_epoch(t, &r);
+    clear_bar(&bar);
+    if (st != BP_OK) {
+      fflush(stdout);
+      bp_cli_report("train", "%s", bp_last_error());
+      rc = BP_CLI_EXIT_RUN;
+      break;
+    }
+    print_epoch(&r);
+    if (r.complete) last_test = r.test_accuracy;
+  }
+  const bp_train_state end = bp_trainer_state(t);
+  if (rc == 0 && end.epoch < (uint64_t)bp_trainer_epochs(t))
+    printf("stopped after step %llu of the run (--stop-after-steps); continue with --resume %s\n",
+           (unsigned long long)end.global_step, a->options.checkpoint_path);
+  else if (rc == 0 && !isnan(last_test))
+    printf("test accuracy %.2f%%\n", 100.0 * last_test);
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    bp_cli_report("train", "cannot write to standard output: %s", strerror(errno));
+    rc = BP_CLI_EXIT_RUN;
+  }
+  bp_trainer_destroy(t);
+  return rc;
+}
+
+int bp_cmd_train(int argc, char **argv) {
+  bp_cli_train_args a;
+  if (bp_cli_train_parse(argc, argv, 0, &a) != 0) return BP_CLI_EXIT_USAGE;
+  if (a.help) {
+    fputs(usage_text, stdout);
+    return fflush(stdout) == 0 ? 0 : BP_CLI_EXIT_RUN;
+  }
+  return run(&a);
+}

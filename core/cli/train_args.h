@@ -1,0 +1,29 @@
+/* The command lines of `blueprint train` and `blueprint eval`: one parser
+ * for both (eval takes a subset of train's options). Private to the CLI. */
+#ifndef BLUEPRINT_CLI_TRAIN_ARGS_H
+#define BLUEPRINT_CLI_TRAIN_ARGS_H
+
+#include "blueprint/train.h"
+
+#define BP_CLI_EXIT_RUN 1   /* the model, the data, a kernel or a file failed */
+#define BP_CLI_EXIT_USAGE 2 /* the command line is wrong */
+#define BP_CLI_MAX_PLUGINS 64
+
+typedef struct bp_cli_train_args {
+  const char *command; /* "train" or "eval": names the command in messages */
+  const char *model_path;
+  bp_train_options options; /* strings borrowed from argv */
+  const char *plugins[BP_CLI_MAX_PLUGINS];
+  int help;
+  int quiet; /* no progress bar */
+} bp_cli_train_args;
+
+/* Parses argv (argv[0] is the command). eval: 1 for `blueprint eval`.
+ * Returns 0, or -1 after reporting one line on stderr. */
+int bp_cli_train_parse(int argc, char **argv, int eval, bp_cli_train_args *out);
+
+/* One line on stderr: "blueprint <command>: <message>", control characters
+ * replaced so it stays one line. */
+void bp_cli_report(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,195 @@
+/* Graphs: what runs in a training step, in which order, over which tensors
+ * of the plan (DESIGN.md section 2).
+ *
+ * A graph is built once from a model and its compiled plan, per variant.
+ * Each variant's nodes are grouped in segments; the executor (exec.h) runs
+ * one segment at a time. A node is either
+ *  - a compute node: an op of abi/bp_abi_ops.h over DTensor ids, with the
+ *    op's attribute block; or
+ *  - a range node: a range.* / allreduce.* op over byte spans of the arena
+ *    (bp_plan_resolve), each span seen by the kernel as one tensor
+ *    [1,1,1,bytes/dtype size]; scalars (lr, step) are DTensor ids.
+ *
+ * Segments of a training step, in the order the trainer runs them:
+ *   TRANSFER   host staging -> I_A/I_B. Empty on the cpu device: the loader
+ *              writes the arena's input buffers itself.
+ *   ZERO_GRAD  one range.zero over the gradient span (G_BN_BIAS..G_CONV_DEEP;
+ *              G16 under AMP, where the backward writes FP16 gradients).
+ *   CAST       AMP: range.cast of the W span into the A span (2:1).
+ *   FORWARD    one node per layer, training mode (batch norm on batch
+ *              statistics, running statistics updated in B).
+ *   LOSS       softmax_ce.fwd_bwd: loss and correct count added into R,
+ *              dlogits written into the logits' gradient slot,
+ *              grad_scale = 1 / global batch of the variant.
+ *   BACKWARD   layers in reverse order: parameter gradients (accumulate = 1
+ *              into the zeroed G span) and data gradients into the
+ *              producers' ".dout" slots. A slot reached by several
+ *              consumers (a residual branch) is written with accumulate = 1
+ *              by every one of them, after a range.zero of the slot placed
+ *              right before its first writer; a slot with one writer is
+ *              overwritten (accumulate = 0) and never zeroed.
+ *   CAST_GRAD  AMP: range.cast of the G16 span into the G span.
+ *   COMM       world > 1: allreduce.sum of the gradient spans (deep conv
+ *              first, then the rest), and of the BN statistics scaled by
+ *              1/world. Empty for one rank.
+ *   UPDATE     one optimizer node per span, never one per tensor: the
+ *              decayed span W_FC_WEIGHT..W_CONV_DEEP (weights) and the
+ *              bias-like span W_BN_BIAS..W_FC_BIAS (no weight decay).
+ *              SGD: range.sgd, weight decay coupled (added to the gradient,
+ *              as PyTorch's SGD). AdamW: range.adamw, decay decoupled
+ *              (w -= lr*wd*w). LARS: range.lars on the weights (trust ratio
+ *              per weight, from the lars.segments table), range.sgd with
+ *              no decay on the bias-like span (as LARS papers exclude
+ *              biases and BN parameters).
+ *   EMA        range.ema of the W span into the E span.
+ * Other segments:
+ *   EVAL       evaluation forward: batch norm on running statistics,
+ *              softmax_ce without a gradient (loss and correct into R);
+ *              parameters from E (EMA copies) when options ask for them.
+ *              Under AMP the eval variant's CAST casts W (or E) into A.
+ *   RESET      range.zero over R, before an epoch or an evaluation: R
+ *              accumulates loss and correct counts until it is read.
+ *   INIT       run once before the first step of a run (not on resume):
+ *              range.copy of W into E (EMA).
+ * Training variants ("train", "train_last" and the extras) get TRANSFER ..
+ * EMA, RESET and INIT; evaluation variants ("eval", "eval_last") get
+ * TRANSFER, CAST, EVAL and RESET.
+ *
+ * Invariants (bp_graph_build checks them and refuses a graph that breaks one):
+ *  1. every DTensor id a node names exists in the plan; every span lies
+ *     inside the arena and its bytes are a multiple of the dtype size;
+ *  2. the spans of one optimizer node have equal bytes (W, G, M, V mirror
+ *     each other, plan invariant 6), and a cast's FP32 span is twice its
+ *     FP16 span;
+ *  3. inputs read I_A; the executor substitutes the I_B twin (same relative
+ *     offset) for steps that use buffer B;
+ *  4. a node has at most BP_NODE_MAX_TENSORS inputs and as many outputs. */
+#ifndef BLUEPRINT_GRAPH_H
+#define BLUEPRINT_GRAPH_H
+
+#include <stdint.h>
+
+#include "blueprint/model.h"
+#include "blueprint/plan.h"
+#include "bp_abi_ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum bp_segment {
+  BP_SEGMENT_TRANSFER = 0,
+  BP_SEGMENT_ZERO_GRAD,
+  BP_SEGMENT_CAST,
+  BP_SEGMENT_FORWARD,
+  BP_SEGMENT_LOSS,
+  BP_SEGMENT_BACKWARD,
+  BP_SEGMENT_CAST_GRAD,
+  BP_SEGMENT_COMM,
+  BP_SEGMENT_UPDATE,
+  BP_SEGMENT_EMA,
+  BP_SEGMENT_EVAL,
+  BP_SEGMENT_RESET,
+  BP_SEGMENT_INIT,
+  BP_SEGMENT_COUNT
+} bp_segment;
+
+/* "transfer", "zero_grad", ... */
+const char *bp_segment_name(bp_segment segment);
+
+#define BP_NODE_MAX_TENSORS 6
+
+/* One tensor of a node: a DTensor of the plan, or a span of the arena. */
+typedef struct bp_node_tensor {
+  int32_t id;     /* DTensor id, or -1 for a span */
+  bp_span span;   /* id == -1: the bytes, seen as [1,1,1,bytes/size of dtype] */
+  bp_dtype dtype; /* id == -1: the span's dtype (a DTensor carries its own) */
+} bp_node_tensor;
+
+/* Every attribute block of abi/bp_abi_ops.h; `attr_size` says which. */
+typedef union bp_node_attrs {
+  bp_conv2d_attrs conv2d;
+  bp_fc_attrs fc;
+  bp_elementwise_attrs elementwise;
+  bp_pool_attrs pool;
+  bp_batchnorm_attrs batchnorm;
+  bp_softmax_ce_attrs softmax_ce;
+  bp_range_attrs range;
+  bp_optimizer_attrs optimizer;
+  bp_allreduce_attrs allreduce;
+} bp_node_attrs;
+
+typedef struct bp_node {
+  const char *op; /* "conv2d.fwd", "range.sgd", ...; static storage */
+  char name[96];  /* for messages: "conv1.fwd", "update.decay", ... */
+  int layer;      /* the model layer it comes from, or -1 */
+  int num_inputs, num_outputs;
+  bp_node_tensor inputs[BP_NODE_MAX_TENSORS];
+  bp_node_tensor outputs[BP_NODE_MAX_TENSORS];
+  bp_node_attrs attrs;
+  uint32_t attr_size; /* bytes of the op's block in attrs (0: none) */
+} bp_node;
+
+/* Data the trainer writes into a tensor once, before the first step (the
+ * LARS segment table). */
+typedef struct bp_graph_constant {
+  int32_t id;       /* DTensor id */
+  const void *data; /* host bytes, owned by the graph */
+  uint64_t bytes;
+} bp_graph_constant;
+
+/* Optimizer hyper-parameters of the update nodes. The optimizer itself is
+ * the plan's (bp_plan_options). */
+typedef struct bp_graph_optimizer {
+  float momentum;          /* sgd, lars */
+  float weight_decay;      /* on the decayed span only */
+  int nesterov;            /* sgd */
+  float beta1, beta2, eps; /* adamw */
+  float eta;               /* lars trust coefficient */
+} bp_graph_optimizer;
+
+typedef struct bp_graph_options {
+  int world;            /* ranks (>= 1); COMM is built when > 1 */
+  int64_t global_batch; /* samples per step over all ranks ("train") */
+  int64_t train_size;   /* samples per epoch: sets train_last's global batch */
+  bp_graph_optimizer optimizer;
+  int eval_ema;    /* 1: EVAL reads the E copies (needs the plan's ema) */
+  float ema_decay; /* range.ema */
+} bp_graph_options;
+
+/* Defaults: world 1, momentum 0.9, weight decay 5e-4, no nesterov, beta1
+ * 0.9, beta2 0.999, eps 1e-8, eta 0.001, ema decay 0.999. The batch and
+ * train size must still be set. */
+void bp_graph_options_init(bp_graph_options *options);
+
+typedef struct bp_graph bp_graph; /* opaque */
+
+/* Builds the graph of every variant of `plan` (compiled from `model` by
+ * bp_model_compile; both borrowed and must outlive the graph). Tensors are
+ * found by the names compile.c gives them. BP_ERR_INVALID for bad options,
+ * BP_ERR_UNSUPPORTED for a model the graph cannot express (an add of a
+ * layer with itself), BP_ERR_STATE when the plan does not match the model
+ * or breaks an invariant above. *graph_out is written only on success. */
+bp_status bp_graph_build(const bp_model *model, const bp_plan *plan,
+                         const bp_graph_options *options, bp_graph **graph_out);
+void bp_graph_destroy(bp_graph *graph); /* NULL is a no-op */
+
+const bp_plan *bp_graph_plan(const bp_graph *graph);
+const bp_graph_options *bp_graph_get_options(const bp_graph *graph);
+/* 1 for "eval" and "eval_last", 0 for training variants. */
+int bp_graph_variant_is_eval(const bp_graph *graph, int variant);
+/* Samples over all ranks of one step of `variant` (sets grad_scale). */
+int64_t bp_graph_variant_global_batch(const bp_graph *graph, int variant);
+
+/* Nodes of one segment of one variant, in run order; NULL / 0 when out of
+ * range. Borrowed from the graph. */
+int bp_graph_node_count(const bp_graph *graph, int variant, bp_segment segment);
+const bp_node *bp_graph_node(const bp_graph *graph, int variant, bp_segment segment, int index);
+
+int bp_graph_constant_count(const bp_graph *graph);
+const bp_graph_constant *bp_graph_constant_get(const bp_graph *graph, int index);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

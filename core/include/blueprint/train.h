@@ -1,0 +1,211 @@
+/* Training and evaluation: the public C API of a training run.
+ *
+ * Life cycle: bp_train_options_init -> set what differs -> bp_trainer_create
+ * (or _create_from_file) -> bp_trainer_train_epoch until bp_trainer_done
+ * (or bp_trainer_train for all epochs) -> bp_trainer_destroy. A trainer
+ * loads the data, compiles the model into a plan (variants "train",
+ * "train_last", "eval", "eval_last" as the data sizes need), builds the
+ * graph (graph.h), allocates one arena per rank, binds the graph to it
+ * (exec.h; every kernel from op modules through the registry), fills the
+ * parameters by their init rules and, with resume_path, loads a checkpoint.
+ *
+ * One epoch: R (loss, correct count) is zeroed; a loader thread fills the
+ * input buffers I_A/I_B one batch ahead (data.h); each step writes the
+ * scheduled learning rate into the S-region "lr" scalar and runs the
+ * segments of the "train" variant (the last, shorter batch: "train_last");
+ * R is read at the end of the epoch (and every log_every steps); then the
+ * test set runs through "eval"/"eval_last", and with checkpoint_path the
+ * state is saved.
+ *
+ * Determinism: the same options (seed included) give bit-identical
+ * parameters on every run: initialization, data order, augmentation and
+ * every kernel flagged DETERMINISTIC depend on counters only. An
+ * interrupted run resumed from its checkpoint ends bit-identical to an
+ * uninterrupted one (the data order is a function of seed, epoch and step;
+ * the schedule of epoch and step; AdamW's step counter of the global step).
+ *
+ * Weight decay: SGD couples it (added to the gradient, as PyTorch's SGD);
+ * AdamW decouples it (w -= lr*wd*w, as PyTorch's AdamW); LARS adds it to the
+ * gradient inside the trust ratio. Biases and batch-norm parameters get no
+ * decay (graph.h).
+ *
+ * Threads: a trainer is used from one thread at a time. Errors: every call
+ * returns a status and leaves one line in bp_last_error(). */
+#ifndef BLUEPRINT_TRAIN_H
+#define BLUEPRINT_TRAIN_H
+
+#include <stdint.h>
+
+#include "blueprint/checkpoint.h"
+#include "blueprint/data.h"
+#include "blueprint/model.h"
+#include "blueprint/registry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Learning-rate schedules. Every schedule may start with a linear warmup. */
+typedef enum bp_lr_schedule {
+  BP_LR_CONSTANT = 0, /* lr */
+  BP_LR_STEP,         /* lr * gamma^floor(epoch / step_epochs) */
+  BP_LR_COSINE,       /* 0.5 * lr * (1 + cos(pi * t / T)) after the warmup */
+} bp_lr_schedule;
+
+const char *bp_lr_schedule_name(bp_lr_schedule schedule); /* "constant", "step", "cosine" */
+int bp_lr_schedule_from_name(const char *name, bp_lr_schedule *out); /* 0 on success */
+
+typedef struct bp_schedule {
+  bp_lr_schedule kind;
+  double lr;               /* base learning rate */
+  double gamma;            /* step: factor per drop */
+  int64_t step_epochs;     /* step: epochs between drops (>= 1) */
+  double warmup_epochs;    /* linear warmup: step t < W = round(warmup_epochs * steps_per_epoch)
+                              runs lr * (t + 1) / W; then the schedule, over the steps left */
+  int64_t steps_per_epoch; /* >= 1 */
+  int64_t epochs;          /* >= 1 */
+} bp_schedule;
+
+/* The learning rate of step t of the run, t = epoch * steps_per_epoch +
+ * step in the epoch (from 0). A pure function of its arguments. */
+double bp_schedule_lr(const bp_schedule *schedule, int64_t t);
+
+/* What a progress callback receives, every step. */
+typedef struct bp_train_progress {
+  int64_t epoch, epochs; /* epoch from 1, of epochs */
+  int64_t step, steps;   /* steps done in this epoch, of steps per epoch */
+  int64_t global_step;   /* steps done since the start of the run */
+  int64_t samples;       /* training samples of this epoch so far */
+  double seconds;        /* since the epoch started */
+  double images_per_second;
+  double lr;             /* of the last step */
+  int has_metrics;       /* 1 when R was read for this call: loss and accuracy set */
+  double loss, accuracy; /* running averages of the epoch (accuracy in [0, 1]) */
+} bp_train_progress;
+
+/* One epoch, as bp_trainer_train_epoch reports it. */
+typedef struct bp_epoch_report {
+  int64_t epoch, epochs;           /* from 1, of epochs */
+  int64_t steps, samples;          /* trained in this call (fewer after a resume or a stop) */
+  int64_t global_step;             /* steps done since the start of the run */
+  double train_loss;               /* mean per sample */
+  double train_accuracy;           /* in [0, 1] */
+  double test_loss, test_accuracy; /* NaN when the epoch stopped before its evaluation */
+  int64_t test_samples;
+  double images_per_second; /* training samples / training seconds */
+  double train_seconds, eval_seconds;
+  double seconds;   /* the whole call */
+  double lr;        /* of the epoch's last step */
+  int complete;     /* 0: stopped mid-epoch (stop_after_steps) */
+  int checkpointed; /* 1: written to checkpoint_path */
+} bp_epoch_report;
+
+typedef struct bp_eval_report {
+  int64_t samples;
+  double loss, accuracy; /* mean per sample; in [0, 1] */
+  double seconds;
+} bp_eval_report;
+
+typedef struct bp_train_options {
+  /* data */
+  const char *data_dir;    /* MNIST-format directory; NULL: Fashion-MNIST (BP_DATA_DEFAULT_DIR) */
+  int64_t train_limit;     /* use the first N training images; 0: all */
+  int64_t test_limit;      /* use the first N test images; 0: all */
+  bp_data_augment augment; /* random crop padding, flip; off by default */
+  /* run */
+  uint64_t seed;             /* default 1 */
+  int64_t epochs;            /* 0: the model's */
+  int64_t batch, eval_batch; /* 0: the model's */
+  int ranks;                 /* 1 (more ranks: not yet) */
+  const char *device;        /* "cpu" (default) */
+  /* optimizer; negative values and -1 mean "the model's" */
+  int optimizer; /* -1 or a bp_optimizer */
+  double lr, momentum, weight_decay;
+  int nesterov;             /* sgd: 0 */
+  double beta1, beta2, eps; /* adamw: 0.9, 0.999, 1e-8 */
+  double lars_eta;          /* lars: 0.001 */
+  /* schedule (bp_schedule) */
+  bp_lr_schedule schedule; /* constant */
+  double step_gamma;       /* 0.1 */
+  int64_t step_epochs;     /* 1 */
+  double warmup_epochs;    /* 0 */
+  /* switches; -1: the model's */
+  int amp, ema;
+  double ema_decay; /* 0.999 */
+  int eval_ema;     /* -1: evaluate on the EMA copies when ema is on */
+  /* files; NULL: none */
+  const char *checkpoint_path; /* written at the end of every epoch (and at a stop) */
+  const char *resume_path;     /* loaded at create; the run continues from its counters */
+  const char *metrics_path;    /* JSON lines, docs/metrics-jsonl.md; appended to on resume */
+  int64_t log_every;           /* a metrics line (and progress metrics) every N steps; 0: off */
+  int64_t stop_after_steps;    /* testing interruption: checkpoint and stop after N steps of
+                                  the run (global); 0: off */
+  /* kernels */
+  const char *kernels; /* pins "op_glob=impl,..."; NULL: BP_KERNELS, else the model
+                          file's train: kernels */
+  int autotune;
+  const char *autotune_cache;
+  bp_registry *registry;           /* borrowed, loaded; NULL: the trainer discovers modules */
+  const char *const *plugin_paths; /* more module files or directories (discovery) */
+  int plugin_path_count;
+  /* reporting */
+  void (*on_progress)(void *user, const bp_train_progress *progress); /* (optional) */
+  void *progress_user;
+  double progress_interval; /* seconds between reads of R for on_progress; 0: only at
+                               log_every steps */
+  int eval_only;            /* 1: load only the test set (bp_trainer_evaluate) */
+} bp_train_options;
+
+/* The defaults above. */
+void bp_train_options_init(bp_train_options *options);
+
+typedef struct bp_trainer bp_trainer; /* opaque */
+
+/* Everything up to the first step (see the top). `model` and `options` are
+ * borrowed for the call (the trainer keeps copies). Errors are one line:
+ * BP_ERR_INVALID (options), BP_ERR_IO / BP_ERR_PARSE (data or checkpoint
+ * files), BP_ERR_SHAPE (a checkpoint of another plan), BP_ERR_UNSUPPORTED (a
+ * node no kernel supports, more than one rank, a device without kernels). */
+bp_status bp_trainer_create(const bp_model *model, const bp_train_options *options,
+                            bp_trainer **trainer_out);
+bp_status bp_trainer_create_from_file(const char *model_path, const bp_train_options *options,
+                                      bp_trainer **trainer_out);
+void bp_trainer_destroy(bp_trainer *trainer); /* NULL is a no-op */
+
+/* 1 when every epoch is trained or the run stopped (stop_after_steps). */
+int bp_trainer_done(const bp_trainer *trainer);
+
+/* Trains the current epoch from where the run stands, evaluates, and
+ * writes the checkpoint. BP_ERR_STATE when done. */
+bp_status bp_trainer_train_epoch(bp_trainer *trainer, bp_epoch_report *report_out);
+
+/* Every epoch left; on_epoch (optional) after each. */
+bp_status bp_trainer_train(bp_trainer *trainer,
+                           void (*on_epoch)(void *user, const bp_epoch_report *report), void *user);
+
+/* Runs the test set through the evaluation variants. */
+bp_status bp_trainer_evaluate(bp_trainer *trainer, bp_eval_report *report_out);
+
+/* Checkpoints (checkpoint.h): the state of rank 0 and the run's counters. */
+bp_status bp_trainer_save(const bp_trainer *trainer, const char *path);
+bp_status bp_trainer_load(bp_trainer *trainer, const char *path);
+
+const bp_model *bp_trainer_model(const bp_trainer *trainer);
+const bp_plan *bp_trainer_plan(const bp_trainer *trainer);
+bp_train_state bp_trainer_state(const bp_trainer *trainer);
+int64_t bp_trainer_steps_per_epoch(const bp_trainer *trainer);
+int64_t bp_trainer_epochs(const bp_trainer *trainer);
+/* Images per epoch (0 with eval_only) and in the test set, limits applied. */
+int64_t bp_trainer_train_samples(const bp_trainer *trainer);
+int64_t bp_trainer_test_samples(const bp_trainer *trainer);
+
+/* Copies `count` values of FP32 tensor `name` (e.g. "fc1.w") of rank 0 into
+ * dst, compact NHWC. BP_ERR_INVALID when the name is unknown, the tensor
+ * is not FP32 or count is not its element count. */
+bp_status bp_trainer_read_tensor(const bp_trainer *trainer, const char *name, float *dst,
+                                 uint64_t count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,300 @@
+/* Binding a graph to one rank's arena, and running its segments (exec.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blueprint/exec.h"
+
+#define EXEC_ASSERT(cond)                                                                      \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "blueprint: %s:%d: executor invariant broken: %s\n", __FILE__, __LINE__, \
+              #cond);                                                                          \
+      abort();                                                                                 \
+    }                                                                                          \
+  } while (0)
+
+#define T_MAX BP_NODE_MAX_TENSORS
+
+/* A node ready to run: its kernel and its two argument blocks (buffer A,
+ * buffer B), which point into the descriptor and pointer arrays below. */
+typedef struct bound_node {
+  int (*run)(void *user, const bp_abi_kernel_args *args);
+  void *user;
+  bp_abi_kernel_args args[2];
+  bp_abi_tensor inputs[T_MAX], outputs[T_MAX];
+  const void *in_ptrs[2][T_MAX];
+  void *out_ptrs[2][T_MAX];
+  const bp_node *node;                /* borrowed from the graph */
+  const bp_registered_kernel *kernel; /* borrowed from the registry */
+  uint64_t workspace_bytes;
+} bound_node;
+
+typedef struct bound_segment {
+  bound_node *nodes;
+  int count;
+} bound_segment;
+
+struct bp_exec {
+  const bp_graph *graph;
+  const bp_plan *plan;
+  bp_exec_options options;
+  char device[64];
+  char *base; /* arena base on the device */
+  uint64_t arena_bytes;
+  int variant_count;
+  bound_segment (*segments)[BP_SEGMENT_COUNT]; /* [variant_count] */
+  void *workspace;
+  uint64_t workspace_bytes;
+  const bp_abi_device *dev; /* the device plugin that allocated the workspace, or NULL */
+  bp_span ia, ib;
+};
+
+/* ---- descriptors ------------------------------------------------------------ */
+
+static void desc_of_dtensor(const bp_dtensor *t, bp_abi_tensor *out) {
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
+  out->dtype = (int32_t)t->dtype;
+  out->shape[0] = t->shape.n;
+  out->shape[1] = t->shape.h;
+  out->shape[2] = t->shape.w;
+  out->shape[3] = t->shape.c;
+  out->padded_c = t->padded_c;
+  for (int k = 0; k < 4; k++) out->stride[k] = t->dev_stride[k];
+  out->slot_bytes = t->slot_bytes;
+}
+
+static void desc_of_span(bp_span s, bp_dtype dtype, bp_abi_tensor *out) {
+  const int64_t n = (int64_t)(s.bytes / bp_dtype_size(dtype));
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
+  out->dtype = (int32_t)dtype;
+  out->shape[0] = out->shape[1] = out->shape[2] = 1;
+  out->shape[3] = n;
+  out->padded_c = n;
+  out->stride[0] = out->stride[1] = out->stride[2] = n;
+  out->stride[3] = 1;
+  out->slot_bytes = s.bytes;
+}
+
+/* Descriptor and offset of one node tensor in variant v. */
+static void resolve_tensor(const bp_exec *x, int v, const bp_node_tensor *nt, bp_abi_tensor *desc,
+                           uint64_t *offset) {
+  if (nt->id >= 0) {
+    const bp_dtensor *t = bp_plan_tensor(x->plan, v, nt->id);
+    EXEC_ASSERT(t != NULL); /* graph invariant 1 */
+    desc_of_dtensor(t, desc);
+    *offset = t->offset;
+  } else {
+    desc_of_span(nt->span, nt->dtype, desc);
+    *offset = nt->span.offset;
+  }
+  EXEC_ASSERT(*offset <= x->arena_bytes && desc->slot_bytes <= x->arena_bytes - *offset);
+}
+
+/* Pointer of a tensor at `offset` for input buffer `buffer`: tensors in I_A
+ * move to their I_B twin (invariant 1). */
+static char *pointer(const bp_exec *x, uint64_t offset, int buffer) {
+  if (buffer == 1 && offset >= x->ia.offset && offset < x->ia.offset + x->ia.bytes)
+    offset = offset - x->ia.offset + x->ib.offset;
+  return x->base + offset;
+}
+
+/* ---- binding ------------------------------------------------------------------ */
+
+static void fill_args(const bp_exec *x, bound_node *b, int buffer) {
+  bp_abi_kernel_args *a = &b->args[buffer];
+  memset(a, 0, sizeof *a);
+  a->struct_size = sizeof *a;
+  a->num_inputs = b->node->num_inputs;
+  a->num_outputs = b->node->num_outputs;
+  a->inputs = b->inputs;
+  a->outputs = b->outputs;
+  a->input_ptrs = b->in_ptrs[buffer];
+  a->output_ptrs = b->out_ptrs[buffer];
+  a->attrs = b->node->attr_size ? (const void *)&b->node->attrs : NULL;
+  a->attr_size = b->node->attr_size;
+  a->attr_version = BP_ABI_ATTR_VERSION;
+  a->stream = NULL; /* cpu: kernels run synchronously on the rank's thread */
+  a->rank = x->options.rank;
+  a->world_size = x->options.world;
+}
+
+static bp_status bind_node(bp_exec *x, bp_registry *r, int v, const bp_node *n, bound_node *b) {
+  b->node = n;
+  for (int side = 0; side < 2; side++) {
+    const int count = side ? n->num_outputs : n->num_inputs;
+    for (int i = 0; i < count; i++) {
+      uint64_t off;
+      resolve_tensor(x, v, side ? &n->outputs[i] : &n->inputs[i],
+                     side ? &b->outputs[i] : &b->inputs[i], &off);
+      for (int buf = 0; buf < 2; buf++) {
+        if (side)
+          b->out_ptrs[buf][i] = pointer(x, off, buf);
+        else
+          b->in_ptrs[buf][i] = pointer(x, off, buf);
+      }
+    }
+  }
+  fill_args(x, b, 0);
+  fill_args(x, b, 1);
+  bp_select_options so;
+  memset(&so, 0, sizeof so);
+  so.pins = x->options.pins;
+  so.autotune = x->options.autotune;
+  so.autotune_cache = x->options.autotune_cache;
+  const bp_registered_kernel *k = NULL;
+  bp_status st = bp_registry_select(r, n->op, x->device, &b->args[0], &so, &k);
+  if (st != BP_OK) {
+    char why[3072];
+    snprintf(why, sizeof why, "%s", bp_last_error()); /* copied: bp_fail rewrites it */
+    return bp_fail(st, "bind: variant '%s', node '%s' (%s): %s", bp_plan_variant(x->plan, v)->name,
+                   n->name, n->op, why);
+  }
+  b->kernel = k;
+  b->run = k->kernel.run;
+  b->user = k->kernel.user;
+  if (!b->run)
+    return bp_fail(BP_ERR_UNSUPPORTED, "bind: kernel %s/%s/%s of node '%s' has no run()",
+                   k->kernel.op, k->kernel.impl, k->kernel.device, n->name);
+  if (k->kernel.workspace_size) {
+    bp_abi_kernel_args meta = b->args[0];
+    meta.input_ptrs = NULL;
+    meta.output_ptrs = NULL;
+    b->workspace_bytes = k->kernel.workspace_size(k->kernel.user, &meta);
+  }
+  if (b->workspace_bytes > x->workspace_bytes) x->workspace_bytes = b->workspace_bytes;
+  return BP_OK;
+}
+
+static bp_status alloc_workspace(bp_exec *x) {
+  if (x->workspace_bytes == 0) return BP_OK;
+  const uint64_t bytes = (x->workspace_bytes + 255) / 256 * 256;
+  if (x->dev && x->dev->arena_alloc) {
+    if (x->dev->arena_alloc(0, bytes, 256, &x->workspace) != BP_ABI_OK)
+      return bp_fail(BP_ERR_NOMEM,
+                     "bind: the %s device could not allocate a workspace of %llu "
+                     "bytes: %s",
+                     x->device, (unsigned long long)bytes,
+                     x->dev->last_error ? x->dev->last_error() : "no reason given");
+    x->workspace_bytes = bytes;
+    return BP_OK;
+  }
+  if (strcmp(x->device, "cpu") != 0)
+    return bp_fail(BP_ERR_UNSUPPORTED, "bind: no device plugin for '%s' to allocate a workspace",
+                   x->device);
+  if (posix_memalign(&x->workspace, 256, (size_t)bytes) != 0)
+    return bp_fail(BP_ERR_NOMEM, "bind: out of memory for a workspace of %llu bytes",
+                   (unsigned long long)bytes);
+  x->workspace_bytes = bytes;
+  return BP_OK;
+}
+
+bp_status bp_exec_create(const bp_graph *graph, bp_registry *registry, void *arena_base,
+                         const bp_exec_options *options, bp_exec **exec_out) {
+  if (!graph || !registry || !arena_base || !options || !exec_out || !options->device)
+    return bp_fail(BP_ERR_INVALID, "bp_exec_create: NULL argument");
+  if (options->world < 1 || options->rank < 0 || options->rank >= options->world)
+    return bp_fail(BP_ERR_INVALID, "bp_exec_create: rank %d of world %d", options->rank,
+                   options->world);
+  if (strlen(options->device) >= sizeof((bp_exec *)0)->device)
+    return bp_fail(BP_ERR_INVALID, "bp_exec_create: device name too long");
+  bp_exec *x = calloc(1, sizeof *x);
+  if (!x) return bp_fail(BP_ERR_NOMEM, "out of memory binding a graph");
+  x->graph = graph;
+  x->plan = bp_graph_plan(graph);
+  x->options = *options;
+  snprintf(x->device, sizeof x->device, "%s", options->device);
+  x->options.device = x->device;
+  x->base = arena_base;
+  x->arena_bytes = bp_plan_total_bytes(x->plan);
+  x->dev = bp_registry_find_device(registry, x->device);
+  x->ia = bp_plan_region_span(x->plan, BP_REGION_I_A);
+  x->ib = bp_plan_region_span(x->plan, BP_REGION_I_B);
+  EXEC_ASSERT(x->ia.bytes == x->ib.bytes); /* invariant 1 */
+  x->variant_count = bp_plan_variant_count(x->plan);
+  x->segments = calloc((size_t)x->variant_count, sizeof *x->segments);
+  bp_status st = x->segments ? BP_OK : bp_fail(BP_ERR_NOMEM, "out of memory binding a graph");
+  for (int v = 0; st == BP_OK && v < x->variant_count; v++)
+    for (int s = 0; st == BP_OK && s < BP_SEGMENT_COUNT; s++) {
+      const int count = bp_graph_node_count(graph, v, (bp_segment)s);
+      if (count == 0) continue;
+      bound_segment *bs = &x->segments[v][s];
+      bs->nodes = calloc((size_t)count, sizeof *bs->nodes);
+      if (!bs->nodes) {
+        st = bp_fail(BP_ERR_NOMEM, "out of memory binding a graph");
+        break;
+      }
+      bs->count = count;
+      for (int k = 0; st == BP_OK && k < count; k++)
+        st = bind_node(x, registry, v, bp_graph_node(graph, v, (bp_segment)s, k), &bs->nodes[k]);
+    }
+  if (st == BP_OK) st = alloc_workspace(x);
+  if (st != BP_OK) {
+    bp_exec_destroy(x);
+    return st;
+  }
+  for (int v = 0; v < x->variant_count; v++)
+    for (int s = 0; s < BP_SEGMENT_COUNT; s++)
+      for (int k = 0; k < x->segments[v][s].count; k++) {
+        bound_node *b = &x->segments[v][s].nodes[k];
+        EXEC_ASSERT(b->workspace_bytes <= x->workspace_bytes); /* invariant 3 */
+        for (int buf = 0; buf < 2; buf++) {
+          b->args[buf].workspace = b->workspace_bytes ? x->workspace : NULL;
+          b->args[buf].workspace_bytes = b->workspace_bytes;
+        }
+      }
+  *exec_out = x;
+  return BP_OK;
+}
+
+void bp_exec_destroy(bp_exec *x) {
+  if (!x) return;
+  if (x->segments)
+    for (int v = 0; v < x->variant_count; v++)
+      for (int s = 0; s < BP_SEGMENT_COUNT; s++) free(x->segments[v][s].nodes);
+  free(x->segments);
+  if (x->workspace) {
+    if (x->dev && x->dev->arena_free)
+      x->dev->arena_free(0, x->workspace, x->workspace_bytes);
+    else
+      free(x->workspace);
+  }
+  free(x);
+}
+
+/* ---- running ---------------------------------------------------------------- */
+
+static bp_status node_failed(const bp_exec *x, int v, const bound_node *b, int rc) {
+  return bp_fail(rc == BP_ABI_ERR_NOMEM         ? BP_ERR_NOMEM
+                 : rc == BP_ABI_ERR_UNSUPPORTED ? BP_ERR_UNSUPPORTED
+                                                : BP_ERR_INVALID,
+                 "rank %d, variant '%s': node '%s' (%s/%s) failed with ABI status %d",
+                 x->options.rank, bp_plan_variant(x->plan, v)->name, b->node->name,
+                 b->kernel->kernel.op, b->kernel->kernel.impl, rc);
+}
+
+bp_status bp_exec_run(bp_exec *x, int variant, bp_segment segment, int buffer) {
+  if (!x || variant < 0 || variant >= x->variant_count || (int)segment < 0 ||
+      segment >= BP_SEGMENT_COUNT || buffer < 0 || buffer > 1)
+    return bp_fail(BP_ERR_INVALID, "bp_exec_run: variant %d, segment %d, buffer %d", variant,
+                   (int)segment, buffer);
+  const bound_segment *s = &x->segments[variant][segment];
+  for (int k = 0; k < s->count; k++) {
+    const bound_node *b = &s->nodes[k];
+    const int rc = b->run(b->user, &b->args[buffer]);
+    if (rc != BP_ABI_OK) return node_failed(x, variant, b, rc);
+  }
+  return BP_OK;
+}
+
+const bp_registered_kernel *bp_exec_kernel(const bp_exec *x, int variant, bp_segment segment,
+                                           int index) {
+  if (!x || variant < 0 || variant >= x->variant_count || (int)segment < 0 ||
+      segment >= BP_SEGMENT_COUNT || index < 0 || index >= x->segments[variant][segment].count)
+    return NULL;
+  return x->segments[variant][segment].nodes[index].kernel;
+}
+
+uint64_t bp_exec_workspace_bytes(const bp_exec *x) { return x ? x->workspace_bytes : 0; }

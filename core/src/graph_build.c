@@ -1,0 +1,918 @@
+/* Graph building: from a model and its compiled plan, the nodes of every
+ * segment of every variant (graph.h says what each segment holds).
+ *
+ * Tensors are found by the names compile.c gives them ("<layer>.out",
+ * "<layer>.dout", "<layer>.w", "<param>.grad", ...); a name the plan lacks
+ * means the plan was not compiled from this model (BP_ERR_STATE).
+ *
+ * The backward pass is planned in two steps. First every backward node is
+ * generated in run order (layers in reverse) with the gradient slots it
+ * writes; then each slot's writers are counted. A node whose slot has
+ * several writers accumulates, and the slot is zeroed right before its
+ * first writer; a slot with a single writer is overwritten. The zero sits
+ * just before the first writer, not at the top of the segment, because a
+ * "sink" slot (below) may still be read by later backward nodes before it.
+ *
+ * Sinks: batch norm and add always write their data gradients, even where
+ * the producer is the model's input, which has no gradient slot. Such a
+ * gradient goes into the layer's own ".out": by the time the layer's
+ * backward runs, every node that reads that output (its consumers'
+ * backward nodes, which come later in the model and so earlier in the
+ * backward pass) has run. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blueprint/graph.h"
+#include "model-impl.h"
+
+#define GRAPH_ASSERT(cond)                                                                  \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      fprintf(stderr, "blueprint: %s:%d: graph invariant broken: %s\n", __FILE__, __LINE__, \
+              #cond);                                                                       \
+      abort();                                                                              \
+    }                                                                                       \
+  } while (0)
+
+typedef struct seg_list {
+  bp_node *nodes;
+  int count, cap;
+} seg_list;
+
+typedef struct variant_graph {
+  seg_list segs[BP_SEGMENT_COUNT];
+  int is_eval;
+  int64_t global_batch;
+} variant_graph;
+
+struct bp_graph {
+  const bp_model *model;
+  const bp_plan *plan;
+  bp_graph_options options;
+  int variant_count;
+  variant_graph *variants;
+  bp_graph_constant constants[1]; /* the LARS segment table, when present */
+  int constant_count;
+};
+
+static const char *const segment_names[BP_SEGMENT_COUNT] = {
+    [BP_SEGMENT_TRANSFER] = "transfer",   [BP_SEGMENT_ZERO_GRAD] = "zero_grad",
+    [BP_SEGMENT_CAST] = "cast",           [BP_SEGMENT_FORWARD] = "forward",
+    [BP_SEGMENT_LOSS] = "loss",           [BP_SEGMENT_BACKWARD] = "backward",
+    [BP_SEGMENT_CAST_GRAD] = "cast_grad", [BP_SEGMENT_COMM] = "comm",
+    [BP_SEGMENT_UPDATE] = "update",       [BP_SEGMENT_EMA] = "ema",
+    [BP_SEGMENT_EVAL] = "eval",           [BP_SEGMENT_RESET] = "reset",
+    [BP_SEGMENT_INIT] = "init",
+};
+
+const char *bp_segment_name(bp_segment s) {
+  return (int)s >= 0 && s < BP_SEGMENT_COUNT ? segment_names[s] : "?";
+}
+
+void bp_graph_options_init(bp_graph_options *o) {
+  memset(o, 0, sizeof *o);
+  o->world = 1;
+  o->optimizer.momentum = 0.9f;
+  o->optimizer.weight_decay = 5e-4f;
+  o->optimizer.beta1 = 0.9f;
+  o->optimizer.beta2 = 0.999f;
+  o->optimizer.eps = 1e-8f;
+  o->optimizer.eta = 0.001f;
+  o->ema_decay = 0.999f;
+}
+
+/* ---- ids of the model's tensors ------------------------------------------ */
+
+/* One parameter's family; -1 where a region is off. */
+typedef struct param_ids {
+  int32_t w, g, a, e, g16;
+} param_ids;
+
+typedef struct layer_ids {
+  int32_t out, dout;
+  param_ids weight, bias; /* conv/fc: "w", "b"; batchnorm: "weight" (gamma), "bias" (beta) */
+  int32_t rmean, rvar, smean, sinvstd, mask;
+} layer_ids;
+
+typedef struct build_ctx {
+  bp_graph *g;
+  const bp_model *m;
+  const bp_plan *plan;
+  int amp, ema;
+  layer_ids *ids; /* [layer_count] */
+  int *needs;     /* [layer_count] a parameter at or upstream: the gradient matters */
+  int *reaches;   /* [layer_count] a path to the loss */
+  int32_t input, label, lr, step, loss, correct, lars_segments, lars_norms;
+  int *writers; /* [tensor count] gradient-slot writers, per variant */
+  int *written; /* [tensor count] a writer already ran */
+  int variant;
+  variant_graph *vg;
+} build_ctx;
+
+static bp_status lookup(const build_ctx *x, int required, int32_t *out, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static bp_status lookup(const build_ctx *x, int required, int32_t *out, const char *fmt, ...) {
+  char name[2 * BP_NAME_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  *out = bp_plan_find_tensor(x->plan, name);
+  if (*out < 0 && required)
+    return bp_fail(BP_ERR_STATE,
+                   "graph of model '%s': the plan has no tensor '%s' (was it compiled from "
+                   "this model?)",
+                   x->m->name, name);
+  return BP_OK;
+}
+
+static bp_status lookup_param(const build_ctx *x, const char *layer, const char *what,
+                              param_ids *p) {
+  bp_status st;
+  if ((st = lookup(x, 1, &p->w, "%s.%s", layer, what)) != BP_OK ||
+      (st = lookup(x, 1, &p->g, "%s.%s.grad", layer, what)) != BP_OK ||
+      (st = lookup(x, x->amp, &p->a, "%s.%s.fp16", layer, what)) != BP_OK ||
+      (st = lookup(x, x->amp, &p->g16, "%s.%s.grad16", layer, what)) != BP_OK ||
+      (st = lookup(x, x->ema, &p->e, "%s.%s.ema", layer, what)) != BP_OK)
+    return st;
+  return BP_OK;
+}
+
+static bp_status lookup_layer(const build_ctx *x, int i) {
+  const bp_layer *l = &x->m->layers[i];
+  layer_ids *d = &x->ids[i];
+  const param_ids none = {-1, -1, -1, -1, -1};
+  d->weight = d->bias = none;
+  d->out = d->dout = d->rmean = d->rvar = d->smean = d->sinvstd = d->mask = -1;
+  bp_status st = BP_OK;
+  if (l->type == BP_LAYER_SOFTMAX_CE) return BP_OK; /* its tensors are the globals */
+  if ((st = lookup(x, 1, &d->out, "%s.out", l->name)) != BP_OK ||
+      (st = lookup(x, 1, &d->dout, "%s.dout", l->name)) != BP_OK)
+    return st;
+  switch (l->type) {
+  case BP_LAYER_CONV:
+  case BP_LAYER_FC:
+    if ((st = lookup_param(x, l->name, "w", &d->weight)) != BP_OK) return st;
+    if (l->bias && (st = lookup_param(x, l->name, "b", &d->bias)) != BP_OK) return st;
+    break;
+  case BP_LAYER_BATCHNORM:
+    if ((st = lookup_param(x, l->name, "weight", &d->weight)) != BP_OK ||
+        (st = lookup_param(x, l->name, "bias", &d->bias)) != BP_OK ||
+        (st = lookup(x, 1, &d->rmean, "%s.running_mean", l->name)) != BP_OK ||
+        (st = lookup(x, 1, &d->rvar, "%s.running_var", l->name)) != BP_OK ||
+        (st = lookup(x, 1, &d->smean, "%s.save_mean", l->name)) != BP_OK ||
+        (st = lookup(x, 1, &d->sinvstd, "%s.save_invstd", l->name)) != BP_OK)
+      return st;
+    break;
+  case BP_LAYER_MAXPOOL:
+    if ((st = lookup(x, 1, &d->mask, "%s.mask", l->name)) != BP_OK) return st;
+    break;
+  default: break;
+  }
+  return BP_OK;
+}
+
+static int has_params(const bp_layer *l) {
+  return l->type == BP_LAYER_CONV || l->type == BP_LAYER_FC || l->type == BP_LAYER_BATCHNORM;
+}
+
+/* needs[i]: layer i or one upstream has parameters (its output gradient
+ * matters); reaches[i]: a path leads from layer i to the loss. */
+static void analyze(build_ctx *x) {
+  const bp_model *m = x->m;
+  for (int i = 0; i < m->layer_count; i++) {
+    const bp_layer *l = &m->layers[i];
+    x->needs[i] = has_params(l);
+    for (int k = 0; k < l->input_count; k++)
+      if (l->inputs[k] != BP_MODEL_INPUT && x->needs[l->inputs[k]]) x->needs[i] = 1;
+  }
+  for (int i = m->layer_count - 1; i >= 0; i--) {
+    const bp_layer *l = &m->layers[i];
+    if (i == m->layer_count - 1) x->reaches[i] = 1;
+    if (!x->reaches[i]) continue;
+    for (int k = 0; k < l->input_count; k++)
+      if (l->inputs[k] != BP_MODEL_INPUT) x->reaches[l->inputs[k]] = 1;
+  }
+}
+
+/* ---- nodes ----------------------------------------------------------------- */
+
+static bp_node *node_add(build_ctx *x, bp_segment seg, const char *op, int layer,
+                         const char *what) {
+  seg_list *s = &x->vg->segs[seg];
+  GRAPH_ASSERT(s->count < s->cap); /* capacity is sized from the layer count */
+  bp_node *n = &s->nodes[s->count++];
+  memset(n, 0, sizeof *n);
+  n->op = op;
+  n->layer = layer;
+  if (layer >= 0)
+    snprintf(n->name, sizeof n->name, "%s.%s", x->m->layers[layer].name, what);
+  else
+    snprintf(n->name, sizeof n->name, "%s", what);
+  return n;
+}
+
+static void in_id(bp_node *n, int32_t id) {
+  GRAPH_ASSERT(n->num_inputs < BP_NODE_MAX_TENSORS && id >= 0);
+  n->inputs[n->num_inputs++] = (bp_node_tensor){id, {0, 0}, BP_DTYPE_FP32};
+}
+static void out_id(bp_node *n, int32_t id) {
+  GRAPH_ASSERT(n->num_outputs < BP_NODE_MAX_TENSORS && id >= 0);
+  n->outputs[n->num_outputs++] = (bp_node_tensor){id, {0, 0}, BP_DTYPE_FP32};
+}
+static void in_span(bp_node *n, bp_span s, bp_dtype dt) {
+  GRAPH_ASSERT(n->num_inputs < BP_NODE_MAX_TENSORS);
+  n->inputs[n->num_inputs++] = (bp_node_tensor){-1, s, dt};
+}
+static void out_span(bp_node *n, bp_span s, bp_dtype dt) {
+  GRAPH_ASSERT(n->num_outputs < BP_NODE_MAX_TENSORS);
+  n->outputs[n->num_outputs++] = (bp_node_tensor){-1, s, dt};
+}
+
+/* Sets a node's attribute block: member `m` of bp_node_attrs has the type
+ * bp_<m>_attrs (bp_abi_ops.h). */
+#define SET_ATTRS(node, member, ...)                         \
+  do {                                                       \
+    (node)->attrs.member = (bp_##member##_attrs)__VA_ARGS__; \
+    (node)->attr_size = sizeof((node)->attrs.member);        \
+  } while (0)
+
+static bp_span resolve(const build_ctx *x, bp_region first, bp_region last) {
+  bp_span s = {0, 0};
+  bp_status st = bp_plan_resolve(x->plan, first, last, &s);
+  GRAPH_ASSERT(st == BP_OK);
+  return s;
+}
+
+/* Span of parameter kinds [k0, k1] in `family`. */
+static bp_span family_span(const build_ctx *x, bp_param_family f, bp_param_kind k0,
+                           bp_param_kind k1) {
+  return resolve(x, bp_region_of_param(f, k0), bp_region_of_param(f, k1));
+}
+
+/* The bytes of one tensor in this variant (padding of channels included). */
+static bp_span tensor_span(const build_ctx *x, int32_t id) {
+  const bp_dtensor *t = bp_plan_tensor(x->plan, x->variant, id);
+  GRAPH_ASSERT(t != NULL);
+  return (bp_span){t->offset, bp_dtensor_device_elems(t) * bp_dtype_size(t->dtype)};
+}
+
+/* The id a layer's input k reads in the forward pass. */
+static int32_t producer_out(const build_ctx *x, const bp_layer *l, int k) {
+  return l->inputs[k] == BP_MODEL_INPUT ? x->input : x->ids[l->inputs[k]].out;
+}
+
+/* The parameter tensor the forward reads: A under AMP, E in an EMA eval. */
+static int32_t fwd_param(const build_ctx *x, const param_ids *p, int eval) {
+  if (x->amp) return p->a;
+  if (eval && x->g->options.eval_ema) return p->e;
+  return p->w;
+}
+static int32_t grad_param(const build_ctx *x, const param_ids *p) { return x->amp ? p->g16 : p->g; }
+
+/* ---- forward ---------------------------------------------------------------- */
+
+static void conv_attrs(bp_node *n, const bp_layer *l, int accumulate) {
+  SET_ATTRS(n, conv2d,
+            {(int32_t)l->kernel_h, (int32_t)l->kernel_w, (int32_t)l->stride, (int32_t)l->stride,
+             (int32_t)l->pad, (int32_t)l->pad, (int32_t)l->dilation, (int32_t)l->dilation,
+             (int32_t)l->groups, l->bias, accumulate});
+}
+
+static void pool_attrs(bp_node *n, const bp_layer *l, int accumulate) {
+  /* average pools count the padding, as PyTorch's AvgPool2d by default */
+  SET_ATTRS(n, pool,
+            {(int32_t)l->kernel_h, (int32_t)l->kernel_w, (int32_t)l->stride, (int32_t)l->stride,
+             (int32_t)l->pad, (int32_t)l->pad, l->type == BP_LAYER_AVGPOOL, accumulate});
+}
+
+/* The forward node of layer i into `seg` (training or evaluation mode). */
+static void forward_layer(build_ctx *x, bp_segment seg, int i, int eval) {
+  const bp_layer *l = &x->m->layers[i];
+  const layer_ids *d = &x->ids[i];
+  bp_node *n;
+  switch (l->type) {
+  case BP_LAYER_CONV:
+  case BP_LAYER_FC:
+    n = node_add(x, seg, l->type == BP_LAYER_CONV ? "conv2d.fwd" : "fc.fwd", i, "fwd");
+    in_id(n, producer_out(x, l, 0));
+    in_id(n, fwd_param(x, &d->weight, eval));
+    if (l->bias) in_id(n, fwd_param(x, &d->bias, eval));
+    out_id(n, d->out);
+    if (l->type == BP_LAYER_CONV)
+      conv_attrs(n, l, 0);
+    else
+      SET_ATTRS(n, fc, {l->bias, 0});
+    break;
+  case BP_LAYER_BATCHNORM:
+    n = node_add(x, seg, eval ? "batchnorm.fwd_eval" : "batchnorm.fwd_train", i, "fwd");
+    in_id(n, producer_out(x, l, 0));
+    in_id(n, fwd_param(x, &d->weight, eval));
+    in_id(n, fwd_param(x, &d->bias, eval));
+    in_id(n, d->rmean);
+    in_id(n, d->rvar);
+    out_id(n, d->out);
+    if (!eval) { /* running statistics updated in place */
+      out_id(n, d->smean);
+      out_id(n, d->sinvstd);
+      out_id(n, d->rmean);
+      out_id(n, d->rvar);
+    }
+    SET_ATTRS(n, batchnorm, {l->eps, l->momentum, 0});
+    break;
+  case BP_LAYER_RELU:
+    n = node_add(x, seg, "relu.fwd", i, "fwd");
+    in_id(n, producer_out(x, l, 0));
+    out_id(n, d->out);
+    SET_ATTRS(n, elementwise, {0});
+    break;
+  case BP_LAYER_MAXPOOL:
+  case BP_LAYER_AVGPOOL:
+    n = node_add(x, seg, l->type == BP_LAYER_MAXPOOL ? "maxpool.fwd" : "avgpool.fwd", i, "fwd");
+    in_id(n, producer_out(x, l, 0));
+    out_id(n, d->out);
+    if (l->type == BP_LAYER_MAXPOOL) out_id(n, d->mask);
+    pool_attrs(n, l, 0);
+    break;
+  case BP_LAYER_GLOBAL_AVGPOOL:
+    n = node_add(x, seg, "global_avgpool.fwd", i, "fwd");
+    in_id(n, producer_out(x, l, 0));
+    out_id(n, d->out);
+    SET_ATTRS(n, elementwise, {0});
+    break;
+  case BP_LAYER_ADD:
+    n = node_add(x, seg, "add.fwd", i, "fwd");
+    in_id(n, producer_out(x, l, 0));
+    in_id(n, producer_out(x, l, 1));
+    out_id(n, d->out);
+    SET_ATTRS(n, elementwise, {0});
+    break;
+  case BP_LAYER_SOFTMAX_CE: {
+    const int p = l->inputs[0];
+    const int grad = !eval && p != BP_MODEL_INPUT && x->needs[p];
+    n = node_add(x, seg, "softmax_ce.fwd_bwd", i, eval ? "eval" : "fwd_bwd");
+    in_id(n, producer_out(x, l, 0));
+    in_id(n, x->label);
+    out_id(n, x->loss);
+    out_id(n, x->correct);
+    if (grad) out_id(n, x->ids[p].dout);
+    SET_ATTRS(n, softmax_ce,
+              {l->label_smoothing, (float)(1.0 / (double)x->vg->global_batch), grad});
+    break;
+  }
+  case BP_LAYER_TYPE_COUNT: GRAPH_ASSERT(0);
+  }
+}
+
+/* ---- backward ------------------------------------------------------------- */
+
+/* A backward node before its accumulate flag is known: which outputs are
+ * gradient slots (counted), and whether it only writes parameter
+ * gradients (always accumulate into the zeroed G span). */
+typedef struct pending {
+  bp_node node;
+  int slot_outputs[2]; /* output indices that are gradient slots */
+  int slot_count;
+  int params_only;
+} pending;
+
+/* Where the data gradient of layer i's input k goes: the producer's slot,
+ * or (model input) the layer's own output as a sink. */
+static int32_t grad_target(const build_ctx *x, int i, int k) {
+  const bp_layer *l = &x->m->layers[i];
+  return l->inputs[k] == BP_MODEL_INPUT ? x->ids[i].out : x->ids[l->inputs[k]].dout;
+}
+
+static int producer_needs(const build_ctx *x, const bp_layer *l, int k) {
+  return l->inputs[k] != BP_MODEL_INPUT && x->needs[l->inputs[k]];
+}
+
+static pending *pend(pending *list, int *count, int cap, const char *op, const build_ctx *x, int i,
+                     const char *what) {
+  GRAPH_ASSERT(*count < cap);
+  pending *p = &list[(*count)++];
+  memset(p, 0, sizeof *p);
+  p->node.op = op;
+  p->node.layer = i;
+  snprintf(p->node.name, sizeof p->node.name, "%s.%s", x->m->layers[i].name, what);
+  return p;
+}
+
+static void pend_slot(pending *p, int32_t id) {
+  GRAPH_ASSERT(p->slot_count < 2);
+  p->slot_outputs[p->slot_count++] = p->node.num_outputs;
+  out_id(&p->node, id);
+}
+
+/* The backward nodes of layer i, appended to list in run order. */
+static void backward_layer(const build_ctx *x, int i, pending *list, int *count, int cap) {
+  const bp_layer *l = &x->m->layers[i];
+  const layer_ids *d = &x->ids[i];
+  pending *p;
+  switch (l->type) {
+  case BP_LAYER_CONV:
+  case BP_LAYER_FC: {
+    const int conv = l->type == BP_LAYER_CONV;
+    p = pend(list, count, cap, conv ? "conv2d.bwd_filter" : "fc.bwd_filter", x, i, "bwd_filter");
+    in_id(&p->node, producer_out(x, l, 0));
+    in_id(&p->node, d->dout);
+    out_id(&p->node, grad_param(x, &d->weight));
+    if (l->bias) out_id(&p->node, grad_param(x, &d->bias));
+    p->params_only = 1;
+    if (conv)
+      conv_attrs(&p->node, l, 1);
+    else
+      SET_ATTRS(&p->node, fc, {l->bias, 1});
+    if (!producer_needs(x, l, 0)) return;
+    p = pend(list, count, cap, conv ? "conv2d.bwd_data" : "fc.bwd_data", x, i, "bwd_data");
+    in_id(&p->node, d->dout);
+    in_id(&p->node, fwd_param(x, &d->weight, 0));
+    pend_slot(p, grad_target(x, i, 0));
+    if (conv)
+      conv_attrs(&p->node, l, 0);
+    else
+      SET_ATTRS(&p->node, fc, {l->bias, 0});
+    return;
+  }
+  case BP_LAYER_BATCHNORM:
+    p = pend(list, count, cap, "batchnorm.bwd", x, i, "bwd");
+    in_id(&p->node, producer_out(x, l, 0));
+    in_id(&p->node, d->dout);
+    in_id(&p->node, fwd_param(x, &d->weight, 0));
+    in_id(&p->node, d->smean);
+    in_id(&p->node, d->sinvstd);
+    pend_slot(p, grad_target(x, i, 0));
+    out_id(&p->node, grad_param(x, &d->weight));
+    out_id(&p->node, grad_param(x, &d->bias));
+    SET_ATTRS(&p->node, batchnorm, {l->eps, l->momentum, 0});
+    return;
+  case BP_LAYER_RELU:
+    if (!producer_needs(x, l, 0)) return;
+    p = pend(list, count, cap, "relu.bwd", x, i, "bwd");
+    in_id(&p->node, d->out);
+    in_id(&p->node, d->dout);
+    pend_slot(p, grad_target(x, i, 0));
+    SET_ATTRS(&p->node, elementwise, {0});
+    return;
+  case BP_LAYER_MAXPOOL:
+  case BP_LAYER_AVGPOOL:
+  case BP_LAYER_GLOBAL_AVGPOOL:
+    if (!producer_needs(x, l, 0)) return;
+    p = pend(list, count, cap,
+             l->type == BP_LAYER_MAXPOOL   ? "maxpool.bwd"
+             : l->type == BP_LAYER_AVGPOOL ? "avgpool.bwd"
+                                           : "global_avgpool.bwd",
+             x, i, "bwd");
+    in_id(&p->node, d->dout);
+    if (l->type == BP_LAYER_MAXPOOL) in_id(&p->node, d->mask);
+    pend_slot(p, grad_target(x, i, 0));
+    if (l->type == BP_LAYER_GLOBAL_AVGPOOL)
+      SET_ATTRS(&p->node, elementwise, {0});
+    else
+      pool_attrs(&p->node, l, 0);
+    return;
+  case BP_LAYER_ADD:
+    p = pend(list, count, cap, "add.bwd", x, i, "bwd");
+    in_id(&p->node, d->dout);
+    pend_slot(p, grad_target(x, i, 0));
+    pend_slot(p, grad_target(x, i, 1));
+    SET_ATTRS(&p->node, elementwise, {0});
+    return;
+  case BP_LAYER_SOFTMAX_CE: /* in the LOSS segment */
+  case BP_LAYER_TYPE_COUNT: return;
+  }
+}
+
+/* Sets the accumulate flag of whatever block the node carries. */
+static void set_accumulate(bp_node *n, int accumulate) {
+  if (strncmp(n->op, "conv2d.", 7) == 0)
+    n->attrs.conv2d.accumulate = accumulate;
+  else if (strncmp(n->op, "fc.", 3) == 0)
+    n->attrs.fc.accumulate = accumulate;
+  else if (strncmp(n->op, "batchnorm.", 10) == 0)
+    n->attrs.batchnorm.accumulate = accumulate;
+  else if (strncmp(n->op, "maxpool.", 8) == 0 || strncmp(n->op, "avgpool.", 8) == 0)
+    n->attrs.pool.accumulate = accumulate;
+  else
+    n->attrs.elementwise.accumulate = accumulate;
+}
+
+static bp_status build_backward(build_ctx *x) {
+  const bp_model *m = x->m;
+  const int cap = 3 * m->layer_count + 4;
+  pending *list = calloc((size_t)cap, sizeof *list);
+  if (!list) return bp_fail(BP_ERR_NOMEM, "out of memory building the backward graph");
+  int count = 0;
+  for (int i = m->layer_count - 1; i >= 0; i--)
+    if (x->needs[i] && x->reaches[i]) backward_layer(x, i, list, &count, cap);
+
+  const int32_t tensors = bp_plan_tensor_count(x->plan);
+  memset(x->writers, 0, (size_t)tensors * sizeof *x->writers);
+  memset(x->written, 0, (size_t)tensors * sizeof *x->written);
+  /* the loss node overwrites the logits' slot first (dlogits) */
+  const bp_layer *loss = &m->layers[m->layer_count - 1];
+  if (loss->inputs[0] != BP_MODEL_INPUT && x->needs[loss->inputs[0]]) {
+    const int32_t logits = x->ids[loss->inputs[0]].dout;
+    x->writers[logits]++;
+    x->written[logits] = 1;
+  }
+  for (int k = 0; k < count; k++)
+    for (int s = 0; s < list[k].slot_count; s++)
+      x->writers[list[k].node.outputs[list[k].slot_outputs[s]].id]++;
+
+  for (int k = 0; k < count; k++) {
+    pending *p = &list[k];
+    int accumulate = p->params_only;
+    for (int s = 0; s < p->slot_count; s++)
+      if (x->writers[p->node.outputs[p->slot_outputs[s]].id] > 1) accumulate = 1;
+    set_accumulate(&p->node, accumulate);
+    for (int s = 0; s < p->slot_count; s++) {
+      const int32_t id = p->node.outputs[p->slot_outputs[s]].id;
+      if (x->written[id]) continue;
+      x->written[id] = 1;
+      if (!accumulate) continue; /* overwritten: no zero needed */
+      const bp_dtensor *t = bp_plan_tensor(x->plan, x->variant, id);
+      char what[BP_NAME_MAX + 8];
+      snprintf(what, sizeof what, "zero %s", t->name);
+      bp_node *z = node_add(x, BP_SEGMENT_BACKWARD, "range.zero", -1, what);
+      out_span(z, tensor_span(x, id), t->dtype);
+      SET_ATTRS(z, range, {0.0f, 0.0f});
+    }
+    seg_list *b = &x->vg->segs[BP_SEGMENT_BACKWARD];
+    GRAPH_ASSERT(b->count < b->cap);
+    b->nodes[b->count++] = p->node;
+  }
+  free(list);
+  return BP_OK;
+}
+
+/* ---- range segments ---------------------------------------------------------- */
+
+static void range_node(build_ctx *x, bp_segment seg, const char *op, const char *name, bp_span in,
+                       bp_dtype in_dt, bp_span out, bp_dtype out_dt, float scale, float decay) {
+  if (out.bytes == 0) return; /* an empty span: nothing to do */
+  bp_node *n = node_add(x, seg, op, -1, name);
+  if (in.bytes) in_span(n, in, in_dt);
+  out_span(n, out, out_dt);
+  SET_ATTRS(n, range, {scale, decay});
+}
+
+/* One optimizer node over parameter kinds [k0, k1]. */
+static void update_node(build_ctx *x, const char *name, bp_param_kind k0, bp_param_kind k1,
+                        int decayed) {
+  const bp_graph_optimizer *o = &x->g->options.optimizer;
+  const bp_optimizer opt = bp_plan_get_options(x->plan)->optimizer;
+  const bp_span w = family_span(x, BP_FAMILY_W, k0, k1);
+  if (w.bytes == 0) return;
+  const int lars = opt == BP_OPT_LARS && decayed;
+  const char *op = opt == BP_OPT_ADAMW ? "range.adamw" : lars ? "range.lars" : "range.sgd";
+  bp_node *n = node_add(x, BP_SEGMENT_UPDATE, op, -1, name);
+  in_span(n, family_span(x, BP_FAMILY_G, k0, k1), BP_DTYPE_FP32);
+  in_id(n, x->lr);
+  if (opt == BP_OPT_ADAMW) in_id(n, x->step);
+  if (lars) in_id(n, x->lars_segments);
+  out_span(n, w, BP_DTYPE_FP32);
+  out_span(n, family_span(x, BP_FAMILY_M, k0, k1), BP_DTYPE_FP32);
+  if (opt == BP_OPT_ADAMW) out_span(n, family_span(x, BP_FAMILY_V, k0, k1), BP_DTYPE_FP32);
+  if (lars) out_id(n, x->lars_norms);
+  SET_ATTRS(n, optimizer,
+            {o->momentum, decayed ? o->weight_decay : 0.0f, o->nesterov, o->beta1, o->beta2, o->eps,
+             o->eta});
+}
+
+static void build_train_ranges(build_ctx *x) {
+  const bp_param_kind first = BP_PARAM_BN_BIAS, last = BP_PARAM_CONV_DEEP;
+  const bp_span none = {0, 0};
+  const bp_span w = family_span(x, BP_FAMILY_W, first, last);
+  const bp_span g = family_span(x, BP_FAMILY_G, first, last);
+  if (x->amp) {
+    const bp_span a = family_span(x, BP_FAMILY_A, first, last);
+    const bp_span g16 = family_span(x, BP_FAMILY_G16, first, last);
+    range_node(x, BP_SEGMENT_ZERO_GRAD, "range.zero", "zero_grad", none, BP_DTYPE_FP16, g16,
+               BP_DTYPE_FP16, 0.0f, 0.0f);
+    range_node(x, BP_SEGMENT_CAST, "range.cast", "cast W->A", w, BP_DTYPE_FP32, a, BP_DTYPE_FP16,
+               0.0f, 0.0f);
+    range_node(x, BP_SEGMENT_CAST_GRAD, "range.cast", "cast G16->G", g16, BP_DTYPE_FP16, g,
+               BP_DTYPE_FP32, 0.0f, 0.0f);
+  } else {
+    range_node(x, BP_SEGMENT_ZERO_GRAD, "range.zero", "zero_grad", none, BP_DTYPE_FP32, g,
+               BP_DTYPE_FP32, 0.0f, 0.0f);
+  }
+  if (x->g->options.world > 1) {
+    const float inv = 1.0f / (float)x->g->options.world;
+    const bp_span deep = family_span(x, BP_FAMILY_G, BP_PARAM_CONV_DEEP, BP_PARAM_CONV_DEEP);
+    const bp_span rest = family_span(x, BP_FAMILY_G, BP_PARAM_BN_BIAS, BP_PARAM_CONV_FIRST);
+    const bp_span bn = resolve(x, BP_REGION_B, BP_REGION_B);
+    const struct {
+      const char *name;
+      bp_span span;
+      float scale;
+    } buckets[] = {{"allreduce G deep conv", deep, 1.0f},
+                   {"allreduce G rest", rest, 1.0f},
+                   {"allreduce B (mean)", bn, inv}};
+    for (size_t k = 0; k < sizeof buckets / sizeof buckets[0]; k++) {
+      if (buckets[k].span.bytes == 0) continue;
+      bp_node *n = node_add(x, BP_SEGMENT_COMM, "allreduce.sum", -1, buckets[k].name);
+      in_span(n, buckets[k].span, BP_DTYPE_FP32);
+      out_span(n, buckets[k].span, BP_DTYPE_FP32);
+      SET_ATTRS(n, allreduce, {buckets[k].scale});
+    }
+  }
+  update_node(x, "update.decay", BP_PARAM_FC_WEIGHT, BP_PARAM_CONV_DEEP, 1);
+  update_node(x, "update.no_decay", BP_PARAM_BN_BIAS, BP_PARAM_FC_BIAS, 0);
+  if (x->ema) {
+    const bp_span e = family_span(x, BP_FAMILY_E, first, last);
+    range_node(x, BP_SEGMENT_EMA, "range.ema", "ema", w, BP_DTYPE_FP32, e, BP_DTYPE_FP32, 0.0f,
+               x->g->options.ema_decay);
+    range_node(x, BP_SEGMENT_INIT, "range.copy", "init E=W", w, BP_DTYPE_FP32, e, BP_DTYPE_FP32,
+               0.0f, 0.0f);
+  }
+}
+
+/* ---- LARS segment table -------------------------------------------------------- */
+
+static int cmp_offset(const void *a, const void *b) {
+  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Element offsets of each weight in the decayed W span, then the span's
+ * element count: parameter s owns [seg[s], seg[s+1]) (its slot padding,
+ * zero in W and G, included). */
+static bp_status build_lars_table(build_ctx *x) {
+  const bp_dtensor *t = bp_plan_tensor(x->plan, 0, x->lars_segments);
+  const bp_span span = family_span(x, BP_FAMILY_W, BP_PARAM_FC_WEIGHT, BP_PARAM_CONV_DEEP);
+  const int64_t s_count = t->shape.c - 1;
+  uint64_t *offsets = calloc((size_t)s_count + 1, sizeof *offsets);
+  int32_t *table = calloc((size_t)s_count + 1, sizeof *table);
+  if (!offsets || !table) {
+    free(offsets);
+    free(table);
+    return bp_fail(BP_ERR_NOMEM, "out of memory building the LARS table");
+  }
+  int64_t found = 0;
+  for (int32_t id = 0; id < bp_plan_tensor_count(x->plan); id++) {
+    const bp_dtensor *p = bp_plan_tensor(x->plan, 0, id);
+    if (p->region < bp_region_of_param(BP_FAMILY_W, BP_PARAM_FC_WEIGHT) ||
+        p->region > bp_region_of_param(BP_FAMILY_W, BP_PARAM_CONV_DEEP))
+      continue;
+    if (found < s_count) offsets[found] = p->offset;
+    found++;
+  }
+  if (found != s_count || span.bytes / 4 > (uint64_t)INT32_MAX) {
+    free(offsets);
+    free(table);
+    return bp_fail(BP_ERR_STATE,
+                   "LARS: the plan's decayed span holds %lld weights of %llu bytes; "
+                   "lars.segments has room for %lld (int32 offsets)",
+                   (long long)found, (unsigned long long)span.bytes, (long long)s_count);
+  }
+  qsort(offsets, (size_t)s_count, sizeof *offsets, cmp_offset);
+  for (int64_t s = 0; s < s_count; s++) table[s] = (int32_t)((offsets[s] - span.offset) / 4);
+  table[s_count] = (int32_t)(span.bytes / 4);
+  free(offsets);
+  x->g->constants[0] =
+      (bp_graph_constant){x->lars_segments, table, (uint64_t)(s_count + 1) * sizeof *table};
+  x->g->constant_count = 1;
+  return BP_OK;
+}
+
+/* ---- checks ------------------------------------------------------------------ */
+
+static bp_status check_tensor(const build_ctx *x, int v, const bp_node *n,
+                              const bp_node_tensor *t) {
+  const uint64_t total = bp_plan_total_bytes(x->plan);
+  if (t->id >= 0) {
+    if (!bp_plan_tensor(x->plan, v, t->id))
+      return bp_fail(BP_ERR_STATE, "graph: node '%s' names tensor id %d outside the plan", n->name,
+                     (int)t->id);
+    return BP_OK;
+  }
+  const size_t size = bp_dtype_size(t->dtype);
+  if (size == 0 || t->span.bytes % size != 0 || t->span.offset > total ||
+      t->span.bytes > total - t->span.offset)
+    return bp_fail(BP_ERR_STATE,
+                   "graph: node '%s' names span [%llu, +%llu) of %s outside the arena of %llu "
+                   "bytes or not a whole number of elements",
+                   n->name, (unsigned long long)t->span.offset, (unsigned long long)t->span.bytes,
+                   bp_dtype_name(t->dtype), (unsigned long long)total);
+  return BP_OK;
+}
+
+/* Invariants 1, 2 and 4 of graph.h for every node of every variant. */
+static bp_status check_graph(const build_ctx *x) {
+  for (int v = 0; v < x->g->variant_count; v++)
+    for (int s = 0; s < BP_SEGMENT_COUNT; s++) {
+      const seg_list *l = &x->g->variants[v].segs[s];
+      for (int k = 0; k < l->count; k++) {
+        const bp_node *n = &l->nodes[k];
+        bp_status st;
+        if (n->num_inputs > BP_NODE_MAX_TENSORS || n->num_outputs > BP_NODE_MAX_TENSORS)
+          return bp_fail(BP_ERR_STATE, "graph: node '%s' has too many tensors", n->name);
+        for (int i = 0; i < n->num_inputs; i++)
+          if ((st = check_tensor(x, v, n, &n->inputs[i])) != BP_OK) return st;
+        for (int i = 0; i < n->num_outputs; i++)
+          if ((st = check_tensor(x, v, n, &n->outputs[i])) != BP_OK) return st;
+        if (strncmp(n->op, "range.", 6) == 0 && strcmp(n->op, "range.zero") != 0) {
+          /* the first input span against every output span */
+          const bp_node_tensor *a = &n->inputs[0];
+          for (int o = 0; o < n->num_outputs; o++) {
+            const bp_node_tensor *b = &n->outputs[o];
+            if (a->id >= 0 || b->id >= 0) continue;
+            const uint64_t lhs = a->span.bytes * bp_dtype_size(b->dtype);
+            const uint64_t rhs = b->span.bytes * bp_dtype_size(a->dtype);
+            if (lhs != rhs)
+              return bp_fail(BP_ERR_STATE,
+                             "graph: node '%s' pairs a span of %llu bytes (%s) with one of "
+                             "%llu bytes (%s): the element counts differ",
+                             n->name, (unsigned long long)a->span.bytes, bp_dtype_name(a->dtype),
+                             (unsigned long long)b->span.bytes, bp_dtype_name(b->dtype));
+          }
+        }
+      }
+    }
+  return BP_OK;
+}
+
+/* ---- entry points ------------------------------------------------------------- */
+
+static bp_status check_options(const bp_model *m, const bp_plan *plan, const bp_graph_options *o) {
+  if (o->world < 1) return bp_fail(BP_ERR_INVALID, "graph: world %d must be >= 1", o->world);
+  if (o->global_batch < 1 || o->train_size < 1)
+    return bp_fail(BP_ERR_INVALID, "graph: global batch %lld and train size %lld must be >= 1",
+                   (long long)o->global_batch, (long long)o->train_size);
+  if (o->eval_ema && !bp_plan_get_options(plan)->ema)
+    return bp_fail(BP_ERR_INVALID, "graph: evaluation on the EMA copies needs a plan with ema");
+  for (int i = 0; i < m->layer_count; i++) {
+    const bp_layer *l = &m->layers[i];
+    if (l->type == BP_LAYER_ADD && l->inputs[0] == l->inputs[1])
+      return bp_fail(BP_ERR_UNSUPPORTED,
+                     "graph: add layer '%s' adds '%s' to itself; its two gradients would be one "
+                     "slot (scale that layer instead)",
+                     l->name,
+                     l->inputs[0] == BP_MODEL_INPUT ? "input" : m->layers[l->inputs[0]].name);
+  }
+  return BP_OK;
+}
+
+static int64_t variant_global_batch(const bp_graph_options *o, const bp_variant_info *vi) {
+  if (strcmp(vi->name, "train") == 0) return o->global_batch;
+  if (strcmp(vi->name, "train_last") == 0 && o->train_size % o->global_batch != 0)
+    return o->train_size % o->global_batch;
+  return vi->batch * o->world;
+}
+
+static bp_status build_variant(build_ctx *x, int v) {
+  const bp_variant_info *vi = bp_plan_variant(x->plan, v);
+  variant_graph *vg = &x->g->variants[v];
+  x->variant = v;
+  x->vg = vg;
+  vg->is_eval = strcmp(vi->name, "eval") == 0 || strcmp(vi->name, "eval_last") == 0;
+  vg->global_batch = variant_global_batch(&x->g->options, vi);
+  const int cap = 4 * x->m->layer_count + 16;
+  for (int s = 0; s < BP_SEGMENT_COUNT; s++) {
+    vg->segs[s].nodes = calloc((size_t)cap, sizeof(bp_node));
+    vg->segs[s].cap = cap;
+    if (!vg->segs[s].nodes) return bp_fail(BP_ERR_NOMEM, "out of memory building a graph");
+  }
+  const bp_span none = {0, 0};
+  range_node(x, BP_SEGMENT_RESET, "range.zero", "reset results", none, BP_DTYPE_FP32,
+             resolve(x, BP_REGION_R, BP_REGION_R), BP_DTYPE_FP32, 0.0f, 0.0f);
+  const int last = x->m->layer_count - 1;
+  if (vg->is_eval) {
+    if (x->amp) {
+      const bp_param_kind a = BP_PARAM_BN_BIAS, b = BP_PARAM_CONV_DEEP;
+      range_node(x, BP_SEGMENT_CAST, "range.cast",
+                 x->g->options.eval_ema ? "cast E->A" : "cast W->A",
+                 family_span(x, x->g->options.eval_ema ? BP_FAMILY_E : BP_FAMILY_W, a, b),
+                 BP_DTYPE_FP32, family_span(x, BP_FAMILY_A, a, b), BP_DTYPE_FP16, 0.0f, 0.0f);
+    }
+    for (int i = 0; i <= last; i++)
+      if (x->reaches[i]) forward_layer(x, BP_SEGMENT_EVAL, i, 1);
+    return BP_OK;
+  }
+  for (int i = 0; i < last; i++)
+    if (x->reaches[i]) forward_layer(x, BP_SEGMENT_FORWARD, i, 0);
+  forward_layer(x, BP_SEGMENT_LOSS, last, 0);
+  bp_status st = build_backward(x);
+  if (st != BP_OK) return st;
+  build_train_ranges(x);
+  return BP_OK;
+}
+
+bp_status bp_graph_build(const bp_model *model, const bp_plan *plan,
+                         const bp_graph_options *options, bp_graph **graph_out) {
+  if (!model || !plan || !options || !graph_out)
+    return bp_fail(BP_ERR_INVALID, "bp_graph_build: NULL argument");
+  if (!bp_plan_is_finalized(plan))
+    return bp_fail(BP_ERR_STATE, "graph of a plan that is not finalized");
+  bp_status st = bp_model_check(model);
+  if (st != BP_OK) return st;
+  if ((st = check_options(model, plan, options)) != BP_OK) return st;
+
+  build_ctx x;
+  memset(&x, 0, sizeof x);
+  x.m = model;
+  x.plan = plan;
+  x.amp = bp_plan_get_options(plan)->amp;
+  x.ema = bp_plan_get_options(plan)->ema;
+  const int32_t tensors = bp_plan_tensor_count(plan);
+  x.g = calloc(1, sizeof *x.g);
+  x.ids = calloc((size_t)model->layer_count, sizeof *x.ids);
+  x.needs = calloc((size_t)model->layer_count, sizeof *x.needs);
+  x.reaches = calloc((size_t)model->layer_count, sizeof *x.reaches);
+  x.writers = calloc((size_t)tensors + 1, sizeof *x.writers);
+  x.written = calloc((size_t)tensors + 1, sizeof *x.written);
+  if (x.g) {
+    x.g->variant_count = bp_plan_variant_count(plan);
+    x.g->variants = calloc((size_t)x.g->variant_count, sizeof *x.g->variants);
+  }
+  if (!x.g || !x.g->variants || !x.ids || !x.needs || !x.reaches || !x.writers || !x.written) {
+    st = bp_fail(BP_ERR_NOMEM, "out of memory building a graph");
+    goto done;
+  }
+  x.g->model = model;
+  x.g->plan = plan;
+  x.g->options = *options;
+
+  if ((st = lookup(&x, 1, &x.input, "input.a")) != BP_OK ||
+      (st = lookup(&x, 1, &x.label, "label.a")) != BP_OK ||
+      (st = lookup(&x, 1, &x.lr, "lr")) != BP_OK ||
+      (st = lookup(&x, 1, &x.step, "step")) != BP_OK ||
+      (st = lookup(&x, 1, &x.loss, "loss")) != BP_OK ||
+      (st = lookup(&x, 1, &x.correct, "correct")) != BP_OK)
+    goto done;
+  const int lars = bp_plan_get_options(plan)->optimizer == BP_OPT_LARS;
+  if ((st = lookup(&x, 0, &x.lars_segments, "lars.segments")) != BP_OK ||
+      (st = lookup(&x, 0, &x.lars_norms, "lars.norms")) != BP_OK)
+    goto done;
+  if (lars && family_span(&x, BP_FAMILY_W, BP_PARAM_FC_WEIGHT, BP_PARAM_CONV_DEEP).bytes &&
+      (x.lars_segments < 0 || x.lars_norms < 0)) {
+    st = bp_fail(BP_ERR_STATE, "graph: a LARS plan without lars.segments / lars.norms");
+    goto done;
+  }
+  for (int i = 0; i < model->layer_count; i++)
+    if ((st = lookup_layer(&x, i)) != BP_OK) goto done;
+  analyze(&x);
+  for (int v = 0; v < x.g->variant_count; v++)
+    if ((st = build_variant(&x, v)) != BP_OK) goto done;
+  if (lars && x.lars_segments >= 0 && (st = build_lars_table(&x)) != BP_OK) goto done;
+  st = check_graph(&x);
+done:
+  free(x.ids);
+  free(x.needs);
+  free(x.reaches);
+  free(x.writers);
+  free(x.written);
+  if (st != BP_OK) {
+    bp_graph_destroy(x.g);
+    return st;
+  }
+  *graph_out = x.g;
+  return BP_OK;
+}
+
+void bp_graph_destroy(bp_graph *g) {
+  if (!g) return;
+  if (g->variants)
+    for (int v = 0; v < g->variant_count; v++)
+      for (int s = 0; s < BP_SEGMENT_COUNT; s++) free(g->variants[v].segs[s].nodes);
+  free(g->variants);
+  for (int c = 0; c < g->constant_count; c++) free((void *)g->constants[c].data);
+  free(g);
+}
+
+const bp_plan *bp_graph_plan(const bp_graph *g) { return g ? g->plan : NULL; }
+const bp_graph_options *bp_graph_get_options(const bp_graph *g) { return g ? &g->options : NULL; }
+
+static const variant_graph *variant_of(const bp_graph *g, int v) {
+  return g && v >= 0 && v < g->variant_count ? &g->variants[v] : NULL;
+}
+
+int bp_graph_variant_is_eval(const bp_graph *g, int v) {
+  const variant_graph *vg = variant_of(g, v);
+  return vg ? vg->is_eval : 0;
+}
+
+int64_t bp_graph_variant_global_batch(const bp_graph *g, int v) {
+  const variant_graph *vg = variant_of(g, v);
+  return vg ? vg->global_batch : 0;
+}
+
+int bp_graph_node_count(const bp_graph *g, int v, bp_segment s) {
+  const variant_graph *vg = variant_of(g, v);
+  return vg && (int)s >= 0 && s < BP_SEGMENT_COUNT ? vg->segs[s].count : 0;
+}
+
+const bp_node *bp_graph_node(const bp_graph *g, int v, bp_segment s, int index) {
+  if (index < 0 || index >= bp_graph_node_count(g, v, s)) return NULL;
+  return &g->variants[v].segs[s].nodes[index];
+}
+
+int bp_graph_constant_count(const bp_graph *g) { return g ? g->constant_count : 0; }
+
+const bp_graph_constant *bp_graph_constant_get(const bp_graph *g, int index) {
+  return g && index >= 0 && index < g->constant_count ? &g->constants[index] : NULL;
+}

@@ -1,0 +1,45 @@
+/* Learning-rate schedules (train.h): a pure function of the step of the
+ * run, so a resumed run sees the same rates as an uninterrupted one. */
+#include <math.h>
+#include <string.h>
+
+#include "blueprint/train.h"
+
+static const char *const schedule_names[] = {"constant", "step", "cosine"};
+
+const char *bp_lr_schedule_name(bp_lr_schedule s) {
+  return (int)s >= 0 && s <= BP_LR_COSINE ? schedule_names[s] : "?";
+}
+
+int bp_lr_schedule_from_name(const char *name, bp_lr_schedule *out) {
+  for (int s = 0; s <= BP_LR_COSINE; s++)
+    if (name && strcmp(name, schedule_names[s]) == 0) {
+      *out = (bp_lr_schedule)s;
+      return 0;
+    }
+  return -1;
+}
+
+double bp_schedule_lr(const bp_schedule *s, int64_t t) {
+  const int64_t spe = s->steps_per_epoch > 0 ? s->steps_per_epoch : 1;
+  const int64_t total = spe * (s->epochs > 0 ? s->epochs : 1);
+  int64_t warm = (int64_t)llround(s->warmup_epochs * (double)spe);
+  if (warm < 0) warm = 0;
+  if (warm > total) warm = total;
+  if (t < 0) t = 0;
+  if (t < warm) return s->lr * (double)(t + 1) / (double)warm;
+  switch (s->kind) {
+  case BP_LR_STEP: {
+    const int64_t every = s->step_epochs > 0 ? s->step_epochs : 1;
+    return s->lr * pow(s->gamma, (double)((t / spe) / every));
+  }
+  case BP_LR_COSINE: {
+    const int64_t span = total - warm;
+    if (span <= 0) return s->lr;
+    const double progress = (double)(t - warm) / (double)span;
+    return 0.5 * s->lr * (1.0 + cos(M_PI * (progress < 1.0 ? progress : 1.0)));
+  }
+  case BP_LR_CONSTANT:
+  default: return s->lr;
+  }
+}

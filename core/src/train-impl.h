@@ -1,0 +1,94 @@
+/* Internals of the trainer (train.c: life cycle; train_arena.c: filling
+ * the arena; train_loop.c: epochs, steps, evaluation; metrics.c: the JSON
+ * lines file). Not installed.
+ *
+ * Invariants of a trainer (kept by train.c and train_loop.c):
+ *  1. every rank's arena holds bit-identical parameters, optimizer state and
+ *     BN statistics after every step (one rank today: trivially);
+ *  2. state.step < steps_per_epoch, and state.epoch <= epochs; state.epoch
+ *     == epochs exactly when every epoch is trained;
+ *  3. no loader thread outlives the call that started it: a loader fills
+ *     the input buffers only while an epoch or an evaluation runs, so the
+ *     training and evaluation loaders never write the same buffers at once;
+ *  4. the step loop allocates nothing and looks nothing up: variants, ids,
+ *     pointers and kernels are resolved at create. */
+#ifndef BLUEPRINT_TRAIN_IMPL_H
+#define BLUEPRINT_TRAIN_IMPL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "blueprint/arena.h"
+#include "blueprint/exec.h"
+#include "blueprint/graph.h"
+#include "blueprint/train.h"
+
+/* Most ranks a trainer holds (ranks as threads come later; see
+ * bp_train_options.ranks). */
+#define BP_TRAIN_MAX_RANKS 1
+
+/* Aborts on a broken internal invariant (a bug, never bad input). */
+#define TRAIN_ASSERT(cond)                                                                    \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
+      fprintf(stderr, "blueprint: %s:%d: trainer invariant broken: %s\n", __FILE__, __LINE__, \
+              #cond);                                                                         \
+      abort();                                                                                \
+    }                                                                                         \
+  } while (0)
+
+/* One rank: its arena and its bound graph. */
+typedef struct bp_train_rank {
+  int rank;
+  bp_arena *arena;
+  char *base; /* arena base: host memory on the cpu device */
+  bp_exec *exec;
+} bp_train_rank;
+
+typedef struct bp_metrics bp_metrics; /* metrics.c */
+
+struct bp_trainer {
+  bp_train_options opt; /* strings below are the trainer's own copies */
+  char *data_dir, *device, *checkpoint_path, *resume_path, *metrics_path, *kernels, *autotune_cache;
+  bp_model *model;                  /* owned copy */
+  bp_dataset *train_set, *test_set; /* train_set NULL with eval_only */
+  bp_data_norm norm;
+  bp_plan *plan;
+  bp_graph *graph;
+  bp_registry *registry;
+  int own_registry;
+  const bp_abi_device *dev;     /* the device plugin, NULL when none is loaded */
+  bp_arena_allocator allocator; /* through dev, else host memory */
+  int world;
+  bp_train_rank ranks[BP_TRAIN_MAX_RANKS];
+  int v_train, v_train_last, v_eval, v_eval_last; /* variant indices, -1 when absent */
+  const bp_dtensor *lr, *step, *loss,
+      *correct;                       /* variant 0 descriptors (same offsets everywhere) */
+  int32_t input_ids[2], label_ids[2]; /* [0] in I_A, [1] in I_B: the loader's two buffers */
+  int64_t batch, eval_batch, epochs, steps_per_epoch;
+  bp_schedule schedule;
+  bp_train_state state;
+  bp_metrics *metrics;
+  int stopped;
+  double last_lr;
+};
+
+/* train_arena.c: fills a rank's arena before the first step: every tensor
+ * with an init rule (seeded by options' seed), the graph's constants, then
+ * the INIT segment (E = W). */
+bp_status bp_train_arena_init(bp_trainer *t, bp_train_rank *r);
+/* Writes the scalars of one step (lr, AdamW's step) into every rank. */
+void bp_train_write_scalars(bp_trainer *t, double lr, int64_t step_from_1);
+/* Reads loss and correct count of rank 0's R. */
+void bp_train_read_results(const bp_trainer *t, double *loss_out, double *correct_out);
+
+/* metrics.c: one JSON object per line, flushed after each. */
+bp_status bp_metrics_open(const char *path, int append, bp_metrics **out);
+bp_status bp_metrics_write_epoch(bp_metrics *m, const bp_epoch_report *r);
+bp_status bp_metrics_write_step(bp_metrics *m, const bp_train_progress *p);
+void bp_metrics_close(bp_metrics *m); /* NULL is a no-op */
+
+/* Seconds on CLOCK_MONOTONIC. */
+double bp_train_now(void);
+
+#endif

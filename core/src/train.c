@@ -1,0 +1,458 @@
+/* The trainer's life cycle (train.h): options, data, plan, graph, arenas,
+ * binding, initialization and resume; checkpoints and accessors. The
+ * epochs themselves are in train_loop.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model-impl.h"
+#include "train-impl.h"
+
+void bp_train_options_init(bp_train_options *o) {
+  memset(o, 0, sizeof *o);
+  o->seed = 1;
+  o->ranks = 1;
+  o->device = "cpu";
+  o->optimizer = -1;
+  o->lr = o->momentum = o->weight_decay = -1.0;
+  o->beta1 = 0.9;
+  o->beta2 = 0.999;
+  o->eps = 1e-8;
+  o->lars_eta = 0.001;
+  o->schedule = BP_LR_CONSTANT;
+  o->step_gamma = 0.1;
+  o->step_epochs = 1;
+  o->amp = o->ema = -1;
+  o->ema_decay = 0.999;
+  o->eval_ema = -1;
+}
+
+/* ---- options ---------------------------------------------------------------- */
+
+static int finite_in(double v, double lo, double hi) { return isfinite(v) && v >= lo && v <= hi; }
+
+static bp_status check_options(const bp_train_options *o) {
+  if (o->ranks < 1) return bp_fail(BP_ERR_INVALID, "ranks %d must be >= 1", o->ranks);
+  if (o->ranks > BP_TRAIN_MAX_RANKS)
+    return bp_fail(BP_ERR_UNSUPPORTED,
+                   "%d ranks: training on more than one rank is not implemented yet (ranks as "
+                   "threads come next); use 1",
+                   o->ranks);
+  if (o->epochs < 0 || o->batch < 0 || o->eval_batch < 0 || o->train_limit < 0 ||
+      o->test_limit < 0 || o->log_every < 0 || o->stop_after_steps < 0 || o->step_epochs < 1)
+    return bp_fail(BP_ERR_INVALID,
+                   "epochs, batches, limits, log_every and stop_after_steps must be >= 0 and "
+                   "step_epochs >= 1");
+  if (o->optimizer < -1 || o->optimizer > BP_OPT_LARS)
+    return bp_fail(BP_ERR_INVALID, "unknown optimizer %d", o->optimizer);
+  if ((int)o->schedule < 0 || o->schedule > BP_LR_COSINE)
+    return bp_fail(BP_ERR_INVALID, "unknown learning-rate schedule %d", (int)o->schedule);
+  if ((o->lr >= 0 || !isfinite(o->lr)) && !finite_in(o->lr, 0.0, 1e6))
+    return bp_fail(BP_ERR_INVALID, "learning rate %g must be a finite number >= 0", o->lr);
+  if ((o->momentum >= 0 || !isfinite(o->momentum)) && !finite_in(o->momentum, 0.0, 0.999999))
+    return bp_fail(BP_ERR_INVALID, "momentum %g must be in [0, 1)", o->momentum);
+  if ((o->weight_decay >= 0 || !isfinite(o->weight_decay)) && !finite_in(o->weight_decay, 0.0, 1e6))
+    return bp_fail(BP_ERR_INVALID, "weight decay %g must be a finite number >= 0", o->weight_decay);
+  if (!finite_in(o->beta1, 0.0, 0.999999) || !finite_in(o->beta2, 0.0, 0.999999) ||
+      !finite_in(o->eps, 1e-30, 1.0) || !finite_in(o->lars_eta, 0.0, 1e6))
+    return bp_fail(BP_ERR_INVALID,
+                   "beta1 %g and beta2 %g must be in [0, 1), eps %g in (0, 1], "
+                   "lars eta %g >= 0",
+                   o->beta1, o->beta2, o->eps, o->lars_eta);
+  if (!finite_in(o->step_gamma, 0.0, 1e6) || !finite_in(o->warmup_epochs, 0.0, 1e9))
+    return bp_fail(BP_ERR_INVALID, "step gamma %g and warmup epochs %g must be >= 0", o->step_gamma,
+                   o->warmup_epochs);
+  if (!finite_in(o->ema_decay, 0.0, 1.0))
+    return bp_fail(BP_ERR_INVALID, "ema decay %g must be in [0, 1]", o->ema_decay);
+  if (o->progress_interval < 0 || !isfinite(o->progress_interval))
+    return bp_fail(BP_ERR_INVALID, "progress interval %g must be >= 0", o->progress_interval);
+  if (o->augment.crop_pad < 0 || o->augment.flip < 0 || o->augment.flip > 1)
+    return bp_fail(BP_ERR_INVALID, "crop padding %d must be >= 0 and flip 0 or 1",
+                   o->augment.crop_pad);
+  if (o->plugin_path_count < 0 || (o->plugin_path_count && !o->plugin_paths))
+    return bp_fail(BP_ERR_INVALID, "%d plugin paths without their list", o->plugin_path_count);
+  if (o->eval_only && !o->resume_path)
+    return bp_fail(BP_ERR_INVALID, "evaluation only needs a checkpoint to evaluate");
+  return BP_OK;
+}
+
+static char *dup_or_null(const char *s, int *failed) {
+  if (!s) return NULL;
+  char *d = strdup(s);
+  if (!d) *failed = 1;
+  return d;
+}
+
+/* The trainer's own copy of the options' strings. */
+static bp_status keep_options(bp_trainer *t, const bp_train_options *o) {
+  int failed = 0;
+  t->opt = *o;
+  t->opt.data_dir = t->data_dir = dup_or_null(o->data_dir, &failed);
+  t->opt.device = t->device = dup_or_null(o->device ? o->device : "cpu", &failed);
+  t->opt.checkpoint_path = t->checkpoint_path = dup_or_null(o->checkpoint_path, &failed);
+  t->opt.resume_path = t->resume_path = dup_or_null(o->resume_path, &failed);
+  t->opt.metrics_path = t->metrics_path = dup_or_null(o->metrics_path, &failed);
+  t->opt.kernels = t->kernels = dup_or_null(o->kernels, &failed);
+  t->opt.autotune_cache = t->autotune_cache = dup_or_null(o->autotune_cache, &failed);
+  t->opt.plugin_paths = NULL; /* used only at create */
+  t->opt.plugin_path_count = 0;
+  t->opt.registry = NULL;
+  return failed ? bp_fail(BP_ERR_NOMEM, "out of memory copying the training options") : BP_OK;
+}
+
+/* The model with the options' overrides applied to its training settings. */
+static bp_status copy_model(bp_trainer *t, const bp_model *m) {
+  t->model = malloc(sizeof *t->model);
+  if (!t->model) return bp_fail(BP_ERR_NOMEM, "out of memory copying the model");
+  *t->model = *m;
+  t->model->layers = malloc((size_t)m->layer_count * sizeof *m->layers);
+  if (!t->model->layers) return bp_fail(BP_ERR_NOMEM, "out of memory copying the model");
+  memcpy(t->model->layers, m->layers, (size_t)m->layer_count * sizeof *m->layers);
+  bp_train_settings *s = &t->model->train;
+  const bp_train_options *o = &t->opt;
+  if (o->epochs) s->epochs = o->epochs;
+  if (o->batch) s->batch = o->batch;
+  if (o->eval_batch) s->eval_batch = o->eval_batch;
+  if (o->optimizer >= 0) s->optimizer = (bp_optimizer)o->optimizer;
+  if (o->lr >= 0) s->lr = o->lr;
+  if (o->momentum >= 0) s->momentum = o->momentum;
+  if (o->weight_decay >= 0) s->weight_decay = o->weight_decay;
+  if (o->amp >= 0) s->amp = o->amp;
+  if (o->ema >= 0) s->ema = o->ema;
+  s->kernels[sizeof s->kernels - 1] = '\0'; /* a model built in C may lack the NUL */
+  return bp_model_check(t->model);
+}
+
+/* ---- kernels and device ------------------------------------------------------- */
+
+static bp_status open_registry(bp_trainer *t, const bp_train_options *o) {
+  if (o->registry) {
+    t->registry = o->registry;
+    return BP_OK;
+  }
+  bp_status st = bp_registry_create(&t->registry);
+  if (st != BP_OK) return st;
+  t->own_registry = 1;
+  return bp_registry_discover(t->registry, o->plugin_paths, o->plugin_path_count);
+}
+
+static int kernels_on(const bp_registry *r, const char *device) {
+  for (int i = 0; i < bp_registry_kernel_count(r); i++)
+    if (strcmp(bp_registry_kernel(r, i)->kernel.device, device) == 0) return 1;
+  return 0;
+}
+
+static void *device_alloc(void *user, size_t bytes, size_t alignment) {
+  const bp_abi_device *d = user;
+  void *p = NULL;
+  return d->arena_alloc(0, bytes, alignment, &p) == BP_ABI_OK ? p : NULL;
+}
+
+static void device_free(void *user, void *ptr, size_t bytes) {
+  const bp_abi_device *d = user;
+  d->arena_free(0, ptr, bytes);
+}
+
+static bp_status open_device(bp_trainer *t) {
+  const char *dev = t->device;
+  if (strcmp(dev, "cpu") != 0 && strcmp(dev, "cuda") != 0)
+    return bp_fail(BP_ERR_INVALID, "unknown device '%s' (cpu or cuda)", dev);
+  if (!kernels_on(t->registry, dev))
+    return bp_fail(BP_ERR_UNSUPPORTED,
+                   "device '%s': no op module provides kernels for it (`blueprint plugins` "
+                   "lists what loaded)",
+                   dev);
+  if (strcmp(dev, "cuda") == 0)
+    return bp_fail(BP_ERR_UNSUPPORTED,
+                   "device 'cuda': the executor's device copies are not implemented yet; train "
+                   "on cpu");
+  t->dev = bp_registry_find_device(t->registry, dev);
+  if (t->dev && t->dev->arena_alloc && t->dev->arena_free) {
+    t->allocator = (bp_arena_allocator){dev, device_alloc, device_free, (void *)t->dev};
+  } else {
+    t->dev = NULL;
+    t->allocator = *bp_host_allocator();
+  }
+  return BP_OK;
+}
+
+/* ---- data ------------------------------------------------------------------------ */
+
+static bp_status limit(bp_dataset **set, int64_t n) {
+  const int64_t count = bp_dataset_get_info(*set)->count;
+  if (n == 0 || n >= count) return BP_OK;
+  bp_dataset *sub = NULL;
+  bp_status st = bp_dataset_subset(*set, 0, n, &sub);
+  if (st != BP_OK) return st;
+  bp_dataset_destroy(*set);
+  *set = sub;
+  return BP_OK;
+}
+
+static bp_status check_data(const bp_trainer *t, const bp_dataset *d, const char *what) {
+  const bp_dataset_info *i = bp_dataset_get_info(d);
+  const bp_model *m = t->model;
+  if (i->height != m->height || i->width != m->width || i->channels != m->channels)
+    return bp_fail(BP_ERR_SHAPE,
+                   "the %s images of '%s' are %lldx%lldx%lld; model '%s' takes %lldx%lldx%lld",
+                   what, t->data_dir ? t->data_dir : BP_DATA_DEFAULT_DIR, (long long)i->height,
+                   (long long)i->width, (long long)i->channels, m->name, (long long)m->height,
+                   (long long)m->width, (long long)m->channels);
+  if (i->classes > m->classes)
+    return bp_fail(BP_ERR_SHAPE, "the %s labels of '%s' go up to %d; model '%s' has %lld classes",
+                   what, t->data_dir ? t->data_dir : BP_DATA_DEFAULT_DIR, i->classes - 1, m->name,
+                   (long long)m->classes);
+  return BP_OK;
+}
+
+static bp_status load_data(bp_trainer *t) {
+  bp_dataset *train = NULL;
+  bp_status st;
+  /* the training set's statistics normalize both splits; the default data
+   * uses the published Fashion-MNIST values */
+  if (!t->opt.eval_only || t->data_dir) {
+    if ((st = bp_dataset_load_mnist(t->data_dir, BP_DATA_TRAIN, &train)) != BP_OK) return st;
+    if ((st = check_data(t, train, "training")) != BP_OK) goto fail;
+  }
+  if (t->data_dir) {
+    if ((st = bp_dataset_stats(train, &t->norm)) != BP_OK) goto fail;
+  } else {
+    t->norm.channels = 1;
+    t->norm.mean[0] = BP_FASHION_MNIST_MEAN;
+    t->norm.std[0] = BP_FASHION_MNIST_STD;
+  }
+  if (t->opt.eval_only) {
+    bp_dataset_destroy(train);
+    train = NULL;
+  } else if ((st = limit(&train, t->opt.train_limit)) != BP_OK) {
+    goto fail;
+  }
+  if ((st = bp_dataset_load_mnist(t->data_dir, BP_DATA_TEST, &t->test_set)) != BP_OK ||
+      (st = check_data(t, t->test_set, "test")) != BP_OK ||
+      (st = limit(&t->test_set, t->opt.test_limit)) != BP_OK)
+    goto fail;
+  t->train_set = train;
+  return BP_OK;
+fail:
+  bp_dataset_destroy(train);
+  return st;
+}
+
+/* ---- plan, graph, ranks ---------------------------------------------------------- */
+
+static bp_status compile_and_build(bp_trainer *t) {
+  const bp_train_settings *s = &t->model->train;
+  bp_compile_options co = bp_compile_options_from_model(t->model);
+  co.batch = s->batch;
+  co.eval_batch = s->eval_batch;
+  co.train_size = t->train_set ? bp_dataset_get_info(t->train_set)->count : s->train_size;
+  co.eval_size = bp_dataset_get_info(t->test_set)->count;
+  bp_status st = bp_model_compile(t->model, &co, &t->plan);
+  if (st != BP_OK) return st;
+  t->v_train = bp_plan_find_variant(t->plan, "train");
+  t->v_train_last = bp_plan_find_variant(t->plan, "train_last");
+  t->v_eval = bp_plan_find_variant(t->plan, "eval");
+  t->v_eval_last = bp_plan_find_variant(t->plan, "eval_last");
+  TRAIN_ASSERT(t->v_train == 0 && t->v_eval > 0);
+
+  bp_graph_options go;
+  bp_graph_options_init(&go);
+  go.world = t->world;
+  go.global_batch = s->batch;
+  go.train_size = co.train_size;
+  go.optimizer.momentum = (float)s->momentum;
+  go.optimizer.weight_decay = (float)s->weight_decay;
+  go.optimizer.nesterov = t->opt.nesterov != 0;
+  go.optimizer.beta1 = (float)t->opt.beta1;
+  go.optimizer.beta2 = (float)t->opt.beta2;
+  go.optimizer.eps = (float)t->opt.eps;
+  go.optimizer.eta = (float)t->opt.lars_eta;
+  go.ema_decay = (float)t->opt.ema_decay;
+  go.eval_ema = s->ema && t->opt.eval_ema != 0;
+  if ((st = bp_graph_build(t->model, t->plan, &go, &t->graph)) != BP_OK) return st;
+
+  const bp_plan *p = t->plan;
+  t->lr = bp_plan_tensor(p, 0, bp_plan_find_tensor(p, "lr"));
+  t->step = bp_plan_tensor(p, 0, bp_plan_find_tensor(p, "step"));
+  t->loss = bp_plan_tensor(p, 0, bp_plan_find_tensor(p, "loss"));
+  t->correct = bp_plan_tensor(p, 0, bp_plan_find_tensor(p, "correct"));
+  t->input_ids[0] = bp_plan_find_tensor(p, "input.a");
+  t->input_ids[1] = bp_plan_find_tensor(p, "input.b");
+  t->label_ids[0] = bp_plan_find_tensor(p, "label.a");
+  t->label_ids[1] = bp_plan_find_tensor(p, "label.b");
+  TRAIN_ASSERT(t->lr && t->step && t->loss && t->correct);
+  for (int b = 0; b < 2; b++) TRAIN_ASSERT(t->input_ids[b] >= 0 && t->label_ids[b] >= 0);
+  return BP_OK;
+}
+
+static bp_status open_rank(bp_trainer *t, int k) {
+  bp_train_rank *r = &t->ranks[k];
+  r->rank = k;
+  bp_status st = bp_arena_create(t->plan, &t->allocator, k, &r->arena);
+  if (st != BP_OK) return st;
+  r->base = bp_arena_base(r->arena);
+  /* pins: the options', else BP_KERNELS (the registry reads it), else the model file's */
+  const char *pins = t->kernels;
+  if (!pins && !getenv("BP_KERNELS") && t->model->train.kernels[0]) pins = t->model->train.kernels;
+  bp_exec_options eo = {t->device, pins, t->opt.autotune, t->autotune_cache, k, t->world};
+  /* bind before filling: autotuning runs kernels on the arena */
+  if ((st = bp_exec_create(t->graph, t->registry, r->base, &eo, &r->exec)) != BP_OK) return st;
+  return bp_train_arena_init(t, r);
+}
+
+/* ---- create / destroy ------------------------------------------------------------- */
+
+static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_options *o) {
+  bp_status st;
+  if ((st = keep_options(t, o)) != BP_OK || (st = copy_model(t, model)) != BP_OK ||
+      (st = open_registry(t, o)) != BP_OK || (st = open_device(t)) != BP_OK ||
+      (st = load_data(t)) != BP_OK)
+    return st;
+  t->world = o->ranks;
+  t->batch = t->model->train.batch;
+  t->eval_batch = t->model->train.eval_batch;
+  t->epochs = t->model->train.epochs;
+  if ((st = compile_and_build(t)) != BP_OK) return st;
+  const int64_t n = t->train_set ? bp_dataset_get_info(t->train_set)->count : 1;
+  t->steps_per_epoch = bp_data_steps_per_epoch(n, t->batch, 0);
+  t->schedule =
+      (bp_schedule){t->opt.schedule,      t->model->train.lr, t->opt.step_gamma, t->opt.step_epochs,
+                    t->opt.warmup_epochs, t->steps_per_epoch, t->epochs};
+  t->state = (bp_train_state){o->seed, 0, 0, 0, 1.0, 0};
+  for (int k = 0; k < t->world; k++)
+    if ((st = open_rank(t, k)) != BP_OK) return st;
+  if (t->resume_path && (st = bp_trainer_load(t, t->resume_path)) != BP_OK) return st;
+  if (t->metrics_path &&
+      (st = bp_metrics_open(t->metrics_path, t->resume_path != NULL, &t->metrics)) != BP_OK)
+    return st;
+  return BP_OK;
+}
+
+bp_status bp_trainer_create(const bp_model *model, const bp_train_options *options,
+                            bp_trainer **trainer_out) {
+  if (!model || !options || !trainer_out)
+    return bp_fail(BP_ERR_INVALID, "bp_trainer_create: NULL argument");
+  bp_status st = check_options(options);
+  if (st != BP_OK) return st;
+  bp_trainer *t = calloc(1, sizeof *t);
+  if (!t) return bp_fail(BP_ERR_NOMEM, "out of memory creating a trainer");
+  if ((st = setup(t, model, options)) != BP_OK) {
+    char why[2048];
+    snprintf(why, sizeof why, "%s", bp_last_error()); /* destroy must not lose it */
+    bp_trainer_destroy(t);
+    return bp_fail(st, "%s", why);
+  }
+  *trainer_out = t;
+  return BP_OK;
+}
+
+bp_status bp_trainer_create_from_file(const char *model_path, const bp_train_options *options,
+                                      bp_trainer **trainer_out) {
+  if (!model_path) return bp_fail(BP_ERR_INVALID, "bp_trainer_create_from_file: NULL path");
+  bp_model *m = NULL;
+  bp_status st = bp_model_load(model_path, &m);
+  if (st != BP_OK) return st;
+  st = bp_trainer_create(m, options, trainer_out);
+  bp_model_destroy(m);
+  return st;
+}
+
+void bp_trainer_destroy(bp_trainer *t) {
+  if (!t) return;
+  bp_metrics_close(t->metrics);
+  for (int k = 0; k < BP_TRAIN_MAX_RANKS; k++) {
+    bp_exec_destroy(t->ranks[k].exec);
+    bp_arena_destroy(t->ranks[k].arena);
+  }
+  bp_graph_destroy(t->graph);
+  bp_plan_destroy(t->plan);
+  if (t->own_registry) bp_registry_destroy(t->registry);
+  bp_dataset_destroy(t->train_set);
+  bp_dataset_destroy(t->test_set);
+  bp_model_destroy(t->model);
+  free(t->data_dir);
+  free(t->device);
+  free(t->checkpoint_path);
+  free(t->resume_path);
+  free(t->metrics_path);
+  free(t->kernels);
+  free(t->autotune_cache);
+  free(t);
+}
+
+/* ---- checkpoints --------------------------------------------------------------------- */
+
+bp_status bp_trainer_save(const bp_trainer *t, const char *path) {
+  if (!t || !path) return bp_fail(BP_ERR_INVALID, "bp_trainer_save: NULL argument");
+  char note[BP_NAME_MAX + 32];
+  snprintf(note, sizeof note, "model %s", t->model->name);
+  return bp_checkpoint_save_note(path, t->plan, t->ranks[0].base, &t->state, note);
+}
+
+bp_status bp_trainer_load(bp_trainer *t, const char *path) {
+  if (!t || !path) return bp_fail(BP_ERR_INVALID, "bp_trainer_load: NULL argument");
+  /* the counters are checked before the arena changes */
+  bp_checkpoint_info info;
+  bp_status st = bp_checkpoint_read_info(path, &info);
+  if (st != BP_OK) return st;
+  const bp_train_state s = info.state;
+  if (!t->opt.eval_only &&
+      (s.epoch > (uint64_t)t->epochs || (int64_t)s.step >= t->steps_per_epoch ||
+       (s.epoch == (uint64_t)t->epochs && s.step != 0)))
+    return bp_fail(BP_ERR_INVALID,
+                   "checkpoint '%s' stands at epoch %llu, step %llu; this run has %lld epochs "
+                   "of %lld steps (were the data limits or the batch different?)",
+                   path, (unsigned long long)s.epoch, (unsigned long long)s.step,
+                   (long long)t->epochs, (long long)t->steps_per_epoch);
+  bp_train_state loaded;
+  if ((st = bp_checkpoint_load(path, t->plan, t->ranks[0].base, &loaded)) != BP_OK) return st;
+  /* ranks start equal (invariant 1): every other rank copies rank 0's state */
+  for (int k = 1; k < t->world; k++)
+    memcpy(t->ranks[k].base, t->ranks[0].base, (size_t)bp_plan_total_bytes(t->plan));
+  t->state = loaded;
+  t->stopped = 0;
+  return BP_OK;
+}
+
+/* ---- accessors ------------------------------------------------------------------------ */
+
+int bp_trainer_done(const bp_trainer *t) {
+  return !t || t->stopped || t->state.epoch >= (uint64_t)t->epochs ||
+         (t->opt.stop_after_steps && t->state.global_step >= (uint64_t)t->opt.stop_after_steps);
+}
+
+const bp_model *bp_trainer_model(const bp_trainer *t) { return t ? t->model : NULL; }
+const bp_plan *bp_trainer_plan(const bp_trainer *t) { return t ? t->plan : NULL; }
+bp_train_state bp_trainer_state(const bp_trainer *t) {
+  bp_train_state s = {0, 0, 0, 0, 0.0, 0};
+  return t ? t->state : s;
+}
+int64_t bp_trainer_steps_per_epoch(const bp_trainer *t) { return t ? t->steps_per_epoch : 0; }
+int64_t bp_trainer_epochs(const bp_trainer *t) { return t ? t->epochs : 0; }
+int64_t bp_trainer_train_samples(const bp_trainer *t) {
+  return t && t->train_set ? bp_dataset_get_info(t->train_set)->count : 0;
+}
+int64_t bp_trainer_test_samples(const bp_trainer *t) {
+  return t && t->test_set ? bp_dataset_get_info(t->test_set)->count : 0;
+}
+
+bp_status bp_trainer_read_tensor(const bp_trainer *t, const char *name, float *dst,
+                                 uint64_t count) {
+  if (!t || !name || !dst) return bp_fail(BP_ERR_INVALID, "bp_trainer_read_tensor: NULL argument");
+  const int32_t id = bp_plan_find_tensor(t->plan, name);
+  const bp_dtensor *d = id >= 0 ? bp_plan_tensor(t->plan, 0, id) : NULL;
+  if (!d) return bp_fail(BP_ERR_INVALID, "no tensor '%s' in the plan", name);
+  if (d->dtype != BP_DTYPE_FP32 || count != bp_dtensor_host_elems(d))
+    return bp_fail(BP_ERR_INVALID, "tensor '%s' is %s with %llu elements; asked for %llu fp32",
+                   name, bp_dtype_name(d->dtype), (unsigned long long)bp_dtensor_host_elems(d),
+                   (unsigned long long)count);
+  const float *src = (const float *)(t->ranks[0].base + d->offset);
+  uint64_t k = 0;
+  for (int64_t n = 0; n < d->shape.n; n++)
+    for (int64_t h = 0; h < d->shape.h; h++)
+      for (int64_t w = 0; w < d->shape.w; w++)
+        for (int64_t c = 0; c < d->shape.c; c++)
+          dst[k++] = src[n * d->dev_stride[0] + h * d->dev_stride[1] + w * d->dev_stride[2] +
+                         c * d->dev_stride[3]];
+  return BP_OK;
+}

@@ -1,0 +1,207 @@
+/* Epochs, steps and evaluation (train.h). The step loop runs pre-bound
+ * segments and touches the arena only through the scalars it writes (lr,
+ * step) and R when it reads metrics (train-impl.h invariant 4). */
+#include <math.h>
+#include <string.h>
+
+#include "train-impl.h"
+
+/* The segments of one training step, in run order (graph.h). */
+static const bp_segment step_segments[] = {
+    BP_SEGMENT_TRANSFER, BP_SEGMENT_ZERO_GRAD, BP_SEGMENT_CAST, BP_SEGMENT_FORWARD, BP_SEGMENT_LOSS,
+    BP_SEGMENT_BACKWARD, BP_SEGMENT_CAST_GRAD, BP_SEGMENT_COMM, BP_SEGMENT_UPDATE,  BP_SEGMENT_EMA,
+};
+
+static bp_status run_all_ranks(bp_trainer *t, int variant, bp_segment segment, int buffer) {
+  for (int k = 0; k < t->world; k++) {
+    bp_status st = bp_exec_run(t->ranks[k].exec, variant, segment, buffer);
+    if (st != BP_OK) return st;
+  }
+  return BP_OK;
+}
+
+/* A loader over `data` into rank 0's buffers, shaped as `variant` says. */
+static bp_status open_loader(bp_trainer *t, const bp_dataset *data, int variant,
+                             int64_t global_batch, int train, bp_data_loader **out) {
+  bp_data_buffer buffers[2];
+  for (int b = 0; b < 2; b++) {
+    const bp_dtensor *img = bp_plan_tensor(t->plan, variant, t->input_ids[b]);
+    const bp_dtensor *lab = bp_plan_tensor(t->plan, variant, t->label_ids[b]);
+    buffers[b] =
+        (bp_data_buffer){t->ranks[0].base + img->offset, img, t->ranks[0].base + lab->offset, lab};
+  }
+  bp_data_loader_options lo;
+  memset(&lo, 0, sizeof lo);
+  lo.global_batch = global_batch;
+  lo.world = t->world;
+  lo.rank = 0;
+  lo.seed = t->state.seed;
+  lo.shuffle = train;
+  lo.norm = &t->norm;
+  if (train) {
+    lo.augment = t->opt.augment;
+    lo.first_epoch = (int64_t)t->state.epoch;
+    lo.first_step = (int64_t)t->state.step;
+  }
+  lo.epochs = 1;
+  return bp_data_loader_create(data, &lo, buffers, out);
+}
+
+static bp_status run_step(bp_trainer *t, const bp_data_batch *b) {
+  const int v = b->global_count == t->batch ? t->v_train : t->v_train_last;
+  TRAIN_ASSERT(v >= 0); /* a short batch exists only when train_last was compiled */
+  const int64_t tstep = (int64_t)t->state.epoch * t->steps_per_epoch + b->step;
+  t->last_lr = bp_schedule_lr(&t->schedule, tstep);
+  bp_train_write_scalars(t, t->last_lr, (int64_t)t->state.global_step + 1);
+  for (size_t s = 0; s < sizeof step_segments / sizeof step_segments[0]; s++) {
+    bp_status st = run_all_ranks(t, v, step_segments[s], b->buffer);
+    if (st != BP_OK) return st;
+  }
+  return BP_OK;
+}
+
+static int stop_reached(const bp_trainer *t) {
+  return t->opt.stop_after_steps && t->state.global_step >= (uint64_t)t->opt.stop_after_steps;
+}
+
+/* Calls on_progress and writes a step line, reading R when metrics are due. */
+static bp_status report_step(bp_trainer *t, int64_t samples, double t0, double *last_read) {
+  const double now = bp_train_now();
+  const int log_due = t->opt.log_every && t->state.global_step % (uint64_t)t->opt.log_every == 0;
+  const int bar_due = t->opt.progress_interval > 0 && now - *last_read >= t->opt.progress_interval;
+  if (!t->opt.on_progress && !(log_due && t->metrics)) return BP_OK;
+  bp_train_progress p;
+  memset(&p, 0, sizeof p);
+  p.epoch = (int64_t)t->state.epoch + 1;
+  p.epochs = t->epochs;
+  p.step = (int64_t)t->state.step;
+  p.steps = t->steps_per_epoch;
+  p.global_step = (int64_t)t->state.global_step;
+  p.samples = samples;
+  p.seconds = now - t0;
+  p.images_per_second = p.seconds > 0 ? (double)samples / p.seconds : 0.0;
+  p.lr = t->last_lr;
+  p.loss = p.accuracy = NAN;
+  if (log_due || bar_due) {
+    double loss, correct;
+    bp_train_read_results(t, &loss, &correct);
+    p.has_metrics = 1;
+    p.loss = loss / (double)samples;
+    p.accuracy = correct / (double)samples;
+    *last_read = now;
+  }
+  if (log_due && t->metrics) {
+    bp_status st = bp_metrics_write_step(t->metrics, &p);
+    if (st != BP_OK) return st;
+  }
+  if (t->opt.on_progress) t->opt.on_progress(t->opt.progress_user, &p);
+  return BP_OK;
+}
+
+bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
+  if (!t || !out) return bp_fail(BP_ERR_INVALID, "bp_trainer_train_epoch: NULL argument");
+  if (!t->train_set)
+    return bp_fail(BP_ERR_STATE,
+                   "this trainer was created to evaluate only; it has no training data");
+  if (bp_trainer_done(t))
+    return bp_fail(BP_ERR_STATE, "the run is done (epoch %llu of %lld, step %llu)",
+                   (unsigned long long)t->state.epoch, (long long)t->epochs,
+                   (unsigned long long)t->state.global_step);
+  memset(out, 0, sizeof *out);
+  out->epoch = (int64_t)t->state.epoch + 1;
+  out->epochs = t->epochs;
+  out->test_loss = out->test_accuracy = NAN;
+  const double t0 = bp_train_now();
+  double last_read = t0;
+  bp_status st = run_all_ranks(t, t->v_train, BP_SEGMENT_RESET, 0);
+  bp_data_loader *loader = NULL;
+  if (st == BP_OK) st = open_loader(t, t->train_set, t->v_train, t->batch, 1, &loader);
+  int stopped = 0;
+  while (st == BP_OK) {
+    bp_data_batch b;
+    if ((st = bp_data_loader_next(loader, &b)) != BP_OK || b.done) break;
+    TRAIN_ASSERT(b.epoch == (int64_t)t->state.epoch && b.step == (int64_t)t->state.step);
+    if ((st = run_step(t, &b)) != BP_OK) break;
+    t->state.step++;
+    t->state.global_step++;
+    out->steps++;
+    out->samples += b.global_count;
+    if ((st = report_step(t, out->samples, t0, &last_read)) != BP_OK) break;
+    if (stop_reached(t) && !b.last_in_epoch) {
+      stopped = 1;
+      break;
+    }
+  }
+  bp_data_loader_destroy(loader); /* invariant 3: no loader outlives the epoch */
+  if (st != BP_OK) return st;
+  out->train_seconds = bp_train_now() - t0;
+  double loss, correct;
+  bp_train_read_results(t, &loss, &correct);
+  const double n = out->samples > 0 ? (double)out->samples : NAN;
+  out->train_loss = loss / n;
+  out->train_accuracy = correct / n;
+  out->images_per_second = out->train_seconds > 0 ? (double)out->samples / out->train_seconds : 0;
+  out->lr = t->last_lr;
+  out->global_step = (int64_t)t->state.global_step;
+  if (!stopped) { /* invariant 2: a finished epoch moves the counters on */
+    t->state.epoch++;
+    t->state.step = 0;
+    bp_eval_report e;
+    const double e0 = bp_train_now();
+    if ((st = bp_trainer_evaluate(t, &e)) != BP_OK) return st;
+    out->eval_seconds = bp_train_now() - e0;
+    out->test_loss = e.loss;
+    out->test_accuracy = e.accuracy;
+    out->test_samples = e.samples;
+    out->complete = 1;
+  }
+  if (stopped || stop_reached(t)) t->stopped = 1;
+  if (t->checkpoint_path) {
+    if ((st = bp_trainer_save(t, t->checkpoint_path)) != BP_OK) return st;
+    out->checkpointed = 1;
+  }
+  out->seconds = bp_train_now() - t0;
+  if (t->metrics && (st = bp_metrics_write_epoch(t->metrics, out)) != BP_OK) return st;
+  return BP_OK;
+}
+
+bp_status bp_trainer_train(bp_trainer *t, void (*on_epoch)(void *user, const bp_epoch_report *r),
+                           void *user) {
+  if (!t) return bp_fail(BP_ERR_INVALID, "bp_trainer_train: NULL trainer");
+  while (!bp_trainer_done(t)) {
+    bp_epoch_report r;
+    bp_status st = bp_trainer_train_epoch(t, &r);
+    if (st != BP_OK) return st;
+    if (on_epoch) on_epoch(user, &r);
+  }
+  return BP_OK;
+}
+
+bp_status bp_trainer_evaluate(bp_trainer *t, bp_eval_report *out) {
+  if (!t || !out) return bp_fail(BP_ERR_INVALID, "bp_trainer_evaluate: NULL argument");
+  memset(out, 0, sizeof *out);
+  const double t0 = bp_train_now();
+  bp_status st = run_all_ranks(t, t->v_eval, BP_SEGMENT_RESET, 0);
+  if (st == BP_OK) st = run_all_ranks(t, t->v_eval, BP_SEGMENT_CAST, 0);
+  bp_data_loader *loader = NULL;
+  if (st == BP_OK) st = open_loader(t, t->test_set, t->v_eval, t->eval_batch, 0, &loader);
+  while (st == BP_OK) {
+    bp_data_batch b;
+    if ((st = bp_data_loader_next(loader, &b)) != BP_OK || b.done) break;
+    const int v = b.global_count == t->eval_batch ? t->v_eval : t->v_eval_last;
+    TRAIN_ASSERT(v >= 0); /* a short batch exists only when eval_last was compiled */
+    if ((st = run_all_ranks(t, v, BP_SEGMENT_TRANSFER, b.buffer)) != BP_OK ||
+        (st = run_all_ranks(t, v, BP_SEGMENT_EVAL, b.buffer)) != BP_OK)
+      break;
+    out->samples += b.global_count;
+  }
+  bp_data_loader_destroy(loader);
+  if (st != BP_OK) return st;
+  double loss, correct;
+  bp_train_read_results(t, &loss, &correct);
+  const double n = out->samples > 0 ? (double)out->samples : NAN;
+  out->loss = loss / n;
+  out->accuracy = correct / n;
+  out->seconds = bp_train_now() - t0;
+  return BP_OK;
+}

@@ -1,0 +1,52 @@
+/* Helpers of the training tests (test_train*.c): running the built
+ * `blueprint` executable with its output captured, temporary directories,
+ * small MNIST-format datasets written on the fly, file comparison and the
+ * metrics JSON lines. */
+#ifndef BP_TESTS_RUN_UTIL_H
+#define BP_TESTS_RUN_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct run_result {
+  int status; /* exit status; 128 + signal when killed (a crash) */
+  char *out, *err;
+} run_result;
+
+/* Runs BP_BINARY_DIR/<exe> with args (NULL-terminated) and captures both
+ * streams. `exe` is relative to the build directory ("blueprint"). */
+run_result run_exe(const char *exe, const char *const *args);
+#define RUN(...) run_exe("blueprint", (const char *const[]){__VA_ARGS__, NULL})
+void run_free(run_result *r);
+
+/* Asserts a failure: non-zero status that is not a crash, nothing on
+ * stdout... (stdout may hold a header), exactly one line on stderr that
+ * starts with `prefix` and contains `needle` (NULL: anything). */
+void expect_one_line_error(const run_result *r, const char *prefix, const char *needle);
+
+/* A fresh directory under $TMPDIR (or /tmp); removed by tmp_dir_remove. */
+char *tmp_dir_create(void);
+void tmp_dir_remove(char *dir); /* frees dir */
+/* dir + "/" + name, malloc'ed. */
+char *path_in(const char *dir, const char *name);
+
+/* Writes train-*-idx*-ubyte and t10k-* (uncompressed) into dir: `train` and
+ * `test` 28x28 images of 10 classes whose class shows as a bright bar, at
+ * a row that depends on the label, over noise; learnable in a few steps. */
+void write_toy_mnist(const char *dir, int train, int test, uint64_t seed);
+
+/* Reads a whole file (NULL when missing); *size_out its bytes. */
+unsigned char *read_file(const char *path, size_t *size_out);
+/* 1 when both files exist and hold the same bytes. */
+int same_file(const char *a, const char *b);
+/* Writes `size` bytes to path. */
+void write_file(const char *path, const void *data, size_t size);
+
+/* The number after "key": in the n-th line (from 0) of a JSONL file whose
+ * "event" is `event`; NAN when absent. Counts of such lines via *count. */
+double jsonl_number(const char *path, const char *event, int n, const char *key, int *count);
+
+/* 1 when the Fashion-MNIST package's files are installed. */
+int have_fashion_mnist(void);
+
+#endif

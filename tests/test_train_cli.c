@@ -1,0 +1,144 @@
+/* Bad input to `blueprint train` and `blueprint eval`: each is refused with
+ * exactly one line on stderr ("blueprint train: ..."), a non-zero exit
+ * status (2 for the command line, 1 for files, data, devices and kernels)
+ * and never a crash. Runs on a small generated data set. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "run_util.h"
+
+static char *dir, *data, *mlp;
+
+static void setup(void) {
+  dir = tmp_dir_create();
+  data = path_in(dir, "data");
+  ck_assert_int_eq(mkdir(data, 0700), 0);
+  write_toy_mnist(data, 64, 32, 3);
+  const char *src = getenv("BP_SOURCE_DIR");
+  ck_assert_msg(src && *src, "BP_SOURCE_DIR is not set (run through ctest)");
+  mlp = path_in(src, "models/mlp.yaml");
+}
+
+static void teardown(void) {
+  free(data);
+  free(mlp);
+  tmp_dir_remove(dir);
+}
+
+#define REFUSED(status_want, prefix, needle, ...)                                          \
+  do {                                                                                     \
+    run_result r_ = RUN(__VA_ARGS__);                                                      \
+    expect_one_line_error(&r_, prefix, needle);                                            \
+    ck_assert_msg(r_.status == (status_want), "line %d: status %d, want %d: %s", __LINE__, \
+                  r_.status, status_want, r_.err);                                         \
+    run_free(&r_);                                                                         \
+  } while (0)
+
+#define T "blueprint train: "
+#define E "blueprint eval: "
+
+START_TEST(command_line_errors) {
+  REFUSED(2, T, "no model file given", "train");
+  REFUSED(2, T, "'abc' is not a positive integer", "train", mlp, "--epochs", "abc");
+  REFUSED(2, T, "--epochs: '0' is not a positive integer", "train", mlp, "--epochs", "0");
+  REFUSED(2, T, "--batch: '1.5'", "train", mlp, "--batch", "1.5");
+  REFUSED(2, T, "--lr: '-1' is not a finite number", "train", mlp, "--lr", "-1");
+  REFUSED(2, T, "--lr: 'nan'", "train", mlp, "--lr", "nan");
+  REFUSED(2, T, "--momentum: '1'", "train", mlp, "--momentum", "1");
+  REFUSED(2, T, "--ranks: '0' is not a positive integer", "train", mlp, "--ranks", "0");
+  REFUSED(2, T, "--ranks 2: training on more than one rank", "train", mlp, "--ranks", "2");
+  REFUSED(2, T, "unknown schedule 'linear'", "train", mlp, "--schedule", "linear");
+  REFUSED(2, T, "unknown optimizer 'sgdd'", "train", mlp, "--optimizer=sgdd");
+  REFUSED(2, T, "unknown device 'tpu'", "train", mlp, "--device", "tpu");
+  REFUSED(2, T, "unknown option '--bogus'", "train", mlp, "--bogus");
+  REFUSED(2, T, "option '--epochs' needs a value", "train", mlp, "--epochs");
+  REFUSED(2, T, "option '--flip' takes no value", "train", mlp, "--flip=1");
+  REFUSED(2, T, "unexpected argument", "train", mlp, mlp);
+  REFUSED(2, T, "--stop-after-steps needs --checkpoint", "train", mlp, "--stop-after-steps", "3");
+  REFUSED(2, T, "--seed: '-3'", "train", mlp, "--seed", "-3");
+  REFUSED(2, E, "--checkpoint FILE is required", "eval", mlp);
+  REFUSED(2, E, "unknown option '--resume'", "eval", mlp, "--resume", "x");
+  REFUSED(2, E, "unknown option '--epochs'", "eval", mlp, "--epochs", "2");
+}
+END_TEST
+
+START_TEST(run_time_errors) {
+  REFUSED(1, T, "/nonexistent/model.yaml", "train", "/nonexistent/model.yaml");
+  REFUSED(1, T, "/nonexistent/data", "train", mlp, "--data", "/nonexistent/data");
+  REFUSED(1, T, "device 'cuda'", "train", mlp, "--data", data, "--device", "cuda");
+  REFUSED(1, T, "names no registered kernel 'nosuch'", "train", mlp, "--data", data, "--kernels",
+          "fc.fwd=nosuch");
+  REFUSED(1, T, "not OP_GLOB=IMPL", "train", mlp, "--data", data, "--kernels", "garbage");
+  REFUSED(1, T, "fp16", "train", mlp, "--data", data, "--amp"); /* no FP16 kernels */
+  char *bad = path_in(dir, "bad.yaml");
+  FILE *f = fopen(bad, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(
+      "input: {height: 28, width: 28, channels: 1, classes: 10}\nlayers:\n"
+      "  - {type: fc, units: 0}\n  - {type: softmax_ce}\n",
+      f);
+  fclose(f);
+  REFUSED(1, T, "bad.yaml:3", "train", bad, "--data", data);
+  char *metrics = path_in(dir, "no/such/dir/m.jsonl");
+  REFUSED(1, T, "no/such/dir/m.jsonl", "train", mlp, "--data", data, "--metrics", metrics);
+  REFUSED(1, E, "/nonexistent.ckpt", "eval", mlp, "--data", data, "--checkpoint",
+          "/nonexistent.ckpt");
+  /* pins in the model file; --kernels overrides them */
+  char *pinned = path_in(dir, "pinned.yaml");
+  f = fopen(pinned, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(
+      "input: {height: 28, width: 28, channels: 1, classes: 10}\nlayers:\n"
+      "  - {type: fc, units: 10}\n  - {type: softmax_ce}\n"
+      "train: {kernels: \"fc.*=nosuch\"}\n",
+      f);
+  fclose(f);
+  REFUSED(1, T, "names no registered kernel 'nosuch'", "train", pinned, "--data", data);
+  run_result r = RUN("train", pinned, "--data", data, "--epochs", "1", "--kernels", "*=reference");
+  ck_assert_msg(r.status == 0, "%s", r.err);
+  run_free(&r);
+  free(pinned);
+  free(bad);
+  free(metrics);
+}
+END_TEST
+
+START_TEST(help_and_success) {
+  run_result r = RUN("train", "--help");
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_ptr_nonnull(strstr(r.out, "usage: blueprint train MODEL"));
+  ck_assert_ptr_nonnull(strstr(r.out, "--stop-after-steps"));
+  run_free(&r);
+  r = RUN("eval", "--help");
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_ptr_nonnull(strstr(r.out, "usage: blueprint eval MODEL --checkpoint FILE"));
+  run_free(&r);
+  /* output that is not a terminal: whole lines only, no progress bar */
+  r = RUN("train", mlp, "--data", data, "--epochs", "1", "--batch", "32");
+  ck_assert_msg(r.status == 0, "%s", r.err);
+  ck_assert_ptr_null(strchr(r.out, '\r'));
+  ck_assert_ptr_nonnull(strstr(r.out, "model mlp: 64 training and 32 test images, batch 32"));
+  ck_assert_ptr_nonnull(strstr(r.out, "epoch 1/1  train loss "));
+  ck_assert_ptr_nonnull(strstr(r.out, "\ntest accuracy "));
+  run_free(&r);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("train_cli");
+  TCase *tc = tcase_create("train_cli");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, command_line_errors);
+  tcase_add_test(tc, run_time_errors);
+  tcase_add_test(tc, help_and_success);
+  tcase_set_timeout(tc, 300);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
