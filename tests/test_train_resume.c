@@ -187,6 +187,7 @@ START_TEST(bad_checkpoints_are_refused_and_kept) {
   expect_refused(&e, e.mlp, bad, "bad.ckpt");
   run_result r = RUN("train", e.small, "--data", e.data, "--batch", "25", "--resume", bad);
   expect_one_line_error(&r, "blueprint train: ", "bad.ckpt"); /* of another batch: another plan */
+  ck_assert_ptr_nonnull(strstr(r.err, "written for another plan")); /* named before the counters */
   run_free(&r);
   ck_assert(same_file(good, bad));
 

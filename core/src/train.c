@@ -396,6 +396,9 @@ bp_status bp_trainer_load(bp_trainer *t, const char *path) {
   bp_status st = bp_checkpoint_read_info(path, &info);
   if (st != BP_OK) return st;
   const bp_train_state s = info.state;
+  /* another plan first: load refuses it by name, before the counters mislead */
+  if (info.plan_hash != bp_plan_hash(t->plan))
+    return bp_checkpoint_load(path, t->plan, t->ranks[0].base, &(bp_train_state){0});
   if (!t->opt.eval_only &&
       (s.epoch > (uint64_t)t->epochs || (int64_t)s.step >= t->steps_per_epoch ||
        (s.epoch == (uint64_t)t->epochs && s.step != 0)))
