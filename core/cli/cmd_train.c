@@ -46,6 +46,7 @@ static const char usage_text[] =
     "  --kernels PINS        pin kernels: op_glob=impl,... (as BP_KERNELS)\n"
     "  --plugin PATH         load this op module (file or directory) too\n"
     "  --autotune            time the kernels that support a node, keep the fastest\n"
+    "  --autotune-cache FILE --autotune, reusing and updating the winners kept in FILE\n"
     "  --quiet               no progress bar\n"
     "  -h, --help            print this help\n"
     "\n"

@@ -50,7 +50,7 @@ typedef enum {
   O_OPTIMIZER, O_EMA, O_AMP, O_QUIET, O_EPOCHS, O_RANKS, O_SEED, O_RESUME, O_METRICS,
   O_LOG_EVERY, O_LR, O_MOMENTUM, O_WEIGHT_DECAY, O_NESTEROV, O_SCHEDULE, O_WARMUP,
   O_STEP_GAMMA, O_STEP_EVERY, O_TRAIN_LIMIT, O_STOP_AFTER, O_CROP_PAD, O_FLIP, O_EMA_DECAY,
-  O_AUTOTUNE
+  O_AUTOTUNE, O_AUTOTUNE_CACHE
 } option_id;
 
 /* Every option: its name, what its value is, and whether eval takes it. */
@@ -92,6 +92,7 @@ static const struct option_spec {
     {O_FLIP, "--flip", V_NONE, 0},
     {O_EMA_DECAY, "--ema-decay", V_UNIT, 0},
     {O_AUTOTUNE, "--autotune", V_NONE, 0},
+    {O_AUTOTUNE_CACHE, "--autotune-cache", V_FILE, 0},
 };
 
 static const struct option_spec *find_spec(const char *arg, size_t len, int eval) {
@@ -177,6 +178,7 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_FLIP: o->augment.flip = 1; break;
   case O_EMA_DECAY: o->ema_decay = d; break;
   case O_AUTOTUNE: o->autotune = 1; break;
+  case O_AUTOTUNE_CACHE: o->autotune = 1, o->autotune_cache = value; break;
   case O_RANKS:
     if (i > 1) {
       bp_cli_report(cmd,
