@@ -3,8 +3,46 @@
  * accept the same nodes with the same reasons. */
 #include "reference-impl.h"
 
+/* The tensors of one pass, by role, with their names in messages:
+ *   forward          in: x, w, b (has_bias)   out: y
+ *   backward-data    in: dy, w                out: dx
+ *   backward-filter  in: x, dy                out: dw, db (has_bias)
+ * Checks the counts and that every tensor is FP32. */
+typedef struct weighted_roles {
+  const bp_abi_tensor *x, *w, *b, *y; /* b NULL without bias */
+  const char *xname, *wname, *bname, *yname;
+} weighted_roles;
+
+static int weighted_bind(const bp_abi_kernel_args *args, ref_pass pass, int has_bias,
+                         weighted_roles *r, char *reason, size_t rs) {
+  int nin = 2 + (pass == REF_PASS_FWD && has_bias);
+  int nout = 1 + (pass == REF_PASS_BWD_FILTER && has_bias);
+  if (!ref_check_args(args, nin, nout, reason, rs)) return 0;
+  const bp_abi_tensor *in = args->inputs, *out = args->outputs;
+  r->b = NULL;
+  switch (pass) {
+    case REF_PASS_FWD:
+      r->x = &in[0], r->w = &in[1], r->y = &out[0];
+      if (has_bias) r->b = &in[2];
+      break;
+    case REF_PASS_BWD_DATA: r->y = &in[0], r->w = &in[1], r->x = &out[0]; break;
+    case REF_PASS_BWD_FILTER:
+      r->x = &in[0], r->y = &in[1], r->w = &out[0];
+      if (has_bias) r->b = &out[1];
+      break;
+  }
+  r->xname = pass == REF_PASS_BWD_DATA ? "dx" : "x";
+  r->wname = pass == REF_PASS_BWD_FILTER ? "dw" : "w";
+  r->bname = pass == REF_PASS_BWD_FILTER ? "db" : "b";
+  r->yname = pass == REF_PASS_FWD ? "y" : "dy";
+  return ref_check_tensor(r->x, r->xname, BP_ABI_DTYPE_FP32, reason, rs) &&
+         ref_check_tensor(r->w, r->wname, BP_ABI_DTYPE_FP32, reason, rs) &&
+         ref_check_tensor(r->y, r->yname, BP_ABI_DTYPE_FP32, reason, rs) &&
+         (!r->b || ref_check_tensor(r->b, r->bname, BP_ABI_DTYPE_FP32, reason, rs));
+}
+
 int ref_conv_check(const bp_abi_kernel_args *args, ref_pass pass, ref_conv_geom *g, char *reason,
-                      size_t rs) {
+                   size_t rs) {
   bp_conv2d_attrs a;
   if (!args) return ref_fail(reason, rs, "no args");
   if (!ref_read_attrs(args, &a, sizeof a, reason, rs)) return 0;
@@ -21,32 +59,10 @@ int ref_conv_check(const bp_abi_kernel_args *args, ref_pass pass, ref_conv_geom 
       !ref_check_flag(a.accumulate, "accumulate", reason, rs))
     return 0;
 
-  int nin = 2, nout = 1;
-  if (pass == REF_PASS_FWD) nin += a.has_bias;
-  if (pass == REF_PASS_BWD_FILTER) nout += a.has_bias;
-  if (!ref_check_args(args, nin, nout, reason, rs)) return 0;
-  const bp_abi_tensor *in = args->inputs, *out = args->outputs;
-  const char *yname = pass == REF_PASS_FWD ? "y" : "dy";
-  g->b = NULL;
-  switch (pass) {
-    case REF_PASS_FWD:
-      g->x = &in[0], g->w = &in[1], g->y = &out[0];
-      if (a.has_bias) g->b = &in[2];
-      break;
-    case REF_PASS_BWD_DATA: g->y = &in[0], g->w = &in[1], g->x = &out[0]; break;
-    case REF_PASS_BWD_FILTER:
-      g->x = &in[0], g->y = &in[1], g->w = &out[0];
-      if (a.has_bias) g->b = &out[1];
-      break;
-  }
-  const char *xname = pass == REF_PASS_BWD_DATA ? "dx" : "x";
-  const char *wname = pass == REF_PASS_BWD_FILTER ? "dw" : "w";
-  const char *bname = pass == REF_PASS_BWD_FILTER ? "db" : "b";
-  if (!ref_check_tensor(g->x, xname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      !ref_check_tensor(g->w, wname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      !ref_check_tensor(g->y, yname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      (g->b && !ref_check_tensor(g->b, bname, BP_ABI_DTYPE_FP32, reason, rs)))
-    return 0;
+  weighted_roles r;
+  if (!weighted_bind(args, pass, a.has_bias, &r, reason, rs)) return 0;
+  g->x = r.x, g->w = r.w, g->b = r.b, g->y = r.y;
+  const char *wname = r.wname, *yname = r.yname, *bname = r.bname;
 
   g->n = g->x->shape[0], g->h = g->x->shape[1], g->w_ = g->x->shape[2], g->c = g->x->shape[3];
   g->k = g->w->shape[0];
@@ -80,32 +96,10 @@ int ref_fc_check(const bp_abi_kernel_args *args, ref_pass pass, ref_fc_geom *g, 
   if (!ref_check_flag(a.has_bias, "has_bias", reason, rs) ||
       !ref_check_flag(a.accumulate, "accumulate", reason, rs))
     return 0;
-  int nin = 2, nout = 1;
-  if (pass == REF_PASS_FWD) nin += a.has_bias;
-  if (pass == REF_PASS_BWD_FILTER) nout += a.has_bias;
-  if (!ref_check_args(args, nin, nout, reason, rs)) return 0;
-  const bp_abi_tensor *in = args->inputs, *out = args->outputs;
-  g->b = NULL;
-  switch (pass) {
-    case REF_PASS_FWD:
-      g->x = &in[0], g->w = &in[1], g->y = &out[0];
-      if (a.has_bias) g->b = &in[2];
-      break;
-    case REF_PASS_BWD_DATA: g->y = &in[0], g->w = &in[1], g->x = &out[0]; break;
-    case REF_PASS_BWD_FILTER:
-      g->x = &in[0], g->y = &in[1], g->w = &out[0];
-      if (a.has_bias) g->b = &out[1];
-      break;
-  }
-  const char *xname = pass == REF_PASS_BWD_DATA ? "dx" : "x";
-  const char *wname = pass == REF_PASS_BWD_FILTER ? "dw" : "w";
-  const char *bname = pass == REF_PASS_BWD_FILTER ? "db" : "b";
-  const char *yname = pass == REF_PASS_FWD ? "y" : "dy";
-  if (!ref_check_tensor(g->x, xname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      !ref_check_tensor(g->w, wname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      !ref_check_tensor(g->y, yname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      (g->b && !ref_check_tensor(g->b, bname, BP_ABI_DTYPE_FP32, reason, rs)))
-    return 0;
+  weighted_roles r;
+  if (!weighted_bind(args, pass, a.has_bias, &r, reason, rs)) return 0;
+  g->x = r.x, g->w = r.w, g->b = r.b, g->y = r.y;
+  const char *wname = r.wname, *yname = r.yname, *bname = r.bname;
   g->n = g->x->shape[0], g->h = g->x->shape[1], g->w_ = g->x->shape[2], g->c = g->x->shape[3];
   g->f = g->h * g->w_ * g->c;
   g->o = g->w->shape[0];
