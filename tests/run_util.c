@@ -64,10 +64,9 @@ run_result run_exe(const char *exe_name, const char *const *args) {
   ck_assert_msg(rc == 0, "cannot run %s: %s", exe, strerror(rc));
   close(po[1]);
   close(pe[1]);
-  run_result r = {0, NULL, NULL};
-  size_t out_len = 0, err_len = 0;
-  append(&r.out, &out_len, "", 0);
-  append(&r.err, &err_len, "", 0);
+  run_result r = {0, NULL, NULL, 0, 0};
+  append(&r.out, &r.out_len, "", 0);
+  append(&r.err, &r.err_len, "", 0);
   struct pollfd fds[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
   int open_fds = 2;
   while (open_fds > 0) {
@@ -81,9 +80,9 @@ run_result run_exe(const char *exe_name, const char *const *args) {
       ssize_t n = read(fds[k].fd, buf, sizeof buf);
       if (n > 0) {
         if (k)
-          append(&r.err, &err_len, buf, (size_t)n);
+          append(&r.err, &r.err_len, buf, (size_t)n);
         else
-          append(&r.out, &out_len, buf, (size_t)n);
+          append(&r.out, &r.out_len, buf, (size_t)n);
       } else if (n == 0 || errno != EINTR) {
         close(fds[k].fd);
         fds[k].fd = -1;

@@ -1,4 +1,4 @@
-/* Helpers of the training tests (test_train*.c): running the built
+/* Helpers of the tests that run the executable (test_cli.c, test_train*.c): running the built
  * `blueprint` executable with its output captured, temporary directories,
  * small MNIST-format datasets written on the fly, file comparison and the
  * metrics JSON lines. */
@@ -10,7 +10,8 @@
 
 typedef struct run_result {
   int status; /* exit status; 128 + signal when killed (a crash) */
-  char *out, *err;
+  char *out, *err;          /* NUL-terminated */
+  size_t out_len, err_len;  /* bytes of out and err */
 } run_result;
 
 /* Runs BP_BINARY_DIR/<exe> with args (NULL-terminated) and captures both
@@ -35,7 +36,7 @@ char *path_in(const char *dir, const char *name);
  * a row that depends on the label, over noise; learnable in a few steps. */
 void write_toy_mnist(const char *dir, int train, int test, uint64_t seed);
 
-/* Reads a whole file (NULL when missing); *size_out its bytes. */
+/* Reads a whole file (NULL when missing), NUL-terminated; *size_out its bytes. */
 unsigned char *read_file(const char *path, size_t *size_out);
 /* 1 when both files exist and hold the same bytes. */
 int same_file(const char *a, const char *b);

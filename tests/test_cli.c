@@ -22,21 +22,10 @@
 #include "blueprint/model.h"
 #include "json_mini.h"
 #include "plan_print.h"
+#include "run_util.h"
 
-extern char **environ;
 
 /* ---- running the executable ------------------------------------------- */
-
-typedef struct run_result {
-  int status; /* exit status; 128 + signal when killed (a crash) */
-  char *out, *err;
-  size_t out_len, err_len;
-} run_result;
-
-static void run_free(run_result *r) {
-  free(r->out);
-  free(r->err);
-}
 
 static const char *env_dir(const char *name) {
   const char *v = getenv(name);
@@ -44,88 +33,12 @@ static const char *env_dir(const char *name) {
   return v;
 }
 
-static char *path_join(const char *dir, const char *rest) {
-  size_t a = strlen(dir), b = strlen(rest);
-  char *p = malloc(a + b + 2);
-  ck_assert_ptr_nonnull(p);
-  memcpy(p, dir, a);
-  p[a] = '/';
-  memcpy(p + a + 1, rest, b + 1);
-  return p;
-}
 
-static int append(char **buf, size_t *len, const char *src, size_t n) {
-  char *grown = realloc(*buf, *len + n + 1);
-  if (!grown) return -1;
-  memcpy(grown + *len, src, n);
-  *len += n;
-  grown[*len] = '\0';
-  *buf = grown;
-  return 0;
-}
-
-/* Runs `blueprint ARGS...` (NULL-terminated) and captures both streams. */
-static run_result run_argv(const char *const *args) {
-  char *exe = path_join(env_dir("BP_BINARY_DIR"), "blueprint");
-  const char *argv[64];
-  int argc = 0;
-  argv[argc++] = exe;
-  for (; args[argc - 1] && argc < 63; argc++) argv[argc] = args[argc - 1];
-  argv[argc] = NULL;
-  int po[2], pe[2];
-  ck_assert_int_eq(pipe(po), 0);
-  ck_assert_int_eq(pipe(pe), 0);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, po[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
-  posix_spawn_file_actions_addclose(&fa, po[0]);
-  posix_spawn_file_actions_addclose(&fa, pe[0]);
-  pid_t pid;
-  int rc = posix_spawn(&pid, exe, &fa, NULL, (char *const *)argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ck_assert_msg(rc == 0, "cannot run %s: %s", exe, strerror(rc));
-  close(po[1]);
-  close(pe[1]);
-  run_result r = {0};
-  ck_assert_int_eq(append(&r.out, &r.out_len, "", 0), 0);
-  ck_assert_int_eq(append(&r.err, &r.err_len, "", 0), 0);
-  /* read both pipes as they fill so neither side blocks */
-  struct pollfd fds[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
-  int open_fds = 2;
-  while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0) {
-      ck_assert_int_eq(errno, EINTR);
-      continue;
-    }
-    for (int k = 0; k < 2; k++) {
-      if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buf[65536];
-      ssize_t n = read(fds[k].fd, buf, sizeof buf);
-      if (n > 0) {
-        ck_assert_int_eq(k ? append(&r.err, &r.err_len, buf, (size_t)n)
-                           : append(&r.out, &r.out_len, buf, (size_t)n),
-                         0);
-      } else if (n == 0 || errno != EINTR) {
-        close(fds[k].fd);
-        fds[k].fd = -1;
-        open_fds--;
-      }
-    }
-  }
-  int ws;
-  while (waitpid(pid, &ws, 0) < 0) ck_assert_int_eq(errno, EINTR);
-  r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-  free(exe);
-  return r;
-}
-
-#define RUN(...) run_argv((const char *const[]){__VA_ARGS__, NULL})
 
 static char *model_path(const char *name) {
   char rel[256];
   snprintf(rel, sizeof rel, "models/%s.yaml", name);
-  return path_join(env_dir("BP_SOURCE_DIR"), rel);
+  return path_in(env_dir("BP_SOURCE_DIR"), rel);
 }
 
 /* Lines in a string (a last line without '\n' counts too). */
@@ -138,7 +51,7 @@ static int line_count(const char *s) {
 
 /* The contract for every failure: status, one line "blueprint plan: ...",
  * naming `needle`, and nothing on stdout. */
-static void expect_one_line_error(const run_result *r, int status, const char *needle,
+static void expect_cli_error(const run_result *r, int status, const char *needle,
                                   const char *what) {
   ck_assert_msg(r->status == status, "%s: exit %d, expected %d (stderr: %s)", what, r->status,
                 status, r->err);
@@ -152,13 +65,13 @@ static void expect_one_line_error(const run_result *r, int status, const char *n
 
 static char *tmp_dir(void) {
   const char *base = getenv("TMPDIR");
-  char *t = path_join(base && *base ? base : "/tmp", "bp_test_cli_XXXXXX");
+  char *t = path_in(base && *base ? base : "/tmp", "bp_test_cli_XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(t));
   return t;
 }
 
 static char *write_temp(const char *dir, const char *name, const char *text) {
-  char *p = path_join(dir, name);
+  char *p = path_in(dir, name);
   FILE *f = fopen(p, "w");
   ck_assert_ptr_nonnull(f);
   fputs(text, f);
@@ -166,18 +79,6 @@ static char *write_temp(const char *dir, const char *name, const char *text) {
   return p;
 }
 
-static char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = NULL;
-  *len = 0;
-  char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) ck_assert_int_eq(append(&buf, len, chunk, n), 0);
-  fclose(f);
-  if (!buf) ck_assert_int_eq(append(&buf, len, "", 0), 0);
-  return buf;
-}
 
 /* Also checks `text` with Python's json or xml parser where python3 exists
  * (an independent second opinion); skipped silently elsewhere. */
@@ -395,19 +296,19 @@ START_TEST(svg_of_a_hand_built_plan) {
   free(text);
 
   char *dir = tmp_dir();
-  char *good = path_join(dir, "plan.svg"), *tmp = path_join(dir, "plan.svg.tmp");
+  char *good = path_in(dir, "plan.svg"), *tmp = path_in(dir, "plan.svg.tmp");
   ck_assert_int_eq(bp_plan_write_svg(good, p, &info), BP_OK);
   struct stat st;
   ck_assert_int_eq(stat(good, &st), 0);
   ck_assert_int_ne(stat(tmp, &st), 0); /* renamed, not left behind */
-  char *bad = path_join(dir, "missing/plan.svg");
+  char *bad = path_in(dir, "missing/plan.svg");
   ck_assert_int_eq(bp_plan_write_svg(bad, p, &info), BP_ERR_IO);
   ck_assert_msg(strstr(bp_last_error(), bad) != NULL, "%s", bp_last_error());
   /* a directory in the way: the rename fails and the temporary goes */
-  char *sub = path_join(dir, "sub");
+  char *sub = path_in(dir, "sub");
   ck_assert_int_eq(mkdir(sub, 0700), 0);
   ck_assert_int_eq(bp_plan_write_svg(sub, p, &info), BP_ERR_IO);
-  char *subtmp = path_join(dir, "sub.tmp");
+  char *subtmp = path_in(dir, "sub.tmp");
   ck_assert_int_ne(stat(subtmp, &st), 0);
   remove(good);
   rmdir(sub);
@@ -449,7 +350,7 @@ END_TEST
 /* Names of the shipped models (the .yaml files in models/), NULL-terminated; at least
  * the three the issue asks for. */
 static char **shipped_models(void) {
-  char *dir = path_join(env_dir("BP_SOURCE_DIR"), "models");
+  char *dir = path_in(env_dir("BP_SOURCE_DIR"), "models");
   DIR *d = opendir(dir);
   ck_assert_msg(d != NULL, "cannot open %s", dir);
   char **names = calloc(64, sizeof *names);
@@ -684,7 +585,7 @@ START_TEST(extra_variants_by_batch_and_resolution) {
   /* a resolution the FC layer cannot take is a model error, not a crash */
   path = model_path("cnn");
   r = RUN("plan", path, "--variants", "hires:8:32x32");
-  expect_one_line_error(&r, 1, "hires", "cnn at 32x32");
+  expect_cli_error(&r, 1, "hires", "cnn at 32x32");
   run_free(&r);
   free(path);
 }
@@ -696,12 +597,12 @@ START_TEST(svg_file_is_written) {
   for (int i = 0; names[i]; i++) {
     char *path = model_path(names[i]), file[64];
     snprintf(file, sizeof file, "%s.svg", names[i]);
-    char *svg = path_join(dir, file);
+    char *svg = path_in(dir, file);
     run_result r = RUN("plan", path, "--svg", svg);
     ck_assert_msg(r.status == 0 && r.err_len == 0, "%s: %s", names[i], r.err);
     ck_assert(strstr(r.out, "total arena bytes per rank: ") != NULL);
     size_t len;
-    char *text = read_all(svg, &len);
+    char *text = (char *)read_file(svg, &len); /* NUL-terminated */
     ck_assert_msg(text != NULL, "%s was not written", svg);
     ck_assert(strncmp(text, "<svg", 4) == 0);
     python_accepts(text, len, PY_XML);
@@ -725,7 +626,7 @@ START_TEST(svg_file_is_written) {
     free(path);
   }
   /* with --json the document stays alone on stdout */
-  char *path = model_path("mlp"), *svg = path_join(dir, "j.svg");
+  char *path = model_path("mlp"), *svg = path_in(dir, "j.svg");
   run_result r = RUN("plan", path, "--json", "--svg", svg);
   ck_assert_int_eq(r.status, 0);
   jm_free(parse_json_output(&r));
@@ -733,9 +634,9 @@ START_TEST(svg_file_is_written) {
   remove(svg);
   run_free(&r);
   /* an unwritable place: one line, exit 1, nothing on stdout */
-  char *bad = path_join(dir, "no/such/dir/plan.svg");
+  char *bad = path_in(dir, "no/such/dir/plan.svg");
   r = RUN("plan", path, "--svg", bad);
-  expect_one_line_error(&r, 1, bad, "unwritable svg");
+  expect_cli_error(&r, 1, bad, "unwritable svg");
   run_free(&r);
   free(bad), free(svg), free(path);
   rmdir(dir);
@@ -805,11 +706,11 @@ START_TEST(bad_command_lines) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const char *argv[8] = {0};
     for (int k = 0; k < 6 && cases[i].args[k]; k++) argv[k] = cases[i].args[k];
-    run_result r = run_argv(argv);
+    run_result r = run_exe("blueprint", argv);
     char what[128];
     snprintf(what, sizeof what, "case %zu (%s %s %s)", i, argv[1] ? argv[1] : "",
              argv[2] ? argv[2] : "", argv[3] ? argv[3] : "");
-    expect_one_line_error(&r, cases[i].status, cases[i].needle, what);
+    expect_cli_error(&r, cases[i].status, cases[i].needle, what);
     run_free(&r);
   }
   free(m);
@@ -852,12 +753,12 @@ START_TEST(bad_model_files_name_file_line_column) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *path = write_temp(dir, cases[i].file, cases[i].text);
     run_result r = RUN("plan", path);
-    expect_one_line_error(&r, 1, cases[i].needle, cases[i].file);
+    expect_cli_error(&r, 1, cases[i].needle, cases[i].file);
     expect_position(&r, path, cases[i].file);
     /* --json and --svg fail the same way, and leave no picture behind */
-    char *svg = path_join(dir, "never.svg");
+    char *svg = path_in(dir, "never.svg");
     run_result j = RUN("plan", path, "--json", "--svg", svg);
-    expect_one_line_error(&j, 1, cases[i].needle, cases[i].file);
+    expect_cli_error(&j, 1, cases[i].needle, cases[i].file);
     ck_assert_int_ne(access(svg, F_OK), 0);
     run_free(&j);
     free(svg);
