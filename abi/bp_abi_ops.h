@@ -135,7 +135,10 @@ typedef struct bp_optimizer_attrs {
 
 /* allreduce.sum  in: x (a span)   out: x (in place), summed over ranks (then
  * multiplied by scale: 1/world for a mean). Kernels receive rank and world
- * size in the args; the communicator comes from the device/comm plugin. */
+ * size in the args. In-process ranks (threads) run the core's built-in
+ * implementation "threads" (core/include/blueprint/comm.h), bound by the
+ * executor; module implementations (mpi, nccl) will receive their
+ * communicator through an appended field of the kernel args. */
 typedef struct bp_allreduce_attrs {
   float scale;
 } bp_allreduce_attrs;

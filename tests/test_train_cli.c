@@ -49,7 +49,7 @@ START_TEST(command_line_errors) {
   REFUSED(2, T, "--lr: 'nan'", "train", mlp, "--lr", "nan");
   REFUSED(2, T, "--momentum: '1'", "train", mlp, "--momentum", "1");
   REFUSED(2, T, "--ranks: '0' is not a positive integer", "train", mlp, "--ranks", "0");
-  REFUSED(2, T, "--ranks 2: training on more than one rank", "train", mlp, "--ranks", "2");
+  REFUSED(2, T, "--ranks 65: must be in [1, 64]", "train", mlp, "--ranks", "65");
   REFUSED(2, T, "unknown schedule 'linear'", "train", mlp, "--schedule", "linear");
   REFUSED(2, T, "unknown optimizer 'sgdd'", "train", mlp, "--optimizer=sgdd");
   REFUSED(2, T, "unknown device 'tpu'", "train", mlp, "--device", "tpu");

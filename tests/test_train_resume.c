@@ -268,9 +268,12 @@ START_TEST(c_api_save_load_read) {
   bp_trainer_destroy(NULL);
 
   t = (bp_trainer *)(uintptr_t)1;
-  o.ranks = 2;
+  o.ranks = 3; /* batch 50 over 3 ranks: an uneven split */
   ck_assert_int_eq(bp_trainer_create_from_file(e.small, &o, &t), BP_ERR_UNSUPPORTED);
-  ck_assert_ptr_nonnull(strstr(bp_last_error(), "more than one rank"));
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "must both divide by the rank count"));
+  o.ranks = 1000;
+  ck_assert_int_eq(bp_trainer_create_from_file(e.small, &o, &t), BP_ERR_UNSUPPORTED);
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "at most 64 ranks"));
   o.ranks = 1;
   o.eval_only = 1;
   ck_assert_int_eq(bp_trainer_create_from_file(e.small, &o, &t), BP_ERR_INVALID);

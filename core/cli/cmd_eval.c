@@ -3,7 +3,7 @@
  * read, never written.
  *
  * The plan must be the one the checkpoint was written for: pass the same
- * --batch, --eval-batch, --optimizer, --ema and --amp as the training run
+ * --batch, --eval-batch, --ranks, --optimizer, --ema and --amp as the training run
  * when they differ from the model file's (a mismatch is refused).
  *
  * Exit status: 0 evaluated; 1 the model, the data, the checkpoint or a
@@ -24,7 +24,7 @@ static const char usage_text[] =
     "  --checkpoint FILE   the checkpoint (required; only read)\n"
     "  --data DIR          MNIST-format directory (default: Fashion-MNIST)\n"
     "  --test-limit N      use the first N test images\n"
-    "  --batch B, --eval-batch B, --optimizer NAME, --ema, --amp\n"
+    "  --batch B, --eval-batch B, --ranks R, --optimizer NAME, --ema, --amp\n"
     "                      as in the training run, when not the model file's\n"
     "  --device cpu|cuda, --kernels PINS, --plugin PATH   as for train\n"
     "  -h, --help          print this help\n"

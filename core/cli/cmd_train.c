@@ -5,10 +5,16 @@
  *
  * Exit status: 0 trained (or stopped by --stop-after-steps); 1 the model,
  * the data, a kernel, a checkpoint or a file failed; 2 the command line is
- * wrong. Every failure is one line on stderr, "blueprint train: ...". */
+ * wrong. Every failure is one line on stderr, "blueprint train: ...".
+ *
+ * Ranks as threads share the cores: with --ranks R > 1 and no
+ * OPENBLAS_NUM_THREADS in the environment, the command sets it to
+ * max(1, cores / R) before any op module (and OpenBLAS) is loaded, so R
+ * ranks do not each start a BLAS thread per core. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -25,7 +31,7 @@ static const char usage_text[] =
     "  --data DIR            MNIST-format directory (default: Fashion-MNIST)\n"
     "  --epochs N            epochs to train (in all, when resuming)\n"
     "  --batch B             training batch; --eval-batch B: evaluation batch\n"
-    "  --ranks R             ranks (1; more ranks are not implemented yet)\n"
+    "  --ranks R             ranks as threads (1); the batches must divide by R\n"
     "  --device cpu|cuda     device kind (cpu)\n"
     "  --seed S              run seed: initialization, data order, augmentation (1)\n"
     "  --optimizer NAME      sgd, adamw or lars\n"
@@ -108,6 +114,13 @@ static int run(bp_cli_train_args *a) {
     a->options.on_progress = draw_bar;
     a->options.progress_user = &bar;
     a->options.progress_interval = 0.5;
+  }
+  if (a->options.ranks > 1 && !getenv("OPENBLAS_NUM_THREADS")) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const long per_rank = cores > a->options.ranks ? cores / a->options.ranks : 1;
+    char text[32];
+    snprintf(text, sizeof text, "%ld", per_rank);
+    setenv("OPENBLAS_NUM_THREADS", text, 0);
   }
   bp_trainer *t = NULL;
   if (bp_trainer_create_from_file(a->model_path, &a->options, &t) != BP_OK) {

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blueprint/comm.h"
+
 void bp_cli_report(const char *command, const char *fmt, ...) {
   char msg[4096];
   va_list ap;
@@ -73,7 +75,7 @@ static const struct option_spec {
     {O_AMP, "--amp", V_NONE, 1},
     {O_QUIET, "--quiet", V_NONE, 1},
     {O_EPOCHS, "--epochs", V_COUNT, 0},
-    {O_RANKS, "--ranks", V_COUNT, 0},
+    {O_RANKS, "--ranks", V_COUNT, 1},
     {O_SEED, "--seed", V_SEED, 0},
     {O_RESUME, "--resume", V_FILE, 0},
     {O_METRICS, "--metrics", V_FILE, 0},
@@ -180,11 +182,9 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_AUTOTUNE: o->autotune = 1; break;
   case O_AUTOTUNE_CACHE: o->autotune = 1, o->autotune_cache = value; break;
   case O_RANKS:
-    if (i > 1) {
-      bp_cli_report(cmd,
-                    "--ranks %lld: training on more than one rank is not implemented yet; "
-                    "use --ranks 1",
-                    (long long)i);
+    if (i < 1 || i > BP_COMM_MAX_WORLD) {
+      bp_cli_report(cmd, "--ranks %lld: must be in [1, %d] (ranks run as threads)", (long long)i,
+                    BP_COMM_MAX_WORLD);
       return -1;
     }
     o->ranks = (int)i;

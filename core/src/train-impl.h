@@ -4,7 +4,9 @@
  *
  * Invariants of a trainer (kept by train.c and train_loop.c):
  *  1. every rank's arena holds bit-identical parameters, optimizer state and
- *     BN statistics after every step (one rank today: trivially);
+ *     BN statistics after every step (the COMM segment's deterministic
+ *     all-reduce makes the gradients and BN statistics equal; the update is
+ *     the same function of the same bits on every rank);
  *  2. state.step < steps_per_epoch, and state.epoch <= epochs; state.epoch
  *     == epochs exactly when every epoch is trained;
  *  3. no loader thread outlives the call that started it: a loader fills
@@ -19,13 +21,13 @@
 #include <stdlib.h>
 
 #include "blueprint/arena.h"
+#include "blueprint/comm.h"
 #include "blueprint/exec.h"
 #include "blueprint/graph.h"
 #include "blueprint/train.h"
 
-/* Most ranks a trainer holds (ranks as threads come later; see
- * bp_train_options.ranks). */
-#define BP_TRAIN_MAX_RANKS 1
+/* Most ranks a trainer holds (ranks as threads, train_ranks.c). */
+#define BP_TRAIN_MAX_RANKS BP_COMM_MAX_WORLD
 
 /* Aborts on a broken internal invariant (a bug, never bad input). */
 #define TRAIN_ASSERT(cond)                                                                    \
@@ -45,7 +47,8 @@ typedef struct bp_train_rank {
   bp_exec *exec;
 } bp_train_rank;
 
-typedef struct bp_metrics bp_metrics; /* metrics.c */
+typedef struct bp_metrics bp_metrics;       /* metrics.c */
+typedef struct bp_rank_pool bp_rank_pool;   /* train_ranks.c */
 
 struct bp_trainer {
   bp_train_options opt; /* strings below are the trainer's own copies */
@@ -60,6 +63,8 @@ struct bp_trainer {
   const bp_abi_device *dev;     /* the device plugin, NULL when none is loaded */
   bp_arena_allocator allocator; /* through dev, else host memory */
   int world;
+  bp_comm *comm;      /* world > 1: the ranks' communicator */
+  bp_rank_pool *pool; /* world > 1: threads running ranks 1..world-1 */
   bp_train_rank ranks[BP_TRAIN_MAX_RANKS];
   int v_train, v_train_last, v_eval, v_eval_last; /* variant indices, -1 when absent */
   const bp_dtensor *lr, *step, *loss,
@@ -79,8 +84,19 @@ struct bp_trainer {
 bp_status bp_train_arena_init(bp_trainer *t, bp_train_rank *r);
 /* Writes the scalars of one step (lr, AdamW's step) into every rank. */
 void bp_train_write_scalars(bp_trainer *t, double lr, int64_t step_from_1);
-/* Reads loss and correct count of rank 0's R. */
+/* Reads loss and correct count: R summed over the ranks (results are
+ * summed only when read, never all-reduced per step). */
 void bp_train_read_results(const bp_trainer *t, double *loss_out, double *correct_out);
+
+/* train_ranks.c: ranks 1..world-1 run on threads of their own, rank 0 on
+ * the caller's. A step's segments run on every rank at once; a rank whose
+ * compute fails still takes part in every later COMM segment of the job,
+ * so no rank waits forever in an all-reduce. The first failure (lowest
+ * rank) is returned with its message. */
+bp_status bp_rank_pool_start(bp_trainer *t);
+void bp_rank_pool_stop(bp_trainer *t); /* joins the threads; NULL pool is a no-op */
+bp_status bp_rank_pool_run(bp_trainer *t, int variant, const bp_segment *segments, int count,
+                           int buffer);
 
 /* metrics.c: one JSON object per line, flushed after each. */
 bp_status bp_metrics_open(const char *path, int append, bp_metrics **out);

@@ -34,10 +34,8 @@ static int finite_in(double v, double lo, double hi) { return isfinite(v) && v >
 static bp_status check_options(const bp_train_options *o) {
   if (o->ranks < 1) return bp_fail(BP_ERR_INVALID, "ranks %d must be >= 1", o->ranks);
   if (o->ranks > BP_TRAIN_MAX_RANKS)
-    return bp_fail(BP_ERR_UNSUPPORTED,
-                   "%d ranks: training on more than one rank is not implemented yet (ranks as "
-                   "threads come next); use 1",
-                   o->ranks);
+    return bp_fail(BP_ERR_UNSUPPORTED, "%d ranks: at most %d ranks run as threads", o->ranks,
+                   BP_TRAIN_MAX_RANKS);
   if (o->epochs < 0 || o->batch < 0 || o->eval_batch < 0 || o->train_limit < 0 ||
       o->test_limit < 0 || o->log_every < 0 || o->stop_after_steps < 0 || o->step_epochs < 1)
     return bp_fail(BP_ERR_INVALID,
@@ -243,9 +241,14 @@ fail:
 static bp_status compile_and_build(bp_trainer *t) {
   const bp_train_settings *s = &t->model->train;
   bp_compile_options co = bp_compile_options_from_model(t->model);
-  co.batch = s->batch;
+  const int64_t train_size =
+      t->train_set ? bp_dataset_get_info(t->train_set)->count : s->train_size;
+  /* R ranks: the plan holds one rank's batch (B / R; the last batch (n mod
+   * B) / R), checked to divide in check_ranks; evaluation runs on rank 0
+   * with the whole evaluation batch */
+  co.batch = s->batch / t->world;
   co.eval_batch = s->eval_batch;
-  co.train_size = t->train_set ? bp_dataset_get_info(t->train_set)->count : s->train_size;
+  co.train_size = train_size / t->world;
   co.eval_size = bp_dataset_get_info(t->test_set)->count;
   bp_status st = bp_model_compile(t->model, &co, &t->plan);
   if (st != BP_OK) return st;
@@ -259,7 +262,7 @@ static bp_status compile_and_build(bp_trainer *t) {
   bp_graph_options_init(&go);
   go.world = t->world;
   go.global_batch = s->batch;
-  go.train_size = co.train_size;
+  go.train_size = train_size;
   go.optimizer.momentum = (float)s->momentum;
   go.optimizer.weight_decay = (float)s->weight_decay;
   go.optimizer.nesterov = t->opt.nesterov != 0;
@@ -294,13 +297,34 @@ static bp_status open_rank(bp_trainer *t, int k) {
   /* pins: the options', else BP_KERNELS (the registry reads it), else the model file's */
   const char *pins = t->kernels;
   if (!pins && !getenv("BP_KERNELS") && t->model->train.kernels[0]) pins = t->model->train.kernels;
-  bp_exec_options eo = {t->device, pins, t->opt.autotune, t->autotune_cache, k, t->world};
+  bp_exec_options eo = {t->device, pins,    t->opt.autotune, t->autotune_cache,
+                        k,         t->world, t->comm};
   /* bind before filling: autotuning runs kernels on the arena */
   if ((st = bp_exec_create(t->graph, t->registry, r->base, &eo, &r->exec)) != BP_OK) return st;
   return bp_train_arena_init(t, r);
 }
 
 /* ---- create / destroy ------------------------------------------------------------- */
+
+/* R > 1 ranks: every global batch (the full one and the epoch's last one)
+ * must split evenly, so each rank runs the plan's one-rank variants; an
+ * uneven split (data.h's rule: the first b mod R ranks take one more)
+ * needs a variant per rank batch, not built yet. */
+static bp_status check_ranks(const bp_trainer *t) {
+  if (t->world == 1) return BP_OK;
+  if (strcmp(t->device, "cpu") != 0)
+    return bp_fail(BP_ERR_UNSUPPORTED, "%d ranks as threads run on the cpu device only",
+                   t->world);
+  if (!t->train_set) return BP_OK;
+  const int64_t n = bp_dataset_get_info(t->train_set)->count, b = t->batch;
+  if (b % t->world != 0 || (n % b) % t->world != 0)
+    return bp_fail(BP_ERR_UNSUPPORTED,
+                   "%d ranks: the global batch %lld and the last batch of the epoch (%lld of %lld "
+                   "images) must both divide by the rank count (uneven splits are not "
+                   "implemented yet); pick a batch or --train-limit that does",
+                   t->world, (long long)b, (long long)(n % b), (long long)n);
+  return BP_OK;
+}
 
 static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_options *o) {
   bp_status st;
@@ -312,6 +336,8 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
   t->batch = t->model->train.batch;
   t->eval_batch = t->model->train.eval_batch;
   t->epochs = t->model->train.epochs;
+  if ((st = check_ranks(t)) != BP_OK) return st;
+  if (t->world > 1 && (st = bp_comm_create(t->world, &t->comm)) != BP_OK) return st;
   if ((st = compile_and_build(t)) != BP_OK) return st;
   const int64_t n = t->train_set ? bp_dataset_get_info(t->train_set)->count : 1;
   t->steps_per_epoch = bp_data_steps_per_epoch(n, t->batch, 0);
@@ -321,6 +347,7 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
   t->state = (bp_train_state){o->seed, 0, 0, 0, 1.0, 0};
   for (int k = 0; k < t->world; k++)
     if ((st = open_rank(t, k)) != BP_OK) return st;
+  if (t->world > 1 && (st = bp_rank_pool_start(t)) != BP_OK) return st;
   if (t->resume_path && (st = bp_trainer_load(t, t->resume_path)) != BP_OK) return st;
   if (t->metrics_path &&
       (st = bp_metrics_open(t->metrics_path, t->resume_path != NULL, &t->metrics)) != BP_OK)
@@ -360,10 +387,12 @@ bp_status bp_trainer_create_from_file(const char *model_path, const bp_train_opt
 void bp_trainer_destroy(bp_trainer *t) {
   if (!t) return;
   bp_metrics_close(t->metrics);
+  bp_rank_pool_stop(t);
   for (int k = 0; k < BP_TRAIN_MAX_RANKS; k++) {
     bp_exec_destroy(t->ranks[k].exec);
     bp_arena_destroy(t->ranks[k].arena);
   }
+  bp_comm_destroy(t->comm);
   bp_graph_destroy(t->graph);
   bp_plan_destroy(t->plan);
   if (t->own_registry) bp_registry_destroy(t->registry);
@@ -439,9 +468,18 @@ int64_t bp_trainer_test_samples(const bp_trainer *t) {
   return t && t->test_set ? bp_dataset_get_info(t->test_set)->count : 0;
 }
 
+int bp_trainer_world(const bp_trainer *t) { return t ? t->world : 0; }
+
 bp_status bp_trainer_read_tensor(const bp_trainer *t, const char *name, float *dst,
                                  uint64_t count) {
+  return bp_trainer_read_rank_tensor(t, 0, name, dst, count);
+}
+
+bp_status bp_trainer_read_rank_tensor(const bp_trainer *t, int rank, const char *name, float *dst,
+                                      uint64_t count) {
   if (!t || !name || !dst) return bp_fail(BP_ERR_INVALID, "bp_trainer_read_tensor: NULL argument");
+  if (rank < 0 || rank >= t->world)
+    return bp_fail(BP_ERR_INVALID, "bp_trainer_read_tensor: rank %d of %d", rank, t->world);
   const int32_t id = bp_plan_find_tensor(t->plan, name);
   const bp_dtensor *d = id >= 0 ? bp_plan_tensor(t->plan, 0, id) : NULL;
   if (!d) return bp_fail(BP_ERR_INVALID, "no tensor '%s' in the plan", name);
@@ -449,7 +487,7 @@ bp_status bp_trainer_read_tensor(const bp_trainer *t, const char *name, float *d
     return bp_fail(BP_ERR_INVALID, "tensor '%s' is %s with %llu elements; asked for %llu fp32",
                    name, bp_dtype_name(d->dtype), (unsigned long long)bp_dtensor_host_elems(d),
                    (unsigned long long)count);
-  const float *src = (const float *)(t->ranks[0].base + d->offset);
+  const float *src = (const float *)(t->ranks[rank].base + d->offset);
   uint64_t k = 0;
   for (int64_t n = 0; n < d->shape.n; n++)
     for (int64_t h = 0; h < d->shape.h; h++)

@@ -85,7 +85,12 @@ void bp_train_write_scalars(bp_trainer *t, double lr, int64_t step_from_1) {
 }
 
 void bp_train_read_results(const bp_trainer *t, double *loss_out, double *correct_out) {
-  const char *base = t->ranks[0].base;
-  *loss_out = *(const float *)(base + t->loss->offset);
-  *correct_out = *(const float *)(base + t->correct->offset);
+  double loss = 0, correct = 0;
+  for (int k = 0; k < t->world; k++) { /* rank order: the same sum on every run */
+    const char *base = t->ranks[k].base;
+    loss += *(const float *)(base + t->loss->offset);
+    correct += *(const float *)(base + t->correct->offset);
+  }
+  *loss_out = loss;
+  *correct_out = correct;
 }

@@ -20,21 +20,23 @@ static bp_status run_all_ranks(bp_trainer *t, int variant, bp_segment segment, i
   return BP_OK;
 }
 
-/* A loader over `data` into rank 0's buffers, shaped as `variant` says. */
+/* A loader over `data` into rank `rank`'s buffers (of `world` ranks),
+ * shaped as `variant` says. */
 static bp_status open_loader(bp_trainer *t, const bp_dataset *data, int variant,
-                             int64_t global_batch, int train, bp_data_loader **out) {
+                             int64_t global_batch, int train, int rank, int world,
+                             bp_data_loader **out) {
   bp_data_buffer buffers[2];
+  char *base = t->ranks[rank].base;
   for (int b = 0; b < 2; b++) {
     const bp_dtensor *img = bp_plan_tensor(t->plan, variant, t->input_ids[b]);
     const bp_dtensor *lab = bp_plan_tensor(t->plan, variant, t->label_ids[b]);
-    buffers[b] =
-        (bp_data_buffer){t->ranks[0].base + img->offset, img, t->ranks[0].base + lab->offset, lab};
+    buffers[b] = (bp_data_buffer){base + img->offset, img, base + lab->offset, lab};
   }
   bp_data_loader_options lo;
   memset(&lo, 0, sizeof lo);
   lo.global_batch = global_batch;
-  lo.world = t->world;
-  lo.rank = 0;
+  lo.world = world;
+  lo.rank = rank;
   lo.seed = t->state.seed;
   lo.shuffle = train;
   lo.norm = &t->norm;
@@ -53,9 +55,29 @@ static bp_status run_step(bp_trainer *t, const bp_data_batch *b) {
   const int64_t tstep = (int64_t)t->state.epoch * t->steps_per_epoch + b->step;
   t->last_lr = bp_schedule_lr(&t->schedule, tstep);
   bp_train_write_scalars(t, t->last_lr, (int64_t)t->state.global_step + 1);
-  for (size_t s = 0; s < sizeof step_segments / sizeof step_segments[0]; s++) {
+  const int count = (int)(sizeof step_segments / sizeof step_segments[0]);
+  if (t->world > 1) return bp_rank_pool_run(t, v, step_segments, count, b->buffer);
+  for (int s = 0; s < count; s++) {
     bp_status st = run_all_ranks(t, v, step_segments[s], b->buffer);
     if (st != BP_OK) return st;
+  }
+  return BP_OK;
+}
+
+/* The next batch of every rank's loader: the same step everywhere. */
+static bp_status next_batch(bp_trainer *t, bp_data_loader **loaders, bp_data_batch *b) {
+  memset(b, 0, sizeof *b);
+  for (int k = 0; k < t->world; k++) {
+    bp_data_batch bk;
+    bp_status st = bp_data_loader_next(loaders[k], &bk);
+    if (st != BP_OK) return st;
+    if (k == 0) {
+      *b = bk;
+      continue;
+    }
+    TRAIN_ASSERT(bk.done == b->done && (b->done || (bk.step == b->step && bk.epoch == b->epoch &&
+                                                    bk.buffer == b->buffer &&
+                                                    bk.global_count == b->global_count)));
   }
   return BP_OK;
 }
@@ -114,12 +136,13 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
   const double t0 = bp_train_now();
   double last_read = t0;
   bp_status st = run_all_ranks(t, t->v_train, BP_SEGMENT_RESET, 0);
-  bp_data_loader *loader = NULL;
-  if (st == BP_OK) st = open_loader(t, t->train_set, t->v_train, t->batch, 1, &loader);
+  bp_data_loader *loaders[BP_TRAIN_MAX_RANKS] = {NULL};
+  for (int k = 0; k < t->world && st == BP_OK; k++)
+    st = open_loader(t, t->train_set, t->v_train, t->batch, 1, k, t->world, &loaders[k]);
   int stopped = 0;
   while (st == BP_OK) {
     bp_data_batch b;
-    if ((st = bp_data_loader_next(loader, &b)) != BP_OK || b.done) break;
+    if ((st = next_batch(t, loaders, &b)) != BP_OK || b.done) break;
     TRAIN_ASSERT(b.epoch == (int64_t)t->state.epoch && b.step == (int64_t)t->state.step);
     if ((st = run_step(t, &b)) != BP_OK) break;
     t->state.step++;
@@ -132,7 +155,8 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
       break;
     }
   }
-  bp_data_loader_destroy(loader); /* invariant 3: no loader outlives the epoch */
+  for (int k = 0; k < t->world; k++)
+    bp_data_loader_destroy(loaders[k]); /* invariant 3: no loader outlives the epoch */
   if (st != BP_OK) return st;
   out->train_seconds = bp_train_now() - t0;
   double loss, correct;
@@ -181,17 +205,20 @@ bp_status bp_trainer_evaluate(bp_trainer *t, bp_eval_report *out) {
   if (!t || !out) return bp_fail(BP_ERR_INVALID, "bp_trainer_evaluate: NULL argument");
   memset(out, 0, sizeof *out);
   const double t0 = bp_train_now();
+  /* rank 0 evaluates alone (every rank holds the same state); R of the
+   * others is zeroed so the sum over ranks is rank 0's */
   bp_status st = run_all_ranks(t, t->v_eval, BP_SEGMENT_RESET, 0);
-  if (st == BP_OK) st = run_all_ranks(t, t->v_eval, BP_SEGMENT_CAST, 0);
+  bp_exec *x = t->ranks[0].exec;
+  if (st == BP_OK) st = bp_exec_run(x, t->v_eval, BP_SEGMENT_CAST, 0);
   bp_data_loader *loader = NULL;
-  if (st == BP_OK) st = open_loader(t, t->test_set, t->v_eval, t->eval_batch, 0, &loader);
+  if (st == BP_OK) st = open_loader(t, t->test_set, t->v_eval, t->eval_batch, 0, 0, 1, &loader);
   while (st == BP_OK) {
     bp_data_batch b;
     if ((st = bp_data_loader_next(loader, &b)) != BP_OK || b.done) break;
     const int v = b.global_count == t->eval_batch ? t->v_eval : t->v_eval_last;
     TRAIN_ASSERT(v >= 0); /* a short batch exists only when eval_last was compiled */
-    if ((st = run_all_ranks(t, v, BP_SEGMENT_TRANSFER, b.buffer)) != BP_OK ||
-        (st = run_all_ranks(t, v, BP_SEGMENT_EVAL, b.buffer)) != BP_OK)
+    if ((st = bp_exec_run(x, v, BP_SEGMENT_TRANSFER, b.buffer)) != BP_OK ||
+        (st = bp_exec_run(x, v, BP_SEGMENT_EVAL, b.buffer)) != BP_OK)
       break;
     out->samples += b.global_count;
   }

@@ -9,6 +9,13 @@
  * node asks for, is allocated here and shared by every node (nodes run one
  * at a time on a rank).
  *
+ * All-reduce nodes: with options.comm, every "allreduce.sum" node runs the
+ * communicator's deterministic all-reduce (comm.h), reported by
+ * bp_exec_kernel as "allreduce.sum"/"threads"/"cpu" from "<builtin>". The
+ * in-process communicator lives in the core for now because the ABI's
+ * kernel arguments carry no communicator; an op module implementation
+ * ("mpi", "nccl") will get one through an appended ABI field.
+ *
  * Running (bp_exec_run) a segment is a loop over its pre-bound nodes, each
  * a call of kernel.run(user, &args): no lookup, no allocation, no shape
  * arithmetic. Each node holds two argument blocks, one per input buffer:
@@ -28,6 +35,7 @@
 
 #include <stdint.h>
 
+#include "blueprint/comm.h"
 #include "blueprint/graph.h"
 #include "blueprint/registry.h"
 
@@ -43,6 +51,10 @@ typedef struct bp_exec_options {
   int autotune;               /* time the kernels that support a node (runs them on the arena) */
   const char *autotune_cache; /* NULL: none */
   int rank, world;            /* this rank of `world` (kernel args) */
+  bp_comm *comm;              /* (optional) the in-process communicator of `world` ranks:
+                                 "allreduce.sum" nodes are bound to its built-in
+                                 implementation "threads" (comm.h) instead of a module's;
+                                 NULL: they are selected from the registry like any node */
 } bp_exec_options;
 
 /* Binds every variant of `graph` to the arena at `arena_base` (the plan's

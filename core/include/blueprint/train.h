@@ -29,6 +29,16 @@
  * gradient inside the trust ratio. Biases and batch-norm parameters get no
  * decay (graph.h).
  *
+ * Ranks (options.ranks = R > 1): R ranks as threads of this process, each
+ * with its own arena and bound graph (same plan, same offsets). Each global
+ * batch B is split over the ranks by data.h's rule (B / R samples each; B
+ * and the epoch's last batch must divide by R); the gradients are summed
+ * over the ranks in rank order per all-reduce bucket (comm.h), the BN
+ * running statistics averaged, so every rank ends each step bit-identical;
+ * loss and correct counts are summed over the ranks when read. Evaluation
+ * runs on rank 0. Checkpoints hold rank 0's state and the plan of one
+ * rank's batch, so they resume with the same rank count.
+ *
  * Threads: a trainer is used from one thread at a time. Errors: every call
  * returns a status and leaves one line in bp_last_error(). */
 #ifndef BLUEPRINT_TRAIN_H
@@ -116,7 +126,9 @@ typedef struct bp_train_options {
   uint64_t seed;             /* default 1 */
   int64_t epochs;            /* 0: the model's */
   int64_t batch, eval_batch; /* 0: the model's */
-  int ranks;                 /* 1 (more ranks: not yet) */
+  int ranks;                 /* ranks as threads of this process (default 1); R > 1
+                                needs the global batch and the epoch's last batch to
+                                divide by R */
   const char *device;        /* "cpu" (default) */
   /* optimizer; negative values and -1 mean "the model's" */
   int optimizer; /* -1 or a bp_optimizer */
@@ -165,7 +177,8 @@ typedef struct bp_trainer bp_trainer; /* opaque */
  * borrowed for the call (the trainer keeps copies). Errors are one line:
  * BP_ERR_INVALID (options), BP_ERR_IO / BP_ERR_PARSE (data or checkpoint
  * files), BP_ERR_SHAPE (a checkpoint of another plan), BP_ERR_UNSUPPORTED (a
- * node no kernel supports, more than one rank, a device without kernels). */
+ * node no kernel supports, ranks that do not divide the batches, a device
+ * without kernels). */
 bp_status bp_trainer_create(const bp_model *model, const bp_train_options *options,
                             bp_trainer **trainer_out);
 bp_status bp_trainer_create_from_file(const char *model_path, const bp_train_options *options,
@@ -204,6 +217,11 @@ int64_t bp_trainer_test_samples(const bp_trainer *trainer);
  * is not FP32 or count is not its element count. */
 bp_status bp_trainer_read_tensor(const bp_trainer *trainer, const char *name, float *dst,
                                  uint64_t count);
+/* The same of rank `rank` (0 <= rank < bp_trainer_world). */
+bp_status bp_trainer_read_rank_tensor(const bp_trainer *trainer, int rank, const char *name,
+                                      float *dst, uint64_t count);
+/* Ranks of the run (options' ranks). */
+int bp_trainer_world(const bp_trainer *trainer);
 
 #ifdef __cplusplus
 }
