@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "blueprint/model.h"
+#include "cli_util.h"
 #include "commands.h"
 #include "plan_print.h"
 
@@ -39,20 +40,6 @@ static const char usage_text[] =
     "\n"
     "Exit status: 0 ok, 1 bad model or plan or unwritable file, 2 bad command line.\n";
 
-/* One line on stderr; control characters in the message (a value typed on
- * the command line, a name from a file) become '?' so it stays one line. */
-static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void report(const char *fmt, ...) {
-  char msg[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  for (char *p = msg; *p; p++)
-    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
-  fprintf(stderr, "blueprint plan: %s\n", msg);
-}
-
 /* What the command line asked for; 0 / -1 mean "as the model file says". */
 typedef struct plan_args {
   const char *model_path;
@@ -66,22 +53,10 @@ typedef struct plan_args {
   int help;
 } plan_args;
 
-/* A positive decimal integer that fits in int64: digits only, no sign, no
- * spaces. Returns 0 on success. */
-static int parse_positive(const char *s, int64_t *out) {
-  if (*s < '0' || *s > '9') return -1;
-  errno = 0;
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (*end != '\0' || errno == ERANGE || v < 1) return -1;
-  *out = (int64_t)v;
-  return 0;
-}
-
 /* Same, for a value given to `option`; reports the problem itself. */
 static int option_positive(const char *option, const char *value, int64_t *out) {
-  if (parse_positive(value, out) == 0) return 0;
-  report("%s: '%s' is not a positive integer", option, value);
+  if (bp_cli_parse_int(value, 1, out) == 0) return 0;
+  bp_cli_report("plan", "%s: '%s' is not a positive integer", option, value);
   return -1;
 }
 
@@ -95,45 +70,46 @@ static int name_char_ok(char c) {
 static int parse_variant_item(const char *item, bp_variant_spec *out) {
   char buf[256];
   if (strlen(item) >= sizeof buf) {
-    report("--variants: '%.40s...' is too long", item);
+    bp_cli_report("plan", "--variants: '%.40s...' is too long", item);
     return -1;
   }
   strcpy(buf, item);
   memset(out, 0, sizeof *out);
   char *name = buf, *batch = strchr(buf, ':'), *res = NULL;
   if (!batch) {
-    report("--variants: '%s' is not NAME:BATCH[:HxW]", item);
+    bp_cli_report("plan", "--variants: '%s' is not NAME:BATCH[:HxW]", item);
     return -1;
   }
   *batch++ = '\0';
   if ((res = strchr(batch, ':')) != NULL) *res++ = '\0';
   size_t nlen = strlen(name);
   if (nlen == 0 || nlen >= BP_NAME_MAX) {
-    report("--variants: '%s': the name must have 1 to %d characters", item, BP_NAME_MAX - 1);
+    bp_cli_report("plan", "--variants: '%s': the name must have 1 to %d characters", item, BP_NAME_MAX - 1);
     return -1;
   }
   for (const char *p = name; *p; p++) {
     if (!name_char_ok(*p)) {
-      report("--variants: '%s': the name '%s' may only hold letters, digits, '_', '-' and '.'",
+      bp_cli_report("plan", "--variants: '%s': the name '%s' may only hold letters, digits, '_', '-' and '.'",
              item, name);
       return -1;
     }
   }
   if (strcmp(name, "train") == 0 || strcmp(name, "train_last") == 0 || strcmp(name, "eval") == 0) {
-    report("--variants: '%s': the name '%s' is reserved for the built-in variants", item, name);
+    bp_cli_report("plan", "--variants: '%s': the name '%s' is reserved for the built-in variants", item, name);
     return -1;
   }
   memcpy(out->name, name, nlen + 1);
-  if (parse_positive(batch, &out->batch) != 0) {
-    report("--variants: '%s': the batch '%s' is not a positive integer", item, batch);
+  if (bp_cli_parse_int(batch, 1, &out->batch) != 0) {
+    bp_cli_report("plan", "--variants: '%s': the batch '%s' is not a positive integer", item, batch);
     return -1;
   }
   if (res) {
     char *x = strpbrk(res, "xX");
     if (x) *x = '\0';
-    if (!x || parse_positive(res, &out->height) != 0 || parse_positive(x + 1, &out->width) != 0) {
+    if (!x || bp_cli_parse_int(res, 1, &out->height) != 0 ||
+        bp_cli_parse_int(x + 1, 1, &out->width) != 0) {
       if (x) *x = 'x';
-      report("--variants: '%s': the resolution '%s' is not HxW (two positive integers)", item, res);
+      bp_cli_report("plan", "--variants: '%s': the resolution '%s' is not HxW (two positive integers)", item, res);
       return -1;
     }
   }
@@ -144,7 +120,7 @@ static int parse_variant_item(const char *item, bp_variant_spec *out) {
 static int parse_variants(const char *spec, plan_args *a) {
   const char *p = spec;
   if (*p == '\0') {
-    report("--variants: the value is empty; expected NAME:BATCH[:HxW],...");
+    bp_cli_report("plan", "--variants: the value is empty; expected NAME:BATCH[:HxW],...");
     return -1;
   }
   for (;;) {
@@ -152,17 +128,17 @@ static int parse_variants(const char *spec, plan_args *a) {
     size_t len = comma ? (size_t)(comma - p) : strlen(p);
     char *item = strndup(p, len);
     if (!item) {
-      report("out of memory reading --variants");
+      bp_cli_report("plan", "out of memory reading --variants");
       return -1;
     }
     if (len == 0) {
-      report("--variants: '%s' has an empty item", spec);
+      bp_cli_report("plan", "--variants: '%s' has an empty item", spec);
       free(item);
       return -1;
     }
     bp_variant_spec *grown = realloc(a->extra, (size_t)(a->extra_count + 1) * sizeof *grown);
     if (!grown) {
-      report("out of memory reading --variants");
+      bp_cli_report("plan", "out of memory reading --variants");
       free(item);
       return -1;
     }
@@ -171,7 +147,7 @@ static int parse_variants(const char *spec, plan_args *a) {
     if (rc == 0) {
       for (int i = 0; i < a->extra_count; i++) {
         if (strcmp(a->extra[i].name, a->extra[a->extra_count].name) == 0) {
-          report("--variants: the variant '%s' is named twice", a->extra[i].name);
+          bp_cli_report("plan", "--variants: the variant '%s' is named twice", a->extra[i].name);
           rc = -1;
           break;
         }
@@ -196,7 +172,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     const char *arg = argv[i];
     if (only_positional || arg[0] != '-' || strcmp(arg, "-") == 0) {
       if (a->model_path) {
-        report("unexpected argument '%s' (the model is '%s'; one model per plan)", arg,
+        bp_cli_report("plan", "unexpected argument '%s' (the model is '%s'; one model per plan)", arg,
                a->model_path);
         return -1;
       }
@@ -226,7 +202,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
       if (strlen(valued[k]) == olen && strncmp(arg, valued[k], olen) == 0) known = valued[k];
     if (!known) {
-      report("unknown option '%s' (try 'blueprint plan --help')", arg);
+      bp_cli_report("plan", "unknown option '%s' (try 'blueprint plan --help')", arg);
       return -1;
     }
     snprintf(option, sizeof option, "%s", known);
@@ -235,7 +211,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
       value = argv[++i];
     } else {
-      report("option '%s' needs a value", option);
+      bp_cli_report("plan", "option '%s' needs a value", option);
       return -1;
     }
     if (strcmp(option, "--batch") == 0) {
@@ -247,7 +223,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     } else if (strcmp(option, "--optimizer") == 0) {
       bp_optimizer opt;
       if (bp_optimizer_from_name(value, &opt) != 0) {
-        report("--optimizer: unknown optimizer '%s' (sgd, adamw or lars)", value);
+        bp_cli_report("plan", "--optimizer: unknown optimizer '%s' (sgd, adamw or lars)", value);
         return -1;
       }
       a->optimizer = (int)opt;
@@ -255,14 +231,14 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       if (parse_variants(value, a)) return -1;
     } else { /* --svg */
       if (*value == '\0') {
-        report("--svg: the file name is empty");
+        bp_cli_report("plan", "--svg: the file name is empty");
         return -1;
       }
       a->svg_path = value;
     }
   }
   if (!a->model_path) {
-    report("no model file given (usage: blueprint plan MODEL [options]; try --help)");
+    bp_cli_report("plan", "no model file given (usage: blueprint plan MODEL [options]; try --help)");
     return -1;
   }
   return 0;
@@ -281,7 +257,7 @@ static int run(const plan_args *a) {
   bp_plan *plan = NULL;
   int rc = EXIT_INPUT;
   if (bp_model_load(a->model_path, &model) != BP_OK) {
-    report("%s", bp_last_error());
+    bp_cli_report("plan", "%s", bp_last_error());
     return EXIT_INPUT;
   }
   bp_compile_options opt = bp_compile_options_from_model(model);
@@ -301,12 +277,12 @@ static int run(const plan_args *a) {
   opt.extra = a->extra;
   opt.extra_count = a->extra_count;
   if (bp_model_compile(model, &opt, &plan) != BP_OK) {
-    report("%s", bp_last_error());
+    bp_cli_report("plan", "%s", bp_last_error());
     goto done;
   }
   bp_plan_print_info info = {model_title(model, a->model_path), a->model_path};
   if (a->svg_path && bp_plan_write_svg(a->svg_path, plan, &info) != BP_OK) {
-    report("%s", bp_last_error());
+    bp_cli_report("plan", "%s", bp_last_error());
     goto done;
   }
   if (a->json) {
@@ -317,7 +293,7 @@ static int run(const plan_args *a) {
   }
   /* a full disk or a closed pipe must not pass for success */
   if (fflush(stdout) != 0 || ferror(stdout)) {
-    report("cannot write the plan to standard output: %s", strerror(errno));
+    bp_cli_report("plan", "cannot write the plan to standard output: %s", strerror(errno));
     goto done;
   }
   rc = 0;

@@ -9,6 +9,7 @@
 
 #include "blueprint/dtype.h"
 #include "blueprint/registry.h"
+#include "cli_util.h"
 #include "commands.h"
 
 #define EXIT_LOAD 1
@@ -284,23 +285,23 @@ int bp_cmd_plugins(int argc, char **argv) {
     } else if (strcmp(argv[i], "--plugin") == 0 || strncmp(argv[i], "--plugin=", 9) == 0) {
       const char *value = argv[i][8] == '=' ? argv[i] + 9 : (i + 1 < argc ? argv[++i] : NULL);
       if (!value || !value[0]) {
-        fprintf(stderr, "blueprint plugins: --plugin needs a path\n");
+        bp_cli_report("plugins", "--plugin needs a path");
         return EXIT_USAGE;
       }
       if (npaths == MAX_PLUGINS) {
-        fprintf(stderr, "blueprint plugins: more than %d --plugin paths\n", MAX_PLUGINS);
+        bp_cli_report("plugins", "more than %d --plugin paths", MAX_PLUGINS);
         return EXIT_USAGE;
       }
       paths[npaths++] = value;
     } else {
-      fprintf(stderr, "blueprint plugins: unknown argument '%s' (try --help)\n", argv[i]);
+      bp_cli_report("plugins", "unknown argument '%s' (try --help)", argv[i]);
       return EXIT_USAGE;
     }
   }
 
   bp_registry *r = NULL;
   if (bp_registry_create(&r) != BP_OK) {
-    fprintf(stderr, "blueprint plugins: %s\n", bp_last_error());
+    bp_cli_report("plugins", "%s", bp_last_error());
     return EXIT_LOAD;
   }
   bp_status st = bp_registry_discover(r, paths, npaths);
@@ -315,7 +316,7 @@ int bp_cmd_plugins(int argc, char **argv) {
   if (st != BP_OK) {
     for (char *p = why; *p; p++)
       if ((unsigned char)*p < 0x20) *p = '?'; /* one line */
-    fprintf(stderr, "blueprint plugins: %s\n", why);
+    bp_cli_report("plugins", "%s", why);
     return EXIT_LOAD;
   }
   return 0;

@@ -12,28 +12,6 @@
 
 #include "blueprint/comm.h"
 
-void bp_cli_report(const char *command, const char *fmt, ...) {
-  char msg[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  for (char *p = msg; *p; p++)
-    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
-  fprintf(stderr, "blueprint %s: %s\n", command, msg);
-}
-
-/* A decimal integer >= min that fits in int64: digits only. */
-static int parse_int(const char *s, int64_t min, int64_t *out) {
-  if (*s < '0' || *s > '9') return -1;
-  errno = 0;
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (*end != '\0' || errno == ERANGE || v < min) return -1;
-  *out = (int64_t)v;
-  return 0;
-}
-
 /* A finite decimal number >= min (no hex, no inf/nan). */
 static int parse_number(const char *s, double min, double *out) {
   if (!*s || strpbrk(s, "xXnNiI") || *s == ' ') return -1;
@@ -110,11 +88,11 @@ static int check_value(const char *cmd, const struct option_spec *s, const char 
                        double *d) {
   switch (s->kind) {
   case V_COUNT:
-    if (parse_int(value, 1, i) == 0) return 0;
+    if (bp_cli_parse_int(value, 1, i) == 0) return 0;
     bp_cli_report(cmd, "%s: '%s' is not a positive integer", s->name, value);
     return -1;
   case V_COUNT0:
-    if (parse_int(value, 0, i) == 0) return 0;
+    if (bp_cli_parse_int(value, 0, i) == 0) return 0;
     bp_cli_report(cmd, "%s: '%s' is not an integer >= 0", s->name, value);
     return -1;
   case V_SEED: {

@@ -4,6 +4,7 @@
 #define BLUEPRINT_CLI_TRAIN_ARGS_H
 
 #include "blueprint/train.h"
+#include "cli_util.h"
 
 #define BP_CLI_EXIT_RUN 1   /* the model, the data, a kernel or a file failed */
 #define BP_CLI_EXIT_USAGE 2 /* the command line is wrong */
@@ -21,9 +22,5 @@ typedef struct bp_cli_train_args {
 /* Parses argv (argv[0] is the command). eval: 1 for `blueprint eval`.
  * Returns 0, or -1 after reporting one line on stderr. */
 int bp_cli_train_parse(int argc, char **argv, int eval, bp_cli_train_args *out);
-
-/* One line on stderr: "blueprint <command>: <message>", control characters
- * replaced so it stays one line. */
-void bp_cli_report(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif
