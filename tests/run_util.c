@@ -234,3 +234,24 @@ int have_fashion_mnist(void) {
   return access(BP_DATA_DEFAULT_DIR "/train-images-idx3-ubyte.gz", R_OK) == 0 &&
          access(BP_DATA_DEFAULT_DIR "/t10k-images-idx3-ubyte.gz", R_OK) == 0;
 }
+
+toy_env toy_env_open(const char *model_text, int train, int test, uint64_t seed) {
+  toy_env e;
+  e.dir = tmp_dir_create();
+  e.data = path_in(e.dir, "data");
+  ck_assert_int_eq(mkdir(e.data, 0700), 0);
+  write_toy_mnist(e.data, train, test, seed);
+  e.model = path_in(e.dir, "model.yaml");
+  write_file(e.model, model_text, strlen(model_text));
+  const char *src = getenv("BP_SOURCE_DIR");
+  ck_assert_msg(src && *src, "BP_SOURCE_DIR is not set (run through ctest)");
+  e.mlp = path_in(src, "models/mlp.yaml");
+  return e;
+}
+
+void toy_env_close(toy_env *e) {
+  free(e->data);
+  free(e->model);
+  free(e->mlp);
+  tmp_dir_remove(e->dir);
+}

@@ -36,6 +36,15 @@ char *path_in(const char *dir, const char *name);
  * a row that depends on the label, over noise; learnable in a few steps. */
 void write_toy_mnist(const char *dir, int train, int test, uint64_t seed);
 
+/* A fresh temporary directory with toy MNIST data in dir/data
+ * (write_toy_mnist(train, test, seed)), one model file written from
+ * `model_text` at dir/model.yaml, and the shipped models/mlp.yaml path. */
+typedef struct toy_env {
+  char *dir, *data, *model, *mlp;
+} toy_env;
+toy_env toy_env_open(const char *model_text, int train, int test, uint64_t seed);
+void toy_env_close(toy_env *e); /* removes the directory */
+
 /* Reads a whole file (NULL when missing), NUL-terminated; *size_out its bytes. */
 unsigned char *read_file(const char *path, size_t *size_out);
 /* 1 when both files exist and hold the same bytes. */

@@ -118,30 +118,8 @@ static const char bn_model[] =
     "  - {type: softmax_ce, name: loss, label_smoothing: 0.1}\n"
     "train: {batch: 50, eval_batch: 40, epochs: 2, lr: 0.02}\n";
 
-typedef struct env {
-  char *dir, *data, *bn, *mlp;
-} env;
-
-static env env_open(void) {
-  env e;
-  e.dir = tmp_dir_create();
-  e.data = path_in(e.dir, "data");
-  ck_assert_int_eq(mkdir(e.data, 0700), 0);
-  write_toy_mnist(e.data, 260, 60, 3); /* 260 = 5 batches of 50 + one of 10; 4 of 64 + 4 */
-  e.bn = path_in(e.dir, "bn.yaml");
-  write_file(e.bn, bn_model, strlen(bn_model));
-  const char *src = getenv("BP_SOURCE_DIR");
-  ck_assert_msg(src && *src, "BP_SOURCE_DIR is not set (run through ctest)");
-  e.mlp = path_in(src, "models/mlp.yaml");
-  return e;
-}
-
-static void env_close(env *e) {
-  free(e->data);
-  free(e->bn);
-  free(e->mlp);
-  tmp_dir_remove(e->dir);
-}
+/* 260 = 5 batches of 50 + one of 10; 4 of 64 + 4 */
+static toy_env env_open(void) { return toy_env_open(bn_model, 260, 60, 3); }
 
 /* The rank state compared across ranks: every FP32 tensor of the regions
  * B (BN statistics) through V (optimizer moments), gradients included;
@@ -226,7 +204,7 @@ static bp_trainer *train(const char *model, const char *data, int ranks, int64_t
  * last batch 4 samples, 2 per rank) the parameters agree to within
  * 1e-5 * (1 + |w|) per element (measured: about 4e-8). */
 START_TEST(mlp_two_ranks_match_one) {
-  env e = env_open();
+  toy_env e = env_open();
   bp_trainer *one = train(e.mlp, e.data, 1, 64, 2, NULL);
   bp_trainer *two = train(e.mlp, e.data, 2, 64, 2, NULL);
   ck_assert_int_eq(bp_trainer_state(one).global_step, 10);
@@ -260,7 +238,7 @@ START_TEST(mlp_two_ranks_match_one) {
   printf("mlp, 1 vs 2 ranks after 10 steps: largest relative difference %.3g\n", worst);
   bp_trainer_destroy(one);
   bp_trainer_destroy(two);
-  env_close(&e);
+  toy_env_close(&e);
 }
 END_TEST
 
@@ -268,15 +246,15 @@ END_TEST
  * averaged): all ranks bit-identical after every step, for 2 and 5 ranks;
  * the same seed twice gives the same bits. */
 START_TEST(bn_ranks_bit_identical_every_step) {
-  env e = env_open();
+  toy_env e = env_open();
   step_check c = {NULL, 0};
-  bp_trainer *a = train(e.bn, e.data, 2, 50, 2, &c);
+  bp_trainer *a = train(e.model, e.data, 2, 50, 2, &c);
   ck_assert_int_eq(c.steps, 12);
   step_check c5 = {NULL, 0};
-  bp_trainer *five = train(e.bn, e.data, 5, 50, 1, &c5);
+  bp_trainer *five = train(e.model, e.data, 5, 50, 1, &c5);
   ck_assert_int_eq(c5.steps, 6);
   bp_trainer_destroy(five);
-  bp_trainer *b = train(e.bn, e.data, 2, 50, 2, NULL);
+  bp_trainer *b = train(e.model, e.data, 2, 50, 2, NULL);
   uint64_t na, nb;
   float *sa = read_state(a, 0, &na), *sb = read_state(b, 0, &nb);
   ck_assert_int_eq(na, nb);
@@ -286,31 +264,31 @@ START_TEST(bn_ranks_bit_identical_every_step) {
   free(sb);
   bp_trainer_destroy(a);
   bp_trainer_destroy(b);
-  env_close(&e);
+  toy_env_close(&e);
 }
 END_TEST
 
 /* The command line: --ranks 2 trains and prints the usual lines; eval and
  * resume take its checkpoint with the same --ranks. */
 START_TEST(cli_ranks_two) {
-  env e = env_open();
+  toy_env e = env_open();
   char *ck = path_in(e.dir, "r2.ckpt");
   run_result r =
-      RUN("train", e.bn, "--data", e.data, "--ranks", "2", "--epochs", "1", "--checkpoint", ck);
+      RUN("train", e.model, "--data", e.data, "--ranks", "2", "--epochs", "1", "--checkpoint", ck);
   ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
   ck_assert_ptr_nonnull(strstr(r.out, "test accuracy"));
   run_free(&r);
-  r = RUN("eval", e.bn, "--data", e.data, "--ranks", "2", "--checkpoint", ck);
+  r = RUN("eval", e.model, "--data", e.data, "--ranks", "2", "--checkpoint", ck);
   ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
   run_free(&r);
-  r = RUN("train", e.bn, "--data", e.data, "--ranks", "2", "--epochs", "2", "--resume", ck);
+  r = RUN("train", e.model, "--data", e.data, "--ranks", "2", "--epochs", "2", "--resume", ck);
   ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
   run_free(&r);
   free(ck);
-  r = RUN("train", e.bn, "--data", e.data, "--ranks", "3", "--epochs", "1");
+  r = RUN("train", e.model, "--data", e.data, "--ranks", "3", "--epochs", "1");
   expect_one_line_error(&r, "blueprint train: ", "must both divide by the rank count");
   run_free(&r);
-  env_close(&e);
+  toy_env_close(&e);
 }
 END_TEST
 

@@ -28,30 +28,8 @@ static const char small_model[] =
     "  - {type: softmax_ce, name: loss, label_smoothing: 0.1}\n"
     "train: {batch: 50, eval_batch: 40, epochs: 3, lr: 0.02}\n";
 
-typedef struct env {
-  char *dir, *data, *small, *mlp;
-} env;
-
-static env env_open(void) {
-  env e;
-  e.dir = tmp_dir_create();
-  e.data = path_in(e.dir, "data");
-  ck_assert_int_eq(mkdir(e.data, 0700), 0);
-  write_toy_mnist(e.data, 130, 100, 5); /* 130 = 2 batches of 50 + one of 30 */
-  e.small = path_in(e.dir, "small.yaml");
-  write_file(e.small, small_model, strlen(small_model));
-  const char *src = getenv("BP_SOURCE_DIR");
-  ck_assert_msg(src && *src, "BP_SOURCE_DIR is not set (run through ctest)");
-  e.mlp = path_in(src, "models/mlp.yaml");
-  return e;
-}
-
-static void env_close(env *e) {
-  free(e->data);
-  free(e->small);
-  free(e->mlp);
-  tmp_dir_remove(e->dir);
-}
+/* 130 = 2 batches of 50 + one of 30 */
+static toy_env env_open(void) { return toy_env_open(small_model, 130, 100, 5); }
 
 #define TRAIN_OK(...)                                                                     \
   do {                                                                                    \
@@ -61,23 +39,23 @@ static void env_close(env *e) {
   } while (0)
 
 START_TEST(same_seed_same_bytes) {
-  env e = env_open();
+  toy_env e = env_open();
   char *a = path_in(e.dir, "a.ckpt"), *b = path_in(e.dir, "b.ckpt"), *c = path_in(e.dir, "c.ckpt");
-  TRAIN_OK(e.small, "--data", e.data, "--epochs", "2", "--seed", "9", "--checkpoint", a);
-  TRAIN_OK(e.small, "--data", e.data, "--epochs", "2", "--seed", "9", "--checkpoint", b);
+  TRAIN_OK(e.model, "--data", e.data, "--epochs", "2", "--seed", "9", "--checkpoint", a);
+  TRAIN_OK(e.model, "--data", e.data, "--epochs", "2", "--seed", "9", "--checkpoint", b);
   ck_assert_msg(same_file(a, b), "two runs with seed 9 wrote different checkpoints");
-  TRAIN_OK(e.small, "--data", e.data, "--epochs", "2", "--seed", "10", "--checkpoint", c);
+  TRAIN_OK(e.model, "--data", e.data, "--epochs", "2", "--seed", "10", "--checkpoint", c);
   ck_assert_msg(!same_file(a, c), "seeds 9 and 10 wrote the same checkpoint");
   free(a);
   free(b);
   free(c);
-  env_close(&e);
+  toy_env_close(&e);
 }
 END_TEST
 
 /* Uninterrupted vs stopped at `stop` and resumed, for one set of options
  * that makes `spe` steps per epoch. */
-static void check_resume(const env *e, const char *model, const char *const *extra, int stop,
+static void check_resume(const toy_env *e, const char *model, const char *const *extra, int stop,
                          int spe) {
   char *full = path_in(e->dir, "full.ckpt"), *part = path_in(e->dir, "part.ckpt");
   char *mfull = path_in(e->dir, "full.jsonl"), *mpart = path_in(e->dir, "part.jsonl");
@@ -125,28 +103,29 @@ static void check_resume(const env *e, const char *model, const char *const *ext
 }
 
 START_TEST(resume_mid_epoch_is_exact) {
-  env e = env_open();
+  toy_env e = env_open();
   /* 3 steps per epoch (the last one short); stop in epoch 2 after its step 1 */
   const char *sgd[] = {"--nesterov", "--schedule", "cosine", "--warmup-epochs", "1", "--ema", NULL};
-  check_resume(&e, e.small, sgd, 4, 3);
+  check_resume(&e, e.model, sgd, 4, 3);
   /* AdamW moments and step counter: 3 steps per epoch (64, 64, 2); stop mid-epoch 3 */
   const char *adamw[] = {"--optimizer", "adamw", "--lr", "0.001", "--batch", "64", NULL};
   check_resume(&e, e.mlp, adamw, 8, 3);
-  env_close(&e);
+  toy_env_close(&e);
 }
 END_TEST
 
 START_TEST(resume_at_epoch_end_is_exact) {
-  env e = env_open();
+  toy_env e = env_open();
   const char *step[] = {"--schedule", "step", "--step-gamma", "0.5", NULL};
-  check_resume(&e, e.small, step, 3, 3);
-  env_close(&e);
+  check_resume(&e, e.model, step, 3, 3);
+  toy_env_close(&e);
 }
 END_TEST
 
 /* `train --resume X --checkpoint X` and `eval --checkpoint X` both refuse
  * X with one line, and X keeps its bytes. */
-static void expect_refused(const env *e, const char *model, const char *ck, const char *needle) {
+static void expect_refused(const toy_env *e, const char *model, const char *ck,
+                           const char *needle) {
   size_t before_size = 0, after_size = 0;
   unsigned char *before = read_file(ck, &before_size);
   ck_assert_ptr_nonnull(before);
@@ -164,9 +143,9 @@ static void expect_refused(const env *e, const char *model, const char *ck, cons
 }
 
 START_TEST(bad_checkpoints_are_refused_and_kept) {
-  env e = env_open();
+  toy_env e = env_open();
   char *good = path_in(e.dir, "good.ckpt"), *bad = path_in(e.dir, "bad.ckpt");
-  TRAIN_OK(e.small, "--data", e.data, "--epochs", "1", "--checkpoint", good);
+  TRAIN_OK(e.model, "--data", e.data, "--epochs", "1", "--checkpoint", good);
   size_t size = 0;
   unsigned char *bytes = read_file(good, &size);
   ck_assert_ptr_nonnull(bytes);
@@ -174,37 +153,37 @@ START_TEST(bad_checkpoints_are_refused_and_kept) {
 
   bytes[size / 2] ^= 0x40; /* one flipped bit in the data */
   write_file(bad, bytes, size);
-  expect_refused(&e, e.small, bad, "bad.ckpt");
+  expect_refused(&e, e.model, bad, "bad.ckpt");
   bytes[size / 2] ^= 0x40;
 
   write_file(bad, bytes, size / 3); /* truncated */
-  expect_refused(&e, e.small, bad, "bad.ckpt");
+  expect_refused(&e, e.model, bad, "bad.ckpt");
 
   write_file(bad, "not a checkpoint\n", 17);
-  expect_refused(&e, e.small, bad, "bad.ckpt");
+  expect_refused(&e, e.model, bad, "bad.ckpt");
 
   write_file(bad, bytes, size); /* a checkpoint of another model */
   expect_refused(&e, e.mlp, bad, "bad.ckpt");
-  run_result r = RUN("train", e.small, "--data", e.data, "--batch", "25", "--resume", bad);
+  run_result r = RUN("train", e.model, "--data", e.data, "--batch", "25", "--resume", bad);
   expect_one_line_error(&r, "blueprint train: ", "bad.ckpt"); /* of another batch: another plan */
   ck_assert_ptr_nonnull(strstr(r.err, "written for another plan")); /* named before the counters */
   run_free(&r);
   ck_assert(same_file(good, bad));
 
-  r = RUN("train", e.small, "--data", e.data, "--resume", "/nonexistent/x.ckpt");
+  r = RUN("train", e.model, "--data", e.data, "--resume", "/nonexistent/x.ckpt");
   expect_one_line_error(&r, "blueprint train: ", "/nonexistent/x.ckpt");
   run_free(&r);
   free(bytes);
   free(good);
   free(bad);
-  env_close(&e);
+  toy_env_close(&e);
 }
 END_TEST
 
 START_TEST(metrics_lines) {
-  env e = env_open();
+  toy_env e = env_open();
   char *m = path_in(e.dir, "m.jsonl");
-  TRAIN_OK(e.small, "--data", e.data, "--epochs", "2", "--metrics", m, "--log-every", "2");
+  TRAIN_OK(e.model, "--data", e.data, "--epochs", "2", "--metrics", m, "--log-every", "2");
   int epochs = 0, steps = 0;
   ck_assert_double_eq(jsonl_number(m, "epoch", 1, "epoch", &epochs), 2.0);
   ck_assert_int_eq(epochs, 2);
@@ -221,20 +200,20 @@ START_TEST(metrics_lines) {
   ck_assert_double_eq_tol(jsonl_number(m, "epoch", 0, "lr", NULL), 0.02, 1e-9);
   ck_assert(isfinite(jsonl_number(m, "step", 2, "train_loss", NULL)));
   free(m);
-  env_close(&e);
+  toy_env_close(&e);
 }
 END_TEST
 
 /* The C API: save and load through a trainer, read a tensor, refuse bad
  * options. */
 START_TEST(c_api_save_load_read) {
-  env e = env_open();
+  toy_env e = env_open();
   bp_train_options o;
   bp_train_options_init(&o);
   o.data_dir = e.data;
   o.epochs = 2;
   bp_trainer *t = NULL;
-  ck_assert_msg(bp_trainer_create_from_file(e.small, &o, &t) == BP_OK, "%s", bp_last_error());
+  ck_assert_msg(bp_trainer_create_from_file(e.model, &o, &t) == BP_OK, "%s", bp_last_error());
   ck_assert_int_eq(bp_trainer_steps_per_epoch(t), 3);
   ck_assert_int_eq(bp_trainer_train_samples(t), 130);
   ck_assert_int_eq(bp_trainer_test_samples(t), 100);
@@ -269,20 +248,20 @@ START_TEST(c_api_save_load_read) {
 
   t = (bp_trainer *)(uintptr_t)1;
   o.ranks = 3; /* batch 50 over 3 ranks: an uneven split */
-  ck_assert_int_eq(bp_trainer_create_from_file(e.small, &o, &t), BP_ERR_UNSUPPORTED);
+  ck_assert_int_eq(bp_trainer_create_from_file(e.model, &o, &t), BP_ERR_UNSUPPORTED);
   ck_assert_ptr_nonnull(strstr(bp_last_error(), "must both divide by the rank count"));
   o.ranks = 1000;
-  ck_assert_int_eq(bp_trainer_create_from_file(e.small, &o, &t), BP_ERR_UNSUPPORTED);
+  ck_assert_int_eq(bp_trainer_create_from_file(e.model, &o, &t), BP_ERR_UNSUPPORTED);
   ck_assert_ptr_nonnull(strstr(bp_last_error(), "at most 64 ranks"));
   o.ranks = 1;
   o.eval_only = 1;
-  ck_assert_int_eq(bp_trainer_create_from_file(e.small, &o, &t), BP_ERR_INVALID);
+  ck_assert_int_eq(bp_trainer_create_from_file(e.model, &o, &t), BP_ERR_INVALID);
   o.eval_only = 0;
   o.lr = NAN;
-  ck_assert_int_eq(bp_trainer_create_from_file(e.small, &o, &t), BP_ERR_INVALID);
+  ck_assert_int_eq(bp_trainer_create_from_file(e.model, &o, &t), BP_ERR_INVALID);
   ck_assert_ptr_eq(t, (bp_trainer *)(uintptr_t)1);
   free(ck);
-  env_close(&e);
+  toy_env_close(&e);
 }
 END_TEST
 
