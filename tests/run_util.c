@@ -9,6 +9,7 @@
 #include <math.h>
 #include <poll.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,17 @@ run_result run_exe(const char *exe_name, const char *const *args) {
   r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
   free(exe);
   return r;
+}
+
+int sh(const char *fmt, ...) {
+  char cmd[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "+ %s\n", cmd);
+  int rc = system(cmd);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
 void run_free(run_result *r) {

@@ -17,6 +17,9 @@ typedef struct run_result {
 /* Runs BP_BINARY_DIR/<exe> with args (NULL-terminated) and captures both
  * streams. `exe` is relative to the build directory ("blueprint"). */
 run_result run_exe(const char *exe, const char *const *args);
+/* Runs a shell command built from fmt (echoed to stderr); returns its exit
+ * status, 128 when it did not exit normally. */
+int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define RUN(...) run_exe("blueprint", (const char *const[]){__VA_ARGS__, NULL})
 void run_free(run_result *r);
 

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "run_util.h"
+
 #include "blueprint/registry.h"
 #include "blueprint/status.h"
 
@@ -17,18 +19,6 @@ static char tmp_dir[] = "/tmp/bp-custom-op-XXXXXX";
 static char prefix[256];     /* blueprint installed here */
 static char modules[320];    /* the example's installed module directory */
 
-/* Runs a shell command built from fmt; returns its exit status. */
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-  char cmd[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "+ %s\n", cmd);
-  int rc = system(cmd);
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
 
 /* Configures and builds the example in <tmp>/<build> with this build's
  * compiler and sanitizer flags, finding blueprint through its CMake package

@@ -7,21 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "run_util.h"
+
 static char prefix[256];
 static char tmp_dir[] = "/tmp/bp-install-XXXXXX";
 
-/* Runs a shell command built from fmt; returns its exit status. */
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-  char cmd[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "+ %s\n", cmd);
-  int rc = system(cmd);
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
 
 static void install_once(void) {
   ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
