@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define BP_ABI_MAJOR 1
-#define BP_ABI_MINOR 0
+#define BP_ABI_MINOR 1
 
 /* The one symbol a module exports; its type is bp_abi_module_entry_fn. The
  * major is part of the name so a module of another major fails at dlsym
@@ -81,6 +81,39 @@ typedef struct bp_abi_tensor {
   uint64_t slot_bytes;  /* bytes readable from the pointer, 16-byte tail included */
 } bp_abi_tensor;
 
+/* The ranks a collective kernel (allreduce.*) works across (1.1). The
+ * host builds one per rank; `handle` is what `backend` names:
+ *  "threads"  ranks are threads of one process: a bp_abi_comm_threads
+ *             (below), shared by the ranks;
+ *  "mpi"      one rank per process: an MPI_Comm * of the MPI library the
+ *             host is linked with (MPI is initialized by the host);
+ *  "nccl"     one rank per GPU: an ncclComm_t; the kernel enqueues on
+ *             args->stream (reserved for the CUDA backend).
+ * A kernel checks `backend` in supports() and refuses any other. */
+typedef struct bp_abi_comm {
+  uint32_t struct_size;
+  const char *backend; /* "threads", "mpi", "nccl" */
+  int32_t rank, world; /* this rank, number of ranks */
+  void *handle;        /* see above */
+} bp_abi_comm;
+
+/* Shared memory between ranks that are threads (backend "threads"): a
+ * barrier and one published pointer per rank, enough for any collective.
+ * Every rank of the communicator calls the same functions in the same
+ * order. */
+typedef struct bp_abi_comm_threads {
+  uint32_t struct_size;
+  void *ctx; /* pass to every function below */
+  /* Returns once every rank has called it. Writes a rank made before its
+   * call are visible to every rank after theirs. */
+  void (*barrier)(void *ctx);
+  /* Publishes this rank's pointer; peers read it after the next barrier.
+   * It stays readable until this rank publishes again. */
+  void (*publish)(void *ctx, int32_t rank, void *pointer);
+  /* The pointer rank `peer` published before the last barrier. */
+  void *(*peer)(void *ctx, int32_t peer);
+} bp_abi_comm_threads;
+
 /* What run(), supports() and workspace_size() receive. Tensor pointers are
  * device pointers of the rank (arena base + offset); range ops get one
  * tensor per span, shaped [1,1,1,elements]. */
@@ -98,6 +131,9 @@ typedef struct bp_abi_kernel_args {
   uint64_t workspace_bytes;
   void *stream;                  /* device stream; NULL: run synchronously */
   int32_t rank, world_size;      /* this rank, number of ranks */
+  /* (1.1) the communicator of collective kernels; NULL when the run has
+   * none (one rank). Read only when struct_size covers it. */
+  const bp_abi_comm *comm;
 } bp_abi_kernel_args;
 
 /* Kernel flags. */
@@ -106,6 +142,9 @@ enum {
   BP_ABI_KERNEL_DETERMINISTIC = 1u << 1,    /* same inputs, same bits */
   BP_ABI_KERNEL_GRAPH_CAPTURABLE = 1u << 2, /* may be captured in a CUDA graph */
   BP_ABI_KERNEL_IN_PLACE = 1u << 3,         /* output may alias input 0 */
+  /* (1.1) a collective: every rank must run it together, so the host never
+   * runs it alone (autotune does not time it) */
+  BP_ABI_KERNEL_COLLECTIVE = 1u << 4,
 };
 
 typedef struct bp_abi_kernel {

@@ -133,12 +133,12 @@ typedef struct bp_optimizer_attrs {
   float eta;               /* lars trust coefficient */
 } bp_optimizer_attrs;
 
-/* allreduce.sum  in: x (a span)   out: x (in place), summed over ranks (then
- * multiplied by scale: 1/world for a mean). Kernels receive rank and world
- * size in the args. In-process ranks (threads) run the core's built-in
- * implementation "threads" (core/include/blueprint/comm.h), bound by the
- * executor; module implementations (mpi, nccl) will receive their
- * communicator through an appended field of the kernel args. */
+/* allreduce.sum  in: x (a span)   out: x (in place), summed over ranks, then
+ * multiplied by scale (1/world for a mean). A collective: kernels are
+ * flagged BP_ABI_KERNEL_COLLECTIVE and reach the other ranks through
+ * args->comm (bp_abi_comm); every rank must end with the same bits.
+ * Implementations: ops/allreduce ("threads", "mpi"; "nccl" takes the same
+ * contract on the CUDA device). */
 typedef struct bp_allreduce_attrs {
   float scale;
 } bp_allreduce_attrs;

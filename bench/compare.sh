@@ -16,8 +16,10 @@
 #            --step-every N, --crop-pad P, --flip, --optimizer sgd|adamw
 #
 # options:
-#   --ranks        issue 5 mode: images/s of blueprint --ranks 1 and --ranks 2
-#                  beside PyTorch at its best thread count (1 and 2 tried);
+#   --ranks        issue 5 mode: images/s of blueprint --ranks 1 and --ranks 2,
+#                  1 rank with 2 BLAS threads, and `mpirun -np 2` (when mpirun
+#                  is installed), beside PyTorch at its best thread count (1
+#                  and 2 tried);
 #                  EPOCHS defaults to 1 there. Every blueprint rank gets one
 #                  BLAS thread (BP_BLAS_THREADS=1), so 2 ranks use the 2 cores
 #                  that 1 rank leaves half idle. "n/a" where blueprint lacks
@@ -84,18 +86,27 @@ bp_has_train() {
   ! grep -qi "unknown command" <<<"$msg"
 }
 
-# blueprint train MODEL EPOCHS TAG BLAS_THREADS [RANKS]: writes
-# $out/bp-TAG.jsonl and .log; returns non-zero (the reason in the log) on failure.
+# blueprint train MODEL EPOCHS TAG BLAS_THREADS [RANKS [PROCESSES]]: writes
+# $out/bp-TAG.jsonl and .log; returns non-zero (the reason in the log) on
+# failure. PROCESSES > 0 runs under `mpirun -np PROCESSES` (one rank each;
+# Open MPI's opt-ins for root, oversubscription allowed).
 run_bp() {
-  local model=$1 n=$2 tag=$3 t=$4 ranks=${5:-}
+  local model=$1 n=$2 tag=$3 t=$4 ranks=${5:-} procs=${6:-0}
   local args=(train "$(model_file "$model")" --epochs "$n" --seed "$seed"
               --metrics "$out/bp-$tag.jsonl")
   [ -z "$ranks" ] || args+=(--ranks "$ranks")
   args+=("${common[@]}" "${extra_bp[@]}")
   local env=(BP_BLAS_THREADS="$t" OPENBLAS_NUM_THREADS="$t" OMP_NUM_THREADS="$t")
+  local launch=()
+  if [ "$procs" -gt 0 ]; then
+    env+=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+          OMPI_MCA_btl_vader_single_copy_mechanism=none)
+    launch=(mpirun --oversubscribe -np "$procs" -x BP_BLAS_THREADS -x OPENBLAS_NUM_THREADS
+            -x OMP_NUM_THREADS)
+  fi
   rm -f "$out/bp-$tag.jsonl"
-  echo "+ ${env[*]} $BLUEPRINT ${args[*]}" >"$out/bp-$tag.log"
-  env "${env[@]}" "$BLUEPRINT" "${args[@]}" </dev/null >>"$out/bp-$tag.log" 2>&1
+  echo "+ ${env[*]} ${launch[*]} $BLUEPRINT ${args[*]}" >"$out/bp-$tag.log"
+  env "${env[@]}" "${launch[@]}" "$BLUEPRINT" "${args[@]}" </dev/null >>"$out/bp-$tag.log" 2>&1
 }
 
 # torch twin MODEL EPOCHS TAG THREADS
@@ -187,26 +198,31 @@ else
     done
     declare -A r_ips=()
     note=
-    for ranks in 1 2; do
-      r_ips[$ranks]=n/a
+    # ranks as threads (1 BLAS thread each), 1 rank with 2 BLAS threads,
+    # 2 processes under mpirun
+    for kind in 1 2 1t2 mpi2; do
+      r_ips[$kind]=n/a
       [ $have_train = 1 ] || { note=$pending; continue; }
-      tag=$name-e$epochs-r$ranks
-      echo "# training blueprint: $name, $epochs epochs, --ranks $ranks ..." >&2
-      if run_bp "$m" "$epochs" "$tag" 1 "$ranks"; then
-        read -r _ r_ips[$ranks] _ _ _ < <(summary "$out/bp-$tag.jsonl")
-      else
-        note="--ranks $ranks: $(why "$out/bp-$tag.log")"
-      fi
+      [ "$kind" != mpi2 ] || command -v mpirun >/dev/null || continue
+      tag=$name-e$epochs-r$kind
+      echo "# training blueprint: $name, $epochs epochs, $kind ..." >&2
+      case $kind in
+        1t2) run_bp "$m" "$epochs" "$tag" 2 1 ;;
+        mpi2) run_bp "$m" "$epochs" "$tag" 1 "" 2 ;;
+        *) run_bp "$m" "$epochs" "$tag" 1 "$kind" ;;
+      esac && read -r _ r_ips[$kind] _ _ _ < <(summary "$out/bp-$tag.jsonl") ||
+        note="$kind: $(why "$out/bp-$tag.log")"
     done
-    rows+=("$name|$epochs|${r_ips[1]}|${r_ips[2]}|$(fmt_ratio "${r_ips[2]}" "${r_ips[1]}")|$best_ips${best_t:+ (${best_t}t)}|$(fmt_ratio "${r_ips[2]}" "$best_ips")|$note")
+    rows+=("$name|$epochs|${r_ips[1]}|${r_ips[2]}|$(fmt_ratio "${r_ips[2]}" "${r_ips[1]}")|${r_ips[1t2]}|${r_ips[mpi2]}|$(fmt_ratio "${r_ips[mpi2]}" "${r_ips[1]}")|$best_ips${best_t:+ (${best_t}t)}|$(fmt_ratio "${r_ips[2]}" "$best_ips")|$note")
     unset r_ips
   done
-  printf '\n%-8s %6s | %11s %11s %7s | %16s %12s\n' model epochs "bp 1 rank" "bp 2 ranks" "2r/1r" \
-    "pt best img/s" "bp 2r / pt"
+  printf '\n%-8s %6s | %11s %11s %7s | %11s | %11s %7s | %16s %12s\n' model epochs "bp 1 rank" \
+    "bp 2 ranks" "2r/1r" "bp 1r 2blas" "bp mpi -np2" "np2/1r" "pt best img/s" "bp 2r / pt"
   for r in "${rows[@]}"; do
-    IFS='|' read -r a b c d e f g h <<<"$r"
-    printf '%-8s %6s | %11s %11s %7s | %16s %12s' "$a" "$b" "$c" "$d" "$e" "$f" "$g"
-    [ -z "$h" ] && echo || echo "  ($h)"
+    IFS='|' read -r a b c d e f g h i j k <<<"$r"
+    printf '%-8s %6s | %11s %11s %7s | %11s | %11s %7s | %16s %12s' "$a" "$b" "$c" "$d" "$e" "$f" \
+      "$g" "$h" "$i" "$j"
+    [ -z "$k" ] && echo || echo "  ($k)"
   done
   echo "# training images/s, median over epochs; PyTorch's best of 1 and 2 threads (threads in" \
        "parentheses); issue 5 target: 2r/1r >= 1.8x"

@@ -9,6 +9,7 @@ packages=(
   libyaml-dev                                    # model files
   zlib1g-dev                                     # gzip'd IDX data
   libopenblas-dev                                # ops/blas GEMM kernels
+  libopenmpi-dev openmpi-bin                     # mpirun ranks (ops/allreduce mpi)
   dataset-fashion-mnist                          # default data set (test_data_fashion_mnist)
   python3                                        # JSON checks in the CLI tests
 )

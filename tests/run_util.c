@@ -50,6 +50,12 @@ run_result run_exe(const char *exe_name, const char *const *args) {
     argv[argc++] = args[i];
   }
   argv[argc] = NULL;
+  run_result r = run_argv(argv);
+  free(exe);
+  return r;
+}
+
+run_result run_argv(const char *const *argv) {
   int po[2], pe[2];
   ck_assert_int_eq(pipe(po), 0);
   ck_assert_int_eq(pipe(pe), 0);
@@ -60,9 +66,9 @@ run_result run_exe(const char *exe_name, const char *const *args) {
   posix_spawn_file_actions_addclose(&fa, po[0]);
   posix_spawn_file_actions_addclose(&fa, pe[0]);
   pid_t pid;
-  int rc = posix_spawn(&pid, exe, &fa, NULL, (char *const *)argv, environ);
+  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
   posix_spawn_file_actions_destroy(&fa);
-  ck_assert_msg(rc == 0, "cannot run %s: %s", exe, strerror(rc));
+  ck_assert_msg(rc == 0, "cannot run %s: %s", argv[0], strerror(rc));
   close(po[1]);
   close(pe[1]);
   run_result r = {0, NULL, NULL, 0, 0};
@@ -94,7 +100,6 @@ run_result run_exe(const char *exe_name, const char *const *args) {
   int ws;
   while (waitpid(pid, &ws, 0) < 0) ck_assert_int_eq(errno, EINTR);
   r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-  free(exe);
   return r;
 }
 

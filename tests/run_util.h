@@ -17,6 +17,8 @@ typedef struct run_result {
 /* Runs BP_BINARY_DIR/<exe> with args (NULL-terminated) and captures both
  * streams. `exe` is relative to the build directory ("blueprint"). */
 run_result run_exe(const char *exe, const char *const *args);
+/* Runs argv[0] (searched in PATH) with argv (NULL-terminated), captured the same way. */
+run_result run_argv(const char *const *argv);
 /* Runs a shell command built from fmt (echoed to stderr); returns its exit
  * status, 128 when it did not exit normally. */
 int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -416,6 +416,102 @@ START_TEST(shipped_models_tile_their_arenas) {
 }
 END_TEST
 
+/* ---- ranks ------------------------------------------------------------------ */
+
+/* Every tensor of every variant of `p` at variant 0's offset and slot; the
+ * images and labels of each variant hold its batch. */
+static void assert_offsets_shared(const bp_plan *p) {
+  const int32_t in = bp_plan_find_tensor(p, "input.a"), lab = bp_plan_find_tensor(p, "label.b");
+  ck_assert(in >= 0 && lab >= 0);
+  for (int v = 0; v < bp_plan_variant_count(p); v++) {
+    for (int32_t id = 0; id < bp_plan_tensor_count(p); id++) {
+      const bp_dtensor *a = bp_plan_tensor(p, 0, id), *b = bp_plan_tensor(p, v, id);
+      ck_assert_msg(a->offset == b->offset && a->slot_bytes == b->slot_bytes,
+                    "variant '%s': '%s' at %llu (%llu bytes), variant 0 at %llu (%llu)",
+                    bp_plan_variant(p, v)->name, b->name, (unsigned long long)b->offset,
+                    (unsigned long long)b->slot_bytes, (unsigned long long)a->offset,
+                    (unsigned long long)a->slot_bytes);
+    }
+    ck_assert_int_eq(bp_plan_tensor(p, v, in)->shape.n, bp_plan_variant(p, v)->batch);
+    ck_assert_int_eq(bp_plan_tensor(p, v, lab)->shape.n, bp_plan_variant(p, v)->batch);
+  }
+}
+
+/* The names and batches of p's variants, "name:batch ..." */
+static void variants_of(const bp_plan *p, char *buf, size_t size) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int v = 0; v < bp_plan_variant_count(p) && at < size; v++)
+    at += (size_t)snprintf(buf + at, size - at, "%s%s:%lld", v ? " " : "",
+                           bp_plan_variant(p, v)->name, (long long)bp_plan_variant(p, v)->batch);
+}
+
+/* model.h: world R compiles one rank's share of each global batch by
+ * data.h's rule (the first b % R ranks take one more), "train" ceil(B/R),
+ * "train_small" floor(B/R), "train_last" ceil(L/R), "train_last_small"
+ * floor(L/R), each only when needed, all at the offsets of variant 0; the
+ * plan is that of one rank of ceil(B/R); world 0 and 1 are today's plan
+ * (the shipped totals at batch 128 unchanged). */
+START_TEST(world_compiles_rank_share_variants) {
+  static const struct {
+    int world;
+    int64_t batch, train_size;
+    const char *want;
+  } cases[] = {
+      {3, 64, 64 * 5 + 2, "train:22 train_small:21 train_last:1 eval:200"}, /* 1, 1, 0 */
+      {3, 64, 64 * 5 + 44, "train:22 train_small:21 train_last:15 train_last_small:14 eval:200"},
+      {3, 64, 64 * 5 + 63, "train:22 train_small:21 train_last:21 eval:200"}, /* 21 each */
+      {4, 64, 64 * 5 + 6, "train:16 train_last:2 train_last_small:1 eval:200"},
+      {4, 64, 64 * 5, "train:16 eval:200"},
+      {5, 3, 100, "train:1 train_last:1 eval:200"}, /* 1,1,1,0,0; the last 1: 1,0,0,0,0 */
+      {1, 64, 64 * 5 + 2, "train:64 train_last:2 eval:200"},
+      {0, 64, 64 * 5 + 2, "train:64 train_last:2 eval:200"},
+  };
+  const char *files[] = {"mlp.yaml", "cnn.yaml"};
+  const uint64_t totals[] = {12611072u, 380684288u}; /* `blueprint plan` at batch 128 */
+  char got[512];
+  for (int f = 0; f < 2; f++) {
+    bp_model *m = load_shipped(files[f]);
+    bp_compile_options o = bp_compile_options_from_model(m);
+    ck_assert_int_eq(o.world, 1);
+    ck_assert_int_eq(o.batch, 128);
+    bp_plan *one = compile_ok(m, &o);
+    ck_assert_uint_eq(bp_plan_total_bytes(one), totals[f]);
+    variants_of(one, got, sizeof got);
+    ck_assert_str_eq(got, "train:128 train_last:96 eval:200");
+    bp_plan_destroy(one);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      o = bp_compile_options_from_model(m);
+      o.world = cases[c].world;
+      o.batch = cases[c].batch;
+      o.train_size = cases[c].train_size;
+      bp_plan *p = compile_ok(m, &o);
+      variants_of(p, got, sizeof got);
+      ck_assert_msg(strcmp(got, cases[c].want) == 0, "%s, world %d: %s, want %s", files[f],
+                    cases[c].world, got, cases[c].want);
+      assert_offsets_shared(p);
+      assert_tiled(p);
+      /* the same layout as one rank at the largest share (the eval batch
+       * and the largest training batch set every slot) */
+      bp_compile_options r = bp_compile_options_from_model(m);
+      r.batch = bp_plan_variant(p, 0)->batch;
+      r.train_size = r.batch;
+      bp_plan *ref = compile_ok(m, &r);
+      ck_assert_uint_eq(bp_plan_total_bytes(p), bp_plan_total_bytes(ref));
+      ck_assert_int_eq(bp_plan_tensor_count(p), bp_plan_tensor_count(ref));
+      for (int32_t id = 0; id < bp_plan_tensor_count(p); id++)
+        ck_assert_uint_eq(bp_plan_tensor(p, 0, id)->offset, bp_plan_tensor(ref, 0, id)->offset);
+      bp_plan_destroy(ref);
+      bp_plan_destroy(p);
+    }
+    o = bp_compile_options_from_model(m);
+    o.world = -2;
+    EXPECT_REFUSED(m, &o, BP_ERR_INVALID, "world -2 must be >= 1");
+    bp_model_destroy(m);
+  }
+}
+END_TEST
+
 /* ---- refusals ------------------------------------------------------------- */
 
 START_TEST(fc_after_conv_refuses_resolution_variant) {
@@ -645,6 +741,7 @@ int main(void) {
   tcase_add_test(tc, tensors_land_in_their_regions);
   tcase_add_test(tc, options_switch_exactly_their_regions);
   tcase_add_test(tc, shipped_models_tile_their_arenas);
+  tcase_add_test(tc, world_compiles_rank_share_variants);
   tcase_add_test(tc, fc_after_conv_refuses_resolution_variant);
   tcase_add_test(tc, kernel_larger_than_padded_input);
   tcase_add_test(tc, channel_and_shape_mismatches);

@@ -94,7 +94,7 @@ START_TEST(selected_through_the_registry) {
   bp_conv2d_attrs a = {3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0};
   bp_abi_tensor in[2] = {x.d, w.d}, out[1] = {y.d};
   bp_abi_kernel_args args = {sizeof args, 2, 1, in, out, NULL, NULL, &a, sizeof a,
-                             BP_ABI_ATTR_VERSION, NULL, 0, NULL, 0, 1};
+                             BP_ABI_ATTR_VERSION, NULL, 0, NULL, 0, 1, NULL};
   bp_select_options opt = {"", 0, NULL, NULL, 0};
   const bp_registered_kernel *k = NULL;
   ck_assert_int_eq(bp_registry_select(r, "conv2d.fwd", "cpu", &args, &opt, &k), BP_OK);

@@ -7,10 +7,14 @@
  * the data, a kernel, a checkpoint or a file failed; 2 the command line is
  * wrong. Every failure is one line on stderr, "blueprint train: ...".
  *
- * Ranks as threads share the cores: with --ranks R > 1 and no
- * OPENBLAS_NUM_THREADS in the environment, the command sets it to
- * max(1, cores / R) before any op module (and OpenBLAS) is loaded, so R
- * ranks do not each start a BLAS thread per core. */
+ * Ranks share the cores: with --ranks R > 1 (or P processes of mpirun on
+ * this machine) and no OPENBLAS_NUM_THREADS in the environment, the command
+ * sets it to max(1, cores / R) (cores / P) before any op module (and
+ * OpenBLAS) is loaded, so ranks do not each start a BLAS thread per core.
+ *
+ * Under mpirun (one rank per process) only rank 0 prints; every process
+ * reports its own failure on stderr, and a failure after the processes met
+ * ends them all (MPI_Abort), so none waits forever in an all-reduce. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blueprint/comm.h"
 #include "commands.h"
 #include "train_args.h"
 
@@ -31,7 +36,10 @@ static const char usage_text[] =
     "  --data DIR            MNIST-format directory (default: Fashion-MNIST)\n"
     "  --epochs N            epochs to train (in all, when resuming)\n"
     "  --batch B             training batch; --eval-batch B: evaluation batch\n"
-    "  --ranks R             ranks as threads (1); the batches must divide by R\n"
+    "  --ranks R             ranks as threads (1); rank r takes B/R images of a\n"
+    "                        batch B, the first B %% R ranks one more; under\n"
+    "                        `mpirun -np N blueprint train ...` each process is one\n"
+    "                        rank of N (no --ranks there)\n"
     "  --device cpu|cuda     device kind (cpu)\n"
     "  --seed S              run seed: initialization, data order, augmentation (1)\n"
     "  --optimizer NAME      sgd, adamw or lars\n"
@@ -115,9 +123,10 @@ static int run(bp_cli_train_args *a) {
     a->options.progress_user = &bar;
     a->options.progress_interval = 0.5;
   }
-  if (a->options.ranks > 1 && !getenv("OPENBLAS_NUM_THREADS")) {
+  const int sharing = a->options.ranks > 1 ? a->options.ranks : bp_mpi_launched_local();
+  if (sharing > 1 && !getenv("OPENBLAS_NUM_THREADS")) {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const long per_rank = cores > a->options.ranks ? cores / a->options.ranks : 1;
+    const long per_rank = cores > sharing ? cores / sharing : 1;
     char text[32];
     snprintf(text, sizeof text, "%ld", per_rank);
     setenv("OPENBLAS_NUM_THREADS", text, 0);
@@ -125,7 +134,14 @@ static int run(bp_cli_train_args *a) {
   bp_trainer *t = NULL;
   if (bp_trainer_create_from_file(a->model_path, &a->options, &t) != BP_OK) {
     bp_cli_report("train", "%s", bp_last_error());
+    bp_mpi_abort(BP_CLI_EXIT_RUN);
     return BP_CLI_EXIT_RUN;
+  }
+  /* under mpirun only rank 0 speaks; the others' stdout goes nowhere */
+  if (bp_trainer_rank(t) != 0 && !freopen("/dev/null", "w", stdout)) {
+    bp_cli_report("train", "rank %d: cannot silence standard output: %s", bp_trainer_rank(t),
+                  strerror(errno));
+    bp_mpi_abort(BP_CLI_EXIT_RUN);
   }
   const bp_model *m = bp_trainer_model(t);
   const bp_train_state s = bp_trainer_state(t);
@@ -156,6 +172,7 @@ static int run(bp_cli_train_args *a) {
     if (st != BP_OK) {
       fflush(stdout);
       bp_cli_report("train", "%s", bp_last_error());
+      bp_mpi_abort(BP_CLI_EXIT_RUN);
       rc = BP_CLI_EXIT_RUN;
       break;
     }

@@ -119,47 +119,7 @@ static void fill_args(const bp_exec *x, bound_node *b, int buffer) {
   a->stream = NULL; /* cpu: kernels run synchronously on the rank's thread */
   a->rank = x->options.rank;
   a->world_size = x->options.world;
-}
-
-/* ---- the built-in "threads" all-reduce (exec.h) ------------------------------- */
-
-static const bp_registered_kernel threads_allreduce = {
-    .kernel = {.struct_size = sizeof(bp_abi_kernel),
-               .op = "allreduce.sum",
-               .impl = "threads",
-               .device = "cpu",
-               .dtypes = BP_ABI_DTYPE_BIT(BP_DTYPE_FP32),
-               .flags = BP_ABI_KERNEL_DETERMINISTIC | BP_ABI_KERNEL_IN_PLACE},
-    .path = "<builtin>",
-    .build_id = "core",
-    .load_index = -1,
-};
-
-static int run_threads_allreduce(void *user, const bp_abi_kernel_args *a) {
-  bp_comm *comm = user;
-  const bp_allreduce_attrs *at = a->attrs;
-  bp_comm_allreduce_f32(comm, a->rank, (float *)a->output_ptrs[0], (uint64_t)a->outputs[0].shape[3],
-                        at->scale);
-  return BP_ABI_OK;
-}
-
-static int is_threads_allreduce(const bp_exec *x, const bp_node *n) {
-  return x->options.comm && strcmp(n->op, "allreduce.sum") == 0;
-}
-
-static bp_status bind_threads_allreduce(bp_exec *x, const bp_node *n, bound_node *b) {
-  if (bp_comm_world(x->options.comm) != x->options.world)
-    return bp_fail(BP_ERR_INVALID, "bind: node '%s': a communicator of %d ranks for world %d",
-                   n->name, bp_comm_world(x->options.comm), x->options.world);
-  if (n->num_inputs != 1 || n->num_outputs != 1 || n->attr_size != sizeof(bp_allreduce_attrs) ||
-      b->outputs[0].dtype != (int32_t)BP_DTYPE_FP32 || b->in_ptrs[0][0] != b->out_ptrs[0][0])
-    return bp_fail(BP_ERR_UNSUPPORTED,
-                   "bind: node '%s' (allreduce.sum/threads): needs one FP32 span reduced in place",
-                   n->name);
-  b->kernel = &threads_allreduce;
-  b->run = run_threads_allreduce;
-  b->user = x->options.comm;
-  return BP_OK;
+  a->comm = x->options.comm;
 }
 
 static bp_status bind_node(bp_exec *x, bp_registry *r, int v, const bp_node *n, bound_node *b) {
@@ -180,7 +140,6 @@ static bp_status bind_node(bp_exec *x, bp_registry *r, int v, const bp_node *n, 
   }
   fill_args(x, b, 0);
   fill_args(x, b, 1);
-  if (is_threads_allreduce(x, n)) return bind_threads_allreduce(x, n, b);
   bp_select_options so;
   memset(&so, 0, sizeof so);
   so.pins = x->options.pins;

@@ -1,25 +1,36 @@
-/* The in-process communicator (comm.h): a barrier and a deterministic
- * reduce-scatter + all-gather over the ranks' own buffers. */
+/* The in-process communicator (comm.h): a barrier and one published
+ * pointer per rank, lent to kernels as bp_abi_comm_threads. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "blueprint/comm.h"
 
 /* Spin a little before sleeping: the ranks of a step arrive close
- * together, and a sleep/wake pair costs more than the wait. */
+ * together, and a sleep/wake pair costs more than the wait. Not when the
+ * ranks outnumber the cores: a spinning rank would only delay the ones it
+ * waits for. */
 #define COMM_SPINS 4000
 
 struct bp_comm {
   int world;
+  int spins; /* COMM_SPINS, or 0 with more ranks than cores */
   pthread_mutex_t mutex;
   pthread_cond_t cond;
   int arrived;              /* under mutex */
   atomic_uint generation;   /* bumped by the last arrival */
-  float *bufs[BP_COMM_MAX_WORLD]; /* each rank's buffer of the current all-reduce */
+  void *slots[BP_COMM_MAX_WORLD]; /* each rank's published pointer */
+  bp_abi_comm_threads abi;        /* the functions below, for kernels */
 };
+
+static void abi_barrier(void *ctx) { bp_comm_barrier(ctx); }
+static void abi_publish(void *ctx, int32_t rank, void *pointer) {
+  ((bp_comm *)ctx)->slots[rank] = pointer; /* read by peers after the next barrier */
+}
+static void *abi_peer(void *ctx, int32_t peer) { return ((bp_comm *)ctx)->slots[peer]; }
 
 bp_status bp_comm_create(int world, bp_comm **out) {
   if (!out) return bp_fail(BP_ERR_INVALID, "bp_comm_create: NULL argument");
@@ -29,6 +40,8 @@ bp_status bp_comm_create(int world, bp_comm **out) {
   bp_comm *c = calloc(1, sizeof *c);
   if (!c) return bp_fail(BP_ERR_NOMEM, "out of memory creating a communicator");
   c->world = world;
+  c->spins = world <= sysconf(_SC_NPROCESSORS_ONLN) ? COMM_SPINS : 0;
+  c->abi = (bp_abi_comm_threads){sizeof c->abi, c, abi_barrier, abi_publish, abi_peer};
   atomic_init(&c->generation, 0u);
   if (pthread_mutex_init(&c->mutex, NULL) != 0) {
     free(c);
@@ -64,7 +77,7 @@ void bp_comm_barrier(bp_comm *c) {
     return;
   }
   pthread_mutex_unlock(&c->mutex);
-  for (int i = 0; i < COMM_SPINS; i++) {
+  for (int i = 0; i < c->spins; i++) {
     if (atomic_load(&c->generation) != gen) return;
     if (i >= 64) sched_yield();
   }
@@ -73,40 +86,6 @@ void bp_comm_barrier(bp_comm *c) {
   pthread_mutex_unlock(&c->mutex);
 }
 
-static uint64_t chunk_start(uint64_t count, int world, int k) {
-  /* count * k / world without overflow for any count below 2^64 / world */
-  const uint64_t w = (uint64_t)world, q = count / w, r = count % w;
-  return q * (uint64_t)k + r * (uint64_t)k / w;
-}
-
-#define COMM_BLOCK 1024
-
-void bp_comm_allreduce_f32(bp_comm *c, int rank, float *data, uint64_t count, float scale) {
-  const int world = c->world;
-  if (world == 1) {
-    for (uint64_t i = 0; i < count; i++) data[i] *= scale;
-    return;
-  }
-  c->bufs[rank] = data;
-  bp_comm_barrier(c); /* every buffer is published and holds its rank's values */
-  /* reduce-scatter: this rank owns chunk `rank` */
-  const uint64_t lo = chunk_start(count, world, rank), hi = chunk_start(count, world, rank + 1);
-  float acc[COMM_BLOCK];
-  for (uint64_t b = lo; b < hi; b += COMM_BLOCK) {
-    const uint64_t n = hi - b < COMM_BLOCK ? hi - b : COMM_BLOCK;
-    memcpy(acc, c->bufs[0] + b, (size_t)n * sizeof *acc);
-    for (int r = 1; r < world; r++) {
-      const float *src = c->bufs[r] + b;
-      for (uint64_t i = 0; i < n; i++) acc[i] += src[i];
-    }
-    for (uint64_t i = 0; i < n; i++) data[b + i] = acc[i] * scale;
-  }
-  bp_comm_barrier(c); /* every chunk is final in its owner's buffer */
-  /* all-gather */
-  for (int r = 0; r < world; r++) {
-    if (r == rank) continue;
-    const uint64_t a = chunk_start(count, world, r), z = chunk_start(count, world, r + 1);
-    if (z > a) memcpy(data + a, c->bufs[r] + a, (size_t)(z - a) * sizeof *data);
-  }
-  bp_comm_barrier(c); /* nobody reads this rank's buffer any more */
+bp_abi_comm bp_comm_abi(bp_comm *c, int rank) {
+  return (bp_abi_comm){sizeof(bp_abi_comm), "threads", rank, c->world, &c->abi};
 }

@@ -1,11 +1,14 @@
 /* Compiling a model into a MemoryPlan: one variant per shape configuration,
  * every tensor through the plan's semantic allocators.
  *
- * Variants, in this order: "train" (options->batch at the model's
- * resolution), "train_last" (train_size % batch, only when nonzero), "eval"
+ * Variants, in this order (model.h states the rule): the per-rank training
+ * batches of R = options->world ranks, "train" ceil(B/R), "train_small"
+ * floor(B/R), "train_last" ceil(L/R), "train_last_small" floor(L/R) (B the
+ * global batch, L = train_size % B; the "_small" ones only when the split
+ * is uneven and they are > 0, "train_last*" only when L != 0), then "eval"
  * (eval_batch), "eval_last" (eval_size % eval_batch, only when eval_size is
  * given and the remainder is nonzero), then options->extra (any batch and
- * resolution).
+ * resolution). One rank: "train" B, "train_last" L.
  *
  * Allocation scheme. Every variant makes the same calls in the same order,
  * so a tensor has one id everywhere; only batch and resolution change the
@@ -349,6 +352,7 @@ bp_compile_options bp_compile_options_from_model(const bp_model *model) {
   o.batch = t.batch;
   o.eval_batch = t.eval_batch;
   o.train_size = t.train_size;
+  o.world = 1;
   return o;
 }
 
@@ -358,6 +362,8 @@ static bp_status check_options(const compile_ctx *x) {
     return layer_fail(x, -1, BP_ERR_INVALID,
                       "batch %lld, eval batch %lld and train size %lld must all be >= 1",
                       (long long)o->batch, (long long)o->eval_batch, (long long)o->train_size);
+  if (o->world < 0)
+    return layer_fail(x, -1, BP_ERR_INVALID, "world %d must be >= 1 (0: one rank)", o->world);
   if (o->eval_size < 0)
     return layer_fail(x, -1, BP_ERR_INVALID, "eval size %lld must be >= 0 (0: no eval_last)",
                       (long long)o->eval_size);
@@ -396,16 +402,27 @@ bp_status bp_model_compile(const bp_model *model, const bp_compile_options *opti
     return layer_fail(&x, -1, BP_ERR_NOMEM, "out of memory");
   }
 
-  const int64_t h = model->height, w = model->width, last = options->train_size % options->batch;
-  st = compile_variant(&x, "train", options->batch, h, w);
-  if (st == BP_OK && last != 0) st = compile_variant(&x, "train_last", last, h, w);
+  const int64_t h = model->height, w = model->width;
+  const int64_t world = options->world > 1 ? options->world : 1;
+  const int64_t batch = options->batch, last = options->train_size % batch;
+  /* data.h's shard rule: the first b % R ranks take b / R + 1, the others b / R */
+  const int64_t small = batch / world, big = small + (batch % world != 0);
+  st = compile_variant(&x, "train", big, h, w);
+  if (st == BP_OK && small != big && small > 0)
+    st = compile_variant(&x, "train_small", small, h, w);
+  if (st == BP_OK && last != 0) {
+    const int64_t last_small = last / world, last_big = last_small + (last % world != 0);
+    st = compile_variant(&x, "train_last", last_big, h, w);
+    if (st == BP_OK && last_small != last_big && last_small > 0)
+      st = compile_variant(&x, "train_last_small", last_small, h, w);
+  }
   if (st == BP_OK) st = compile_variant(&x, "eval", options->eval_batch, h, w);
   const int64_t eval_last = options->eval_size % options->eval_batch;
   if (st == BP_OK && eval_last != 0) st = compile_variant(&x, "eval_last", eval_last, h, w);
   for (int k = 0; st == BP_OK && k < options->extra_count; k++) {
     const bp_variant_spec *v = &options->extra[k];
-    st = compile_variant(&x, v->name, v->batch ? v->batch : options->batch,
-                         v->height ? v->height : h, v->width ? v->width : w);
+    st = compile_variant(&x, v->name, v->batch ? v->batch : big, v->height ? v->height : h,
+                         v->width ? v->width : w);
   }
   if (st == BP_OK) {
     x.variant = NULL;

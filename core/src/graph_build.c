@@ -757,9 +757,14 @@ static bp_status check_options(const bp_model *m, const bp_plan *plan, const bp_
   return BP_OK;
 }
 
+/* The samples over all ranks of one step of a variant (graph.h): B for the
+ * full-batch variants whatever the rank's share, L = train_size % B for the
+ * last batch's, else the variant's batch on every rank. */
 static int64_t variant_global_batch(const bp_graph_options *o, const bp_variant_info *vi) {
-  if (strcmp(vi->name, "train") == 0) return o->global_batch;
-  if (strcmp(vi->name, "train_last") == 0 && o->train_size % o->global_batch != 0)
+  if (strcmp(vi->name, "train") == 0 || strcmp(vi->name, "train_small") == 0)
+    return o->global_batch;
+  if ((strcmp(vi->name, "train_last") == 0 || strcmp(vi->name, "train_last_small") == 0) &&
+      o->train_size % o->global_batch != 0)
     return o->train_size % o->global_batch;
   return vi->batch * o->world;
 }

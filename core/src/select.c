@@ -225,7 +225,9 @@ static bp_status select_among(bp_registry *r, const char *op, const char *device
   /* 3. autotune, 4. priority, 5. load order */
   int winner = 0;
   char tune_report[1024] = "";
-  if (options && options->autotune && m > 1) {
+  int collective = 0; /* a collective cannot be timed on one rank alone */
+  for (int i = 0; i < m; i++) collective |= (pool[i]->kernel.flags & BP_ABI_KERNEL_COLLECTIVE) != 0;
+  if (options && options->autotune && m > 1 && !collective) {
     if ((a->num_inputs && !a->input_ptrs) || (a->num_outputs && !a->output_ptrs))
       return bp_fail(BP_ERR_INVALID,
                      "autotune of %s on %s needs the node's real pointers in args", op, device);

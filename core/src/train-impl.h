@@ -13,7 +13,13 @@
  *     the input buffers only while an epoch or an evaluation runs, so the
  *     training and evaluation loaders never write the same buffers at once;
  *  4. the step loop allocates nothing and looks nothing up: variants, ids,
- *     pointers and kernels are resolved at create. */
+ *     pointers and kernels are resolved at create (the per-rank variants
+ *     of a step in rank_steps);
+ *  5. every rank takes part in every step, with 0 samples too: a rank's
+ *     share of a global batch (data.h's rule) is the batch of the variant
+ *     it runs, or 0, and then it runs only the segments that read no
+ *     samples (BP_TRAIN_SKIP_EMPTY), so it adds zero gradients to the
+ *     all-reduce and applies the same update (invariant 1). */
 #ifndef BLUEPRINT_TRAIN_IMPL_H
 #define BLUEPRINT_TRAIN_IMPL_H
 
@@ -39,12 +45,32 @@
     }                                                                                         \
   } while (0)
 
+/* The segments a rank with no samples in a step skips (bit 1 << segment):
+ * those that read or produce per-sample data. Its BN running statistics
+ * stay as they were and enter the COMM mean so; its R is unchanged; under
+ * AMP its A copy is refreshed by its next CAST. */
+#define BP_TRAIN_SKIP_EMPTY                                                              \
+  ((1u << BP_SEGMENT_TRANSFER) | (1u << BP_SEGMENT_CAST) | (1u << BP_SEGMENT_FORWARD) | \
+   (1u << BP_SEGMENT_LOSS) | (1u << BP_SEGMENT_BACKWARD))
+
+/* One rank's part in a training step: the variant of its share and the
+ * segments it skips. */
+typedef struct bp_rank_step {
+  int variant;    /* plan variant; -1 when the kind of step never occurs */
+  unsigned skip;  /* 0, or BP_TRAIN_SKIP_EMPTY when count is 0 */
+  int64_t count;  /* its samples (the loader's slice count; checked each step) */
+} bp_rank_step;
+
+/* Kinds of training step, the first index of rank_steps. */
+enum { BP_STEP_FULL = 0, BP_STEP_LAST = 1 };
+
 /* One rank: its arena and its bound graph. */
 typedef struct bp_train_rank {
   int rank;
   bp_arena *arena;
   char *base; /* arena base: host memory on the cpu device */
   bp_exec *exec;
+  bp_abi_comm comm; /* world > 1: this rank's view of the communicator (kernels see it) */
 } bp_train_rank;
 
 typedef struct bp_metrics bp_metrics;       /* metrics.c */
@@ -62,11 +88,20 @@ struct bp_trainer {
   int own_registry;
   const bp_abi_device *dev;     /* the device plugin, NULL when none is loaded */
   bp_arena_allocator allocator; /* through dev, else host memory */
-  int world;
-  bp_comm *comm;      /* world > 1: the ranks' communicator */
-  bp_rank_pool *pool; /* world > 1: threads running ranks 1..world-1 */
+  /* Ranks: `world` in all; this process holds `local` of them, global
+   * ranks first_rank .. first_rank + local - 1. Ranks as threads: local =
+   * world, first_rank = 0; under mpirun: local = 1, first_rank = the MPI
+   * rank (multi_process). ranks[], rank_steps[][k] and loaders are indexed
+   * by the local index k. */
+  int world, local, first_rank, multi_process;
+  bp_comm *comm;       /* local > 1: the threads' communicator */
+  bp_abi_comm mpi;     /* multi_process: this process's MPI communicator */
+  bp_rank_pool *pool;  /* local > 1: threads running local ranks 1..local-1 */
   bp_train_rank ranks[BP_TRAIN_MAX_RANKS];
-  int v_train, v_train_last, v_eval, v_eval_last; /* variant indices, -1 when absent */
+  int v_train, v_eval, v_eval_last; /* variant indices, -1 when absent */
+  /* per kind of step (a full global batch B, the epoch's last n % B) and
+   * rank: what the rank runs (invariants 4 and 5) */
+  bp_rank_step rank_steps[2][BP_TRAIN_MAX_RANKS];
   const bp_dtensor *lr, *step, *loss,
       *correct;                       /* variant 0 descriptors (same offsets everywhere) */
   int32_t input_ids[2], label_ids[2]; /* [0] in I_A, [1] in I_B: the loader's two buffers */
@@ -84,19 +119,24 @@ struct bp_trainer {
 bp_status bp_train_arena_init(bp_trainer *t, bp_train_rank *r);
 /* Writes the scalars of one step (lr, AdamW's step) into every rank. */
 void bp_train_write_scalars(bp_trainer *t, double lr, int64_t step_from_1);
-/* Reads loss and correct count: R summed over the ranks (results are
- * summed only when read, never all-reduced per step). */
-void bp_train_read_results(const bp_trainer *t, double *loss_out, double *correct_out);
+/* Reads loss and correct count: R summed over this process's ranks in rank
+ * order, then, with `all_processes` under mpirun, over the processes (a
+ * collective: every process must call it at the same point). Results are
+ * summed only when read, never all-reduced per step. */
+bp_status bp_train_read_results(const bp_trainer *t, int all_processes, double *loss_out,
+                                double *correct_out);
 
 /* train_ranks.c: ranks 1..world-1 run on threads of their own, rank 0 on
- * the caller's. A step's segments run on every rank at once; a rank whose
- * compute fails still takes part in every later COMM segment of the job,
- * so no rank waits forever in an all-reduce. The first failure (lowest
- * rank) is returned with its message. */
+ * the caller's. A step's segments run on every rank at once, rank k with
+ * the variant of ranks[k] and without the segments of its skip mask; a
+ * rank whose compute fails still takes part in every later COMM segment of
+ * the job, so no rank waits forever in an all-reduce. The first failure
+ * (lowest rank) is returned with its message. `ranks` ([world]) and
+ * `segments` are borrowed for the call. */
 bp_status bp_rank_pool_start(bp_trainer *t);
 void bp_rank_pool_stop(bp_trainer *t); /* joins the threads; NULL pool is a no-op */
-bp_status bp_rank_pool_run(bp_trainer *t, int variant, const bp_segment *segments, int count,
-                           int buffer);
+bp_status bp_rank_pool_run(bp_trainer *t, const bp_rank_step *ranks, const bp_segment *segments,
+                           int count, int buffer);
 
 /* metrics.c: one JSON object per line, flushed after each. */
 bp_status bp_metrics_open(const char *path, int append, bp_metrics **out);

@@ -243,17 +243,17 @@ static bp_status compile_and_build(bp_trainer *t) {
   bp_compile_options co = bp_compile_options_from_model(t->model);
   const int64_t train_size =
       t->train_set ? bp_dataset_get_info(t->train_set)->count : s->train_size;
-  /* R ranks: the plan holds one rank's batch (B / R; the last batch (n mod
-   * B) / R), checked to divide in check_ranks; evaluation runs on rank 0
-   * with the whole evaluation batch */
-  co.batch = s->batch / t->world;
+  /* R ranks: the plan holds one rank's tensors, a variant per rank share
+   * of the global batch B and of the last batch n mod B (model.h);
+   * evaluation runs on rank 0 with the whole evaluation batch */
+  co.batch = s->batch;
   co.eval_batch = s->eval_batch;
-  co.train_size = train_size / t->world;
+  co.train_size = train_size;
+  co.world = t->world;
   co.eval_size = bp_dataset_get_info(t->test_set)->count;
   bp_status st = bp_model_compile(t->model, &co, &t->plan);
   if (st != BP_OK) return st;
   t->v_train = bp_plan_find_variant(t->plan, "train");
-  t->v_train_last = bp_plan_find_variant(t->plan, "train_last");
   t->v_eval = bp_plan_find_variant(t->plan, "eval");
   t->v_eval_last = bp_plan_find_variant(t->plan, "eval_last");
   TRAIN_ASSERT(t->v_train == 0 && t->v_eval > 0);
@@ -288,6 +288,43 @@ static bp_status compile_and_build(bp_trainer *t) {
   return BP_OK;
 }
 
+/* The table of what each rank runs in a full step and in the epoch's last
+ * one (train-impl.h invariants 4 and 5): rank k's share of a global batch
+ * by data.h's rule, and the variant compiled for that share ("train" /
+ * "train_small", "train_last" / "train_last_small"); a rank of 0 samples
+ * gets the step's first variant and skips the segments that read samples. */
+static void plan_rank_steps(bp_trainer *t) {
+  static const char *const names[2][2] = {{"train", "train_small"},
+                                          {"train_last", "train_last_small"}};
+  const int64_t n = t->train_set ? bp_dataset_get_info(t->train_set)->count : 0;
+  const int64_t global[2] = {t->batch, n % t->batch};
+  for (int kind = 0; kind < 2; kind++) {
+    for (int k = 0; k < BP_TRAIN_MAX_RANKS; k++) t->rank_steps[kind][k] = (bp_rank_step){-1, 0, 0};
+    if (global[kind] == 0) continue; /* the epoch divides: no short last batch */
+    const int big = bp_plan_find_variant(t->plan, names[kind][0]);
+    const int small = bp_plan_find_variant(t->plan, names[kind][1]);
+    TRAIN_ASSERT(big >= 0);
+    for (int k = 0; k < t->local; k++) {
+      int64_t offset, count;
+      const bp_status shard =
+          bp_data_shard(global[kind], t->world, t->first_rank + k, &offset, &count);
+      TRAIN_ASSERT(shard == BP_OK);
+      bp_rank_step *r = &t->rank_steps[kind][k];
+      r->count = count;
+      if (count == 0) {
+        r->variant = big;
+        r->skip = BP_TRAIN_SKIP_EMPTY;
+      } else if (count == bp_plan_variant(t->plan, big)->batch) {
+        r->variant = big;
+      } else {
+        /* the compiler and data.h follow the same rule: the other share is "_small" */
+        TRAIN_ASSERT(small >= 0 && count == bp_plan_variant(t->plan, small)->batch);
+        r->variant = small;
+      }
+    }
+  }
+}
+
 static bp_status open_rank(bp_trainer *t, int k) {
   bp_train_rank *r = &t->ranks[k];
   r->rank = k;
@@ -297,8 +334,11 @@ static bp_status open_rank(bp_trainer *t, int k) {
   /* pins: the options', else BP_KERNELS (the registry reads it), else the model file's */
   const char *pins = t->kernels;
   if (!pins && !getenv("BP_KERNELS") && t->model->train.kernels[0]) pins = t->model->train.kernels;
-  bp_exec_options eo = {t->device, pins,    t->opt.autotune, t->autotune_cache,
-                        k,         t->world, t->comm};
+  if (t->comm) r->comm = bp_comm_abi(t->comm, k);
+  if (t->multi_process) r->comm = t->mpi;
+  bp_exec_options eo = {t->device,         pins,     t->opt.autotune,
+                        t->autotune_cache, t->first_rank + k, t->world,
+                        t->world > 1 ? &r->comm : NULL};
   /* bind before filling: autotuning runs kernels on the arena */
   if ((st = bp_exec_create(t->graph, t->registry, r->base, &eo, &r->exec)) != BP_OK) return st;
   return bp_train_arena_init(t, r);
@@ -306,23 +346,30 @@ static bp_status open_rank(bp_trainer *t, int k) {
 
 /* ---- create / destroy ------------------------------------------------------------- */
 
-/* R > 1 ranks: every global batch (the full one and the epoch's last one)
- * must split evenly, so each rank runs the plan's one-rank variants; an
- * uneven split (data.h's rule: the first b mod R ranks take one more)
- * needs a variant per rank batch, not built yet. */
-static bp_status check_ranks(const bp_trainer *t) {
-  if (t->world == 1) return BP_OK;
-  if (strcmp(t->device, "cpu") != 0)
-    return bp_fail(BP_ERR_UNSUPPORTED, "%d ranks as threads run on the cpu device only",
-                   t->world);
-  if (!t->train_set) return BP_OK;
-  const int64_t n = bp_dataset_get_info(t->train_set)->count, b = t->batch;
-  if (b % t->world != 0 || (n % b) % t->world != 0)
-    return bp_fail(BP_ERR_UNSUPPORTED,
-                   "%d ranks: the global batch %lld and the last batch of the epoch (%lld of %lld "
-                   "images) must both divide by the rank count (uneven splits are not "
-                   "implemented yet); pick a batch or --train-limit that does",
-                   t->world, (long long)b, (long long)(n % b), (long long)n);
+/* R > 1 ranks run on the cpu device, as threads (--ranks R) or as
+ * processes under mpirun (one rank each). Any global batch splits: by
+ * data.h's rule the first b mod R ranks take one sample more, each share
+ * runs its own variant of the plan (model.h), a rank with no sample still
+ * takes the step (train-impl.h invariant 5). */
+static bp_status open_ranks(bp_trainer *t, const bp_train_options *o) {
+  const int launched = bp_mpi_launched_world();
+  t->world = t->local = o->ranks;
+  t->first_rank = 0;
+  if (launched > 1) {
+    if (o->ranks > 1)
+      return bp_fail(BP_ERR_UNSUPPORTED,
+                     "mpirun started %d processes and blueprint runs one rank per process under "
+                     "mpirun: drop --ranks %d (or run --ranks without mpirun)",
+                     launched, o->ranks);
+    bp_status st = bp_mpi_comm(&t->mpi);
+    if (st != BP_OK) return st;
+    t->world = t->mpi.world;
+    t->first_rank = t->mpi.rank;
+    t->multi_process = t->world > 1;
+  }
+  if (t->world > 1 && strcmp(t->device, "cpu") != 0)
+    return bp_fail(BP_ERR_UNSUPPORTED, "%d ranks run on the cpu device only", t->world);
+  if (t->local > 1) return bp_comm_create(t->local, &t->comm);
   return BP_OK;
 }
 
@@ -332,24 +379,23 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
       (st = open_registry(t, o)) != BP_OK || (st = open_device(t)) != BP_OK ||
       (st = load_data(t)) != BP_OK)
     return st;
-  t->world = o->ranks;
   t->batch = t->model->train.batch;
   t->eval_batch = t->model->train.eval_batch;
   t->epochs = t->model->train.epochs;
-  if ((st = check_ranks(t)) != BP_OK) return st;
-  if (t->world > 1 && (st = bp_comm_create(t->world, &t->comm)) != BP_OK) return st;
+  if ((st = open_ranks(t, o)) != BP_OK) return st;
   if ((st = compile_and_build(t)) != BP_OK) return st;
+  plan_rank_steps(t);
   const int64_t n = t->train_set ? bp_dataset_get_info(t->train_set)->count : 1;
   t->steps_per_epoch = bp_data_steps_per_epoch(n, t->batch, 0);
   t->schedule =
       (bp_schedule){t->opt.schedule,      t->model->train.lr, t->opt.step_gamma, t->opt.step_epochs,
                     t->opt.warmup_epochs, t->steps_per_epoch, t->epochs};
   t->state = (bp_train_state){o->seed, 0, 0, 0, 1.0, 0};
-  for (int k = 0; k < t->world; k++)
+  for (int k = 0; k < t->local; k++)
     if ((st = open_rank(t, k)) != BP_OK) return st;
-  if (t->world > 1 && (st = bp_rank_pool_start(t)) != BP_OK) return st;
+  if (t->local > 1 && (st = bp_rank_pool_start(t)) != BP_OK) return st;
   if (t->resume_path && (st = bp_trainer_load(t, t->resume_path)) != BP_OK) return st;
-  if (t->metrics_path &&
+  if (t->metrics_path && t->first_rank == 0 && /* under mpirun rank 0 writes for all */
       (st = bp_metrics_open(t->metrics_path, t->resume_path != NULL, &t->metrics)) != BP_OK)
     return st;
   return BP_OK;
@@ -413,6 +459,7 @@ void bp_trainer_destroy(bp_trainer *t) {
 
 bp_status bp_trainer_save(const bp_trainer *t, const char *path) {
   if (!t || !path) return bp_fail(BP_ERR_INVALID, "bp_trainer_save: NULL argument");
+  if (t->first_rank != 0) return BP_OK; /* under mpirun rank 0 writes the ranks' one state */
   char note[BP_NAME_MAX + 32];
   snprintf(note, sizeof note, "model %s", t->model->name);
   return bp_checkpoint_save_note(path, t->plan, t->ranks[0].base, &t->state, note);
@@ -439,7 +486,7 @@ bp_status bp_trainer_load(bp_trainer *t, const char *path) {
   bp_train_state loaded;
   if ((st = bp_checkpoint_load(path, t->plan, t->ranks[0].base, &loaded)) != BP_OK) return st;
   /* ranks start equal (invariant 1): every other rank copies rank 0's state */
-  for (int k = 1; k < t->world; k++)
+  for (int k = 1; k < t->local; k++)
     memcpy(t->ranks[k].base, t->ranks[0].base, (size_t)bp_plan_total_bytes(t->plan));
   t->state = loaded;
   t->stopped = 0;
@@ -469,6 +516,8 @@ int64_t bp_trainer_test_samples(const bp_trainer *t) {
 }
 
 int bp_trainer_world(const bp_trainer *t) { return t ? t->world : 0; }
+int bp_trainer_rank(const bp_trainer *t) { return t ? t->first_rank : 0; }
+int bp_trainer_local_ranks(const bp_trainer *t) { return t ? t->local : 0; }
 
 bp_status bp_trainer_read_tensor(const bp_trainer *t, const char *name, float *dst,
                                  uint64_t count) {
@@ -478,8 +527,9 @@ bp_status bp_trainer_read_tensor(const bp_trainer *t, const char *name, float *d
 bp_status bp_trainer_read_rank_tensor(const bp_trainer *t, int rank, const char *name, float *dst,
                                       uint64_t count) {
   if (!t || !name || !dst) return bp_fail(BP_ERR_INVALID, "bp_trainer_read_tensor: NULL argument");
-  if (rank < 0 || rank >= t->world)
-    return bp_fail(BP_ERR_INVALID, "bp_trainer_read_tensor: rank %d of %d", rank, t->world);
+  if (rank < 0 || rank >= t->local)
+    return bp_fail(BP_ERR_INVALID, "bp_trainer_read_tensor: rank %d of the %d this process holds",
+                   rank, t->local);
   const int32_t id = bp_plan_find_tensor(t->plan, name);
   const bp_dtensor *d = id >= 0 ? bp_plan_tensor(t->plan, 0, id) : NULL;
   if (!d) return bp_fail(BP_ERR_INVALID, "no tensor '%s' in the plan", name);

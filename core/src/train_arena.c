@@ -74,7 +74,7 @@ bp_status bp_train_arena_init(bp_trainer *t, bp_train_rank *r) {
 }
 
 void bp_train_write_scalars(bp_trainer *t, double lr, int64_t step_from_1) {
-  for (int k = 0; k < t->world; k++) {
+  for (int k = 0; k < t->local; k++) {
     char *base = t->ranks[k].base;
     *(float *)(base + t->lr->offset) = (float)lr;
     if (t->step->dtype == BP_DTYPE_INT32)
@@ -84,13 +84,18 @@ void bp_train_write_scalars(bp_trainer *t, double lr, int64_t step_from_1) {
   }
 }
 
-void bp_train_read_results(const bp_trainer *t, double *loss_out, double *correct_out) {
+bp_status bp_train_read_results(const bp_trainer *t, int all_processes, double *loss_out,
+                                double *correct_out) {
   double loss = 0, correct = 0;
-  for (int k = 0; k < t->world; k++) { /* rank order: the same sum on every run */
+  for (int k = 0; k < t->local; k++) { /* rank order: the same sum on every run */
     const char *base = t->ranks[k].base;
     loss += *(const float *)(base + t->loss->offset);
     correct += *(const float *)(base + t->correct->offset);
   }
-  *loss_out = loss;
-  *correct_out = correct;
+  double sums[2] = {loss, correct};
+  bp_status st = BP_OK;
+  if (all_processes && t->multi_process) st = bp_mpi_sum_f64(sums, 2);
+  *loss_out = sums[0];
+  *correct_out = sums[1];
+  return st;
 }

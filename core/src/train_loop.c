@@ -13,20 +13,20 @@ static const bp_segment step_segments[] = {
 };
 
 static bp_status run_all_ranks(bp_trainer *t, int variant, bp_segment segment, int buffer) {
-  for (int k = 0; k < t->world; k++) {
+  for (int k = 0; k < t->local; k++) {
     bp_status st = bp_exec_run(t->ranks[k].exec, variant, segment, buffer);
     if (st != BP_OK) return st;
   }
   return BP_OK;
 }
 
-/* A loader over `data` into rank `rank`'s buffers (of `world` ranks),
- * shaped as `variant` says. */
+/* A loader over `data` into the buffers of local rank k, taking the share
+ * of rank `rank` of `world`, shaped as `variant` says. */
 static bp_status open_loader(bp_trainer *t, const bp_dataset *data, int variant,
-                             int64_t global_batch, int train, int rank, int world,
+                             int64_t global_batch, int train, int k, int rank, int world,
                              bp_data_loader **out) {
   bp_data_buffer buffers[2];
-  char *base = t->ranks[rank].base;
+  char *base = t->ranks[k].base;
   for (int b = 0; b < 2; b++) {
     const bp_dtensor *img = bp_plan_tensor(t->plan, variant, t->input_ids[b]);
     const bp_dtensor *lab = bp_plan_tensor(t->plan, variant, t->label_ids[b]);
@@ -49,35 +49,45 @@ static bp_status open_loader(bp_trainer *t, const bp_dataset *data, int variant,
   return bp_data_loader_create(data, &lo, buffers, out);
 }
 
+/* What every rank runs in a step of `global_count` samples (invariant 5). */
+static const bp_rank_step *rank_steps_of(const bp_trainer *t, int64_t global_count) {
+  return t->rank_steps[global_count == t->batch ? BP_STEP_FULL : BP_STEP_LAST];
+}
+
 static bp_status run_step(bp_trainer *t, const bp_data_batch *b) {
-  const int v = b->global_count == t->batch ? t->v_train : t->v_train_last;
-  TRAIN_ASSERT(v >= 0); /* a short batch exists only when train_last was compiled */
+  const bp_rank_step *rs = rank_steps_of(t, b->global_count);
+  TRAIN_ASSERT(rs[0].variant >= 0); /* a short batch exists only when train_last was compiled */
   const int64_t tstep = (int64_t)t->state.epoch * t->steps_per_epoch + b->step;
   t->last_lr = bp_schedule_lr(&t->schedule, tstep);
   bp_train_write_scalars(t, t->last_lr, (int64_t)t->state.global_step + 1);
   const int count = (int)(sizeof step_segments / sizeof step_segments[0]);
-  if (t->world > 1) return bp_rank_pool_run(t, v, step_segments, count, b->buffer);
+  if (t->local > 1) return bp_rank_pool_run(t, rs, step_segments, count, b->buffer);
   for (int s = 0; s < count; s++) {
-    bp_status st = run_all_ranks(t, v, step_segments[s], b->buffer);
+    if (rs[0].skip & (1u << step_segments[s])) continue;
+    bp_status st = bp_exec_run(t->ranks[0].exec, rs[0].variant, step_segments[s], b->buffer);
     if (st != BP_OK) return st;
   }
   return BP_OK;
 }
 
-/* The next batch of every rank's loader: the same step everywhere. */
+/* The next batch of every rank's loader: the same step everywhere, each
+ * rank's share the one its variant was compiled for. */
 static bp_status next_batch(bp_trainer *t, bp_data_loader **loaders, bp_data_batch *b) {
   memset(b, 0, sizeof *b);
-  for (int k = 0; k < t->world; k++) {
+  const bp_rank_step *rs = NULL;
+  for (int k = 0; k < t->local; k++) {
     bp_data_batch bk;
     bp_status st = bp_data_loader_next(loaders[k], &bk);
     if (st != BP_OK) return st;
     if (k == 0) {
       *b = bk;
-      continue;
+      rs = rank_steps_of(t, b->global_count);
+    } else {
+      TRAIN_ASSERT(bk.done == b->done &&
+                   (b->done || (bk.step == b->step && bk.epoch == b->epoch &&
+                                bk.buffer == b->buffer && bk.global_count == b->global_count)));
     }
-    TRAIN_ASSERT(bk.done == b->done && (b->done || (bk.step == b->step && bk.epoch == b->epoch &&
-                                                    bk.buffer == b->buffer &&
-                                                    bk.global_count == b->global_count)));
+    TRAIN_ASSERT(b->done || bk.count == rs[k].count);
   }
   return BP_OK;
 }
@@ -86,12 +96,17 @@ static int stop_reached(const bp_trainer *t) {
   return t->opt.stop_after_steps && t->state.global_step >= (uint64_t)t->opt.stop_after_steps;
 }
 
-/* Calls on_progress and writes a step line, reading R when metrics are due. */
+/* Calls on_progress and writes a step line, reading R when metrics are due.
+ * Under mpirun the read is a collective, so only the step count and the
+ * options decide it, never the clock or the rank (only rank 0 has the
+ * metrics file open). */
 static bp_status report_step(bp_trainer *t, int64_t samples, double t0, double *last_read) {
   const double now = bp_train_now();
-  const int log_due = t->opt.log_every && t->state.global_step % (uint64_t)t->opt.log_every == 0;
-  const int bar_due = t->opt.progress_interval > 0 && now - *last_read >= t->opt.progress_interval;
-  if (!t->opt.on_progress && !(log_due && t->metrics)) return BP_OK;
+  const int log_due = t->opt.log_every && t->metrics_path &&
+                      t->state.global_step % (uint64_t)t->opt.log_every == 0;
+  const int bar_due = !t->multi_process && t->opt.progress_interval > 0 &&
+                      now - *last_read >= t->opt.progress_interval;
+  if (!t->opt.on_progress && !log_due) return BP_OK;
   bp_train_progress p;
   memset(&p, 0, sizeof p);
   p.epoch = (int64_t)t->state.epoch + 1;
@@ -106,7 +121,8 @@ static bp_status report_step(bp_trainer *t, int64_t samples, double t0, double *
   p.loss = p.accuracy = NAN;
   if (log_due || bar_due) {
     double loss, correct;
-    bp_train_read_results(t, &loss, &correct);
+    bp_status st = bp_train_read_results(t, 1, &loss, &correct);
+    if (st != BP_OK) return st;
     p.has_metrics = 1;
     p.loss = loss / (double)samples;
     p.accuracy = correct / (double)samples;
@@ -137,8 +153,9 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
   double last_read = t0;
   bp_status st = run_all_ranks(t, t->v_train, BP_SEGMENT_RESET, 0);
   bp_data_loader *loaders[BP_TRAIN_MAX_RANKS] = {NULL};
-  for (int k = 0; k < t->world && st == BP_OK; k++)
-    st = open_loader(t, t->train_set, t->v_train, t->batch, 1, k, t->world, &loaders[k]);
+  for (int k = 0; k < t->local && st == BP_OK; k++)
+    st = open_loader(t, t->train_set, t->v_train, t->batch, 1, k, t->first_rank + k, t->world,
+                     &loaders[k]);
   int stopped = 0;
   while (st == BP_OK) {
     bp_data_batch b;
@@ -155,12 +172,12 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
       break;
     }
   }
-  for (int k = 0; k < t->world; k++)
+  for (int k = 0; k < t->local; k++)
     bp_data_loader_destroy(loaders[k]); /* invariant 3: no loader outlives the epoch */
   if (st != BP_OK) return st;
   out->train_seconds = bp_train_now() - t0;
   double loss, correct;
-  bp_train_read_results(t, &loss, &correct);
+  if ((st = bp_train_read_results(t, 1, &loss, &correct)) != BP_OK) return st;
   const double n = out->samples > 0 ? (double)out->samples : NAN;
   out->train_loss = loss / n;
   out->train_accuracy = correct / n;
@@ -205,13 +222,15 @@ bp_status bp_trainer_evaluate(bp_trainer *t, bp_eval_report *out) {
   if (!t || !out) return bp_fail(BP_ERR_INVALID, "bp_trainer_evaluate: NULL argument");
   memset(out, 0, sizeof *out);
   const double t0 = bp_train_now();
-  /* rank 0 evaluates alone (every rank holds the same state); R of the
-   * others is zeroed so the sum over ranks is rank 0's */
+  /* local rank 0 evaluates alone (every rank holds the same state); R of
+   * the others is zeroed so the sum over ranks is rank 0's. Under mpirun
+   * every process does so: no communication, the same report everywhere */
   bp_status st = run_all_ranks(t, t->v_eval, BP_SEGMENT_RESET, 0);
   bp_exec *x = t->ranks[0].exec;
   if (st == BP_OK) st = bp_exec_run(x, t->v_eval, BP_SEGMENT_CAST, 0);
   bp_data_loader *loader = NULL;
-  if (st == BP_OK) st = open_loader(t, t->test_set, t->v_eval, t->eval_batch, 0, 0, 1, &loader);
+  if (st == BP_OK)
+    st = open_loader(t, t->test_set, t->v_eval, t->eval_batch, 0, 0, 0, 1, &loader);
   while (st == BP_OK) {
     bp_data_batch b;
     if ((st = bp_data_loader_next(loader, &b)) != BP_OK || b.done) break;
@@ -225,7 +244,7 @@ bp_status bp_trainer_evaluate(bp_trainer *t, bp_eval_report *out) {
   bp_data_loader_destroy(loader);
   if (st != BP_OK) return st;
   double loss, correct;
-  bp_train_read_results(t, &loss, &correct);
+  if ((st = bp_train_read_results(t, 0, &loss, &correct)) != BP_OK) return st;
   const double n = out->samples > 0 ? (double)out->samples : NAN;
   out->loss = loss / n;
   out->accuracy = correct / n;

@@ -15,7 +15,8 @@ struct bp_rank_pool {
   pthread_cond_t go_cond;
   int go;
   /* the job, written by rank 0 before the start barrier */
-  int quit, variant, count, buffer;
+  int quit, count, buffer;
+  bp_rank_step ranks[BP_TRAIN_MAX_RANKS]; /* each rank's variant and skipped segments */
   bp_segment segments[BP_SEGMENT_COUNT];
   bp_status status[BP_TRAIN_MAX_RANKS];
   char why[BP_TRAIN_MAX_RANKS][1024];
@@ -23,10 +24,12 @@ struct bp_rank_pool {
 
 static void run_job(bp_rank_pool *p, int rank) {
   bp_status first = BP_OK;
+  const bp_rank_step *r = &p->ranks[rank];
   for (int s = 0; s < p->count; s++) {
     /* after a failure only COMM runs: the other ranks' all-reduces need this one */
     if (first != BP_OK && p->segments[s] != BP_SEGMENT_COMM) continue;
-    bp_status st = bp_exec_run(p->t->ranks[rank].exec, p->variant, p->segments[s], p->buffer);
+    if (r->skip & (1u << p->segments[s])) continue; /* a rank with no samples */
+    bp_status st = bp_exec_run(p->t->ranks[rank].exec, r->variant, p->segments[s], p->buffer);
     if (st != BP_OK && first == BP_OK) {
       first = st;
       snprintf(p->why[rank], sizeof p->why[rank], "%s", bp_last_error());
@@ -63,14 +66,14 @@ static void *worker(void *arg) {
 
 bp_status bp_rank_pool_start(bp_trainer *t) {
   pool_alloc *a = calloc(1, sizeof *a);
-  if (!a) return bp_fail(BP_ERR_NOMEM, "out of memory starting %d rank threads", t->world);
+  if (!a) return bp_fail(BP_ERR_NOMEM, "out of memory starting %d rank threads", t->local);
   bp_rank_pool *p = &a->pool;
   p->t = t;
   pthread_mutex_init(&p->go_mutex, NULL);
   pthread_cond_init(&p->go_cond, NULL);
   t->pool = p;
-  bp_status st = bp_comm_create(t->world, &p->gate);
-  for (int k = 1; st == BP_OK && k < t->world; k++) {
+  bp_status st = bp_comm_create(t->local, &p->gate);
+  for (int k = 1; st == BP_OK && k < t->local; k++) {
     a->args[k] = (worker_arg){p, k};
     if (pthread_create(&p->threads[k], NULL, worker, &a->args[k]) != 0)
       st = bp_fail(BP_ERR_NOMEM, "could not start the thread of rank %d", k);
@@ -100,18 +103,21 @@ void bp_rank_pool_stop(bp_trainer *t) {
   t->pool = NULL;
 }
 
-bp_status bp_rank_pool_run(bp_trainer *t, int variant, const bp_segment *segments, int count,
-                           int buffer) {
+bp_status bp_rank_pool_run(bp_trainer *t, const bp_rank_step *ranks, const bp_segment *segments,
+                           int count, int buffer) {
   bp_rank_pool *p = t->pool;
   TRAIN_ASSERT(p && count >= 0 && count <= BP_SEGMENT_COUNT);
-  p->variant = variant;
+  /* a skipped COMM would leave the other ranks waiting in the all-reduce */
+  for (int k = 0; k < t->local; k++)
+    TRAIN_ASSERT(ranks[k].variant >= 0 && !(ranks[k].skip & (1u << BP_SEGMENT_COMM)));
+  memcpy(p->ranks, ranks, (size_t)t->local * sizeof *ranks);
   p->count = count;
   p->buffer = buffer;
   memcpy(p->segments, segments, (size_t)count * sizeof *segments);
   bp_comm_barrier(p->gate);
   run_job(p, 0);
   bp_comm_barrier(p->gate);
-  for (int k = 0; k < t->world; k++)
+  for (int k = 0; k < t->local; k++)
     if (p->status[k] != BP_OK) return bp_fail(p->status[k], "%s", p->why[k]);
   return BP_OK;
 }

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "blas-impl.h"
+#include "module_register.h"
 #ifdef BP_OPS_BLAS_BUILD_ID_HEADER
 #include "build_id.h" /* generated: a hash of the sources and compiler settings */
 #endif
@@ -40,16 +41,6 @@ static const bp_abi_kernel *const blas_kernels[] = {
     &blas_fc_fwd,     &blas_fc_bwd_data,     &blas_fc_bwd_filter,
 };
 
-static void host_error(const bp_abi_host *host, const char *message) {
-  if (host->struct_size >= offsetof(bp_abi_host, error) + sizeof host->error && host->error)
-    host->error(host->ctx, message);
-}
-
-static void host_log(const bp_abi_host *host, int level, const char *message) {
-  if (host->struct_size >= offsetof(bp_abi_host, log) + sizeof host->log && host->log)
-    host->log(host->ctx, level, message);
-}
-
 /* Applies BP_BLAS_THREADS when set; a value that is not an integer in
  * 1..BLAS_MAX_THREADS is reported and ignored (OpenBLAS keeps its
  * default). Then logs the count in use. */
@@ -66,7 +57,7 @@ static void blas_threads_init(const bp_abi_host *host) {
                "ops-blas: BP_BLAS_THREADS='%.64s' is not a thread count in 1..%d; keeping the "
                "OpenBLAS default",
                text, BLAS_MAX_THREADS);
-      host_log(host, BP_ABI_LOG_WARN, message);
+      ops_host_log(host, BP_ABI_LOG_WARN, message);
     } else {
       openblas_set_num_threads((int)n);
       source = "BP_BLAS_THREADS";
@@ -74,37 +65,14 @@ static void blas_threads_init(const bp_abi_host *host) {
   }
   snprintf(message, sizeof message, "ops-blas: %.160s, %d threads (%s)",
            openblas_get_config(), openblas_get_num_threads(), source);
-  host_log(host, BP_ABI_LOG_INFO, message);
+  ops_host_log(host, BP_ABI_LOG_INFO, message);
 }
 
-/* Registers every kernel of the table, in order. The host stages the
- * registrations and keeps none of them when init fails. */
 static int blas_init(const bp_abi_host *host) {
-  if (!host) return BP_ABI_ERR_INVALID;
-  if (host->struct_size < offsetof(bp_abi_host, register_kernel) + sizeof host->register_kernel ||
-      !host->register_kernel) {
-    host_error(host, "ops-blas: the host offers no register_kernel");
-    return BP_ABI_ERR_UNSUPPORTED;
-  }
-  if (host->abi_major != BP_ABI_MAJOR) {
-    char message[128];
-    snprintf(message, sizeof message, "ops-blas: host ABI major %u, module built for %d",
-             (unsigned)host->abi_major, BP_ABI_MAJOR);
-    host_error(host, message);
-    return BP_ABI_ERR_UNSUPPORTED;
-  }
-  for (size_t i = 0; i < sizeof blas_kernels / sizeof blas_kernels[0]; i++) {
-    const int rc = host->register_kernel(host->ctx, blas_kernels[i]);
-    if (rc != BP_ABI_OK) {
-      char message[160];
-      snprintf(message, sizeof message, "ops-blas: registering %s (%s, %s) failed with %d",
-               blas_kernels[i]->op, blas_kernels[i]->impl, blas_kernels[i]->device, rc);
-      host_error(host, message);
-      return rc;
-    }
-  }
-  blas_threads_init(host);
-  return BP_ABI_OK;
+  const int rc = ops_register_kernels(host, "ops-blas", blas_kernels,
+                                      sizeof blas_kernels / sizeof blas_kernels[0]);
+  if (rc == BP_ABI_OK) blas_threads_init(host);
+  return rc;
 }
 
 static const bp_abi_module blas_module = {

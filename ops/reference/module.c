@@ -4,8 +4,7 @@
  * "cpu", implementation "reference", flagged REFERENCE | DETERMINISTIC
  * (relu and range.scale add IN_PLACE), priority 0: the host picks one only
  * when no other kernel supports a node, and tests use them as the oracle. */
-#include <stdio.h>
-
+#include "module_register.h"
 #include "reference-impl.h"
 #ifdef BP_OPS_REFERENCE_BUILD_ID_HEADER
 #include "build_id.h" /* generated: a hash of the sources and compiler settings */
@@ -31,38 +30,9 @@ static const bp_abi_kernel *const ref_kernels[] = {
     &ref_range_sgd,           &ref_range_adamw,        &ref_range_lars,
 };
 
-static void host_error(const bp_abi_host *host, const char *message) {
-  if (host->struct_size >= offsetof(bp_abi_host, error) + sizeof host->error && host->error)
-    host->error(host->ctx, message);
-}
-
-/* Registers every kernel of the table, in order. The host stages the
- * registrations and keeps none of them when init fails. */
 static int ref_init(const bp_abi_host *host) {
-  if (!host) return BP_ABI_ERR_INVALID;
-  if (host->struct_size < offsetof(bp_abi_host, register_kernel) + sizeof host->register_kernel ||
-      !host->register_kernel) {
-    host_error(host, "ops-reference: the host offers no register_kernel");
-    return BP_ABI_ERR_UNSUPPORTED;
-  }
-  if (host->abi_major != BP_ABI_MAJOR) {
-    char message[128];
-    snprintf(message, sizeof message, "ops-reference: host ABI major %u, module built for %d",
-             (unsigned)host->abi_major, BP_ABI_MAJOR);
-    host_error(host, message);
-    return BP_ABI_ERR_UNSUPPORTED;
-  }
-  for (size_t i = 0; i < sizeof ref_kernels / sizeof ref_kernels[0]; i++) {
-    const int rc = host->register_kernel(host->ctx, ref_kernels[i]);
-    if (rc != BP_ABI_OK) {
-      char message[160];
-      snprintf(message, sizeof message, "ops-reference: registering %s (%s, %s) failed with %d",
-               ref_kernels[i]->op, ref_kernels[i]->impl, ref_kernels[i]->device, rc);
-      host_error(host, message);
-      return rc;
-    }
-  }
-  return BP_ABI_OK;
+  return ops_register_kernels(host, "ops-reference", ref_kernels,
+                              sizeof ref_kernels / sizeof ref_kernels[0]);
 }
 
 static const bp_abi_module ref_module = {

@@ -1,27 +1,25 @@
-/* In-process communicators: ranks as threads of one process (DESIGN.md
- * section 7).
+/* Communicators: how ranks reach each other (DESIGN.md section 7).
  *
- * A communicator of `world` ranks is shared by the threads that run those
- * ranks; every collective must be called by all of them, with the same
- * arguments apart from each rank's own buffer, in the same order.
+ * Kernels see a communicator through the ABI (bp_abi.h: bp_abi_comm in
+ * bp_abi_kernel_args.comm); the collectives themselves live in op modules
+ * (ops/allreduce). The core provides the communicators:
  *
- * All-reduce (sum, then multiply by a scale): reduce-scatter, then
- * all-gather. The count is cut into `world` chunks, chunk k being elements
- * [count*k/world, count*(k+1)/world); rank k sums chunk k over ranks 0, 1,
- * ..., world-1 in that order (one float accumulator per element, starting
- * from rank 0's value), multiplies by scale and writes the result into its
- * own buffer; then every rank copies the other chunks from their owners.
- * The summation order is fixed, so every rank ends with the same bits on
- * every run, whatever the timing.
+ *  - in-process ("threads"): ranks are threads of one process. A bp_comm of
+ *    `world` ranks is a barrier and one published pointer per rank
+ *    (bp_abi_comm_threads), shared by those threads; every collective is
+ *    called by all of them in the same order. The core uses its barrier to
+ *    start and end each job of the rank threads (train_ranks.c).
+ *  - across processes ("mpi"): one rank per process under mpirun
+ *    (comm_mpi.c, built with BP_WITH_MPI): rank and world come from the MPI
+ *    environment; the host initializes MPI once and finalizes it at exit.
  *
- * Thread safety: each rank's calls come from one thread at a time. The
- * executor binds the graph's "allreduce.sum" nodes to this (exec.h:
- * bp_exec_options.comm) as the built-in implementation "threads". */
+ * Thread safety: each rank's calls come from one thread at a time. */
 #ifndef BLUEPRINT_COMM_H
 #define BLUEPRINT_COMM_H
 
 #include <stdint.h>
 
+#include "bp_abi.h"
 #include "blueprint/status.h"
 
 #ifdef __cplusplus
@@ -29,6 +27,8 @@ extern "C" {
 #endif
 
 #define BP_COMM_MAX_WORLD 64
+
+/* ---- in-process ranks --------------------------------------------------- */
 
 typedef struct bp_comm bp_comm; /* opaque */
 
@@ -40,9 +40,42 @@ int bp_comm_world(const bp_comm *comm);
 /* Waits until every rank has called it. */
 void bp_comm_barrier(bp_comm *comm);
 
-/* data[0..count) of rank `rank` becomes scale * (sum over ranks in rank
- * order); see the top. count may be 0 (still a collective). */
-void bp_comm_allreduce_f32(bp_comm *comm, int rank, float *data, uint64_t count, float scale);
+/* Rank `rank`'s view of the communicator for kernels: backend "threads",
+ * handle = the shared bp_abi_comm_threads. Valid while comm lives. */
+bp_abi_comm bp_comm_abi(bp_comm *comm, int rank);
+
+/* ---- one rank per process (MPI) ------------------------------------------ */
+
+/* Ranks in the launcher's environment (Open MPI's OMPI_COMM_WORLD_SIZE, or
+ * PMI_SIZE / PMIX_SIZE of other launchers); 1 when not launched by one.
+ * Reads only the environment. */
+int bp_mpi_launched_world(void);
+
+/* Whether this build carries MPI (BP_WITH_MPI). */
+int bp_mpi_available(void);
+
+/* Initializes MPI once per process (later calls return the same) and fills
+ * this process's communicator: backend "mpi", rank and world of
+ * MPI_COMM_WORLD, handle = an MPI_Comm *. MPI is finalized at exit.
+ * BP_ERR_UNSUPPORTED in a build without MPI. */
+bp_status bp_mpi_comm(bp_abi_comm *comm_out);
+
+/* Sums `count` doubles over the processes (every process gets the sum);
+ * a no-op unless bp_mpi_comm succeeded with world > 1. */
+bp_status bp_mpi_sum_f64(double *values, int count);
+
+/* Waits for every process; a no-op without MPI. */
+void bp_mpi_barrier(void);
+
+/* Ends every process of the run with `code` after one has failed, so the
+ * others do not wait forever in a collective; a no-op unless bp_mpi_comm
+ * succeeded with world > 1 (then it does not return). */
+void bp_mpi_abort(int code);
+
+/* Processes of this run on this machine (OMPI_COMM_WORLD_LOCAL_SIZE, else
+ * the launched world); 1 when not launched by mpirun. For sizing thread
+ * pools. Reads only the environment. */
+int bp_mpi_launched_local(void);
 
 #ifdef __cplusplus
 }

@@ -9,12 +9,11 @@
  * node asks for, is allocated here and shared by every node (nodes run one
  * at a time on a rank).
  *
- * All-reduce nodes: with options.comm, every "allreduce.sum" node runs the
- * communicator's deterministic all-reduce (comm.h), reported by
- * bp_exec_kernel as "allreduce.sum"/"threads"/"cpu" from "<builtin>". The
- * in-process communicator lives in the core for now because the ABI's
- * kernel arguments carry no communicator; an op module implementation
- * ("mpi", "nccl") will get one through an appended ABI field.
+ Collective nodes ("allreduce.sum") are selected like any node; their
+ * kernels (ops/allreduce) reach the other ranks through options.comm,
+ * which every argument block carries (bp_abi_kernel_args.comm), and pick
+ * themselves by its backend in supports(). Autotune never times them
+ * (BP_ABI_KERNEL_COLLECTIVE): a collective cannot run on one rank alone.
  *
  * Running (bp_exec_run) a segment is a loop over its pre-bound nodes, each
  * a call of kernel.run(user, &args): no lookup, no allocation, no shape
@@ -51,10 +50,8 @@ typedef struct bp_exec_options {
   int autotune;               /* time the kernels that support a node (runs them on the arena) */
   const char *autotune_cache; /* NULL: none */
   int rank, world;            /* this rank of `world` (kernel args) */
-  bp_comm *comm;              /* (optional) the in-process communicator of `world` ranks:
-                                 "allreduce.sum" nodes are bound to its built-in
-                                 implementation "threads" (comm.h) instead of a module's;
-                                 NULL: they are selected from the registry like any node */
+  const bp_abi_comm *comm;    /* (optional) this rank's communicator (comm.h), handed to
+                                 every kernel; must outlive the executor */
 } bp_exec_options;
 
 /* Binds every variant of `graph` to the arena at `arena_base` (the plan's

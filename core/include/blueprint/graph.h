@@ -20,7 +20,11 @@
  *              statistics, running statistics updated in B).
  *   LOSS       softmax_ce.fwd_bwd: loss and correct count added into R,
  *              dlogits written into the logits' gradient slot,
- *              grad_scale = 1 / global batch of the variant.
+ *              grad_scale = 1 / global batch of the variant: the samples
+ *              of the step over all ranks, B for "train" and "train_small",
+ *              L = train_size % B for "train_last" and "train_last_small"
+ *              (each rank's share may differ; the sum over ranks is the
+ *              gradient of the mean loss of the global batch).
  *   BACKWARD   layers in reverse order: parameter gradients (accumulate = 1
  *              into the zeroed G span) and data gradients into the
  *              producers' ".dout" slots. A slot reached by several
@@ -30,8 +34,11 @@
  *              overwritten (accumulate = 0) and never zeroed.
  *   CAST_GRAD  AMP: range.cast of the G16 span into the G span.
  *   COMM       world > 1: allreduce.sum of the gradient spans (deep conv
- *              first, then the rest), and of the BN statistics scaled by
- *              1/world. Empty for one rank.
+ *              first, then the rest), and of the BN running statistics
+ *              scaled by 1/world: an unweighted mean over the ranks, each
+ *              rank having normalized with its own local batch statistics
+ *              (like PyTorch DDP without SyncBN), whatever its share of
+ *              the batch. Empty for one rank.
  *   UPDATE     one optimizer node per span, never one per tensor: the
  *              decayed span W_FC_WEIGHT..W_CONV_DEEP (weights) and the
  *              bias-like span W_BN_BIAS..W_FC_BIAS (no weight decay).
@@ -51,9 +58,18 @@
  *              accumulates loss and correct counts until it is read.
  *   INIT       run once before the first step of a run (not on resume):
  *              range.copy of W into E (EMA).
- * Training variants ("train", "train_last" and the extras) get TRANSFER ..
- * EMA, RESET and INIT; evaluation variants ("eval", "eval_last") get
- * TRANSFER, CAST, EVAL and RESET.
+ * Training variants ("train", "train_small", "train_last",
+ * "train_last_small" and the extras; model.h) get TRANSFER .. EMA, RESET
+ * and INIT; evaluation variants ("eval", "eval_last") get TRANSFER, CAST,
+ * EVAL and RESET.
+ *
+ * A rank with no samples in a step (its share of a global batch smaller
+ * than the rank count is 0) runs only ZERO_GRAD, CAST_GRAD, COMM, UPDATE
+ * and EMA of a training variant of that step: it adds zero gradients to
+ * the sum and applies the same update as the others. It skips TRANSFER,
+ * CAST, FORWARD, LOSS and BACKWARD, so its BN running statistics enter the
+ * mean as they were before the step, its R is unchanged, and under AMP its
+ * A copy is refreshed only by its next CAST.
  *
  * Invariants (bp_graph_build checks them and refuses a graph that breaks one):
  *  1. every DTensor id a node names exists in the plan; every span lies
@@ -150,8 +166,8 @@ typedef struct bp_graph_optimizer {
 
 typedef struct bp_graph_options {
   int world;            /* ranks (>= 1); COMM is built when > 1 */
-  int64_t global_batch; /* samples per step over all ranks ("train") */
-  int64_t train_size;   /* samples per epoch: sets train_last's global batch */
+  int64_t global_batch; /* samples per step over all ranks ("train", "train_small") */
+  int64_t train_size;   /* samples per epoch: sets the "train_last*" global batch */
   bp_graph_optimizer optimizer;
   int eval_ema;    /* 1: EVAL reads the E copies (needs the plan's ema) */
   float ema_decay; /* range.ema */

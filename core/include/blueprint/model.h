@@ -84,20 +84,35 @@ typedef struct bp_variant_spec {
 
 typedef struct bp_compile_options {
   bp_plan_options plan;    /* amp, ema, optimizer */
-  int64_t batch;           /* "train" variant */
-  int64_t eval_batch;      /* "eval" variant */
-  int64_t train_size;      /* "train_last" variant when train_size % batch != 0 */
+  int64_t batch;           /* global training batch B over all ranks: the "train*" variants */
+  int64_t eval_batch;      /* "eval" variant (one rank evaluates the whole batch) */
+  int64_t train_size;      /* images per epoch n: "train_last*" variants when n % B != 0 */
   const bp_variant_spec *extra; /* more variants (other batches or resolutions); borrowed */
   int extra_count;
   int64_t eval_size;       /* "eval_last" variant when eval_size % eval_batch != 0 (0: none) */
+  int world;               /* ranks R sharing each global batch (0 or 1: one rank); appended */
 } bp_compile_options;
 
-/* Options from the model's own training settings (no extra variants). */
+/* Options from the model's own training settings (no extra variants, world 1). */
 bp_compile_options bp_compile_options_from_model(const bp_model *model);
 
-/* Lays out every tensor of the model for each variant ("train",
- * "train_last" when needed, "eval", "eval_last" when needed, then the
- * extras) and finalizes the plan.
+/* Lays out every tensor of the model for each variant and finalizes the
+ * plan. The plan holds ONE rank's tensors; the training variants are the
+ * per-rank batches of data.h's sharding rule (rank r of R takes
+ * b / R + (r < b % R) samples of a global batch of b), in this order:
+ *   "train"            ceil(B / R)   every step but the epoch's last
+ *   "train_small"      floor(B / R)  only when B % R != 0 and it is > 0
+ *   "train_last"       ceil(L / R)   the epoch's last batch, L = n % B != 0
+ *   "train_last_small" floor(L / R)  only when L % R != 0 and it is > 0
+ *   "eval"             eval_batch
+ *   "eval_last"        eval_size % eval_batch, when given and nonzero
+ * then the extras (a batch of 0 stands for ceil(B / R)). A rank whose share
+ * is 0 samples (L < R, or B < R) has no variant of its own: it runs only
+ * the segments that need no samples (graph.h). With R = 1 this is "train"
+ * (B), "train_last" (L), "eval", "eval_last": the plan of one rank. Every
+ * variant shares the offsets (slots are the max over variants, so the
+ * smaller per-rank variants never change them); "train" is variant 0 and
+ * the largest training batch.
  * The tensors and their names ("input.a", "<layer>.w", "<layer>.out", ...)
  * are listed at the top of core/src/compile.c. Errors are one line naming
  * "file:line:column", the layer and the variant: BP_ERR_INVALID (the model

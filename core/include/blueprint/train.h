@@ -4,7 +4,8 @@
  * (or _create_from_file) -> bp_trainer_train_epoch until bp_trainer_done
  * (or bp_trainer_train for all epochs) -> bp_trainer_destroy. A trainer
  * loads the data, compiles the model into a plan (variants "train",
- * "train_last", "eval", "eval_last" as the data sizes need), builds the
+ * "train_last", "eval", "eval_last" as the data sizes need, and with
+ * ranks "train_small", "train_last_small": model.h), builds the
  * graph (graph.h), allocates one arena per rank, binds the graph to it
  * (exec.h; every kernel from op modules through the registry), fills the
  * parameters by their init rules and, with resume_path, loads a checkpoint.
@@ -12,7 +13,8 @@
  * One epoch: R (loss, correct count) is zeroed; a loader thread fills the
  * input buffers I_A/I_B one batch ahead (data.h); each step writes the
  * scheduled learning rate into the S-region "lr" scalar and runs the
- * segments of the "train" variant (the last, shorter batch: "train_last");
+ * segments of the "train" variant (the last, shorter batch: "train_last";
+ * with ranks, each rank the variant of its share);
  * R is read at the end of the epoch (and every log_every steps); then the
  * test set runs through "eval"/"eval_last", and with checkpoint_path the
  * state is saved.
@@ -31,13 +33,24 @@
  *
  * Ranks (options.ranks = R > 1): R ranks as threads of this process, each
  * with its own arena and bound graph (same plan, same offsets). Each global
- * batch B is split over the ranks by data.h's rule (B / R samples each; B
- * and the epoch's last batch must divide by R); the gradients are summed
- * over the ranks in rank order per all-reduce bucket (comm.h), the BN
- * running statistics averaged, so every rank ends each step bit-identical;
- * loss and correct counts are summed over the ranks when read. Evaluation
- * runs on rank 0. Checkpoints hold rank 0's state and the plan of one
- * rank's batch, so they resume with the same rank count.
+ * batch B is split over the ranks by data.h's rule (B / R samples each,
+ * the first B mod R ranks one more; the epoch's last batch alike, a rank
+ * of 0 samples still taking the step), each share running its variant of
+ * the plan (model.h: "train", "train_small", "train_last",
+ * "train_last_small"); the gradients are summed
+ * over the ranks in rank order per all-reduce bucket (ops/allreduce), the
+ * BN running statistics averaged, so every rank ends each step
+ * bit-identical; loss and correct counts are summed over the ranks when
+ * read. Evaluation runs on rank 0. Checkpoints hold rank 0's state and the
+ * plan of one rank's batch, so they resume with the same rank count.
+ *
+ * Under mpirun (the launcher's environment says N > 1 processes; comm.h)
+ * each process is one rank of N, rank and world from MPI: the same plan,
+ * shares and variants as N threads, the all-reduce kernel "mpi" doing the
+ * same float operations as "threads", so the runs end with the same bits.
+ * Each process evaluates the whole test set itself (same state, same
+ * report, no communication); only rank 0 writes checkpoints and metrics.
+ * options.ranks > 1 under mpirun is refused (one rank per process).
  *
  * Threads: a trainer is used from one thread at a time. Errors: every call
  * returns a status and leaves one line in bp_last_error(). */
@@ -126,9 +139,8 @@ typedef struct bp_train_options {
   uint64_t seed;             /* default 1 */
   int64_t epochs;            /* 0: the model's */
   int64_t batch, eval_batch; /* 0: the model's */
-  int ranks;                 /* ranks as threads of this process (default 1); R > 1
-                                needs the global batch and the epoch's last batch to
-                                divide by R */
+  int ranks;                 /* ranks as threads of this process (default 1); any
+                                global batch splits over them (see the top) */
   const char *device;        /* "cpu" (default) */
   /* optimizer; negative values and -1 mean "the model's" */
   int optimizer; /* -1 or a bp_optimizer */
@@ -177,7 +189,7 @@ typedef struct bp_trainer bp_trainer; /* opaque */
  * borrowed for the call (the trainer keeps copies). Errors are one line:
  * BP_ERR_INVALID (options), BP_ERR_IO / BP_ERR_PARSE (data or checkpoint
  * files), BP_ERR_SHAPE (a checkpoint of another plan), BP_ERR_UNSUPPORTED (a
- * node no kernel supports, ranks that do not divide the batches, a device
+ * node no kernel supports, ranks on a device other than cpu, a device
  * without kernels). */
 bp_status bp_trainer_create(const bp_model *model, const bp_train_options *options,
                             bp_trainer **trainer_out);
@@ -199,7 +211,9 @@ bp_status bp_trainer_train(bp_trainer *trainer,
 /* Runs the test set through the evaluation variants. */
 bp_status bp_trainer_evaluate(bp_trainer *trainer, bp_eval_report *report_out);
 
-/* Checkpoints (checkpoint.h): the state of rank 0 and the run's counters. */
+/* Checkpoints (checkpoint.h): the state of rank 0 and the run's counters.
+ * Under mpirun save writes only on rank 0 (a no-op elsewhere); load reads
+ * the file on every process. */
 bp_status bp_trainer_save(const bp_trainer *trainer, const char *path);
 bp_status bp_trainer_load(bp_trainer *trainer, const char *path);
 
@@ -217,11 +231,19 @@ int64_t bp_trainer_test_samples(const bp_trainer *trainer);
  * is not FP32 or count is not its element count. */
 bp_status bp_trainer_read_tensor(const bp_trainer *trainer, const char *name, float *dst,
                                  uint64_t count);
-/* The same of rank `rank` (0 <= rank < bp_trainer_world). */
+/* The same of this process's rank `rank` (0 <= rank <
+ * bp_trainer_local_ranks: every rank with --ranks, only its own under
+ * mpirun). */
 bp_status bp_trainer_read_rank_tensor(const bp_trainer *trainer, int rank, const char *name,
                                       float *dst, uint64_t count);
-/* Ranks of the run (options' ranks). */
+/* Ranks of the run: options' ranks, or the process count under mpirun. */
 int bp_trainer_world(const bp_trainer *trainer);
+/* The global rank of this process's first rank: 0 with ranks as threads,
+ * the MPI rank under mpirun (only rank 0 writes checkpoints and metrics,
+ * and the command line prints only there). */
+int bp_trainer_rank(const bp_trainer *trainer);
+/* Ranks this process holds: the world with ranks as threads, 1 under mpirun. */
+int bp_trainer_local_ranks(const bp_trainer *trainer);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,136 @@
+/* allreduce.sum for one rank per process under mpirun (impl "mpi", backend
+ * "mpi": the handle is an MPI_Comm * of the host's MPI). Reduce-scatter as
+ * an MPI_Alltoallv that hands rank k chunk k of every rank, a sum in rank
+ * order into this rank's chunk, then an in-place MPI_Allgatherv: the same
+ * float operations in the same order as "threads" (allreduce-impl.h), so
+ * `mpirun -np N` and N threads give the same bits. The received chunks and
+ * the count tables live in the rank's workspace: nothing is allocated per
+ * call. Built as bp_ops_allreduce_mpi.so (BP_WITH_MPI). */
+#include <limits.h>
+#include <stdio.h>
+#include <mpi.h>
+#include <string.h>
+
+#include "allreduce-impl.h"
+#include "module_register.h"
+#ifdef BP_OPS_ALLREDUCE_MPI_BUILD_ID_HEADER
+#include "build_id.h" /* generated: a hash of the sources and compiler settings */
+#endif
+
+#ifndef BP_OPS_ALLREDUCE_MPI_VERSION
+#define BP_OPS_ALLREDUCE_MPI_VERSION "0.0.0"
+#endif
+#ifndef BP_OPS_ALLREDUCE_MPI_BUILD_ID
+#define BP_OPS_ALLREDUCE_MPI_BUILD_ID "unknown"
+#endif
+
+#define MPI_MAX_WORLD (1 << 20)
+
+/* Workspace: world chunks of at most ceil(count / world) floats, then four
+ * int tables of world entries. */
+static uint64_t mpi_workspace(uint64_t count, int world) {
+  const uint64_t chunk = (count + (uint64_t)world - 1) / (uint64_t)world;
+  return chunk * (uint64_t)world * sizeof(float) + 4u * (uint64_t)world * sizeof(int);
+}
+
+static int mpi_check(const bp_abi_kernel_args *a, uint64_t *count, float *scale, char *reason,
+                     size_t size) {
+  if (!ar_check(a, "mpi", MPI_MAX_WORLD, count, scale, reason, size)) return 0;
+  if (*count > (uint64_t)INT_MAX) {
+    if (reason && size) snprintf(reason, size, "a span of %llu elements (MPI counts are int)",
+                                 (unsigned long long)*count);
+    return 0;
+  }
+  return 1;
+}
+
+static int mpi_supports(void *user, const bp_abi_kernel_args *a, char *reason, size_t size) {
+  (void)user;
+  uint64_t count;
+  float scale;
+  return mpi_check(a, &count, &scale, reason, size);
+}
+
+static uint64_t mpi_workspace_size(void *user, const bp_abi_kernel_args *a) {
+  (void)user;
+  uint64_t count;
+  float scale;
+  return mpi_check(a, &count, &scale, NULL, 0) ? mpi_workspace(count, a->comm->world) : 0;
+}
+
+static int mpi_run(void *user, const bp_abi_kernel_args *a) {
+  (void)user;
+  uint64_t count;
+  float scale;
+  if (!mpi_check(a, &count, &scale, NULL, 0)) return BP_ABI_ERR_INVALID;
+  const int world = a->comm->world, rank = a->comm->rank;
+  if (!a->workspace || a->workspace_bytes < mpi_workspace(count, world))
+    return BP_ABI_ERR_INVALID;
+  ar_copy_in(a, count);
+  float *data = a->output_ptrs[0];
+  if (world == 1) {
+    for (uint64_t i = 0; i < count; i++) data[i] *= scale;
+    return BP_ABI_OK;
+  }
+  const MPI_Comm comm = *(const MPI_Comm *)a->comm->handle;
+  const uint64_t chunk_max = (count + (uint64_t)world - 1) / (uint64_t)world;
+  float *recv = a->workspace;
+  int *send_counts = (int *)(void *)(recv + chunk_max * (uint64_t)world);
+  int *send_displs = send_counts + world, *recv_counts = send_displs + world,
+      *recv_displs = recv_counts + world;
+  const uint64_t lo = ar_chunk_start(count, world, rank), hi = ar_chunk_start(count, world, rank + 1);
+  const int mine = (int)(hi - lo);
+  for (int r = 0; r < world; r++) {
+    send_displs[r] = (int)ar_chunk_start(count, world, r);
+    send_counts[r] = (int)ar_chunk_start(count, world, r + 1) - send_displs[r];
+    recv_counts[r] = mine;
+    recv_displs[r] = r * mine;
+  }
+  /* reduce-scatter: recv holds chunk `rank` of ranks 0..world-1, in rank order */
+  if (MPI_Alltoallv(data, send_counts, send_displs, MPI_FLOAT, recv, recv_counts, recv_displs,
+                    MPI_FLOAT, comm) != MPI_SUCCESS)
+    return BP_ABI_ERR_DEVICE;
+  float acc[AR_BLOCK];
+  for (int b = 0; b < mine; b += AR_BLOCK) {
+    const int n = mine - b < AR_BLOCK ? mine - b : AR_BLOCK;
+    memcpy(acc, recv + b, (size_t)n * sizeof *acc);
+    for (int r = 1; r < world; r++) {
+      const float *src = recv + (size_t)r * (size_t)mine + (size_t)b;
+      for (int i = 0; i < n; i++) acc[i] += src[i];
+    }
+    for (int i = 0; i < n; i++) data[lo + (uint64_t)(b + i)] = acc[i] * scale;
+  }
+  /* all-gather: every rank's chunk into every rank's span */
+  if (MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, send_counts, send_displs, MPI_FLOAT,
+                     comm) != MPI_SUCCESS)
+    return BP_ABI_ERR_DEVICE;
+  return BP_ABI_OK;
+}
+
+static const bp_abi_kernel mpi_allreduce = {
+    .struct_size = sizeof(bp_abi_kernel),
+    .op = "allreduce.sum",
+    .impl = "mpi",
+    .device = "cpu",
+    .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32),
+    .priority = 0,
+    .flags = AR_FLAGS,
+    .supports = mpi_supports,
+    .workspace_size = mpi_workspace_size,
+    .run = mpi_run,
+};
+
+static const bp_abi_kernel *const mpi_kernels[] = {&mpi_allreduce};
+
+static int mpi_init(const bp_abi_host *host) {
+  return ops_register_kernels(host, "ops-allreduce-mpi", mpi_kernels, 1);
+}
+
+static const bp_abi_module mpi_module = {
+    sizeof(bp_abi_module),        BP_ABI_MAJOR,                  BP_ABI_MINOR, 1, 0,
+    "ops-allreduce-mpi",          BP_OPS_ALLREDUCE_MPI_VERSION,  BP_OPS_ALLREDUCE_MPI_BUILD_ID,
+    mpi_init,                     NULL,
+};
+
+BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void);
+BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void) { return &mpi_module; }

@@ -1,0 +1,108 @@
+/* allreduce.sum for ranks that are threads of one process (impl "threads",
+ * backend "threads"): every rank publishes its span, reduces the chunk it
+ * owns straight from its peers' spans (reduce-scatter) and copies the other
+ * chunks from their owners (all-gather), all in shared memory; the order of
+ * the sum is allreduce-impl.h's. Three barriers per call: spans published,
+ * chunks final, nobody reads any more. Built as bp_ops_allreduce.so. */
+#include <stdio.h>
+#include <string.h>
+
+#include "allreduce-impl.h"
+#include "module_register.h"
+#ifdef BP_OPS_ALLREDUCE_BUILD_ID_HEADER
+#include "build_id.h" /* generated: a hash of the sources and compiler settings */
+#endif
+
+#ifndef BP_OPS_ALLREDUCE_VERSION
+#define BP_OPS_ALLREDUCE_VERSION "0.0.0"
+#endif
+#ifndef BP_OPS_ALLREDUCE_BUILD_ID
+#define BP_OPS_ALLREDUCE_BUILD_ID "unknown"
+#endif
+
+#define THREADS_MAX_WORLD 256 /* peers are cached on the stack */
+
+static int threads_comm_ok(const bp_abi_comm *c, char *reason, size_t size) {
+  const bp_abi_comm_threads *t = c->handle;
+  if (t->struct_size < sizeof *t || !t->barrier || !t->publish || !t->peer) {
+    if (reason && size) snprintf(reason, size, "the threads communicator lacks barrier/publish/peer");
+    return 0;
+  }
+  return 1;
+}
+
+static int threads_supports(void *user, const bp_abi_kernel_args *a, char *reason, size_t size) {
+  (void)user;
+  uint64_t count;
+  float scale;
+  return ar_check(a, "threads", THREADS_MAX_WORLD, &count, &scale, reason, size) &&
+         threads_comm_ok(a->comm, reason, size);
+}
+
+static int threads_run(void *user, const bp_abi_kernel_args *a) {
+  (void)user;
+  uint64_t count;
+  float scale;
+  if (!ar_check(a, "threads", THREADS_MAX_WORLD, &count, &scale, NULL, 0) ||
+      !threads_comm_ok(a->comm, NULL, 0))
+    return BP_ABI_ERR_INVALID;
+  ar_copy_in(a, count);
+  float *data = a->output_ptrs[0];
+  const int world = a->comm->world, rank = a->comm->rank;
+  if (world == 1) {
+    for (uint64_t i = 0; i < count; i++) data[i] *= scale;
+    return BP_ABI_OK;
+  }
+  const bp_abi_comm_threads *t = a->comm->handle;
+  t->publish(t->ctx, rank, data);
+  t->barrier(t->ctx); /* every span is published and holds its rank's values */
+  const float *peer[THREADS_MAX_WORLD];
+  for (int r = 0; r < world; r++) peer[r] = t->peer(t->ctx, r);
+  /* reduce-scatter: this rank owns chunk `rank` */
+  const uint64_t lo = ar_chunk_start(count, world, rank), hi = ar_chunk_start(count, world, rank + 1);
+  float acc[AR_BLOCK];
+  for (uint64_t b = lo; b < hi; b += AR_BLOCK) {
+    const uint64_t n = hi - b < AR_BLOCK ? hi - b : AR_BLOCK;
+    memcpy(acc, peer[0] + b, (size_t)n * sizeof *acc);
+    for (int r = 1; r < world; r++) {
+      const float *src = peer[r] + b;
+      for (uint64_t i = 0; i < n; i++) acc[i] += src[i];
+    }
+    for (uint64_t i = 0; i < n; i++) data[b + i] = acc[i] * scale;
+  }
+  t->barrier(t->ctx); /* every chunk is final in its owner's span */
+  /* all-gather */
+  for (int r = 0; r < world; r++) {
+    if (r == rank) continue;
+    const uint64_t a0 = ar_chunk_start(count, world, r), z = ar_chunk_start(count, world, r + 1);
+    if (z > a0) memcpy(data + a0, peer[r] + a0, (size_t)(z - a0) * sizeof *data);
+  }
+  t->barrier(t->ctx); /* nobody reads this rank's span any more */
+  return BP_ABI_OK;
+}
+
+static const bp_abi_kernel threads_allreduce = {
+    .struct_size = sizeof(bp_abi_kernel),
+    .op = "allreduce.sum",
+    .impl = "threads",
+    .device = "cpu",
+    .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32),
+    .priority = 0,
+    .flags = AR_FLAGS,
+    .supports = threads_supports,
+    .run = threads_run,
+};
+
+static const bp_abi_kernel *const threads_kernels[] = {&threads_allreduce};
+
+static int threads_init(const bp_abi_host *host) {
+  return ops_register_kernels(host, "ops-allreduce", threads_kernels, 1);
+}
+
+static const bp_abi_module threads_module = {
+    sizeof(bp_abi_module),    BP_ABI_MAJOR,              BP_ABI_MINOR, 1, 0, "ops-allreduce",
+    BP_OPS_ALLREDUCE_VERSION, BP_OPS_ALLREDUCE_BUILD_ID, threads_init, NULL,
+};
+
+BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void);
+BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void) { return &threads_module; }

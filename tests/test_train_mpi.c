@@ -1,0 +1,138 @@
+/* One rank per process under mpirun (comm.h, ops/allreduce "mpi"):
+ * `mpirun -np N blueprint train` ends with the same bits as `--ranks N`
+ * threads (the two all-reduce kernels do the same float operations in the
+ * same order, allreduce-impl.h), compared as checkpoint files (every
+ * parameter, BN statistic and optimizer moment, and the counters); only
+ * rank 0 prints and writes; --ranks under mpirun is refused in one line.
+ * Skips (exit 77) where mpirun is missing or blueprint was built without
+ * MPI. Open MPI runs as root here only with its two opt-in variables, and
+ * --oversubscribe lets 3 processes share 2 cores. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run_util.h"
+
+static const char bn_model[] =
+    "name: small\n"
+    "input: {height: 28, width: 28, channels: 1, classes: 10}\n"
+    "layers:\n"
+    "  - {type: conv, name: conv1, filters: 4, kernel: 3, pad: 1, bias: false}\n"
+    "  - {type: batchnorm, name: bn1}\n"
+    "  - {type: relu, name: relu1}\n"
+    "  - {type: maxpool, name: pool1, kernel: 2}\n"
+    "  - {type: fc, name: fc, units: 10}\n"
+    "  - {type: softmax_ce, name: loss, label_smoothing: 0.1}\n"
+    "train: {batch: 50, eval_batch: 40, epochs: 2, lr: 0.02}\n";
+
+/* `blueprint train model` under `mpirun -np np` (np > 0) or alone (np 0),
+ * with extra arguments (NULL-terminated). */
+static run_result train(int np, const char *model, const char *data, const char *const *extra) {
+  char exe[4096], nps[16];
+  snprintf(exe, sizeof exe, "%s/blueprint", getenv("BP_BINARY_DIR"));
+  snprintf(nps, sizeof nps, "%d", np);
+  const char *argv[64];
+  int n = 0;
+  if (np > 0) {
+    argv[n++] = "mpirun";
+    argv[n++] = "--oversubscribe";
+    argv[n++] = "-np";
+    argv[n++] = nps;
+  }
+  const char *common[] = {exe,      "train",  model,    "--data", data, "--seed", "5",
+                          "--test-limit", "40", "--epochs", "2"};
+  for (size_t i = 0; i < sizeof common / sizeof common[0]; i++) argv[n++] = common[i];
+  for (int i = 0; extra[i]; i++) argv[n++] = extra[i];
+  argv[n] = NULL;
+  return run_argv(argv);
+}
+
+static int count_lines_with(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, needle)) != NULL; p++) n++;
+  return n;
+}
+
+/* N processes vs N threads: the same checkpoint bytes, one report. */
+static void check_same_bits(const char *model_text, int use_mlp, int np, const char *batch) {
+  toy_env e = toy_env_open(model_text, 260, 60, 3);
+  const char *model = use_mlp ? e.mlp : e.model;
+  char *ck_threads = path_in(e.dir, "threads.ckpt"), *ck_mpi = path_in(e.dir, "mpi.ckpt");
+  char ranks[16];
+  snprintf(ranks, sizeof ranks, "%d", np);
+  run_result t = train(0, model, e.data,
+                       (const char *const[]){"--ranks", ranks, "--batch", batch, "--checkpoint",
+                                             ck_threads, NULL});
+  ck_assert_msg(t.status == 0, "--ranks %d: %s", np, t.err);
+  run_result m = train(np, model, e.data,
+                       (const char *const[]){"--batch", batch, "--checkpoint", ck_mpi, NULL});
+  ck_assert_msg(m.status == 0, "mpirun -np %d: status %d\n%s\n%s", np, m.status, m.out, m.err);
+  ck_assert_msg(same_file(ck_threads, ck_mpi),
+                "mpirun -np %d and --ranks %d (batch %s) ended with different checkpoints", np, np,
+                batch);
+  /* rank 0 alone reports, with the same accuracy as the threads */
+  ck_assert_int_eq(count_lines_with(m.out, "test accuracy"), 1);
+  const char *a = strstr(t.out, "test accuracy"), *b = strstr(m.out, "test accuracy");
+  ck_assert(a && b);
+  ck_assert_msg(strncmp(a, b, 24) == 0, "threads '%.24s', mpi '%.24s'", a, b);
+  run_free(&t);
+  run_free(&m);
+  free(ck_threads);
+  free(ck_mpi);
+  toy_env_close(&e);
+}
+
+START_TEST(mpi_bn_two_processes_match_two_threads) { check_same_bits(bn_model, 0, 2, "50"); }
+END_TEST
+
+START_TEST(mpi_mlp_two_processes_match_two_threads) { check_same_bits(bn_model, 1, 2, "64"); }
+END_TEST
+
+/* 3 processes on 2 cores, an uneven split: 64 = 22 + 21 + 21, the last
+ * batch of 4 = 2 + 1 + 1 */
+START_TEST(mpi_bn_three_processes_uneven_match_three_threads) {
+  check_same_bits(bn_model, 0, 3, "64");
+}
+END_TEST
+
+START_TEST(mpi_refuses_ranks_option) {
+  toy_env e = toy_env_open(bn_model, 100, 40, 3);
+  run_result r = train(2, e.model, e.data, (const char *const[]){"--ranks", "2", NULL});
+  ck_assert_int_ne(r.status, 0);
+  ck_assert_msg(strstr(r.err, "one rank per process") != NULL, "stderr: %s", r.err);
+  run_free(&r);
+  toy_env_close(&e);
+}
+END_TEST
+
+int main(void) {
+  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+    printf("SKIP: mpirun is not installed (apt-get install openmpi-bin)\n");
+    return 77;
+  }
+#ifndef BP_TEST_WITH_MPI
+  printf("SKIP: blueprint was built without MPI (BP_WITH_MPI=OFF)\n");
+  return 77;
+#endif
+  /* Open MPI refuses root unless asked twice; CI runs as root. Shared-memory
+   * single copy needs ptrace rights a container may lack. */
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  setenv("OPENBLAS_NUM_THREADS", "1", 0);
+  Suite *s = suite_create("train_mpi");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, mpi_bn_two_processes_match_two_threads);
+  tcase_add_test(tc, mpi_mlp_two_processes_match_two_threads);
+  tcase_add_test(tc, mpi_bn_three_processes_uneven_match_three_threads);
+  tcase_add_test(tc, mpi_refuses_ranks_option);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  const int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
