@@ -2,9 +2,12 @@
 # Configures, builds and runs every test.
 #   ci/test.sh            gcc, optimized with debug info, in build/
 #   ci/test.sh sanitize   clang, AddressSanitizer + UndefinedBehaviorSanitizer, in build-sanitize/
+#   ci/test.sh thread     clang, ThreadSanitizer, in build-tsan/: the suites whose
+#                         threads share memory (ranks, all-reduce, loader, resume)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-normal}
+filter=()
 case "$mode" in
   normal) dir=build; args=() ;;
   sanitize)
@@ -13,8 +16,14 @@ case "$mode" in
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     ;;
-  *) echo "ci/test.sh: unknown mode '$mode' (normal or sanitize)" >&2; exit 2 ;;
+  thread)
+    dir=build-tsan
+    args=(-DBP_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DBP_WITH_CUDA=OFF)
+    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+    filter=(-R "test_allreduce|test_train_ranks|test_data_loader|test_train_resume")
+    ;;
+  *) echo "ci/test.sh: unknown mode '$mode' (normal, sanitize or thread)" >&2; exit 2 ;;
 esac
 cmake -S . -B "$dir" -G Ninja "${args[@]}"
 cmake --build "$dir" -j "$(nproc)"
-ctest --test-dir "$dir" -j "$(nproc)" --output-on-failure
+ctest --test-dir "$dir" -j "$(nproc)" --output-on-failure "${filter[@]}"

@@ -14,6 +14,7 @@ struct bp_rank_pool {
   pthread_mutex_t go_mutex; /* the threads start their loop once every one runs */
   pthread_cond_t go_cond;
   int go;
+  int failed; /* a thread failed to start: set with go, never after */
   /* the job, written by rank 0 before the start barrier */
   int quit, count, buffer;
   bp_rank_step ranks[BP_TRAIN_MAX_RANKS]; /* each rank's variant and skipped segments */
@@ -53,8 +54,11 @@ static void *worker(void *arg) {
   bp_rank_pool *p = w->pool;
   pthread_mutex_lock(&p->go_mutex);
   while (!p->go) pthread_cond_wait(&p->go_cond, &p->go_mutex);
+  /* not quit: stop writes that before the gate barrier, maybe before this
+   * thread gets here, and this thread must still reach that barrier */
+  const int failed = p->failed;
   pthread_mutex_unlock(&p->go_mutex);
-  if (p->quit) return NULL; /* another rank's thread failed to start */
+  if (failed) return NULL; /* another rank's thread failed to start */
   for (;;) {
     bp_comm_barrier(p->gate); /* a job (or quit) is posted */
     if (p->quit) break;
@@ -81,7 +85,7 @@ bp_status bp_rank_pool_start(bp_trainer *t) {
       p->started = k;
   }
   pthread_mutex_lock(&p->go_mutex);
-  p->quit = st != BP_OK;
+  p->failed = st != BP_OK;
   p->go = 1;
   pthread_cond_broadcast(&p->go_cond);
   pthread_mutex_unlock(&p->go_mutex);
@@ -91,7 +95,7 @@ bp_status bp_rank_pool_start(bp_trainer *t) {
 void bp_rank_pool_stop(bp_trainer *t) {
   bp_rank_pool *p = t->pool;
   if (!p) return;
-  if (!p->quit) { /* every thread waits at the gate for a job */
+  if (!p->failed) { /* every thread waits at the gate for a job */
     p->quit = 1;
     bp_comm_barrier(p->gate);
   }
