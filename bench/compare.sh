@@ -17,13 +17,17 @@
 #
 # options:
 #   --ranks        issue 5 mode: images/s of blueprint --ranks 1 and --ranks 2,
-#                  1 rank with 2 BLAS threads, and `mpirun -np 2` (when mpirun
-#                  is installed), beside PyTorch at its best thread count (1
-#                  and 2 tried);
+#                  1 rank with 2 BLAS threads, `mpirun -np 2` (when mpirun
+#                  is installed) and "pair": two independent 1-rank runs at
+#                  once (their summed images/s over one run's: what the
+#                  machine gives two jobs, the ceiling of 2r/1r), beside
+#                  PyTorch at its best thread count (1 and 2 tried);
 #                  EPOCHS defaults to 1 there. Every blueprint rank gets one
 #                  BLAS thread (BP_BLAS_THREADS=1), so 2 ranks use the 2 cores
 #                  that 1 rank leaves half idle. "n/a" where blueprint lacks
 #                  `train` or refuses `--ranks 2`.
+#   --repeat N     ranks mode: N interleaved rounds of every blueprint kind,
+#                  the median kept (default 1; this machine's noise is large)
 #   --seed S       data-order seed for both (default 1)
 #   --out DIR      where logs and JSONL files go (default: a new mktemp -d)
 #   --skip-torch   reuse DIR/torch-*.jsonl from an earlier run with --out DIR
@@ -47,12 +51,13 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 read -r -a extra_bp <<<"${BLUEPRINT_ARGS:-}"
 read -r -a extra_pt <<<"${TWIN_ARGS:-}"
 
-mode=accuracy seed=1 out='' skip_torch=0 skip_bp=0
+mode=accuracy seed=1 repeat=1 out='' skip_torch=0 skip_bp=0
 pos=() common=()
 while [ $# -gt 0 ]; do
   case $1 in
     --) shift; common=("$@"); break ;;
     --ranks) mode=ranks ;;
+    --repeat) repeat=${2:?--repeat needs a count}; shift ;;
     --seed) seed=${2:?--seed needs a value}; shift ;;
     --out) out=${2:?--out needs a directory}; shift ;;
     --skip-torch) skip_torch=1 ;;
@@ -196,33 +201,47 @@ else
         best_ips=$ips best_t=$t
       fi
     done
-    declare -A r_ips=()
+    declare -A r_ips=() r_all=()
     note=
-    # ranks as threads (1 BLAS thread each), 1 rank with 2 BLAS threads,
-    # 2 processes under mpirun
-    for kind in 1 2 1t2 mpi2; do
-      r_ips[$kind]=n/a
-      [ $have_train = 1 ] || { note=$pending; continue; }
-      [ "$kind" != mpi2 ] || command -v mpirun >/dev/null || continue
-      tag=$name-e$epochs-r$kind
-      echo "# training blueprint: $name, $epochs epochs, $kind ..." >&2
-      case $kind in
-        1t2) run_bp "$m" "$epochs" "$tag" 2 1 ;;
-        mpi2) run_bp "$m" "$epochs" "$tag" 1 "" 2 ;;
-        *) run_bp "$m" "$epochs" "$tag" 1 "$kind" ;;
-      esac && read -r _ r_ips[$kind] _ _ _ < <(summary "$out/bp-$tag.jsonl") ||
-        note="$kind: $(why "$out/bp-$tag.log")"
+    # ranks as threads (1 BLAS thread each), 1 rank with 2 BLAS threads, 2
+    # processes under mpirun; --repeat N rounds, interleaved so drifting
+    # load hits every kind alike, and the median is kept
+    kinds=(1 2 1t2 pair)
+    command -v mpirun >/dev/null && kinds+=(mpi2)
+    for ((round = 1; round <= repeat; round++)); do
+      for kind in "${kinds[@]}"; do
+        [ $have_train = 1 ] || { note=$pending; continue; }
+        tag=$name-e$epochs-r$kind-$round
+        echo "# training blueprint: $name, $epochs epochs, $kind, round $round ..." >&2
+        case $kind in
+          1t2) run_bp "$m" "$epochs" "$tag" 2 1 ;;
+          mpi2) run_bp "$m" "$epochs" "$tag" 1 "" 2 ;;
+          pair) # two independent 1-rank runs at once: what 2 cores give 2 jobs
+            run_bp "$m" "$epochs" "$tag-b" 1 1 &
+            run_bp "$m" "$epochs" "$tag" 1 1 && wait $! &&
+              read -r _ vb _ _ _ < <(summary "$out/bp-$tag-b.jsonl") ;;
+          *) run_bp "$m" "$epochs" "$tag" 1 "$kind" ;;
+        esac && read -r _ v _ _ _ < <(summary "$out/bp-$tag.jsonl") &&
+          { [ "$kind" != pair ] || v=$(awk -v a="$v" -v b="$vb" 'BEGIN{printf "%.0f", a + b}'); } &&
+          r_all[$kind]+=" $v" || note="$kind: $(why "$out/bp-$tag.log")"
+      done
     done
-    rows+=("$name|$epochs|${r_ips[1]}|${r_ips[2]}|$(fmt_ratio "${r_ips[2]}" "${r_ips[1]}")|${r_ips[1t2]}|${r_ips[mpi2]}|$(fmt_ratio "${r_ips[mpi2]}" "${r_ips[1]}")|$best_ips${best_t:+ (${best_t}t)}|$(fmt_ratio "${r_ips[2]}" "$best_ips")|$note")
-    unset r_ips
+    for kind in 1 2 1t2 pair mpi2; do
+      r_ips[$kind]=$(tr ' ' '\n' <<<"${r_all[$kind]:-}" | grep -v '^$' | sort -g |
+        awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "n/a"}')
+      [ -z "${r_all[$kind]:-}" ] || echo "# $name $kind: img/s per round:${r_all[$kind]}" >&2
+    done
+    rows+=("$name|$epochs|${r_ips[1]}|${r_ips[2]}|$(fmt_ratio "${r_ips[2]}" "${r_ips[1]}")|${r_ips[1t2]}|${r_ips[mpi2]}|$(fmt_ratio "${r_ips[mpi2]}" "${r_ips[1]}")|$(fmt_ratio "${r_ips[pair]}" "${r_ips[1]}")|$best_ips${best_t:+ (${best_t}t)}|$(fmt_ratio "${r_ips[2]}" "$best_ips")|$note")
+    unset r_ips r_all
   done
-  printf '\n%-8s %6s | %11s %11s %7s | %11s | %11s %7s | %16s %12s\n' model epochs "bp 1 rank" \
-    "bp 2 ranks" "2r/1r" "bp 1r 2blas" "bp mpi -np2" "np2/1r" "pt best img/s" "bp 2r / pt"
+  printf '\n%-8s %6s | %11s %11s %7s | %11s | %11s %7s | %7s | %16s %12s\n' model epochs \
+    "bp 1 rank" "bp 2 ranks" "2r/1r" "bp 1r 2blas" "bp mpi -np2" "np2/1r" "pair/1r" \
+    "pt best img/s" "bp 2r / pt"
   for r in "${rows[@]}"; do
-    IFS='|' read -r a b c d e f g h i j k <<<"$r"
-    printf '%-8s %6s | %11s %11s %7s | %11s | %11s %7s | %16s %12s' "$a" "$b" "$c" "$d" "$e" "$f" \
-      "$g" "$h" "$i" "$j"
-    [ -z "$k" ] && echo || echo "  ($k)"
+    IFS='|' read -r a b c d e f g h i j k l <<<"$r"
+    printf '%-8s %6s | %11s %11s %7s | %11s | %11s %7s | %7s | %16s %12s' "$a" "$b" "$c" "$d" \
+      "$e" "$f" "$g" "$h" "$i" "$j" "$k"
+    [ -z "$l" ] && echo || echo "  ($l)"
   done
   echo "# training images/s, median over epochs; PyTorch's best of 1 and 2 threads (threads in" \
        "parentheses); issue 5 target: 2r/1r >= 1.8x"

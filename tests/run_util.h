@@ -41,6 +41,20 @@ char *path_in(const char *dir, const char *name);
  * a row that depends on the label, over noise; learnable in a few steps. */
 void write_toy_mnist(const char *dir, int train, int test, uint64_t seed);
 
+/* A small model with every kind of state a rank or a checkpoint holds
+ * (conv, batch norm, pooling, fc), for toy data; a test appends its own
+ * "train: {...}" line. */
+#define TOY_BN_MODEL_LAYERS                                                     \
+  "name: small\n"                                                               \
+  "input: {height: 28, width: 28, channels: 1, classes: 10}\n"                  \
+  "layers:\n"                                                                   \
+  "  - {type: conv, name: conv1, filters: 4, kernel: 3, pad: 1, bias: false}\n" \
+  "  - {type: batchnorm, name: bn1}\n"                                          \
+  "  - {type: relu, name: relu1}\n"                                             \
+  "  - {type: maxpool, name: pool1, kernel: 2}\n"                               \
+  "  - {type: fc, name: fc, units: 10}\n"                                       \
+  "  - {type: softmax_ce, name: loss, label_smoothing: 0.1}\n"
+
 /* A fresh temporary directory with toy MNIST data in dir/data
  * (write_toy_mnist(train, test, seed)), one model file written from
  * `model_text` at dir/model.yaml, and the shipped models/mlp.yaml path. */

@@ -24,15 +24,7 @@
 /* ---- training ----------------------------------------------------------------- */
 
 static const char bn_model[] =
-    "name: small\n"
-    "input: {height: 28, width: 28, channels: 1, classes: 10}\n"
-    "layers:\n"
-    "  - {type: conv, name: conv1, filters: 4, kernel: 3, pad: 1, bias: false}\n"
-    "  - {type: batchnorm, name: bn1}\n"
-    "  - {type: relu, name: relu1}\n"
-    "  - {type: maxpool, name: pool1, kernel: 2}\n"
-    "  - {type: fc, name: fc, units: 10}\n"
-    "  - {type: softmax_ce, name: loss, label_smoothing: 0.1}\n"
+    TOY_BN_MODEL_LAYERS
     "train: {batch: 50, eval_batch: 40, epochs: 2, lr: 0.02}\n";
 
 /* 260 = 5 batches of 50 + one of 10; 4 of 64 + 4 */
@@ -127,75 +119,6 @@ static bp_trainer *train(const char *model, const char *data, int ranks, int64_t
   return train_ex(model, data, ranks, batch, epochs, check, NULL);
 }
 
-/* No batch norm: 2 ranks of 32 compute the gradient of the same 64 samples
- * as 1 rank of 64, summed in another order; after 2 epochs of 5 steps (the
- * last batch 4 samples, 2 per rank) the parameters agree to within
- * 1e-5 * (1 + |w|) per element (measured: about 4e-8). */
-START_TEST(mlp_two_ranks_match_one) {
-  toy_env e = env_open();
-  bp_trainer *one = train(e.mlp, e.data, 1, 64, 2, NULL);
-  bp_trainer *two = train(e.mlp, e.data, 2, 64, 2, NULL);
-  ck_assert_int_eq(bp_trainer_state(one).global_step, 10);
-  ck_assert_int_eq(bp_trainer_state(two).global_step, 10);
-  const bp_plan *p1 = bp_trainer_plan(one);
-  int weights = 0;
-  double worst = 0;
-  for (int32_t id = 0; id < bp_plan_tensor_count(p1); id++) {
-    const bp_dtensor *d = bp_plan_tensor(p1, 0, id);
-    if (d->dtype != BP_DTYPE_FP32 || d->region < BP_REGION_W_BN_BIAS ||
-        d->region > BP_REGION_W_CONV_DEEP)
-      continue;
-    const uint64_t n = bp_dtensor_host_elems(d);
-    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
-    ck_assert_int_eq(bp_trainer_read_tensor(one, d->name, a, n), BP_OK);
-    ck_assert_int_eq(bp_trainer_read_tensor(two, d->name, b, n), BP_OK);
-    int moved = 0;
-    for (uint64_t i = 0; i < n; i++) {
-      const double diff = fabs((double)a[i] - (double)b[i]) / (1.0 + fabs((double)a[i]));
-      if (diff > worst) worst = diff;
-      ck_assert_msg(diff <= 1e-5, "%s[%llu]: 1 rank %.9g, 2 ranks %.9g", d->name,
-                    (unsigned long long)i, (double)a[i], (double)b[i]);
-      moved |= a[i] != 0.0f;
-    }
-    ck_assert(moved);
-    weights++;
-    free(a);
-    free(b);
-  }
-  ck_assert_int_ge(weights, 6); /* fc1..fc3, weights and biases */
-  printf("mlp, 1 vs 2 ranks after 10 steps: largest relative difference %.3g\n", worst);
-  bp_trainer_destroy(one);
-  bp_trainer_destroy(two);
-  toy_env_close(&e);
-}
-END_TEST
-
-/* Batch norm (each rank normalizes its own samples; running statistics
- * averaged): all ranks bit-identical after every step, for 2 and 5 ranks;
- * the same seed twice gives the same bits. */
-START_TEST(bn_ranks_bit_identical_every_step) {
-  toy_env e = env_open();
-  step_check c = {NULL, 0};
-  bp_trainer *a = train(e.model, e.data, 2, 50, 2, &c);
-  ck_assert_int_eq(c.steps, 12);
-  step_check c5 = {NULL, 0};
-  bp_trainer *five = train(e.model, e.data, 5, 50, 1, &c5);
-  ck_assert_int_eq(c5.steps, 6);
-  bp_trainer_destroy(five);
-  bp_trainer *b = train(e.model, e.data, 2, 50, 2, NULL);
-  uint64_t na, nb;
-  float *sa = read_state(a, 0, &na), *sb = read_state(b, 0, &nb);
-  ck_assert_int_eq(na, nb);
-  ck_assert_msg(memcmp(sa, sb, (size_t)na * sizeof *sa) == 0,
-                "two 2-rank runs with seed 5 ended with different bits");
-  free(sa);
-  free(sb);
-  bp_trainer_destroy(a);
-  bp_trainer_destroy(b);
-  toy_env_close(&e);
-}
-END_TEST
-
 /* The largest difference |a - b| / (1 + |a|) over every FP32 parameter
  * (W regions) of two trainers of the same plan layout; each must have
  * moved from 0 somewhere. */
@@ -227,6 +150,59 @@ static double max_param_diff(const bp_trainer *one, const bp_trainer *other, int
   *params_out = params;
   return worst;
 }
+
+/* No batch norm: 2 ranks of 32 compute the gradient of the same 64 samples
+ * as 1 rank of 64, summed in another order; after 2 epochs of 5 steps (the
+ * last batch 4 samples, 2 per rank) the parameters agree to within
+ * 1e-5 * (1 + |w|) per element (measured: about 4e-8). */
+START_TEST(mlp_two_ranks_match_one) {
+  toy_env e = env_open();
+  bp_trainer *one = train(e.mlp, e.data, 1, 64, 2, NULL);
+  bp_trainer *two = train(e.mlp, e.data, 2, 64, 2, NULL);
+  ck_assert_int_eq(bp_trainer_state(one).global_step, 10);
+  ck_assert_int_eq(bp_trainer_state(two).global_step, 10);
+  int params = 0;
+  const double worst = max_param_diff(one, two, &params);
+  ck_assert_int_ge(params, 6); /* fc1..fc3, weights and biases */
+  printf("mlp, 1 vs 2 ranks after 10 steps: largest relative difference %.3g\n", worst);
+  ck_assert_msg(worst <= 1e-5, "1 vs 2 ranks: largest relative difference %g > 1e-5", worst);
+  bp_trainer_destroy(one);
+  bp_trainer_destroy(two);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* Batch norm (each rank normalizes its own samples; running statistics
+ * averaged): `ranks` ranks at global batch `batch` for 2 epochs (`steps`
+ * in all) and 5 ranks at `batch5` for 1 epoch (`steps5`) hold
+ * bit-identical state on every rank after every step, and two runs of
+ * `ranks` with the same seed end with the same bits. */
+static void check_bn_bits(int ranks, int64_t batch, int steps, int64_t batch5, int steps5) {
+  toy_env e = env_open();
+  step_check c = {NULL, 0};
+  bp_trainer *a = train(e.model, e.data, ranks, batch, 2, &c);
+  ck_assert_int_eq(c.steps, steps);
+  step_check c5 = {NULL, 0};
+  bp_trainer *five = train(e.model, e.data, 5, batch5, 1, &c5);
+  ck_assert_int_eq(c5.steps, steps5);
+  bp_trainer_destroy(five);
+  bp_trainer *b = train(e.model, e.data, ranks, batch, 2, NULL);
+  uint64_t na, nb;
+  float *sa = read_state(a, 0, &na), *sb = read_state(b, 0, &nb);
+  ck_assert_int_eq(na, nb);
+  ck_assert_msg(memcmp(sa, sb, (size_t)na * sizeof *sa) == 0,
+                "two %d-rank runs with seed 5 ended with different bits", ranks);
+  free(sa);
+  free(sb);
+  bp_trainer_destroy(a);
+  bp_trainer_destroy(b);
+  toy_env_close(&e);
+}
+
+/* Even splits: 2 ranks at batch 50 (25 + 25, the last batch of 10: 5 + 5),
+ * 5 ranks at batch 50. */
+START_TEST(bn_ranks_bit_identical_every_step) { check_bn_bits(2, 50, 12, 50, 6); }
+END_TEST
 
 /* Uneven splits (model.h, data.h): no batch norm, 3 ranks of 22+21+21 at
  * global batch 64 over 194 = 3*64 + 2 images, so each epoch's last batch
@@ -264,27 +240,7 @@ END_TEST
  * batch of 4: 1+1+1+1+0, rank 4 idle) hold bit-identical parameters,
  * optimizer state and BN statistics after every step; two 3-rank runs with
  * the same seed end with the same bits. */
-START_TEST(bn_uneven_ranks_bit_identical_every_step) {
-  toy_env e = env_open();
-  step_check c3 = {NULL, 0};
-  bp_trainer *a = train(e.model, e.data, 3, 50, 2, &c3);
-  ck_assert_int_eq(c3.steps, 12);
-  step_check c5 = {NULL, 0};
-  bp_trainer *five = train(e.model, e.data, 5, 64, 1, &c5);
-  ck_assert_int_eq(c5.steps, 5);
-  bp_trainer_destroy(five);
-  bp_trainer *b = train(e.model, e.data, 3, 50, 2, NULL);
-  uint64_t na, nb;
-  float *sa = read_state(a, 0, &na), *sb = read_state(b, 0, &nb);
-  ck_assert_int_eq(na, nb);
-  ck_assert_msg(memcmp(sa, sb, (size_t)na * sizeof *sa) == 0,
-                "two 3-rank runs with seed 5 ended with different bits");
-  free(sa);
-  free(sb);
-  bp_trainer_destroy(a);
-  bp_trainer_destroy(b);
-  toy_env_close(&e);
-}
+START_TEST(bn_uneven_ranks_bit_identical_every_step) { check_bn_bits(3, 50, 12, 64, 5); }
 END_TEST
 
 /* graph.h: every variant of a rank share scales the loss gradient by 1 /

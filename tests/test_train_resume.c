@@ -17,15 +17,7 @@
 
 /* conv + batch norm + pooling + fc: every kind of state a checkpoint holds */
 static const char small_model[] =
-    "name: small\n"
-    "input: {height: 28, width: 28, channels: 1, classes: 10}\n"
-    "layers:\n"
-    "  - {type: conv, name: conv1, filters: 4, kernel: 3, pad: 1, bias: false}\n"
-    "  - {type: batchnorm, name: bn1}\n"
-    "  - {type: relu, name: relu1}\n"
-    "  - {type: maxpool, name: pool1, kernel: 2}\n"
-    "  - {type: fc, name: fc, units: 10}\n"
-    "  - {type: softmax_ce, name: loss, label_smoothing: 0.1}\n"
+    TOY_BN_MODEL_LAYERS
     "train: {batch: 50, eval_batch: 40, epochs: 3, lr: 0.02}\n";
 
 /* 130 = 2 batches of 50 + one of 30 */
