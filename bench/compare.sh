@@ -21,7 +21,11 @@
 #                  is installed) and "pair": two independent 1-rank runs at
 #                  once (their summed images/s over one run's: what the
 #                  machine gives two jobs, the ceiling of 2r/1r), beside
-#                  PyTorch at its best thread count (1 and 2 tried);
+#                  PyTorch at its best thread count (1 and 2 tried). 2 ranks
+#                  run the 1-rank global batch (strong scaling; every step's
+#                  update and all-reduce cost does not shrink); "w2" runs 2
+#                  ranks at twice the batch, each rank the 1-rank batch (weak
+#                  scaling);
 #                  EPOCHS defaults to 1 there. Every blueprint rank gets one
 #                  BLAS thread (BP_BLAS_THREADS=1), so 2 ranks use the 2 cores
 #                  that 1 rank leaves half idle. "n/a" where blueprint lacks
@@ -37,7 +41,8 @@
 # environment: BLUEPRINT (default ./build/blueprint), PYTHON (default
 # /usr/bin/python3, Debian's, where python3-torch is installed),
 # BLUEPRINT_ARGS (extra arguments for every `blueprint train`), TWIN_ARGS
-# (extra arguments for every torch_twin.py run). Options for both sides go
+# (extra arguments for every torch_twin.py run), KINDS (ranks mode: the blueprint
+# kinds to run, default "1 2 w2 1t2 pair mpi2"). Options for both sides go
 # after `--`.
 #
 # Runs one training at a time. Timings on a shared or small machine are noisy;
@@ -91,16 +96,17 @@ bp_has_train() {
   ! grep -qi "unknown command" <<<"$msg"
 }
 
-# blueprint train MODEL EPOCHS TAG BLAS_THREADS [RANKS [PROCESSES]]: writes
+# blueprint train MODEL EPOCHS TAG BLAS_THREADS [RANKS [PROCESSES [BATCH]]]: writes
 # $out/bp-TAG.jsonl and .log; returns non-zero (the reason in the log) on
 # failure. PROCESSES > 0 runs under `mpirun -np PROCESSES` (one rank each;
 # Open MPI's opt-ins for root, oversubscription allowed).
 run_bp() {
-  local model=$1 n=$2 tag=$3 t=$4 ranks=${5:-} procs=${6:-0}
+  local model=$1 n=$2 tag=$3 t=$4 ranks=${5:-} procs=${6:-0} batch=${7:-}
   local args=(train "$(model_file "$model")" --epochs "$n" --seed "$seed"
               --metrics "$out/bp-$tag.jsonl")
   [ -z "$ranks" ] || args+=(--ranks "$ranks")
   args+=("${common[@]}" "${extra_bp[@]}")
+  [ -z "$batch" ] || args+=(--batch "$batch")
   local env=(BP_BLAS_THREADS="$t" OPENBLAS_NUM_THREADS="$t" OMP_NUM_THREADS="$t")
   local launch=()
   if [ "$procs" -gt 0 ]; then
@@ -122,6 +128,9 @@ run_torch() {
   echo "+ $PYTHON ${args[*]}" >"$out/torch-$tag.log"
   "$PYTHON" "${args[@]}" >"$out/torch-$tag.jsonl" 2>>"$out/torch-$tag.log"
 }
+
+# The training batch of a model file's train: line.
+model_batch() { grep -o 'batch: *[0-9]*' "$(model_file "$1")" | head -1 | grep -o '[0-9]*$'; }
 
 summary() { "$PYTHON" "$here/jsonl_summary.py" "$1"; }
 
@@ -206,8 +215,12 @@ else
     # ranks as threads (1 BLAS thread each), 1 rank with 2 BLAS threads, 2
     # processes under mpirun; --repeat N rounds, interleaved so drifting
     # load hits every kind alike, and the median is kept
-    kinds=(1 2 1t2 pair)
-    command -v mpirun >/dev/null && kinds+=(mpi2)
+    if [ -n "${KINDS:-}" ]; then
+      read -r -a kinds <<<"$KINDS"
+    else
+      kinds=(1 2 w2 1t2 pair)
+      command -v mpirun >/dev/null && kinds+=(mpi2)
+    fi
     for ((round = 1; round <= repeat; round++)); do
       for kind in "${kinds[@]}"; do
         [ $have_train = 1 ] || { note=$pending; continue; }
@@ -216,6 +229,8 @@ else
         case $kind in
           1t2) run_bp "$m" "$epochs" "$tag" 2 1 ;;
           mpi2) run_bp "$m" "$epochs" "$tag" 1 "" 2 ;;
+          w2) # weak scaling: 2 ranks of the 1-rank batch each
+            run_bp "$m" "$epochs" "$tag" 1 2 0 $((2 * $(model_batch "$m"))) ;;
           pair) # two independent 1-rank runs at once: what 2 cores give 2 jobs
             run_bp "$m" "$epochs" "$tag-b" 1 1 &
             run_bp "$m" "$epochs" "$tag" 1 1 && wait $! &&
@@ -226,22 +241,22 @@ else
           r_all[$kind]+=" $v" || note="$kind: $(why "$out/bp-$tag.log")"
       done
     done
-    for kind in 1 2 1t2 pair mpi2; do
-      r_ips[$kind]=$(tr ' ' '\n' <<<"${r_all[$kind]:-}" | grep -v '^$' | sort -g |
+    for kind in 1 2 w2 1t2 pair mpi2; do
+      r_ips[$kind]=$(tr ' ' '\n' <<<"${r_all[$kind]:-}" | awk NF | sort -g |
         awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "n/a"}')
       [ -z "${r_all[$kind]:-}" ] || echo "# $name $kind: img/s per round:${r_all[$kind]}" >&2
     done
-    rows+=("$name|$epochs|${r_ips[1]}|${r_ips[2]}|$(fmt_ratio "${r_ips[2]}" "${r_ips[1]}")|${r_ips[1t2]}|${r_ips[mpi2]}|$(fmt_ratio "${r_ips[mpi2]}" "${r_ips[1]}")|$(fmt_ratio "${r_ips[pair]}" "${r_ips[1]}")|$best_ips${best_t:+ (${best_t}t)}|$(fmt_ratio "${r_ips[2]}" "$best_ips")|$note")
+    rows+=("$name|$epochs|${r_ips[1]}|${r_ips[2]}|$(fmt_ratio "${r_ips[2]}" "${r_ips[1]}")|${r_ips[1t2]}|${r_ips[mpi2]}|$(fmt_ratio "${r_ips[mpi2]}" "${r_ips[1]}")|$(fmt_ratio "${r_ips[w2]}" "${r_ips[1]}")|$(fmt_ratio "${r_ips[pair]}" "${r_ips[1]}")|$best_ips${best_t:+ (${best_t}t)}|$(fmt_ratio "${r_ips[2]}" "$best_ips")|$note")
     unset r_ips r_all
   done
-  printf '\n%-8s %6s | %11s %11s %7s | %11s | %11s %7s | %7s | %16s %12s\n' model epochs \
-    "bp 1 rank" "bp 2 ranks" "2r/1r" "bp 1r 2blas" "bp mpi -np2" "np2/1r" "pair/1r" \
+  printf '\n%-8s %6s | %11s %11s %7s | %11s | %11s %7s | %7s %7s | %16s %12s\n' model epochs \
+    "bp 1 rank" "bp 2 ranks" "2r/1r" "bp 1r 2blas" "bp mpi -np2" "np2/1r" "w2/1r" "pair/1r" \
     "pt best img/s" "bp 2r / pt"
   for r in "${rows[@]}"; do
-    IFS='|' read -r a b c d e f g h i j k l <<<"$r"
-    printf '%-8s %6s | %11s %11s %7s | %11s | %11s %7s | %7s | %16s %12s' "$a" "$b" "$c" "$d" \
-      "$e" "$f" "$g" "$h" "$i" "$j" "$k"
-    [ -z "$l" ] && echo || echo "  ($l)"
+    IFS='|' read -r a b c d e f g h i j k l m <<<"$r"
+    printf '%-8s %6s | %11s %11s %7s | %11s | %11s %7s | %7s %7s | %16s %12s' "$a" "$b" "$c" "$d" \
+      "$e" "$f" "$g" "$h" "$i" "$j" "$k" "$l"
+    [ -z "$m" ] && echo || echo "  ($m)"
   done
   echo "# training images/s, median over epochs; PyTorch's best of 1 and 2 threads (threads in" \
        "parentheses); issue 5 target: 2r/1r >= 1.8x"

@@ -9,7 +9,7 @@
  * node asks for, is allocated here and shared by every node (nodes run one
  * at a time on a rank).
  *
- Collective nodes ("allreduce.sum") are selected like any node; their
+ * Collective nodes ("allreduce.sum") are selected like any node; their
  * kernels (ops/allreduce) reach the other ranks through options.comm,
  * which every argument block carries (bp_abi_kernel_args.comm), and pick
  * themselves by its backend in supports(). Autotune never times them
