@@ -3,7 +3,8 @@
  * threads (the two all-reduce kernels do the same float operations in the
  * same order, allreduce-impl.h), compared as checkpoint files (every
  * parameter, BN statistic and optimizer moment, and the counters); only
- * rank 0 prints and writes; --ranks under mpirun is refused in one line.
+ * rank 0 prints and writes; --ranks under mpirun is refused in one line; a
+ * failure on one process ends them all.
  * Skips (exit 77) where mpirun is missing or blueprint was built without
  * MPI. Open MPI runs as root here only with its two opt-in variables, and
  * --oversubscribe lets 3 processes share 2 cores. */
@@ -111,6 +112,21 @@ START_TEST(mpi_refuses_ranks_option) {
 }
 END_TEST
 
+/* Rank 0 alone writes the checkpoint; when that fails after the others
+ * have trained on, MPI_Abort ends every process (no rank is left waiting in
+ * an all-reduce): a non-zero exit with the reason, not a hang. */
+START_TEST(mpi_failure_ends_every_process) {
+  toy_env e = toy_env_open(bn_model, 100, 40, 3);
+  char *ck = path_in(e.dir, "no/such/dir/ck");
+  run_result r = train(2, e.model, e.data, (const char *const[]){"--checkpoint", ck, NULL});
+  ck_assert_int_ne(r.status, 0);
+  ck_assert_msg(strstr(r.err, "cannot write checkpoint") != NULL, "stderr: %s", r.err);
+  run_free(&r);
+  free(ck);
+  toy_env_close(&e);
+}
+END_TEST
+
 int main(void) {
   if (system("command -v mpirun >/dev/null 2>&1") != 0) {
     printf("SKIP: mpirun is not installed (apt-get install openmpi-bin)\n");
@@ -134,6 +150,7 @@ int main(void) {
   tcase_add_test(tc, mpi_mlp_two_processes_match_two_threads);
   tcase_add_test(tc, mpi_bn_three_processes_uneven_match_three_threads);
   tcase_add_test(tc, mpi_refuses_ranks_option);
+  tcase_add_test(tc, mpi_failure_ends_every_process);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
