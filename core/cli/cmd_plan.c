@@ -94,9 +94,15 @@ static int parse_variant_item(const char *item, bp_variant_spec *out) {
       return -1;
     }
   }
-  if (strcmp(name, "train") == 0 || strcmp(name, "train_last") == 0 || strcmp(name, "eval") == 0) {
-    bp_cli_report("plan", "--variants: '%s': the name '%s' is reserved for the built-in variants", item, name);
-    return -1;
+  /* the compiler's own variants (model.h); the graph scales by their names */
+  static const char *const builtin[] = {"train",      "train_small", "train_last",
+                                        "train_last_small", "eval", "eval_last"};
+  for (size_t k = 0; k < sizeof builtin / sizeof builtin[0]; k++) {
+    if (strcmp(name, builtin[k]) == 0) {
+      bp_cli_report("plan", "--variants: '%s': the name '%s' is reserved for the built-in variants",
+                    item, name);
+      return -1;
+    }
   }
   memcpy(out->name, name, nlen + 1);
   if (bp_cli_parse_int(batch, 1, &out->batch) != 0) {
