@@ -44,8 +44,6 @@ static void finalize_at_exit(void) {
   MPI_Finalize();
 }
 
-int bp_mpi_available(void) { return 1; }
-
 bp_status bp_mpi_comm(bp_abi_comm *out) {
   if (!out) return bp_fail(BP_ERR_INVALID, "bp_mpi_comm: NULL argument");
   if (world_comm == MPI_COMM_NULL) {
@@ -74,17 +72,11 @@ bp_status bp_mpi_sum_f64(double *values, int count) {
   return BP_OK;
 }
 
-void bp_mpi_barrier(void) {
-  if (world_comm != MPI_COMM_NULL && world_size > 1) MPI_Barrier(world_comm);
-}
-
 void bp_mpi_abort(int code) {
   if (world_comm != MPI_COMM_NULL && world_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 #else /* a build without MPI */
-
-int bp_mpi_available(void) { return 0; }
 
 bp_status bp_mpi_comm(bp_abi_comm *out) {
   (void)out;
@@ -98,8 +90,6 @@ bp_status bp_mpi_sum_f64(double *values, int count) {
   (void)count;
   return BP_OK;
 }
-
-void bp_mpi_barrier(void) {}
 
 void bp_mpi_abort(int code) { (void)code; }
 

@@ -91,11 +91,11 @@ struct bp_trainer {
   /* Ranks: `world` in all; this process holds `local` of them, global
    * ranks first_rank .. first_rank + local - 1. Ranks as threads: local =
    * world, first_rank = 0; under mpirun: local = 1, first_rank = the MPI
-   * rank (multi_process). ranks[], rank_steps[][k] and loaders are indexed
-   * by the local index k. */
-  int world, local, first_rank, multi_process;
+   * rank (bp_train_multi_process). ranks[], rank_steps[][k] and loaders are
+   * indexed by the local index k. */
+  int world, local, first_rank;
   bp_comm *comm;       /* local > 1: the threads' communicator */
-  bp_abi_comm mpi;     /* multi_process: this process's MPI communicator */
+  bp_abi_comm mpi;     /* under mpirun: this process's MPI communicator */
   bp_rank_pool *pool;  /* local > 1: threads running local ranks 1..local-1 */
   bp_train_rank ranks[BP_TRAIN_MAX_RANKS];
   int v_train, v_eval, v_eval_last; /* variant indices, -1 when absent */
@@ -112,6 +112,9 @@ struct bp_trainer {
   int stopped;
   double last_lr;
 };
+
+/* Whether the run's ranks span processes (mpirun): some ranks live elsewhere. */
+static inline int bp_train_multi_process(const bp_trainer *t) { return t->local < t->world; }
 
 /* train_arena.c: fills a rank's arena before the first step: every tensor
  * with an init rule (seeded by options' seed), the graph's constants, then

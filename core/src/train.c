@@ -335,7 +335,7 @@ static bp_status open_rank(bp_trainer *t, int k) {
   const char *pins = t->kernels;
   if (!pins && !getenv("BP_KERNELS") && t->model->train.kernels[0]) pins = t->model->train.kernels;
   if (t->comm) r->comm = bp_comm_abi(t->comm, k);
-  if (t->multi_process) r->comm = t->mpi;
+  if (bp_train_multi_process(t)) r->comm = t->mpi;
   bp_exec_options eo = {t->device,         pins,     t->opt.autotune,
                         t->autotune_cache, t->first_rank + k, t->world,
                         t->world > 1 ? &r->comm : NULL};
@@ -365,7 +365,6 @@ static bp_status open_ranks(bp_trainer *t, const bp_train_options *o) {
     if (st != BP_OK) return st;
     t->world = t->mpi.world;
     t->first_rank = t->mpi.rank;
-    t->multi_process = t->world > 1;
   }
   if (t->world > 1 && strcmp(t->device, "cpu") != 0)
     return bp_fail(BP_ERR_UNSUPPORTED, "%d ranks run on the cpu device only", t->world);

@@ -94,7 +94,7 @@ bp_status bp_train_read_results(const bp_trainer *t, int all_processes, double *
   }
   double sums[2] = {loss, correct};
   bp_status st = BP_OK;
-  if (all_processes && t->multi_process) st = bp_mpi_sum_f64(sums, 2);
+  if (all_processes && bp_train_multi_process(t)) st = bp_mpi_sum_f64(sums, 2);
   *loss_out = sums[0];
   *correct_out = sums[1];
   return st;

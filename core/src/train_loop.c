@@ -104,7 +104,7 @@ static bp_status report_step(bp_trainer *t, int64_t samples, double t0, double *
   const double now = bp_train_now();
   const int log_due = t->opt.log_every && t->metrics_path &&
                       t->state.global_step % (uint64_t)t->opt.log_every == 0;
-  const int bar_due = !t->multi_process && t->opt.progress_interval > 0 &&
+  const int bar_due = !bp_train_multi_process(t) && t->opt.progress_interval > 0 &&
                       now - *last_read >= t->opt.progress_interval;
   if (!t->opt.on_progress && !log_due) return BP_OK;
   bp_train_progress p;

@@ -37,6 +37,12 @@ static inline uint64_t ar_chunk_start(uint64_t count, int world, int k) {
 int ar_check(const bp_abi_kernel_args *args, const char *backend, int max_world,
              uint64_t *count, float *scale, char *reason, size_t reason_size);
 
+/* dst[i] = scale * (src[0][i] + src[1][i] + ... + src[world-1][i]) for i <
+ * n: one float accumulator per element starting from src[0], summed in rank
+ * order, then scaled. The one summation every implementation calls, so
+ * they all give the same bits. dst may be any src. */
+void ar_reduce_chunk(float *dst, const float *const *src, int world, uint64_t n, float scale);
+
 /* Copies the input span into the output span when they differ (in place is
  * the usual case and copies nothing). */
 void ar_copy_in(const bp_abi_kernel_args *args, uint64_t count);

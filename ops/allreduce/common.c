@@ -47,6 +47,19 @@ int ar_check(const bp_abi_kernel_args *a, const char *backend, int max_world, ui
   return 1;
 }
 
+void ar_reduce_chunk(float *dst, const float *const *src, int world, uint64_t n, float scale) {
+  float acc[AR_BLOCK];
+  for (uint64_t b = 0; b < n; b += AR_BLOCK) {
+    const uint64_t m = n - b < AR_BLOCK ? n - b : AR_BLOCK;
+    memcpy(acc, src[0] + b, (size_t)m * sizeof *acc);
+    for (int r = 1; r < world; r++) {
+      const float *s = src[r] + b;
+      for (uint64_t i = 0; i < m; i++) acc[i] += s[i];
+    }
+    for (uint64_t i = 0; i < m; i++) dst[b + i] = acc[i] * scale;
+  }
+}
+
 void ar_copy_in(const bp_abi_kernel_args *a, uint64_t count) {
   if (a->input_ptrs[0] != a->output_ptrs[0] && count)
     memmove(a->output_ptrs[0], a->input_ptrs[0], (size_t)count * sizeof(float));

@@ -9,7 +9,6 @@
 #include <limits.h>
 #include <stdio.h>
 #include <mpi.h>
-#include <string.h>
 
 #include "allreduce-impl.h"
 #include "module_register.h"
@@ -26,11 +25,12 @@
 
 #define MPI_MAX_WORLD (1 << 20)
 
-/* Workspace: world chunks of at most ceil(count / world) floats, then four
- * int tables of world entries. */
+/* Workspace: world pointers to the received chunks, world chunks of at most
+ * ceil(count / world) floats, then four int tables of world entries. */
 static uint64_t mpi_workspace(uint64_t count, int world) {
   const uint64_t chunk = (count + (uint64_t)world - 1) / (uint64_t)world;
-  return chunk * (uint64_t)world * sizeof(float) + 4u * (uint64_t)world * sizeof(int);
+  return (uint64_t)world * sizeof(float *) + chunk * (uint64_t)world * sizeof(float) +
+         4u * (uint64_t)world * sizeof(int);
 }
 
 static int mpi_check(const bp_abi_kernel_args *a, uint64_t *count, float *scale, char *reason,
@@ -69,12 +69,13 @@ static int mpi_run(void *user, const bp_abi_kernel_args *a) {
   ar_copy_in(a, count);
   float *data = a->output_ptrs[0];
   if (world == 1) {
-    for (uint64_t i = 0; i < count; i++) data[i] *= scale;
+    ar_reduce_chunk(data, (const float *const[]){data}, 1, count, scale);
     return BP_ABI_OK;
   }
   const MPI_Comm comm = *(const MPI_Comm *)a->comm->handle;
   const uint64_t chunk_max = (count + (uint64_t)world - 1) / (uint64_t)world;
-  float *recv = a->workspace;
+  const float **received = a->workspace; /* pointers first: the most aligned */
+  float *recv = (float *)(void *)(received + world);
   int *send_counts = (int *)(void *)(recv + chunk_max * (uint64_t)world);
   int *send_displs = send_counts + world, *recv_counts = send_displs + world,
       *recv_displs = recv_counts + world;
@@ -90,16 +91,8 @@ static int mpi_run(void *user, const bp_abi_kernel_args *a) {
   if (MPI_Alltoallv(data, send_counts, send_displs, MPI_FLOAT, recv, recv_counts, recv_displs,
                     MPI_FLOAT, comm) != MPI_SUCCESS)
     return BP_ABI_ERR_DEVICE;
-  float acc[AR_BLOCK];
-  for (int b = 0; b < mine; b += AR_BLOCK) {
-    const int n = mine - b < AR_BLOCK ? mine - b : AR_BLOCK;
-    memcpy(acc, recv + b, (size_t)n * sizeof *acc);
-    for (int r = 1; r < world; r++) {
-      const float *src = recv + (size_t)r * (size_t)mine + (size_t)b;
-      for (int i = 0; i < n; i++) acc[i] += src[i];
-    }
-    for (int i = 0; i < n; i++) data[lo + (uint64_t)(b + i)] = acc[i] * scale;
-  }
+  for (int r = 0; r < world; r++) received[r] = recv + (size_t)r * (size_t)mine;
+  ar_reduce_chunk(data + lo, received, world, (uint64_t)mine, scale);
   /* all-gather: every rank's chunk into every rank's span */
   if (MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, send_counts, send_displs, MPI_FLOAT,
                      comm) != MPI_SUCCESS)

@@ -50,26 +50,20 @@ static int threads_run(void *user, const bp_abi_kernel_args *a) {
   float *data = a->output_ptrs[0];
   const int world = a->comm->world, rank = a->comm->rank;
   if (world == 1) {
-    for (uint64_t i = 0; i < count; i++) data[i] *= scale;
+    ar_reduce_chunk(data, (const float *const[]){data}, 1, count, scale);
     return BP_ABI_OK;
   }
   const bp_abi_comm_threads *t = a->comm->handle;
   t->publish(t->ctx, rank, data);
   t->barrier(t->ctx); /* every span is published and holds its rank's values */
-  const float *peer[THREADS_MAX_WORLD];
-  for (int r = 0; r < world; r++) peer[r] = t->peer(t->ctx, r);
-  /* reduce-scatter: this rank owns chunk `rank` */
+  /* reduce-scatter: this rank owns chunk `rank`, read from every peer's span */
   const uint64_t lo = ar_chunk_start(count, world, rank), hi = ar_chunk_start(count, world, rank + 1);
-  float acc[AR_BLOCK];
-  for (uint64_t b = lo; b < hi; b += AR_BLOCK) {
-    const uint64_t n = hi - b < AR_BLOCK ? hi - b : AR_BLOCK;
-    memcpy(acc, peer[0] + b, (size_t)n * sizeof *acc);
-    for (int r = 1; r < world; r++) {
-      const float *src = peer[r] + b;
-      for (uint64_t i = 0; i < n; i++) acc[i] += src[i];
-    }
-    for (uint64_t i = 0; i < n; i++) data[b + i] = acc[i] * scale;
+  const float *peer[THREADS_MAX_WORLD], *chunk[THREADS_MAX_WORLD];
+  for (int r = 0; r < world; r++) {
+    peer[r] = t->peer(t->ctx, r);
+    chunk[r] = peer[r] + lo;
   }
+  ar_reduce_chunk(data + lo, chunk, world, hi - lo, scale);
   t->barrier(t->ctx); /* every chunk is final in its owner's span */
   /* all-gather */
   for (int r = 0; r < world; r++) {

@@ -51,9 +51,6 @@ bp_abi_comm bp_comm_abi(bp_comm *comm, int rank);
  * Reads only the environment. */
 int bp_mpi_launched_world(void);
 
-/* Whether this build carries MPI (BP_WITH_MPI). */
-int bp_mpi_available(void);
-
 /* Initializes MPI once per process (later calls return the same) and fills
  * this process's communicator: backend "mpi", rank and world of
  * MPI_COMM_WORLD, handle = an MPI_Comm *. MPI is finalized at exit.
@@ -63,9 +60,6 @@ bp_status bp_mpi_comm(bp_abi_comm *comm_out);
 /* Sums `count` doubles over the processes (every process gets the sum);
  * a no-op unless bp_mpi_comm succeeded with world > 1. */
 bp_status bp_mpi_sum_f64(double *values, int count);
-
-/* Waits for every process; a no-op without MPI. */
-void bp_mpi_barrier(void);
 
 /* Ends every process of the run with `code` after one has failed, so the
  * others do not wait forever in a collective; a no-op unless bp_mpi_comm
