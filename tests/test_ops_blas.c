@@ -23,13 +23,16 @@
  * workspace, bad arguments and pointers), chunked im2col, bitwise
  * determinism (two runs; four rank threads calling at once), and selection: bp_registry_select picks "blas" over
  * "reference", pins (BP_KERNELS, select options) override it, and a node
- * the BLAS kernel refuses goes to the reference. */
+ * the BLAS kernel refuses goes to the reference. Last, the OpenBLAS kernel
+ * set the module loads: the CPU's best, unless OPENBLAS_CORETYPE says. */
 #include <check.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ops_ref_util.h"
 
@@ -736,6 +739,59 @@ START_TEST(select_prefers_blas_and_pins_override) {
 }
 END_TEST
 
+/* ---- which OpenBLAS kernel set the module loads ---------------------------- */
+
+/* OpenBLAS's name for the kernel set it runs, or NULL when this process
+ * had OpenBLAS loaded before the test (CK_FORK=no: the choice was made
+ * then). Loads the BLAS module. */
+static const char *openblas_core(void) {
+  if (dlopen("libopenblas.so.0", RTLD_NOW | RTLD_NOLOAD)) return NULL;
+  both_modules();
+  void *lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_NOLOAD);
+  ck_assert_msg(lib != NULL, "the BLAS module did not load OpenBLAS");
+  char *(*corename)(void) = NULL;
+  void *sym = dlsym(lib, "openblas_get_corename");
+  ck_assert_msg(sym != NULL, "no openblas_get_corename");
+  memcpy(&corename, &sym, sizeof corename);
+  return corename();
+}
+
+/* The module names the core from the CPU's features (Debian's OpenBLAS
+ * 0.3.21 falls back to Prescott on CPUs newer than it knows) and leaves the
+ * environment as it was. */
+START_TEST(openblas_core_follows_the_cpu) {
+  unsetenv("OPENBLAS_CORETYPE");
+  const char *core = openblas_core();
+  if (!core) {
+    fprintf(stderr, "skipped: OpenBLAS was loaded before this test (CK_FORK=no)\n");
+    return;
+  }
+  __builtin_cpu_init();
+  const char *want = NULL;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    want = "SkylakeX";
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    want = "Haswell";
+  if (want) ck_assert_msg(strcasecmp(core, want) == 0, "core %s, want %s", core, want);
+  ck_assert_msg(getenv("OPENBLAS_CORETYPE") == NULL, "OPENBLAS_CORETYPE left set");
+}
+END_TEST
+
+/* A user's OPENBLAS_CORETYPE wins and stays set. */
+START_TEST(openblas_core_from_the_environment) {
+  setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+  const char *core = openblas_core();
+  if (!core) {
+    fprintf(stderr, "skipped: OpenBLAS was loaded before this test (CK_FORK=no)\n");
+    return;
+  }
+  ck_assert_msg(strcasecmp(core, "Prescott") == 0, "core %s, want Prescott", core);
+  ck_assert_str_eq(getenv("OPENBLAS_CORETYPE"), "Prescott");
+  unsetenv("OPENBLAS_CORETYPE");
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ops_blas");
   TCase *tc = tcase_create("blas");
@@ -751,6 +807,8 @@ int main(void) {
   tcase_add_test(tc, blas_refuses_bad_args_like_the_reference);
   tcase_add_test(tc, descriptors);
   tcase_add_test(tc, select_prefers_blas_and_pins_override);
+  tcase_add_test(tc, openblas_core_follows_the_cpu);
+  tcase_add_test(tc, openblas_core_from_the_environment);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

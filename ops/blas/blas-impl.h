@@ -30,7 +30,8 @@
  *    int.
  *
  * Determinism: results depend on the inputs, the OpenBLAS thread count and
- * the OpenBLAS kernel set (fixed per machine, or by OPENBLAS_CORETYPE).
+ * the OpenBLAS kernel set (fixed per machine: picked from the CPU's
+ * features at load, openblas.c, or named by OPENBLAS_CORETYPE).
  * OpenBLAS's level-3 threads split the rows and columns of C, never the
  * inner dimension, and every other sum here runs in a fixed order; so with
  * a fixed thread count (BP_BLAS_THREADS, or the same OPENBLAS_NUM_THREADS /
@@ -88,6 +89,23 @@ void blas_fill_rows(float *y, int64_t ld, int64_t rows, int64_t cols, const floa
  * reference does. */
 void blas_sum_rows(const float *dy, int64_t ld, int64_t rows, int64_t cols, float *db,
                    int64_t db_stride, int accumulate);
+
+/* OpenBLAS, loaded at module init (openblas.c) rather than linked, so that
+ * the module can name OpenBLAS's kernel set for the CPU before it loads. */
+typedef struct blas_library {
+  void (*sgemm)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint, blasint,
+                blasint, float, const float *, blasint, const float *, blasint, float, float *,
+                blasint);
+  void (*set_num_threads)(int);
+  int (*get_num_threads)(void);
+  char *(*get_config)(void);
+  char *(*get_corename)(void);
+  char core_source[64]; /* who chose the core, for the log */
+} blas_library;
+extern blas_library blas_lib;
+
+/* Loads OpenBLAS and fills blas_lib: 1, or 0 with a reason. */
+int blas_library_load(char *reason, size_t reason_size);
 
 /* cblas_sgemm on row-major operands, with every extent and leading
  * dimension already checked by blas_check_int. */

@@ -11,12 +11,9 @@
  * OpenBLAS's default (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, else one per
  * core). With several ranks as threads in one process, BP_BLAS_THREADS=1
  * (or cores / ranks) avoids oversubscription. The count is logged at info
- * level (BP_LOG=info), with OpenBLAS's configuration and the kernel set
- * ("core") it picked for the CPU at load time. A CPU newer than the
- * OpenBLAS build knows falls back to generic kernels several times slower
- * (Debian's 0.3.21 picks "Prescott" on an Emerald Rapids Xeon, family 6
- * model 207); OPENBLAS_CORETYPE=SkylakeX (or Haswell) in the environment
- * selects the right ones. */
+ * level (BP_LOG=info), with OpenBLAS's configuration, the kernel set
+ * ("core") in use and who chose it (openblas.c: the CPU's features, unless
+ * OPENBLAS_CORETYPE names one). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +44,7 @@ static const bp_abi_kernel *const blas_kernels[] = {
 static void blas_threads_init(const bp_abi_host *host) {
   const char *text = getenv("BP_BLAS_THREADS");
   const char *source = "the OpenBLAS default";
-  char message[256];
+  char message[512];
   if (text && *text) {
     char *end = NULL;
     errno = 0;
@@ -59,16 +56,24 @@ static void blas_threads_init(const bp_abi_host *host) {
                text, BLAS_MAX_THREADS);
       ops_host_log(host, BP_ABI_LOG_WARN, message);
     } else {
-      openblas_set_num_threads((int)n);
+      blas_lib.set_num_threads((int)n);
       source = "BP_BLAS_THREADS";
     }
   }
-  snprintf(message, sizeof message, "ops-blas: %.160s, %d threads (%s)",
-           openblas_get_config(), openblas_get_num_threads(), source);
+  snprintf(message, sizeof message, "ops-blas: %.120s, core %.32s (%s), %d threads (%s)",
+           blas_lib.get_config(), blas_lib.get_corename(), blas_lib.core_source,
+           blas_lib.get_num_threads(), source);
   ops_host_log(host, BP_ABI_LOG_INFO, message);
 }
 
 static int blas_init(const bp_abi_host *host) {
+  char reason[256];
+  if (!blas_library_load(reason, sizeof reason)) {
+    char message[320];
+    snprintf(message, sizeof message, "ops-blas: %s", reason);
+    ops_host_log(host, BP_ABI_LOG_ERROR, message);
+    return BP_ABI_ERR_UNSUPPORTED;
+  }
   const int rc = ops_register_kernels(host, "ops-blas", blas_kernels,
                                       sizeof blas_kernels / sizeof blas_kernels[0]);
   if (rc == BP_ABI_OK) blas_threads_init(host);

@@ -1,0 +1,80 @@
+/* OpenBLAS, loaded by the module's init instead of linked (blas-impl.h).
+ *
+ * OpenBLAS picks its kernel set ("core") once, when it loads, from the CPU
+ * models it knows. Debian 12's 0.3.21 does not know recent Xeons (Sapphire
+ * and Emerald Rapids report a generic model) and falls back to its Prescott
+ * kernels, which run our SGEMMs 2.5x slower than its SkylakeX ones on the
+ * same CPU. Loading the library here lets the module name the core from
+ * the CPU's own feature bits first: OPENBLAS_CORETYPE is set for the
+ * duration of the dlopen (OpenBLAS reads it while loading) and removed
+ * again, so the process environment is left as it was. A user's own
+ * OPENBLAS_CORETYPE is never touched, and a process that has OpenBLAS
+ * loaded already keeps the core it has. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blas-impl.h"
+
+#define OPENBLAS_SONAME "libopenblas.so.0"
+
+blas_library blas_lib;
+
+/* The most capable OpenBLAS x86-64 kernel family this CPU (and its OS, for
+ * the AVX-512 and AVX register state) can run, or NULL to leave the choice
+ * to OpenBLAS. Both families' SGEMMs are the ones OpenBLAS itself uses on
+ * the CPUs it recognizes with these features. */
+static const char *coretype_for_cpu(void) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+  return NULL;
+}
+
+/* dlsym into a function pointer without the object-to-function pointer
+ * cast ISO C leaves undefined (POSIX guarantees the representation). */
+static int symbol(void *lib, const char *name, void *fn, size_t fn_size, char *reason,
+                  size_t size) {
+  void *p = dlsym(lib, name);
+  if (!p) {
+    snprintf(reason, size, "%s has no symbol %s", OPENBLAS_SONAME, name);
+    return 0;
+  }
+  memcpy(fn, &p, fn_size);
+  return 1;
+}
+#define SYMBOL(lib, name, field) \
+  symbol(lib, name, &blas_lib.field, sizeof blas_lib.field, reason, size)
+
+int blas_library_load(char *reason, size_t size) {
+  void *lib = dlopen(OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  snprintf(blas_lib.core_source, sizeof blas_lib.core_source, "%s",
+           lib ? "OpenBLAS was loaded already" : "OpenBLAS's own choice");
+  if (!lib) {
+    const char *user = getenv("OPENBLAS_CORETYPE");
+    const char *pick = user && *user ? NULL : coretype_for_cpu();
+    if (user && *user) snprintf(blas_lib.core_source, sizeof blas_lib.core_source,
+                                "OPENBLAS_CORETYPE");
+    if (pick) {
+      setenv("OPENBLAS_CORETYPE", pick, 1);
+      snprintf(blas_lib.core_source, sizeof blas_lib.core_source, "the CPU's features");
+    }
+    lib = dlopen(OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (pick) unsetenv("OPENBLAS_CORETYPE");
+  }
+  if (!lib) {
+    snprintf(reason, size, "cannot load %s: %s", OPENBLAS_SONAME, dlerror());
+    return 0;
+  }
+  /* never dlclose'd: OpenBLAS keeps worker threads for the process */
+  return SYMBOL(lib, "cblas_sgemm", sgemm) &&
+         SYMBOL(lib, "openblas_set_num_threads", set_num_threads) &&
+         SYMBOL(lib, "openblas_get_num_threads", get_num_threads) &&
+         SYMBOL(lib, "openblas_get_config", get_config) &&
+         SYMBOL(lib, "openblas_get_corename", get_corename);
+}
