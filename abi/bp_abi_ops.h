@@ -133,15 +133,42 @@ typedef struct bp_optimizer_attrs {
   float eta;               /* lars trust coefficient */
 } bp_optimizer_attrs;
 
-/* allreduce.sum  in: x (a span)   out: x (in place), summed over ranks, then
- * multiplied by scale (1/world for a mean). A collective: kernels are
- * flagged BP_ABI_KERNEL_COLLECTIVE and reach the other ranks through
- * args->comm (bp_abi_comm); every rank must end with the same bits.
+/* Collectives over one FP32 span [1,1,1,E] of every rank, in place. Kernels
+ * are flagged BP_ABI_KERNEL_COLLECTIVE and reach the other ranks through
+ * args->comm (bp_abi_comm). The span is cut into `world` chunks: rank k
+ * owns chunk k, elements [bp_abi_chunk_start(E, world, k),
+ * bp_abi_chunk_start(E, world, k + 1)).
+ *
+ * allreduce.sum             in: x   out: x   every element summed over the
+ *                           ranks, then multiplied by scale (1/world for a
+ *                           mean); every rank ends with the same bits.
+ * allreduce.reduce_scatter  in: x   out: x   only the chunk this rank owns
+ *                           is summed and scaled, with exactly the bits
+ *                           allreduce.sum gives it; the other chunks keep
+ *                           undefined values (a sharded update reads only
+ *                           its own chunk, see below).
+ * allreduce.all_gather      in: x   out: x   (no attributes) every rank's
+ *                           chunk is copied from its owner into every
+ *                           rank's span, bit for bit.
+ * A host shards an elementwise optimizer over the ranks with these:
+ * reduce_scatter the gradient span, let every rank update the slice of the
+ * parameter and moment spans its chunk covers, all_gather the parameters
+ * (and the moments before a checkpoint). The result is bit-identical to
+ * allreduce.sum followed by the update on every rank, at half the update's
+ * memory traffic per rank for two ranks.
  * Implementations: ops/allreduce ("threads", "mpi"; "nccl" takes the same
  * contract on the CUDA device). */
 typedef struct bp_allreduce_attrs {
   float scale;
 } bp_allreduce_attrs;
+
+/* First element of chunk k of a span of `count` elements cut into `world`
+ * chunks (count * k / world, without overflow): chunk sizes differ by at
+ * most one, the larger ones last. */
+static inline uint64_t bp_abi_chunk_start(uint64_t count, int world, int k) {
+  const uint64_t w = (uint64_t)world, q = count / w, r = count % w;
+  return q * (uint64_t)k + r * (uint64_t)k / w;
+}
 
 #ifdef __cplusplus
 }

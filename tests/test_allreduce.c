@@ -1,8 +1,10 @@
-/* The all-reduce modules (ops/allreduce, bp_abi_ops.h allreduce.sum): the
- * "threads" kernel gives every rank the bits of a reference sum in rank
- * order, then scaled, for world sizes 1..8 and spans of 1 element to 4 MB,
- * odd sizes, and spans that start and end at region boundaries of a real
- * plan (bytes outside the span untouched); supports() refuses what is not
+/* The all-reduce modules (ops/allreduce, bp_abi_ops.h allreduce.*): the
+ * "threads" kernels give every rank the bits of a reference sum in rank
+ * order, then scaled (allreduce.sum; reduce_scatter in the rank's own chunk
+ * of bp_abi_chunk_start), or every chunk's owner's bits (all_gather), for
+ * world sizes 1..8 and spans of 1 element to 4 MB, odd sizes, and spans
+ * that start and end at region boundaries of a real plan (bytes outside
+ * the span untouched); supports() refuses what is not
  * its contract; selection picks the kernel by the communicator's backend
  * and never autotunes a collective. The "mpi" kernel's runs are in
  * test_train_mpi (under mpirun). */
@@ -32,15 +34,20 @@ static bp_registry *registry(void) {
   return r;
 }
 
-static const bp_abi_kernel *kernel(const char *impl) {
+static const bp_abi_kernel *kernel_of(const char *op, const char *impl) {
   bp_registry *r = registry();
   for (int i = 0; i < bp_registry_kernel_count(r); i++) {
     const bp_abi_kernel *k = &bp_registry_kernel(r, i)->kernel;
-    if (strcmp(k->op, "allreduce.sum") == 0 && strcmp(k->impl, impl) == 0) return k;
+    if (strcmp(k->op, op) == 0 && strcmp(k->impl, impl) == 0) return k;
   }
-  ck_abort_msg("no allreduce.sum kernel '%s'", impl);
+  ck_abort_msg("no %s kernel '%s'", op, impl);
   return NULL;
 }
+static const bp_abi_kernel *kernel(const char *impl) { return kernel_of("allreduce.sum", impl); }
+
+static const char *const ops[] = {"allreduce.sum", "allreduce.reduce_scatter",
+                                  "allreduce.all_gather"};
+#define OP_COUNT 3
 
 /* A value of rank r, element i: varied magnitudes and signs, so the sum's
  * rounding depends on its order. */
@@ -102,10 +109,29 @@ static void *ar_thread(void *arg) {
   return NULL;
 }
 
-/* world ranks reduce elements [first, first + count) of buffers of `total`
- * elements; everything outside the span must keep its guard value. */
-static void check_span(int world, uint64_t total, uint64_t first, uint64_t count, float scale) {
-  const bp_abi_kernel *k = kernel("threads");
+/* The value element i of a span of `count` must hold on rank r after `op`
+ * over `world` ranks: 1 and *want, or 0 where it is undefined (the chunks
+ * a reduce_scatter does not own). */
+static int expected(const char *op, int world, int r, uint64_t count, uint64_t i, float scale,
+                    float *want) {
+  int owner = 0;
+  while (i >= bp_abi_chunk_start(count, world, owner + 1)) owner++;
+  if (strcmp(op, "allreduce.all_gather") == 0) {
+    *want = value_of(owner, i);
+    return 1;
+  }
+  if (strcmp(op, "allreduce.reduce_scatter") == 0 && owner != r) return 0;
+  float s = value_of(0, i);
+  for (int k = 1; k < world; k++) s += value_of(k, i);
+  *want = s * scale;
+  return 1;
+}
+
+/* world ranks run `op` over elements [first, first + count) of buffers of
+ * `total` elements; everything outside the span must keep its guard value. */
+static void check_span_op(const char *op, int world, uint64_t total, uint64_t first,
+                          uint64_t count, float scale) {
+  const bp_abi_kernel *k = kernel_of(op, "threads");
   bp_comm *comm = NULL;
   ck_assert_int_eq(bp_comm_create(world, &comm), BP_OK);
   float *bufs[8];
@@ -127,16 +153,15 @@ static void check_span(int world, uint64_t total, uint64_t first, uint64_t count
   ar_thread(&jobs[0]);
   for (int r = 1; r < world; r++) pthread_join(th[r], NULL);
   for (int r = 0; r < world; r++) ck_assert_int_eq(jobs[r].rc, BP_ABI_OK);
-  for (uint64_t i = 0; i < count; i++) {
-    float s = value_of(0, i);
-    for (int r = 1; r < world; r++) s += value_of(r, i);
-    s *= scale;
-    for (int r = 0; r < world; r++)
-      if (memcmp(&bufs[r][first + i], &s, sizeof s) != 0)
-        ck_abort_msg("world %d, count %llu: rank %d element %llu is %a, the reference %a", world,
-                     (unsigned long long)count, r, (unsigned long long)i,
+  for (uint64_t i = 0; i < count; i++)
+    for (int r = 0; r < world; r++) {
+      float s;
+      if (expected(op, world, r, count, i, scale, &s) &&
+          memcmp(&bufs[r][first + i], &s, sizeof s) != 0)
+        ck_abort_msg("%s, world %d, count %llu: rank %d element %llu is %a, the reference %a",
+                     op, world, (unsigned long long)count, r, (unsigned long long)i,
                      (double)bufs[r][first + i], (double)s);
-  }
+    }
   for (int r = 0; r < world; r++) {
     for (uint64_t i = 0; i < total; i++)
       /* no ck_assert per element: Check logs every one */
@@ -145,6 +170,10 @@ static void check_span(int world, uint64_t total, uint64_t first, uint64_t count
     free(bufs[r]);
   }
   bp_comm_destroy(comm);
+}
+
+static void check_span(int world, uint64_t total, uint64_t first, uint64_t count, float scale) {
+  for (int o = 0; o < OP_COUNT; o++) check_span_op(ops[o], world, total, first, count, scale);
 }
 
 START_TEST(threads_match_rank_order_sum) {
@@ -228,6 +257,16 @@ START_TEST(threads_refuses_what_is_not_its_contract) {
   n.comm.rank = 2;
   ck_assert(!k->supports(k->user, &n.args, why, sizeof why));
   ck_assert_ptr_nonnull(strstr(why, "rank 2 of world 2"));
+  /* no attribute block: reduce_scatter needs its scale, all_gather has none */
+  const bp_abi_kernel *rs = kernel_of("allreduce.reduce_scatter", "threads");
+  const bp_abi_kernel *ag = kernel_of("allreduce.all_gather", "threads");
+  ar_node_init(&n, data, 4, 1.0f, &c);
+  n.args.attrs = NULL;
+  n.args.attr_size = 0;
+  ck_assert(!rs->supports(rs->user, &n.args, why, sizeof why));
+  ck_assert_ptr_nonnull(strstr(why, "attribute block"));
+  ck_assert_msg(ag->supports(ag->user, &n.args, why, sizeof why), "%s", why);
+  ck_assert_uint_ne(rs->flags & ag->flags & BP_ABI_KERNEL_COLLECTIVE, 0);
   bp_comm_destroy(comm);
 }
 END_TEST

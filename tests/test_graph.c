@@ -31,6 +31,8 @@ typedef struct rig {
 
 /* Compiles `file` with batch 128 over 1000 images (train_last 104) and
  * eval batch 200 over 500 (eval_last 100), then builds its graph. */
+static int rig_replicate; /* bp_graph_options.replicate_update of the next open_rig */
+
 static rig open_rig(const char *file, bp_optimizer opt, int amp, int ema, int world) {
   rig r;
   r.model = load_shipped(file);
@@ -49,6 +51,7 @@ static rig open_rig(const char *file, bp_optimizer opt, int amp, int ema, int wo
   go.global_batch = 128;
   go.train_size = 1000;
   go.eval_ema = ema;
+  go.replicate_update = rig_replicate;
   ck_assert_msg(bp_graph_build(r.model, r.plan, &go, &r.graph) == BP_OK, "%s", bp_last_error());
   return r;
 }
@@ -417,14 +420,85 @@ START_TEST(ema_amp_and_comm) {
   expect_ops(&r, variant(&r, "eval"), BP_SEGMENT_CAST, "range.cast");
   close_rig(&r);
 
+  rig_replicate = 1;
   r = open_rig("resnet8.yaml", BP_OPT_SGD, 0, 0, 2);
+  rig_replicate = 0;
   expect_ops(&r, 0, BP_SEGMENT_COMM, "allreduce.sum allreduce.sum allreduce.sum");
+  expect_ops(&r, 0, BP_SEGMENT_UPDATE, "range.sgd range.sgd");
+  expect_ops(&r, 0, BP_SEGMENT_GATHER, "");
+  expect_ops(&r, 0, BP_SEGMENT_STATE, "");
   const bp_node *deep = bp_graph_node(r.graph, 0, BP_SEGMENT_COMM, 0);
   expect_span(&deep->inputs[0], region_span(&r, BP_REGION_G_CONV_DEEP, BP_REGION_G_CONV_DEEP),
               "deep bucket");
   const bp_node *bn = bp_graph_node(r.graph, 0, BP_SEGMENT_COMM, 2);
   expect_span(&bn->inputs[0], region_span(&r, BP_REGION_B, BP_REGION_B), "BN bucket");
   ck_assert_float_eq(bn->attrs.allreduce.scale, 0.5f);
+  close_rig(&r);
+}
+END_TEST
+
+/* A node's place in its bucket: the bucket's W span and the node's. */
+static void expect_shard(const rig *r, const bp_node *n, bp_param_kind b0, bp_param_kind b1,
+                         bp_param_kind k0, bp_param_kind k1) {
+  const bp_span bucket = region_span(r, bp_region_of_param(BP_FAMILY_W, b0),
+                                     bp_region_of_param(BP_FAMILY_W, b1));
+  const bp_span w = region_span(r, bp_region_of_param(BP_FAMILY_W, k0),
+                                bp_region_of_param(BP_FAMILY_W, k1));
+  expect_span(&n->outputs[0], w, n->name);
+  expect_span(&n->inputs[0],
+              region_span(r, bp_region_of_param(BP_FAMILY_G, k0), bp_region_of_param(BP_FAMILY_G, k1)),
+              n->name);
+  ck_assert_uint_eq(n->shard_domain, bucket.bytes / 4);
+  ck_assert_uint_eq(n->shard_first, (w.offset - bucket.offset) / 4);
+}
+
+/* Several ranks update their own chunks by default (SGD, AdamW):
+ * reduce_scatter per gradient bucket, update nodes that carry their place
+ * in their bucket, all_gather of W per bucket, and of M and V for a
+ * checkpoint. LARS and one rank stay replicated. */
+START_TEST(sharded_update) {
+  rig r = open_rig("resnet8.yaml", BP_OPT_ADAMW, 0, 0, 2);
+  const int tr = variant(&r, "train");
+  for (int v = 0; v < bp_plan_variant_count(r.plan); v++) {
+    if (bp_graph_variant_is_eval(r.graph, v)) continue;
+    expect_ops(&r, v, BP_SEGMENT_COMM,
+               "allreduce.reduce_scatter allreduce.reduce_scatter allreduce.sum");
+    expect_ops(&r, v, BP_SEGMENT_UPDATE, "range.adamw range.adamw range.adamw");
+    expect_ops(&r, v, BP_SEGMENT_GATHER, "allreduce.all_gather allreduce.all_gather");
+    expect_ops(&r, v, BP_SEGMENT_STATE, "allreduce.all_gather allreduce.all_gather "
+                                        "allreduce.all_gather allreduce.all_gather");
+  }
+  const bp_param_kind deep = BP_PARAM_CONV_DEEP, bn = BP_PARAM_BN_BIAS;
+  const bp_node *rs = bp_graph_node(r.graph, tr, BP_SEGMENT_COMM, 1);
+  expect_span(&rs->inputs[0],
+              region_span(&r, BP_REGION_G_BN_BIAS, BP_REGION_G_CONV_FIRST), "rest bucket");
+  ck_assert_float_eq(rs->attrs.allreduce.scale, 1.0f);
+  expect_shard(&r, find_node(&r, tr, BP_SEGMENT_UPDATE, "update.decay deep conv"), deep, deep,
+               deep, deep);
+  expect_shard(&r, find_node(&r, tr, BP_SEGMENT_UPDATE, "update.decay"), bn,
+               BP_PARAM_CONV_FIRST, BP_PARAM_FC_WEIGHT, BP_PARAM_CONV_FIRST);
+  expect_shard(&r, find_node(&r, tr, BP_SEGMENT_UPDATE, "update.no_decay"), bn,
+               BP_PARAM_CONV_FIRST, bn, BP_PARAM_FC_BIAS);
+  ck_assert_float_eq(find_node(&r, tr, BP_SEGMENT_UPDATE, "update.no_decay")
+                         ->attrs.optimizer.weight_decay, 0.0f);
+  expect_span(&find_node(&r, tr, BP_SEGMENT_GATHER, "all_gather W deep conv")->inputs[0],
+              region_span(&r, BP_REGION_W_CONV_DEEP, BP_REGION_W_CONV_DEEP), "gather W deep");
+  expect_span(&find_node(&r, tr, BP_SEGMENT_GATHER, "all_gather W rest")->inputs[0],
+              region_span(&r, BP_REGION_W_BN_BIAS, BP_REGION_W_CONV_FIRST), "gather W rest");
+  expect_span(&find_node(&r, tr, BP_SEGMENT_STATE, "all_gather V rest")->inputs[0],
+              region_span(&r, BP_REGION_V_BN_BIAS, BP_REGION_V_CONV_FIRST), "gather V rest");
+  close_rig(&r);
+
+  r = open_rig("resnet8.yaml", BP_OPT_LARS, 0, 0, 2); /* trust ratios need whole tensors */
+  expect_ops(&r, 0, BP_SEGMENT_COMM, "allreduce.sum allreduce.sum allreduce.sum");
+  expect_ops(&r, 0, BP_SEGMENT_GATHER, "");
+  ck_assert_uint_eq(bp_graph_node(r.graph, 0, BP_SEGMENT_UPDATE, 0)->shard_domain, 0);
+  close_rig(&r);
+
+  r = open_rig("mlp.yaml", BP_OPT_SGD, 0, 0, 1); /* one rank: nothing to shard */
+  expect_ops(&r, 0, BP_SEGMENT_COMM, "");
+  expect_ops(&r, 0, BP_SEGMENT_UPDATE, "range.sgd range.sgd");
+  expect_ops(&r, 0, BP_SEGMENT_STATE, "");
   close_rig(&r);
 }
 END_TEST
@@ -481,6 +555,7 @@ int main(void) {
   tcase_add_test(tc, resnet8_accumulates);
   tcase_add_test(tc, optimizers_one_node_per_span);
   tcase_add_test(tc, ema_amp_and_comm);
+  tcase_add_test(tc, sharded_update);
   tcase_add_test(tc, refuses_bad_input);
   tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);

@@ -31,11 +31,14 @@ static const char bn_model[] =
 static toy_env env_open(void) { return toy_env_open(bn_model, 260, 60, 3); }
 
 /* The rank state compared across ranks: every FP32 tensor of the regions
- * B (BN statistics) through V (optimizer moments), gradients included;
- * not R (each rank's own loss, summed when read). */
+ * B (BN statistics) through V (optimizer moments); not R (each rank's own
+ * loss, summed when read) and not G: under the sharded update (graph.h)
+ * each rank holds the gradient sum of its own chunks only. The moments are
+ * gathered first (on_step saves a checkpoint). */
 static int compared(const bp_dtensor *d) {
   return d->dtype == BP_DTYPE_FP32 && d->region <= BP_REGION_V_CONV_DEEP &&
-         d->region != BP_REGION_R;
+         d->region != BP_REGION_R &&
+         !(d->region >= BP_REGION_G_BN_BIAS && d->region <= BP_REGION_G_CONV_DEEP);
 }
 
 /* All compared tensors of `rank`, concatenated (malloc'ed); *n_out floats. */
@@ -63,13 +66,14 @@ static float *read_state(const bp_trainer *t, int rank, uint64_t *n_out) {
 typedef struct step_check {
   bp_trainer *t;
   int steps;
+  const char *save_path; /* a checkpoint written every step: it gathers the moments */
 } step_check;
 
 /* Every step: every rank's state has rank 0's bits. */
 static void on_step(void *user, const bp_train_progress *p) {
   step_check *c = user;
-  (void)p;
   if (!c->t) return;
+  ck_assert_msg(bp_trainer_save(c->t, c->save_path) == BP_OK, "%s", bp_last_error());
   uint64_t n0, n;
   float *s0 = read_state(c->t, 0, &n0);
   for (int r = 1; r < bp_trainer_world(c->t); r++) {
@@ -90,10 +94,18 @@ static void keep_report(void *user, const bp_epoch_report *r) { *(bp_epoch_repor
 /* Trains `model` on `data` for `epochs` at global batch `batch` over
  * `ranks` ranks, seed 5; with `check`, every step is checked; with `last`,
  * the last epoch's report is written there. */
+/* Options of the next train_ex: optimizer (-1: the model's), replicated
+ * update, checkpoint file. */
+static int next_optimizer = -1, next_replicate;
+static const char *next_checkpoint;
+
 static bp_trainer *train_ex(const char *model, const char *data, int ranks, int64_t batch,
                             int64_t epochs, step_check *check, bp_epoch_report *last) {
   bp_train_options o;
   bp_train_options_init(&o);
+  o.optimizer = next_optimizer;
+  o.replicate_update = next_replicate;
+  o.checkpoint_path = next_checkpoint;
   o.data_dir = data;
   o.ranks = ranks;
   o.batch = batch;
@@ -179,14 +191,16 @@ END_TEST
  * `ranks` with the same seed end with the same bits. */
 static void check_bn_bits(int ranks, int64_t batch, int steps, int64_t batch5, int steps5) {
   toy_env e = env_open();
-  step_check c = {NULL, 0};
+  char *gathered = path_in(e.dir, "gathered.ckpt");
+  step_check c = {NULL, 0, gathered};
   bp_trainer *a = train(e.model, e.data, ranks, batch, 2, &c);
   ck_assert_int_eq(c.steps, steps);
-  step_check c5 = {NULL, 0};
+  step_check c5 = {NULL, 0, gathered};
   bp_trainer *five = train(e.model, e.data, 5, batch5, 1, &c5);
   ck_assert_int_eq(c5.steps, steps5);
   bp_trainer_destroy(five);
   bp_trainer *b = train(e.model, e.data, ranks, batch, 2, NULL);
+  ck_assert_int_eq(bp_trainer_save(b, gathered), BP_OK); /* b's moments gathered, as a's */
   uint64_t na, nb;
   float *sa = read_state(a, 0, &na), *sb = read_state(b, 0, &nb);
   ck_assert_int_eq(na, nb);
@@ -196,6 +210,7 @@ static void check_bn_bits(int ranks, int64_t batch, int steps, int64_t batch5, i
   free(sb);
   bp_trainer_destroy(a);
   bp_trainer_destroy(b);
+  free(gathered);
   toy_env_close(&e);
 }
 
@@ -241,6 +256,38 @@ END_TEST
  * optimizer state and BN statistics after every step; two 3-rank runs with
  * the same seed end with the same bits. */
 START_TEST(bn_uneven_ranks_bit_identical_every_step) { check_bn_bits(3, 50, 12, 64, 5); }
+END_TEST
+
+/* graph.h: the sharded update (reduce_scatter, each rank's own chunk
+ * updated, all_gather) gives the bits of the replicated one (allreduce.sum,
+ * every rank updating everything): after 2 epochs with batch norm, SGD and
+ * AdamW, 2 ranks (even) and 3 (uneven, 17+17+16 and 4+3+3), the checkpoints
+ * (every parameter, BN statistic, optimizer moment, counter) are equal
+ * byte for byte. */
+START_TEST(sharded_update_matches_replicated) {
+  toy_env e = env_open();
+  char *sharded = path_in(e.dir, "sharded.ckpt"), *replicated = path_in(e.dir, "replicated.ckpt");
+  static const int optimizers[] = {BP_OPT_SGD, BP_OPT_ADAMW};
+  for (int ranks = 2; ranks <= 3; ranks++)
+    for (int k = 0; k < 2; k++) {
+      next_optimizer = optimizers[k];
+      next_checkpoint = sharded;
+      next_replicate = 0;
+      bp_trainer_destroy(train(e.model, e.data, ranks, 50, 2, NULL));
+      next_checkpoint = replicated;
+      next_replicate = 1;
+      bp_trainer_destroy(train(e.model, e.data, ranks, 50, 2, NULL));
+      ck_assert_msg(same_file(sharded, replicated),
+                    "%d ranks, optimizer %d: sharded and replicated checkpoints differ", ranks,
+                    optimizers[k]);
+    }
+  next_optimizer = -1;
+  next_checkpoint = NULL;
+  next_replicate = 0;
+  free(sharded);
+  free(replicated);
+  toy_env_close(&e);
+}
 END_TEST
 
 /* graph.h: every variant of a rank share scales the loss gradient by 1 /
@@ -295,8 +342,9 @@ START_TEST(rank_variants_scale_by_global_batch) {
 }
 END_TEST
 
-/* The command line: --ranks 2 trains and prints the usual lines; eval and
- * resume take its checkpoint with the same --ranks. */
+/* The command line: --ranks 2 trains and prints the usual lines (and the
+ * checkpoint of --replicate-update); eval and resume take its checkpoint
+ * with the same --ranks. */
 START_TEST(cli_ranks_two) {
   toy_env e = env_open();
   char *ck = path_in(e.dir, "r2.ckpt");
@@ -305,6 +353,14 @@ START_TEST(cli_ranks_two) {
   ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
   ck_assert_ptr_nonnull(strstr(r.out, "test accuracy"));
   run_free(&r);
+  /* every rank updating everything: the same checkpoint, byte for byte */
+  char *ck_rep = path_in(e.dir, "r2-replicated.ckpt");
+  r = RUN("train", e.model, "--data", e.data, "--ranks", "2", "--epochs", "1", "--checkpoint",
+          ck_rep, "--replicate-update");
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  ck_assert(same_file(ck, ck_rep));
+  run_free(&r);
+  free(ck_rep);
   r = RUN("eval", e.model, "--data", e.data, "--ranks", "2", "--checkpoint", ck);
   ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
   run_free(&r);
@@ -333,6 +389,7 @@ int main(void) {
   tcase_add_test(tc, mlp_three_ranks_uneven_match_one);
   tcase_add_test(tc, bn_uneven_ranks_bit_identical_every_step);
   tcase_add_test(tc, rank_variants_scale_by_global_batch);
+  tcase_add_test(tc, sharded_update_matches_replicated);
   tcase_set_timeout(tc, 600);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

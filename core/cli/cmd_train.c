@@ -40,6 +40,8 @@ static const char usage_text[] =
     "                        batch B, the first B %% R ranks one more; under\n"
     "                        `mpirun -np N blueprint train ...` each process is one\n"
     "                        rank of N (no --ranks there)\n"
+    "  --replicate-update    with several ranks, every rank updates every parameter\n"
+    "                        (default: each its own chunk, then gathered; same bits)\n"
     "  --device cpu|cuda     device kind (cpu)\n"
     "  --seed S              run seed: initialization, data order, augmentation (1)\n"
     "  --optimizer NAME      sgd, adamw or lars\n"

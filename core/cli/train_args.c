@@ -30,7 +30,7 @@ typedef enum {
   O_OPTIMIZER, O_EMA, O_AMP, O_QUIET, O_EPOCHS, O_RANKS, O_SEED, O_RESUME, O_METRICS,
   O_LOG_EVERY, O_LR, O_MOMENTUM, O_WEIGHT_DECAY, O_NESTEROV, O_SCHEDULE, O_WARMUP,
   O_STEP_GAMMA, O_STEP_EVERY, O_TRAIN_LIMIT, O_STOP_AFTER, O_CROP_PAD, O_FLIP, O_EMA_DECAY,
-  O_AUTOTUNE, O_AUTOTUNE_CACHE
+  O_AUTOTUNE, O_AUTOTUNE_CACHE, O_REPLICATE
 } option_id;
 
 /* Every option: its name, what its value is, and whether eval takes it. */
@@ -54,6 +54,7 @@ static const struct option_spec {
     {O_QUIET, "--quiet", V_NONE, 1},
     {O_EPOCHS, "--epochs", V_COUNT, 0},
     {O_RANKS, "--ranks", V_COUNT, 1},
+    {O_REPLICATE, "--replicate-update", V_NONE, 0},
     {O_SEED, "--seed", V_SEED, 0},
     {O_RESUME, "--resume", V_FILE, 0},
     {O_METRICS, "--metrics", V_FILE, 0},
@@ -149,6 +150,7 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_MOMENTUM: o->momentum = d; break;
   case O_WEIGHT_DECAY: o->weight_decay = d; break;
   case O_NESTEROV: o->nesterov = 1; break;
+  case O_REPLICATE: o->replicate_update = 1; break;
   case O_WARMUP: o->warmup_epochs = d; break;
   case O_STEP_GAMMA: o->step_gamma = d; break;
   case O_STEP_EVERY: o->step_epochs = i; break;

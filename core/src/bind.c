@@ -122,14 +122,42 @@ static void fill_args(const bp_exec *x, bound_node *b, int buffer) {
   a->comm = x->options.comm;
 }
 
-static bp_status bind_node(bp_exec *x, bp_registry *r, int v, const bp_node *n, bound_node *b) {
+/* The elements [*first, *end) of a sharded node's spans that lie in this
+ * rank's chunk of the node's bucket (graph.h, bp_node.shard_domain); the
+ * whole spans for a node that is not sharded. */
+static void shard_slice(const bp_exec *x, const bp_node *n, uint64_t *first, uint64_t *end) {
+  *first = 0;
+  *end = UINT64_MAX;
+  if (!n->shard_domain) return;
+  const uint64_t count = n->inputs[0].span.bytes / bp_dtype_size(n->inputs[0].dtype);
+  const int world = x->options.world, rank = x->options.rank;
+  const uint64_t lo = bp_abi_chunk_start(n->shard_domain, world, rank);
+  const uint64_t hi = bp_abi_chunk_start(n->shard_domain, world, rank + 1);
+  const uint64_t a = n->shard_first, z = n->shard_first + count; /* graph invariant 5 */
+  *first = lo > a ? lo - a : 0;
+  *end = hi < z ? (hi > a ? hi - a : 0) : count;
+  if (*end < *first) *end = *first;
+}
+
+/* Binds node n of variant v; *bound = 0 for a sharded node of which this
+ * rank owns nothing (it is left out of the bound segment). */
+static bp_status bind_node(bp_exec *x, bp_registry *r, int v, const bp_node *n, bound_node *b,
+                           int *bound) {
   b->node = n;
+  uint64_t first, end;
+  shard_slice(x, n, &first, &end);
+  *bound = end > first;
+  if (!*bound) return BP_OK;
   for (int side = 0; side < 2; side++) {
     const int count = side ? n->num_outputs : n->num_inputs;
     for (int i = 0; i < count; i++) {
       uint64_t off;
-      resolve_tensor(x, v, side ? &n->outputs[i] : &n->inputs[i],
-                     side ? &b->outputs[i] : &b->inputs[i], &off);
+      bp_node_tensor nt = side ? n->outputs[i] : n->inputs[i];
+      if (n->shard_domain && nt.id < 0) { /* the same slice of every span */
+        const uint64_t size = bp_dtype_size(nt.dtype);
+        nt.span = (bp_span){nt.span.offset + first * size, (end - first) * size};
+      }
+      resolve_tensor(x, v, &nt, side ? &b->outputs[i] : &b->inputs[i], &off);
       for (int buf = 0; buf < 2; buf++) {
         if (side)
           b->out_ptrs[buf][i] = pointer(x, off, buf);
@@ -227,9 +255,12 @@ bp_status bp_exec_create(const bp_graph *graph, bp_registry *registry, void *are
         st = bp_fail(BP_ERR_NOMEM, "out of memory binding a graph");
         break;
       }
-      bs->count = count;
-      for (int k = 0; st == BP_OK && k < count; k++)
-        st = bind_node(x, registry, v, bp_graph_node(graph, v, (bp_segment)s, k), &bs->nodes[k]);
+      for (int k = 0; st == BP_OK && k < count; k++) {
+        int bound = 0;
+        st = bind_node(x, registry, v, bp_graph_node(graph, v, (bp_segment)s, k),
+                       &bs->nodes[bs->count], &bound);
+        bs->count += bound;
+      }
     }
   if (st == BP_OK) st = alloc_workspace(x);
   if (st != BP_OK) {

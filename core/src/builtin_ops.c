@@ -52,6 +52,9 @@ static const bp_abi_op builtin_ops[] = {
     BP_OP("range.lars", 3, 3, bp_optimizer_attrs),
     /* x -> x, summed over ranks */
     BP_OP("allreduce.sum", 1, 1, bp_allreduce_attrs),
+    /* x -> x: this rank's chunk summed | every chunk from its owner */
+    BP_OP("allreduce.reduce_scatter", 1, 1, bp_allreduce_attrs),
+    {sizeof(bp_abi_op), "allreduce.all_gather", 1, 1, 0, BP_ABI_ATTR_VERSION, NULL},
 };
 
 const bp_abi_op *bp_builtin_ops(int *count_out) {

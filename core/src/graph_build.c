@@ -62,9 +62,10 @@ static const char *const segment_names[BP_SEGMENT_COUNT] = {
     [BP_SEGMENT_CAST] = "cast",           [BP_SEGMENT_FORWARD] = "forward",
     [BP_SEGMENT_LOSS] = "loss",           [BP_SEGMENT_BACKWARD] = "backward",
     [BP_SEGMENT_CAST_GRAD] = "cast_grad", [BP_SEGMENT_COMM] = "comm",
-    [BP_SEGMENT_UPDATE] = "update",       [BP_SEGMENT_EMA] = "ema",
-    [BP_SEGMENT_EVAL] = "eval",           [BP_SEGMENT_RESET] = "reset",
-    [BP_SEGMENT_INIT] = "init",
+    [BP_SEGMENT_UPDATE] = "update",       [BP_SEGMENT_GATHER] = "gather",
+    [BP_SEGMENT_EMA] = "ema",             [BP_SEGMENT_EVAL] = "eval",
+    [BP_SEGMENT_RESET] = "reset",         [BP_SEGMENT_INIT] = "init",
+    [BP_SEGMENT_STATE] = "state",
 };
 
 const char *bp_segment_name(bp_segment s) {
@@ -559,9 +560,21 @@ static void range_node(build_ctx *x, bp_segment seg, const char *op, const char 
   SET_ATTRS(n, range, {scale, decay});
 }
 
-/* One optimizer node over parameter kinds [k0, k1]. */
+/* The gradient buckets of the COMM segment, in the order they are reduced
+ * (graph.h): the deep convolutions first, then every other kind. A sharded
+ * update chunks each bucket over the ranks. */
+typedef struct bucket {
+  const char *name;
+  bp_param_kind k0, k1;
+} bucket;
+static const bucket buckets[] = {{"deep conv", BP_PARAM_CONV_DEEP, BP_PARAM_CONV_DEEP},
+                                 {"rest", BP_PARAM_BN_BIAS, BP_PARAM_CONV_FIRST}};
+#define BUCKET_COUNT ((int)(sizeof buckets / sizeof buckets[0]))
+
+/* One optimizer node over parameter kinds [k0, k1]; sharded over the ranks
+ * when `b` is its bucket (NULL: replicated). */
 static void update_node(build_ctx *x, const char *name, bp_param_kind k0, bp_param_kind k1,
-                        int decayed) {
+                        int decayed, const bucket *b) {
   const bp_graph_optimizer *o = &x->g->options.optimizer;
   const bp_optimizer opt = bp_plan_get_options(x->plan)->optimizer;
   const bp_span w = family_span(x, BP_FAMILY_W, k0, k1);
@@ -580,6 +593,62 @@ static void update_node(build_ctx *x, const char *name, bp_param_kind k0, bp_par
   SET_ATTRS(n, optimizer,
             {o->momentum, decayed ? o->weight_decay : 0.0f, o->nesterov, o->beta1, o->beta2, o->eps,
              o->eta});
+  if (b) {
+    const bp_span whole = family_span(x, BP_FAMILY_W, b->k0, b->k1);
+    GRAPH_ASSERT(w.offset >= whole.offset && w.offset + w.bytes <= whole.offset + whole.bytes);
+    n->shard_domain = whole.bytes / sizeof(float);
+    n->shard_first = (w.offset - whole.offset) / sizeof(float);
+  }
+}
+
+/* One collective over the span of family f in bucket b. */
+static void bucket_node(build_ctx *x, bp_segment seg, const char *op, bp_param_family f,
+                        const bucket *b, const char *what) {
+  const bp_span span = family_span(x, f, b->k0, b->k1);
+  if (span.bytes == 0) return;
+  char name[64];
+  snprintf(name, sizeof name, "%s %s", what, b->name);
+  bp_node *n = node_add(x, seg, op, -1, name);
+  in_span(n, span, BP_DTYPE_FP32);
+  out_span(n, span, BP_DTYPE_FP32);
+  if (strcmp(op, "allreduce.all_gather") != 0) SET_ATTRS(n, allreduce, {1.0f});
+}
+
+/* COMM, UPDATE, GATHER and STATE (graph.h). */
+static void build_comm_and_update(build_ctx *x) {
+  const bp_optimizer opt = bp_plan_get_options(x->plan)->optimizer;
+  const int world = x->g->options.world;
+  const int sharded = world > 1 && !x->g->options.replicate_update && opt != BP_OPT_LARS;
+  if (world > 1) {
+    for (int k = 0; k < BUCKET_COUNT; k++)
+      bucket_node(x, BP_SEGMENT_COMM, sharded ? "allreduce.reduce_scatter" : "allreduce.sum",
+                  BP_FAMILY_G, &buckets[k], sharded ? "reduce_scatter G" : "allreduce G");
+    const bp_span bn = resolve(x, BP_REGION_B, BP_REGION_B);
+    if (bn.bytes) {
+      bp_node *n = node_add(x, BP_SEGMENT_COMM, "allreduce.sum", -1, "allreduce B (mean)");
+      in_span(n, bn, BP_DTYPE_FP32);
+      out_span(n, bn, BP_DTYPE_FP32);
+      SET_ATTRS(n, allreduce, {1.0f / (float)world});
+    }
+  }
+  if (!sharded) {
+    update_node(x, "update.decay", BP_PARAM_FC_WEIGHT, BP_PARAM_CONV_DEEP, 1, NULL);
+    update_node(x, "update.no_decay", BP_PARAM_BN_BIAS, BP_PARAM_FC_BIAS, 0, NULL);
+    return;
+  }
+  const bucket *deep = &buckets[0], *rest = &buckets[1];
+  update_node(x, "update.decay deep conv", BP_PARAM_CONV_DEEP, BP_PARAM_CONV_DEEP, 1, deep);
+  update_node(x, "update.decay", BP_PARAM_FC_WEIGHT, BP_PARAM_CONV_FIRST, 1, rest);
+  update_node(x, "update.no_decay", BP_PARAM_BN_BIAS, BP_PARAM_FC_BIAS, 0, rest);
+  for (int k = 0; k < BUCKET_COUNT; k++) {
+    bucket_node(x, BP_SEGMENT_GATHER, "allreduce.all_gather", BP_FAMILY_W, &buckets[k],
+                "all_gather W");
+    bucket_node(x, BP_SEGMENT_STATE, "allreduce.all_gather", BP_FAMILY_M, &buckets[k],
+                "all_gather M");
+    if (opt == BP_OPT_ADAMW)
+      bucket_node(x, BP_SEGMENT_STATE, "allreduce.all_gather", BP_FAMILY_V, &buckets[k],
+                  "all_gather V");
+  }
 }
 
 static void build_train_ranges(build_ctx *x) {
@@ -600,28 +669,7 @@ static void build_train_ranges(build_ctx *x) {
     range_node(x, BP_SEGMENT_ZERO_GRAD, "range.zero", "zero_grad", none, BP_DTYPE_FP32, g,
                BP_DTYPE_FP32, 0.0f, 0.0f);
   }
-  if (x->g->options.world > 1) {
-    const float inv = 1.0f / (float)x->g->options.world;
-    const bp_span deep = family_span(x, BP_FAMILY_G, BP_PARAM_CONV_DEEP, BP_PARAM_CONV_DEEP);
-    const bp_span rest = family_span(x, BP_FAMILY_G, BP_PARAM_BN_BIAS, BP_PARAM_CONV_FIRST);
-    const bp_span bn = resolve(x, BP_REGION_B, BP_REGION_B);
-    const struct {
-      const char *name;
-      bp_span span;
-      float scale;
-    } buckets[] = {{"allreduce G deep conv", deep, 1.0f},
-                   {"allreduce G rest", rest, 1.0f},
-                   {"allreduce B (mean)", bn, inv}};
-    for (size_t k = 0; k < sizeof buckets / sizeof buckets[0]; k++) {
-      if (buckets[k].span.bytes == 0) continue;
-      bp_node *n = node_add(x, BP_SEGMENT_COMM, "allreduce.sum", -1, buckets[k].name);
-      in_span(n, buckets[k].span, BP_DTYPE_FP32);
-      out_span(n, buckets[k].span, BP_DTYPE_FP32);
-      SET_ATTRS(n, allreduce, {buckets[k].scale});
-    }
-  }
-  update_node(x, "update.decay", BP_PARAM_FC_WEIGHT, BP_PARAM_CONV_DEEP, 1);
-  update_node(x, "update.no_decay", BP_PARAM_BN_BIAS, BP_PARAM_FC_BIAS, 0);
+  build_comm_and_update(x);
   if (x->ema) {
     const bp_span e = family_span(x, BP_FAMILY_E, first, last);
     range_node(x, BP_SEGMENT_EMA, "range.ema", "ema", w, BP_DTYPE_FP32, e, BP_DTYPE_FP32, 0.0f,
@@ -715,6 +763,13 @@ static bp_status check_graph(const build_ctx *x) {
           if ((st = check_tensor(x, v, n, &n->inputs[i])) != BP_OK) return st;
         for (int i = 0; i < n->num_outputs; i++)
           if ((st = check_tensor(x, v, n, &n->outputs[i])) != BP_OK) return st;
+        if (n->shard_domain && (n->inputs[0].id >= 0 || n->inputs[0].span.bytes % 4 != 0 ||
+                                n->shard_first > n->shard_domain ||
+                                n->inputs[0].span.bytes / 4 > n->shard_domain - n->shard_first))
+          return bp_fail(BP_ERR_STATE,
+                         "graph: sharded node '%s' does not lie inside its bucket of %llu "
+                         "elements",
+                         n->name, (unsigned long long)n->shard_domain);
         if (strncmp(n->op, "range.", 6) == 0 && strcmp(n->op, "range.zero") != 0) {
           /* the first input span against every output span */
           const bp_node_tensor *a = &n->inputs[0];

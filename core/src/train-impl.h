@@ -3,10 +3,12 @@
  * lines file). Not installed.
  *
  * Invariants of a trainer (kept by train.c and train_loop.c):
- *  1. every rank's arena holds bit-identical parameters, optimizer state and
- *     BN statistics after every step (the COMM segment's deterministic
- *     all-reduce makes the gradients and BN statistics equal; the update is
- *     the same function of the same bits on every rank);
+ *  1. every rank's arena holds bit-identical parameters and BN statistics
+ *     after every step, and bit-identical optimizer state after a
+ *     checkpoint's STATE gather (graph.h): the COMM segment's deterministic
+ *     reduction makes the gradient sums and BN statistics equal, each
+ *     parameter is updated by one function of the same bits (on its owning
+ *     rank under a sharded update, then gathered; on every rank otherwise);
  *  2. state.step < steps_per_epoch, and state.epoch <= epochs; state.epoch
  *     == epochs exactly when every epoch is trained;
  *  3. no loader thread outlives the call that started it: a loader fills
@@ -49,6 +51,9 @@
  * those that read or produce per-sample data. Its BN running statistics
  * stay as they were and enter the COMM mean so; its R is unchanged; under
  * AMP its A copy is refreshed by its next CAST. */
+/* The segments every rank must run, whatever its share: collectives. */
+#define BP_TRAIN_COLLECTIVE \
+  ((1u << BP_SEGMENT_COMM) | (1u << BP_SEGMENT_GATHER) | (1u << BP_SEGMENT_STATE))
 #define BP_TRAIN_SKIP_EMPTY                                                              \
   ((1u << BP_SEGMENT_TRANSFER) | (1u << BP_SEGMENT_CAST) | (1u << BP_SEGMENT_FORWARD) | \
    (1u << BP_SEGMENT_LOSS) | (1u << BP_SEGMENT_BACKWARD))

@@ -272,6 +272,7 @@ static bp_status compile_and_build(bp_trainer *t) {
   go.optimizer.eta = (float)t->opt.lars_eta;
   go.ema_decay = (float)t->opt.ema_decay;
   go.eval_ema = s->ema && t->opt.eval_ema != 0;
+  go.replicate_update = t->opt.replicate_update != 0;
   if ((st = bp_graph_build(t->model, t->plan, &go, &t->graph)) != BP_OK) return st;
 
   const bp_plan *p = t->plan;
@@ -456,8 +457,22 @@ void bp_trainer_destroy(bp_trainer *t) {
 
 /* ---- checkpoints --------------------------------------------------------------------- */
 
-bp_status bp_trainer_save(const bp_trainer *t, const char *path) {
+/* A sharded update leaves each rank's moments current in its own chunks
+ * only: the STATE segment gathers them on every rank (graph.h). A
+ * collective: every rank of every process runs it. */
+static bp_status gather_state(bp_trainer *t) {
+  if (t->v_train < 0 || bp_graph_node_count(t->graph, t->v_train, BP_SEGMENT_STATE) == 0)
+    return BP_OK;
+  if (t->local == 1) return bp_exec_run(t->ranks[0].exec, t->v_train, BP_SEGMENT_STATE, 0);
+  bp_rank_step all[BP_TRAIN_MAX_RANKS];
+  for (int k = 0; k < t->local; k++) all[k] = (bp_rank_step){t->v_train, 0, 0};
+  return bp_rank_pool_run(t, all, (const bp_segment[]){BP_SEGMENT_STATE}, 1, 0);
+}
+
+bp_status bp_trainer_save(bp_trainer *t, const char *path) {
   if (!t || !path) return bp_fail(BP_ERR_INVALID, "bp_trainer_save: NULL argument");
+  bp_status st = gather_state(t);
+  if (st != BP_OK) return st;
   if (t->first_rank != 0) return BP_OK; /* under mpirun rank 0 writes the ranks' one state */
   char note[BP_NAME_MAX + 32];
   snprintf(note, sizeof note, "model %s", t->model->name);

@@ -8,8 +8,9 @@
 
 /* The segments of one training step, in run order (graph.h). */
 static const bp_segment step_segments[] = {
-    BP_SEGMENT_TRANSFER, BP_SEGMENT_ZERO_GRAD, BP_SEGMENT_CAST, BP_SEGMENT_FORWARD, BP_SEGMENT_LOSS,
-    BP_SEGMENT_BACKWARD, BP_SEGMENT_CAST_GRAD, BP_SEGMENT_COMM, BP_SEGMENT_UPDATE,  BP_SEGMENT_EMA,
+    BP_SEGMENT_TRANSFER,  BP_SEGMENT_ZERO_GRAD, BP_SEGMENT_CAST,   BP_SEGMENT_FORWARD,
+    BP_SEGMENT_LOSS,      BP_SEGMENT_BACKWARD,  BP_SEGMENT_CAST_GRAD, BP_SEGMENT_COMM,
+    BP_SEGMENT_UPDATE,    BP_SEGMENT_GATHER,    BP_SEGMENT_EMA,
 };
 
 static bp_status run_all_ranks(bp_trainer *t, int variant, bp_segment segment, int buffer) {

@@ -27,8 +27,8 @@ static void run_job(bp_rank_pool *p, int rank) {
   bp_status first = BP_OK;
   const bp_rank_step *r = &p->ranks[rank];
   for (int s = 0; s < p->count; s++) {
-    /* after a failure only COMM runs: the other ranks' all-reduces need this one */
-    if (first != BP_OK && p->segments[s] != BP_SEGMENT_COMM) continue;
+    /* after a failure only the collectives run: the other ranks need this one */
+    if (first != BP_OK && !(BP_TRAIN_COLLECTIVE & (1u << p->segments[s]))) continue;
     if (r->skip & (1u << p->segments[s])) continue; /* a rank with no samples */
     bp_status st = bp_exec_run(p->t->ranks[rank].exec, r->variant, p->segments[s], p->buffer);
     if (st != BP_OK && first == BP_OK) {
@@ -111,9 +111,9 @@ bp_status bp_rank_pool_run(bp_trainer *t, const bp_rank_step *ranks, const bp_se
                            int count, int buffer) {
   bp_rank_pool *p = t->pool;
   TRAIN_ASSERT(p && count >= 0 && count <= BP_SEGMENT_COUNT);
-  /* a skipped COMM would leave the other ranks waiting in the all-reduce */
+  /* a skipped collective would leave the other ranks waiting in it */
   for (int k = 0; k < t->local; k++)
-    TRAIN_ASSERT(ranks[k].variant >= 0 && !(ranks[k].skip & (1u << BP_SEGMENT_COMM)));
+    TRAIN_ASSERT(ranks[k].variant >= 0 && !(ranks[k].skip & BP_TRAIN_COLLECTIVE));
   memcpy(p->ranks, ranks, (size_t)t->local * sizeof *ranks);
   p->count = count;
   p->buffer = buffer;

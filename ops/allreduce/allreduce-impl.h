@@ -1,16 +1,16 @@
 /* Private helpers of the all-reduce modules (ops/allreduce/).
  *
- * The contract every implementation keeps (bp_abi_ops.h, allreduce.sum):
- * one FP32 span [1,1,1,E], reduced in place; the result is
- * scale * (sum over ranks), and every rank ends with the same bits on every
- * run. The sum has one fixed order: the span is cut into `world` chunks,
- * chunk k being elements [ar_chunk_start(E, world, k), ar_chunk_start(E,
- * world, k + 1)); rank k owns chunk k and sums it over ranks 0, 1, ...,
- * world-1 in that order in one float accumulator starting from rank 0's
- * value, multiplies by scale (reduce-scatter), then every rank copies the
- * other chunks from their owners (all-gather). Every implementation does
- * exactly these float operations, so "threads" and "mpi" give the same bits
- * for the same inputs, whatever the timing. */
+ * The contract every implementation keeps (bp_abi_ops.h, allreduce.*): one
+ * FP32 span [1,1,1,E], in place. The sum has one fixed order: the span is
+ * cut into `world` chunks by bp_abi_chunk_start; rank k owns chunk k and
+ * sums it over ranks 0, 1, ..., world-1 in that order in one float
+ * accumulator starting from rank 0's value, then multiplies by scale
+ * (reduce-scatter); every rank then copies the other chunks from their
+ * owners (all-gather). allreduce.sum is both phases, reduce_scatter and
+ * all_gather one each. Every implementation does exactly these float
+ * operations, so "threads" and "mpi" give the same bits for the same
+ * inputs, whatever the timing, and a sharded update (reduce_scatter,
+ * update, all_gather) the same bits as allreduce.sum then the update. */
 #ifndef BP_OPS_ALLREDUCE_IMPL_H
 #define BP_OPS_ALLREDUCE_IMPL_H
 
@@ -24,17 +24,21 @@
   (BP_ABI_KERNEL_DETERMINISTIC | BP_ABI_KERNEL_IN_PLACE | BP_ABI_KERNEL_COLLECTIVE)
 #define AR_BLOCK 1024 /* elements summed per pass (one accumulator block on the stack) */
 
-/* count * k / world without overflow. */
+/* The three ops, as phases: what a call reduces and what it gathers. */
+typedef enum ar_op { AR_SUM, AR_REDUCE_SCATTER, AR_ALL_GATHER } ar_op;
+#define AR_REDUCES(op) ((op) != AR_ALL_GATHER)
+#define AR_GATHERS(op) ((op) != AR_REDUCE_SCATTER)
+
 static inline uint64_t ar_chunk_start(uint64_t count, int world, int k) {
-  const uint64_t w = (uint64_t)world, q = count / w, r = count % w;
-  return q * (uint64_t)k + r * (uint64_t)k / w;
+  return bp_abi_chunk_start(count, world, k);
 }
 
-/* The args of an allreduce.sum node for `backend`: struct sizes, one FP32
- * span in and the same span out, the attribute block, and a communicator of
- * that backend with 1 <= world <= max_world and 0 <= rank < world. Fills
- * *count and *scale. 0 with a reason otherwise. */
-int ar_check(const bp_abi_kernel_args *args, const char *backend, int max_world,
+/* The args of an `op` node for `backend`: struct sizes, one FP32 span in
+ * and the same span out, the attribute block (not for all_gather), and a
+ * communicator of that backend with 1 <= world <= max_world and 0 <= rank <
+ * world. Fills *count and *scale (1 for all_gather). 0 with a reason
+ * otherwise. */
+int ar_check(const bp_abi_kernel_args *args, ar_op op, const char *backend, int max_world,
              uint64_t *count, float *scale, char *reason, size_t reason_size);
 
 /* dst[i] = scale * (src[0][i] + src[1][i] + ... + src[world-1][i]) for i <

@@ -1,4 +1,5 @@
-/* Argument checks shared by the all-reduce modules (allreduce-impl.h). */
+/* Argument checks and the one summation shared by the all-reduce modules
+ * (allreduce-impl.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,8 +24,8 @@ static int is_span(const bp_abi_tensor *t) {
          t->slot_bytes >= (uint64_t)t->shape[3] * sizeof(float);
 }
 
-int ar_check(const bp_abi_kernel_args *a, const char *backend, int max_world, uint64_t *count,
-             float *scale, char *reason, size_t size) {
+int ar_check(const bp_abi_kernel_args *a, ar_op op, const char *backend, int max_world,
+             uint64_t *count, float *scale, char *reason, size_t size) {
   if (!a || a->struct_size < offsetof(bp_abi_kernel_args, comm) + sizeof a->comm)
     return fail(reason, size, "the host passes no communicator (ABI older than 1.1)");
   if (a->num_inputs != 1 || a->num_outputs != 1 || !a->inputs || !a->outputs)
@@ -32,7 +33,7 @@ int ar_check(const bp_abi_kernel_args *a, const char *backend, int max_world, ui
   if (!is_span(&a->inputs[0]) || !is_span(&a->outputs[0]) ||
       a->inputs[0].shape[3] != a->outputs[0].shape[3])
     return fail(reason, size, "needs one FP32 span [1,1,1,E], the same span in and out");
-  if (!a->attrs || a->attr_size < sizeof(bp_allreduce_attrs))
+  if (AR_REDUCES(op) && (!a->attrs || a->attr_size < sizeof(bp_allreduce_attrs)))
     return fail(reason, size, "needs the allreduce attribute block (scale)");
   const bp_abi_comm *c = a->comm;
   if (!c || c->struct_size < sizeof *c || !c->backend)
@@ -43,7 +44,7 @@ int ar_check(const bp_abi_kernel_args *a, const char *backend, int max_world, ui
     return fail(reason, size, "rank %d of world %d (at most %d ranks)", c->rank, c->world,
                 max_world);
   *count = (uint64_t)a->outputs[0].shape[3];
-  *scale = ((const bp_allreduce_attrs *)a->attrs)->scale;
+  *scale = AR_REDUCES(op) ? ((const bp_allreduce_attrs *)a->attrs)->scale : 1.0f;
   return 1;
 }
 

@@ -1,7 +1,8 @@
-/* allreduce.sum for one rank per process under mpirun (impl "mpi", backend
- * "mpi": the handle is an MPI_Comm * of the host's MPI). Reduce-scatter as
- * an MPI_Alltoallv that hands rank k chunk k of every rank, a sum in rank
- * order into this rank's chunk, then an in-place MPI_Allgatherv: the same
+/* The collectives (allreduce.sum, .reduce_scatter, .all_gather) for one
+ * rank per process under mpirun (impl "mpi", backend "mpi": the handle is
+ * an MPI_Comm * of the host's MPI). Reduce-scatter as an MPI_Alltoallv
+ * that hands rank k chunk k of every rank and a sum in rank order into
+ * this rank's chunk; all-gather as an in-place MPI_Allgatherv: the same
  * float operations in the same order as "threads" (allreduce-impl.h), so
  * `mpirun -np N` and N threads give the same bits. The received chunks and
  * the count tables live in the rank's workspace: nothing is allocated per
@@ -33,9 +34,9 @@ static uint64_t mpi_workspace(uint64_t count, int world) {
          4u * (uint64_t)world * sizeof(int);
 }
 
-static int mpi_check(const bp_abi_kernel_args *a, uint64_t *count, float *scale, char *reason,
-                     size_t size) {
-  if (!ar_check(a, "mpi", MPI_MAX_WORLD, count, scale, reason, size)) return 0;
+static int mpi_check(const bp_abi_kernel_args *a, ar_op op, uint64_t *count, float *scale,
+                     char *reason, size_t size) {
+  if (!ar_check(a, op, "mpi", MPI_MAX_WORLD, count, scale, reason, size)) return 0;
   if (*count > (uint64_t)INT_MAX) {
     if (reason && size) snprintf(reason, size, "a span of %llu elements (MPI counts are int)",
                                  (unsigned long long)*count);
@@ -44,32 +45,23 @@ static int mpi_check(const bp_abi_kernel_args *a, uint64_t *count, float *scale,
   return 1;
 }
 
-static int mpi_supports(void *user, const bp_abi_kernel_args *a, char *reason, size_t size) {
-  (void)user;
+static uint64_t mpi_workspace_size(const bp_abi_kernel_args *a, ar_op op) {
   uint64_t count;
   float scale;
-  return mpi_check(a, &count, &scale, reason, size);
+  return mpi_check(a, op, &count, &scale, NULL, 0) ? mpi_workspace(count, a->comm->world) : 0;
 }
 
-static uint64_t mpi_workspace_size(void *user, const bp_abi_kernel_args *a) {
-  (void)user;
+static int mpi_run(const bp_abi_kernel_args *a, ar_op op) {
   uint64_t count;
   float scale;
-  return mpi_check(a, &count, &scale, NULL, 0) ? mpi_workspace(count, a->comm->world) : 0;
-}
-
-static int mpi_run(void *user, const bp_abi_kernel_args *a) {
-  (void)user;
-  uint64_t count;
-  float scale;
-  if (!mpi_check(a, &count, &scale, NULL, 0)) return BP_ABI_ERR_INVALID;
+  if (!mpi_check(a, op, &count, &scale, NULL, 0)) return BP_ABI_ERR_INVALID;
   const int world = a->comm->world, rank = a->comm->rank;
   if (!a->workspace || a->workspace_bytes < mpi_workspace(count, world))
     return BP_ABI_ERR_INVALID;
   ar_copy_in(a, count);
   float *data = a->output_ptrs[0];
   if (world == 1) {
-    ar_reduce_chunk(data, (const float *const[]){data}, 1, count, scale);
+    if (AR_REDUCES(op)) ar_reduce_chunk(data, (const float *const[]){data}, 1, count, scale);
     return BP_ABI_OK;
   }
   const MPI_Comm comm = *(const MPI_Comm *)a->comm->handle;
@@ -87,36 +79,59 @@ static int mpi_run(void *user, const bp_abi_kernel_args *a) {
     recv_counts[r] = mine;
     recv_displs[r] = r * mine;
   }
-  /* reduce-scatter: recv holds chunk `rank` of ranks 0..world-1, in rank order */
-  if (MPI_Alltoallv(data, send_counts, send_displs, MPI_FLOAT, recv, recv_counts, recv_displs,
-                    MPI_FLOAT, comm) != MPI_SUCCESS)
-    return BP_ABI_ERR_DEVICE;
-  for (int r = 0; r < world; r++) received[r] = recv + (size_t)r * (size_t)mine;
-  ar_reduce_chunk(data + lo, received, world, (uint64_t)mine, scale);
-  /* all-gather: every rank's chunk into every rank's span */
-  if (MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, send_counts, send_displs, MPI_FLOAT,
-                     comm) != MPI_SUCCESS)
+  if (AR_REDUCES(op)) { /* recv holds chunk `rank` of ranks 0..world-1, in rank order */
+    if (MPI_Alltoallv(data, send_counts, send_displs, MPI_FLOAT, recv, recv_counts, recv_displs,
+                      MPI_FLOAT, comm) != MPI_SUCCESS)
+      return BP_ABI_ERR_DEVICE;
+    for (int r = 0; r < world; r++) received[r] = recv + (size_t)r * (size_t)mine;
+    ar_reduce_chunk(data + lo, received, world, (uint64_t)mine, scale);
+  }
+  if (AR_GATHERS(op) && /* every rank's chunk into every rank's span */
+      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, send_counts, send_displs,
+                     MPI_FLOAT, comm) != MPI_SUCCESS)
     return BP_ABI_ERR_DEVICE;
   return BP_ABI_OK;
 }
 
-static const bp_abi_kernel mpi_allreduce = {
-    .struct_size = sizeof(bp_abi_kernel),
-    .op = "allreduce.sum",
-    .impl = "mpi",
-    .device = "cpu",
-    .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32),
-    .priority = 0,
-    .flags = AR_FLAGS,
-    .supports = mpi_supports,
-    .workspace_size = mpi_workspace_size,
-    .run = mpi_run,
-};
+#define MPI_OP(name, op_name, phase)                                                          \
+  static int name##_supports(void *user, const bp_abi_kernel_args *a, char *reason,           \
+                             size_t size) {                                                   \
+    (void)user;                                                                               \
+    uint64_t count;                                                                           \
+    float scale;                                                                              \
+    return mpi_check(a, phase, &count, &scale, reason, size);                                 \
+  }                                                                                           \
+  static uint64_t name##_workspace(void *user, const bp_abi_kernel_args *a) {                 \
+    (void)user;                                                                               \
+    return mpi_workspace_size(a, phase);                                                      \
+  }                                                                                           \
+  static int name##_run(void *user, const bp_abi_kernel_args *a) {                            \
+    (void)user;                                                                               \
+    return mpi_run(a, phase);                                                                 \
+  }                                                                                           \
+  static const bp_abi_kernel name = {                                                         \
+      .struct_size = sizeof(bp_abi_kernel),                                                   \
+      .op = op_name,                                                                          \
+      .impl = "mpi",                                                                          \
+      .device = "cpu",                                                                        \
+      .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32),                                          \
+      .priority = 0,                                                                          \
+      .flags = AR_FLAGS,                                                                      \
+      .supports = name##_supports,                                                            \
+      .workspace_size = name##_workspace,                                                     \
+      .run = name##_run,                                                                      \
+  };
 
-static const bp_abi_kernel *const mpi_kernels[] = {&mpi_allreduce};
+MPI_OP(mpi_sum, "allreduce.sum", AR_SUM)
+MPI_OP(mpi_reduce_scatter, "allreduce.reduce_scatter", AR_REDUCE_SCATTER)
+MPI_OP(mpi_all_gather, "allreduce.all_gather", AR_ALL_GATHER)
+
+static const bp_abi_kernel *const mpi_kernels[] = {&mpi_sum, &mpi_reduce_scatter,
+                                                   &mpi_all_gather};
 
 static int mpi_init(const bp_abi_host *host) {
-  return ops_register_kernels(host, "ops-allreduce-mpi", mpi_kernels, 1);
+  return ops_register_kernels(host, "ops-allreduce-mpi", mpi_kernels,
+                              sizeof mpi_kernels / sizeof mpi_kernels[0]);
 }
 
 static const bp_abi_module mpi_module = {

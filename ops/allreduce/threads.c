@@ -1,9 +1,11 @@
-/* allreduce.sum for ranks that are threads of one process (impl "threads",
- * backend "threads"): every rank publishes its span, reduces the chunk it
- * owns straight from its peers' spans (reduce-scatter) and copies the other
- * chunks from their owners (all-gather), all in shared memory; the order of
- * the sum is allreduce-impl.h's. Three barriers per call: spans published,
- * chunks final, nobody reads any more. Built as bp_ops_allreduce.so. */
+/* The collectives (allreduce.sum, .reduce_scatter, .all_gather) for ranks
+ * that are threads of one process (impl "threads", backend "threads"):
+ * every rank publishes its span, reduces the chunk it owns straight from
+ * its peers' spans (reduce-scatter) and copies the other chunks from their
+ * owners (all-gather), all in shared memory; the order of the sum is
+ * allreduce-impl.h's. One barrier when the spans are published, then one
+ * after each phase (its chunks final, or nobody reads any more): three for
+ * a sum, two for one phase. Built as bp_ops_allreduce.so. */
 #include <stdio.h>
 #include <string.h>
 
@@ -31,66 +33,81 @@ static int threads_comm_ok(const bp_abi_comm *c, char *reason, size_t size) {
   return 1;
 }
 
-static int threads_supports(void *user, const bp_abi_kernel_args *a, char *reason, size_t size) {
-  (void)user;
-  uint64_t count;
-  float scale;
-  return ar_check(a, "threads", THREADS_MAX_WORLD, &count, &scale, reason, size) &&
+static int threads_check(const bp_abi_kernel_args *a, ar_op op, uint64_t *count, float *scale,
+                         char *reason, size_t size) {
+  return ar_check(a, op, "threads", THREADS_MAX_WORLD, count, scale, reason, size) &&
          threads_comm_ok(a->comm, reason, size);
 }
 
-static int threads_run(void *user, const bp_abi_kernel_args *a) {
-  (void)user;
+static int threads_run(const bp_abi_kernel_args *a, ar_op op) {
   uint64_t count;
   float scale;
-  if (!ar_check(a, "threads", THREADS_MAX_WORLD, &count, &scale, NULL, 0) ||
-      !threads_comm_ok(a->comm, NULL, 0))
-    return BP_ABI_ERR_INVALID;
+  if (!threads_check(a, op, &count, &scale, NULL, 0)) return BP_ABI_ERR_INVALID;
   ar_copy_in(a, count);
   float *data = a->output_ptrs[0];
   const int world = a->comm->world, rank = a->comm->rank;
   if (world == 1) {
-    ar_reduce_chunk(data, (const float *const[]){data}, 1, count, scale);
+    if (AR_REDUCES(op)) ar_reduce_chunk(data, (const float *const[]){data}, 1, count, scale);
     return BP_ABI_OK;
   }
   const bp_abi_comm_threads *t = a->comm->handle;
   t->publish(t->ctx, rank, data);
   t->barrier(t->ctx); /* every span is published and holds its rank's values */
-  /* reduce-scatter: this rank owns chunk `rank`, read from every peer's span */
-  const uint64_t lo = ar_chunk_start(count, world, rank), hi = ar_chunk_start(count, world, rank + 1);
-  const float *peer[THREADS_MAX_WORLD], *chunk[THREADS_MAX_WORLD];
-  for (int r = 0; r < world; r++) {
-    peer[r] = t->peer(t->ctx, r);
-    chunk[r] = peer[r] + lo;
+  const float *peer[THREADS_MAX_WORLD];
+  for (int r = 0; r < world; r++) peer[r] = t->peer(t->ctx, r);
+  if (AR_REDUCES(op)) { /* this rank owns chunk `rank`, read from every peer's span */
+    const uint64_t lo = ar_chunk_start(count, world, rank);
+    const uint64_t hi = ar_chunk_start(count, world, rank + 1);
+    const float *chunk[THREADS_MAX_WORLD];
+    for (int r = 0; r < world; r++) chunk[r] = peer[r] + lo;
+    ar_reduce_chunk(data + lo, chunk, world, hi - lo, scale);
+    t->barrier(t->ctx); /* every chunk is final in its owner's span; nobody reads ours */
   }
-  ar_reduce_chunk(data + lo, chunk, world, hi - lo, scale);
-  t->barrier(t->ctx); /* every chunk is final in its owner's span */
-  /* all-gather */
-  for (int r = 0; r < world; r++) {
-    if (r == rank) continue;
-    const uint64_t a0 = ar_chunk_start(count, world, r), z = ar_chunk_start(count, world, r + 1);
-    if (z > a0) memcpy(data + a0, peer[r] + a0, (size_t)(z - a0) * sizeof *data);
+  if (AR_GATHERS(op)) {
+    for (int r = 0; r < world; r++) {
+      if (r == rank) continue;
+      const uint64_t a0 = ar_chunk_start(count, world, r), z = ar_chunk_start(count, world, r + 1);
+      if (z > a0) memcpy(data + a0, peer[r] + a0, (size_t)(z - a0) * sizeof *data);
+    }
+    t->barrier(t->ctx); /* nobody reads this rank's span any more */
   }
-  t->barrier(t->ctx); /* nobody reads this rank's span any more */
   return BP_ABI_OK;
 }
 
-static const bp_abi_kernel threads_allreduce = {
-    .struct_size = sizeof(bp_abi_kernel),
-    .op = "allreduce.sum",
-    .impl = "threads",
-    .device = "cpu",
-    .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32),
-    .priority = 0,
-    .flags = AR_FLAGS,
-    .supports = threads_supports,
-    .run = threads_run,
-};
+#define THREADS_OP(name, op_name, phase)                                                      \
+  static int name##_supports(void *user, const bp_abi_kernel_args *a, char *reason,           \
+                             size_t size) {                                                   \
+    (void)user;                                                                               \
+    uint64_t count;                                                                           \
+    float scale;                                                                              \
+    return threads_check(a, phase, &count, &scale, reason, size);                             \
+  }                                                                                           \
+  static int name##_run(void *user, const bp_abi_kernel_args *a) {                            \
+    (void)user;                                                                               \
+    return threads_run(a, phase);                                                             \
+  }                                                                                           \
+  static const bp_abi_kernel name = {                                                         \
+      .struct_size = sizeof(bp_abi_kernel),                                                   \
+      .op = op_name,                                                                          \
+      .impl = "threads",                                                                      \
+      .device = "cpu",                                                                        \
+      .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32),                                          \
+      .priority = 0,                                                                          \
+      .flags = AR_FLAGS,                                                                      \
+      .supports = name##_supports,                                                            \
+      .run = name##_run,                                                                      \
+  };
 
-static const bp_abi_kernel *const threads_kernels[] = {&threads_allreduce};
+THREADS_OP(threads_sum, "allreduce.sum", AR_SUM)
+THREADS_OP(threads_reduce_scatter, "allreduce.reduce_scatter", AR_REDUCE_SCATTER)
+THREADS_OP(threads_all_gather, "allreduce.all_gather", AR_ALL_GATHER)
+
+static const bp_abi_kernel *const threads_kernels[] = {&threads_sum, &threads_reduce_scatter,
+                                                       &threads_all_gather};
 
 static int threads_init(const bp_abi_host *host) {
-  return ops_register_kernels(host, "ops-allreduce", threads_kernels, 1);
+  return ops_register_kernels(host, "ops-allreduce", threads_kernels,
+                              sizeof threads_kernels / sizeof threads_kernels[0]);
 }
 
 static const bp_abi_module threads_module = {

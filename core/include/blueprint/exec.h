@@ -9,7 +9,12 @@
  * node asks for, is allocated here and shared by every node (nodes run one
  * at a time on a rank).
  *
- * Collective nodes ("allreduce.sum") are selected like any node; their
+ * A sharded node (graph.h: bp_node.shard_domain) is bound to the slice of
+ * its spans that lies in this rank's chunk of its bucket, the same slice of
+ * every span (options.rank of options.world); a rank that owns none of it
+ * leaves the node out of its bound segment.
+ *
+ * Collective nodes ("allreduce.*") are selected like any node; their
  * kernels (ops/allreduce) reach the other ranks through options.comm,
  * which every argument block carries (bp_abi_kernel_args.comm), and pick
  * themselves by its backend in supports(). Autotune never times them

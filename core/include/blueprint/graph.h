@@ -33,21 +33,34 @@
  *              right before its first writer; a slot with one writer is
  *              overwritten (accumulate = 0) and never zeroed.
  *   CAST_GRAD  AMP: range.cast of the G16 span into the G span.
- *   COMM       world > 1: allreduce.sum of the gradient spans (deep conv
- *              first, then the rest), and of the BN running statistics
- *              scaled by 1/world: an unweighted mean over the ranks, each
- *              rank having normalized with its own local batch statistics
- *              (like PyTorch DDP without SyncBN), whatever its share of
- *              the batch. Empty for one rank.
+ *   COMM       world > 1: the gradient spans in two buckets, deep conv
+ *              first, then the rest; the BN running statistics by
+ *              allreduce.sum scaled by 1/world: an unweighted mean over the
+ *              ranks, each rank having normalized with its own local batch
+ *              statistics (like PyTorch DDP without SyncBN), whatever its
+ *              share of the batch. Sharded update (the default for SGD and
+ *              AdamW): allreduce.reduce_scatter of each gradient bucket, so
+ *              each rank holds the sum of its own chunk (bp_abi_chunk_start)
+ *              of it. Replicated (LARS, whose trust ratios need whole
+ *              tensors, or options.replicate_update): allreduce.sum of each
+ *              bucket. Empty for one rank.
  *   UPDATE     one optimizer node per span, never one per tensor: the
  *              decayed span W_FC_WEIGHT..W_CONV_DEEP (weights) and the
- *              bias-like span W_BN_BIAS..W_FC_BIAS (no weight decay).
+ *              bias-like span W_BN_BIAS..W_FC_BIAS (no weight decay); with
+ *              a sharded update the decayed span is cut at the bucket
+ *              boundary (deep conv, the rest), and each node carries its
+ *              place in its bucket (bp_node.shard_domain/shard_first): the
+ *              executor binds it to the slice the rank's chunk covers, so a
+ *              rank updates only the parameters and moments it owns.
  *              SGD: range.sgd, weight decay coupled (added to the gradient,
  *              as PyTorch's SGD). AdamW: range.adamw, decay decoupled
  *              (w -= lr*wd*w). LARS: range.lars on the weights (trust ratio
  *              per weight, from the lars.segments table), range.sgd with
  *              no decay on the bias-like span (as LARS papers exclude
  *              biases and BN parameters).
+ *   GATHER     sharded update: allreduce.all_gather of the W span of each
+ *              bucket, so every rank holds every updated parameter (the
+ *              same bits as a replicated update). Empty otherwise.
  *   EMA        range.ema of the W span into the E span.
  * Other segments:
  *   EVAL       evaluation forward: batch norm on running statistics,
@@ -58,14 +71,18 @@
  *              accumulates loss and correct counts until it is read.
  *   INIT       run once before the first step of a run (not on resume):
  *              range.copy of W into E (EMA).
+ *   STATE      sharded update: allreduce.all_gather of the M (and V) spans
+ *              of each bucket, run on every rank before a checkpoint, so
+ *              rank 0 holds every moment. Between checkpoints a rank's
+ *              moments are current only in its own chunks.
  * Training variants ("train", "train_small", "train_last",
  * "train_last_small" and the extras; model.h) get TRANSFER .. EMA, RESET
  * and INIT; evaluation variants ("eval", "eval_last") get TRANSFER, CAST,
  * EVAL and RESET.
  *
  * A rank with no samples in a step (its share of a global batch smaller
- * than the rank count is 0) runs only ZERO_GRAD, CAST_GRAD, COMM, UPDATE
- * and EMA of a training variant of that step: it adds zero gradients to
+ * than the rank count is 0) runs only ZERO_GRAD, CAST_GRAD, COMM, UPDATE,
+ * GATHER and EMA of a training variant of that step: it adds zero gradients to
  * the sum and applies the same update as the others. It skips TRANSFER,
  * CAST, FORWARD, LOSS and BACKWARD, so its BN running statistics enter the
  * mean as they were before the step, its R is unchanged, and under AMP its
@@ -79,7 +96,9 @@
  *     FP16 span;
  *  3. inputs read I_A; the executor substitutes the I_B twin (same relative
  *     offset) for steps that use buffer B;
- *  4. a node has at most BP_NODE_MAX_TENSORS inputs and as many outputs. */
+ *  4. a node has at most BP_NODE_MAX_TENSORS inputs and as many outputs;
+ *  5. a sharded node's spans lie inside its bucket: shard_first + the
+ *     elements of its spans <= shard_domain. */
 #ifndef BLUEPRINT_GRAPH_H
 #define BLUEPRINT_GRAPH_H
 
@@ -103,10 +122,12 @@ typedef enum bp_segment {
   BP_SEGMENT_CAST_GRAD,
   BP_SEGMENT_COMM,
   BP_SEGMENT_UPDATE,
+  BP_SEGMENT_GATHER,
   BP_SEGMENT_EMA,
   BP_SEGMENT_EVAL,
   BP_SEGMENT_RESET,
   BP_SEGMENT_INIT,
+  BP_SEGMENT_STATE,
   BP_SEGMENT_COUNT
 } bp_segment;
 
@@ -144,6 +165,12 @@ typedef struct bp_node {
   bp_node_tensor outputs[BP_NODE_MAX_TENSORS];
   bp_node_attrs attrs;
   uint32_t attr_size; /* bytes of the op's block in attrs (0: none) */
+  /* A sharded range node (shard_domain > 0): its spans (of equal element
+   * counts) are elements [shard_first, shard_first + E) of a bucket of
+   * shard_domain elements, and a rank runs it only on the part that lies in
+   * its own chunk of the bucket (bp_abi_chunk_start), the same part of
+   * every span. 0: every rank runs the whole node. */
+  uint64_t shard_domain, shard_first;
 } bp_node;
 
 /* Data the trainer writes into a tensor once, before the first step (the
@@ -171,6 +198,8 @@ typedef struct bp_graph_options {
   bp_graph_optimizer optimizer;
   int eval_ema;    /* 1: EVAL reads the E copies (needs the plan's ema) */
   float ema_decay; /* range.ema */
+  int replicate_update; /* 1: every rank updates every parameter (allreduce.sum)
+                           instead of its own chunk (sharded; SGD and AdamW) */
 } bp_graph_options;
 
 /* Defaults: world 1, momentum 0.9, weight decay 5e-4, no nesterov, beta1

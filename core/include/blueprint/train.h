@@ -141,6 +141,11 @@ typedef struct bp_train_options {
   int64_t batch, eval_batch; /* 0: the model's */
   int ranks;                 /* ranks as threads of this process (default 1); any
                                 global batch splits over them (see the top) */
+  int replicate_update;      /* 1: with several ranks, every rank updates every
+                                parameter; 0 (default): each updates its own chunk
+                                and the parameters are gathered (graph.h: same bits,
+                                half the update per rank at 2 ranks; LARS always
+                                replicates) */
   const char *device;        /* "cpu" (default) */
   /* optimizer; negative values and -1 mean "the model's" */
   int optimizer; /* -1 or a bp_optimizer */
@@ -212,9 +217,10 @@ bp_status bp_trainer_train(bp_trainer *trainer,
 bp_status bp_trainer_evaluate(bp_trainer *trainer, bp_eval_report *report_out);
 
 /* Checkpoints (checkpoint.h): the state of rank 0 and the run's counters.
- * Under mpirun save writes only on rank 0 (a no-op elsewhere); load reads
- * the file on every process. */
-bp_status bp_trainer_save(const bp_trainer *trainer, const char *path);
+ * Save first gathers the optimizer moments of a sharded update onto every
+ * rank (a collective: under mpirun every process calls it, and only rank 0
+ * writes); load reads the file on every process. */
+bp_status bp_trainer_save(bp_trainer *trainer, const char *path);
 bp_status bp_trainer_load(bp_trainer *trainer, const char *path);
 
 const bp_model *bp_trainer_model(const bp_trainer *trainer);
