@@ -559,6 +559,217 @@ START_TEST(fill_refuses_bad_arguments_before_writing) {
 }
 END_TEST
 
+/* ---- the fill against a per-pixel reference, byte for byte ---------------
+ * bp_data_fill has fast paths (whole rows as one lookup loop, crop and flip
+ * split into runs) beside its generic per-element loop. Every combination
+ * below is filled twice into buffers pre-set to the same sentinel bytes: by
+ * bp_data_fill and by the plain loop here (augmentation draws recomputed
+ * from the documented SplitMix64 streams, values from the documented
+ * formula); the whole buffers, gaps, padded channels and tail included,
+ * must be identical. */
+
+#define REF_GOLDEN 0x9E3779B97F4A7C15ULL
+
+static uint64_t ref_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+static uint64_t ref_hash(uint64_t x) { return ref_mix(x + REF_GOLDEN); }
+
+/* key = h(h(h(h(seed) ^ domain) ^ a) ^ b); draw k = mix(key + (k + 1) * GOLDEN) */
+static uint64_t ref_key(uint64_t seed, uint64_t domain, uint64_t a, uint64_t b) {
+  return ref_hash(ref_hash(ref_hash(ref_hash(seed) ^ domain) ^ a) ^ b);
+}
+
+/* uniform in [0, n) from draws *k, *k + 1, ...: reject below 2^64 mod n */
+static uint64_t ref_below(uint64_t key, uint64_t *k, uint64_t n) {
+  for (;;) {
+    uint64_t x = ref_mix(key + (++*k) * REF_GOLDEN);
+    if (x >= (0 - n) % n) return x % n;
+  }
+}
+
+static bp_data_augment_draw ref_augment(uint64_t seed, uint64_t epoch, int64_t index,
+                                        const bp_data_augment *a) {
+  bp_data_augment_draw d = {0, 0, 0};
+  if (a->crop_pad > 0) {
+    const uint64_t key = ref_key(seed, 2, epoch, (uint64_t)index), n = 2 * (uint64_t)a->crop_pad + 1;
+    uint64_t k = 0;
+    d.dy = (int)ref_below(key, &k, n) - a->crop_pad;
+    d.dx = (int)ref_below(key, &k, n) - a->crop_pad;
+  }
+  if (a->flip) d.flip = (int)(ref_mix(ref_key(seed, 3, epoch, (uint64_t)index) + REF_GOLDEN) >> 63);
+  return d;
+}
+
+/* The fill of `t` (FP32 or FP16, any strides) written one element at a time:
+ * out(i, y, x, c) = value of in(idx[i], y + dy, x' + dx, c), x' = flip ? W-1-x : x,
+ * byte 0 outside the image, 0 in channels >= C and in rows >= count. */
+static void ref_fill(const uint8_t *px, int64_t h, int64_t w, int c, const int64_t *idx,
+                     int64_t count, const bp_data_fill_options *o, const bp_dtensor *t,
+                     uint8_t *buf) {
+  const int64_t *s = t->dev_stride;
+  const size_t es = t->dtype == BP_DTYPE_FP16 ? 2 : 4;
+  for (int64_t i = 0; i < t->shape.n; i++) {
+    bp_data_augment_draw d = {0, 0, 0};
+    if (i < count) d = ref_augment(o->seed, o->epoch, idx[i], &o->augment);
+    for (int64_t y = 0; y < h; y++)
+      for (int64_t x = 0; x < w; x++)
+        for (int64_t ch = 0; ch < t->padded_c; ch++) {
+          float v = 0.0f;
+          if (i < count && ch < c) {
+            const int64_t sy = y + d.dy, sx = (d.flip ? w - 1 - x : x) + d.dx;
+            const uint8_t p =
+                sy >= 0 && sy < h && sx >= 0 && sx < w ? px[((idx[i] * h + sy) * w + sx) * c + ch] : 0;
+            v = (float)p / 255.0f;
+            if (o->norm) v = (v - o->norm->mean[ch]) / o->norm->std[ch];
+          }
+          uint8_t *e = buf + (size_t)(i * s[0] + y * s[1] + x * s[2] + ch * s[3]) * es;
+          if (es == 2) {
+            const uint16_t hv = bp_fp16_from_fp32(v);
+            memcpy(e, &hv, 2);
+          } else {
+            memcpy(e, &v, 4);
+          }
+        }
+  }
+}
+
+/* Output layouts: padded channels (extra), channel stride s3, extra
+ * elements after each pixel (pixel gap), row and image gaps. */
+typedef struct ref_layout {
+  int extra_c, s3, pixel_gap, row_gap, image_gap;
+} ref_layout;
+
+START_TEST(fill_fast_paths_match_a_per_pixel_reference) {
+  static const ref_layout layouts[] = {
+      {0, 1, 0, 0, 0},  /* compact: a whole sample is one run */
+      {0, 1, 0, 3, 5},  /* compact pixels, gaps between rows and images */
+      {3, 1, 0, 0, 0},  /* padded channels (1 -> 4 as FP16 in I_A) */
+      {1, 1, 0, 1, 7},  /* padded channels and gaps */
+      {5, 1, 0, 0, 2},  /* many padded channels */
+      {0, 2, 0, 0, 0},  /* channels not adjacent: the generic loop */
+      {1, 1, 1, 2, 1},  /* pixels not adjacent: the generic loop */
+  };
+  static const int64_t sizes[][2] = {{5, 7}, {28, 28}, {3, 1}, {1, 9}, {6, 2}};
+  static const int pads[] = {0, 1, 2, 3, 4, 7, 9, 30};
+  enum { IMAGES = 9, ROWS = 8 };
+  const bp_data_norm norms[3] = {{1, {0.2860f}, {0.3530f}},
+                                 {2, {0.1f, -0.7f}, {0.5f, 3.0f}},
+                                 {3, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}}};
+  uint32_t lcg = 2463534242u;
+  int64_t fills = 0, shifted = 0, flipped = 0;
+  for (size_t sz = 0; sz < sizeof sizes / sizeof sizes[0]; sz++) {
+    const int64_t h = sizes[sz][0], w = sizes[sz][1];
+    for (int c = 1; c <= 3; c++) {
+      /* random bytes, with runs of 0 and 255 */
+      const size_t bytes = (size_t)(IMAGES * h * w * c);
+      uint8_t *px = malloc(bytes);
+      uint8_t lab[IMAGES];
+      for (size_t k = 0; k < bytes; k++) {
+        lcg = lcg * 1664525u + 1013904223u;
+        px[k] = (uint8_t)(k % 37 < 3 ? 0 : k % 41 < 2 ? 255 : lcg >> 24);
+      }
+      for (int k = 0; k < IMAGES; k++) lab[k] = (uint8_t)k;
+      bp_dataset_info info = {IMAGES, h, w, c, IMAGES};
+      bp_dataset *d = NULL;
+      ck_assert_int_eq(bp_dataset_create(&info, px, lab, &d), BP_OK);
+      for (size_t li = 0; li < sizeof layouts / sizeof layouts[0]; li++) {
+        const ref_layout *L = &layouts[li];
+        for (int fp16 = 0; fp16 < 2; fp16++) {
+          bp_dtensor t;
+          memset(&t, 0, sizeof t);
+          snprintf(t.name, sizeof t.name, "ref");
+          t.shape = (bp_shape){ROWS, h, w, c};
+          t.dtype = fp16 ? BP_DTYPE_FP16 : BP_DTYPE_FP32;
+          t.region = BP_REGION_T;
+          t.padded_c = c + L->extra_c;
+          t.dev_stride[3] = L->s3;
+          t.dev_stride[2] = t.padded_c * L->s3 + L->pixel_gap;
+          t.dev_stride[1] = w * t.dev_stride[2] + L->row_gap;
+          t.dev_stride[0] = h * t.dev_stride[1] + L->image_gap;
+          const size_t es = fp16 ? 2 : 4;
+          const int64_t extent = (ROWS - 1) * t.dev_stride[0] + (h - 1) * t.dev_stride[1] +
+                                 (w - 1) * t.dev_stride[2] + (t.padded_c - 1) * L->s3 + 1;
+          t.slot_bytes = (uint64_t)extent * es;
+          const size_t total = (size_t)t.slot_bytes + 64; /* and a tail never written */
+          uint8_t *got = malloc(total), *want = malloc(total);
+          for (size_t pi = 0; pi < sizeof pads / sizeof pads[0]; pi++) {
+            for (int flip = 0; flip < 2; flip++) {
+              const uint8_t sentinel = (uint8_t)(0xa5 + fills);
+              memset(got, sentinel, total);
+              memset(want, sentinel, total);
+              int64_t idx[ROWS];
+              for (int k = 0; k < ROWS; k++) {
+                lcg = lcg * 1664525u + 1013904223u;
+                idx[k] = (lcg >> 8) % IMAGES;
+              }
+              const int64_t count = ROWS - (int64_t)(fills % 3); /* some unused rows */
+              const bp_data_fill_options o = {fills % 4 == 3 ? NULL : &norms[c - 1],
+                                              {pads[pi], flip},
+                                              (uint64_t)fills * 7919u + 1,
+                                              (uint64_t)(fills % 5)};
+              bp_status st = bp_data_fill(d, idx, count, &o, &t, got, NULL, NULL);
+              if (st != BP_OK) ck_abort_msg("fill refused: %s", bp_last_error());
+              ref_fill(px, h, w, c, idx, count, &o, &t, want);
+              if (memcmp(got, want, total) != 0) {
+                size_t k = 0;
+                while (got[k] == want[k]) k++;
+                ck_abort_msg("%lldx%lldx%d padded %lld strides [%lld,%lld,%lld,%lld] %s, crop %d "
+                             "flip %d seed %llu: byte %zu (element %zu) is %02x, want %02x",
+                             (long long)h, (long long)w, c, (long long)t.padded_c,
+                             (long long)t.dev_stride[0], (long long)t.dev_stride[1],
+                             (long long)t.dev_stride[2], (long long)t.dev_stride[3],
+                             fp16 ? "fp16" : "fp32", pads[pi], flip,
+                             (unsigned long long)o.seed, k, k / es, got[k], want[k]);
+              }
+              for (int64_t k = 0; k < count; k++) {
+                bp_data_augment_draw dr = ref_augment(o.seed, o.epoch, idx[k], &o.augment);
+                shifted += dr.dx != 0 || dr.dy != 0;
+                flipped += dr.flip;
+              }
+              fills++;
+            }
+          }
+          free(got);
+          free(want);
+        }
+      }
+      bp_dataset_destroy(d);
+      free(px);
+    }
+  }
+  printf("fast-path reference: %lld fills, %lld samples shifted, %lld flipped\n",
+         (long long)fills, (long long)shifted, (long long)flipped);
+  ck_assert_int_gt(shifted, fills);
+  ck_assert_int_gt(flipped, fills);
+}
+END_TEST
+
+START_TEST(augmentation_draws_follow_the_documented_streams) {
+  /* bp_data_augment_params against SplitMix64 written out here */
+  const int pads[] = {0, 1, 2, 4, 17, 65535};
+  for (size_t pi = 0; pi < sizeof pads / sizeof pads[0]; pi++)
+    for (int flip = 0; flip < 2; flip++)
+      for (uint64_t seed = 0; seed < 3; seed++)
+        for (uint64_t epoch = 0; epoch < 3; epoch++)
+          for (int64_t i = 0; i < 500; i++) {
+            const bp_data_augment a = {pads[pi], flip};
+            const int64_t index = i * 977 + (int64_t)seed;
+            bp_data_augment_draw got, want = ref_augment(seed, epoch, index, &a);
+            bp_data_augment_params(seed, epoch, index, &a, &got);
+            if (memcmp(&got, &want, sizeof got) != 0)
+              ck_abort_msg("pad %d flip %d seed %llu epoch %llu index %lld: (%d,%d,%d), want "
+                           "(%d,%d,%d)",
+                           pads[pi], flip, (unsigned long long)seed, (unsigned long long)epoch,
+                           (long long)index, got.dy, got.dx, got.flip, want.dy, want.dx,
+                           want.flip);
+          }
+}
+END_TEST
+
 START_TEST(stats_are_exact_per_channel) {
   /* channel 0 takes 0 and 255 equally: mean 0.5, std 0.5; channel 1 is 51
    * everywhere: mean 0.2, std reported as 1 (constant) */
@@ -600,6 +811,8 @@ int main(void) {
   tcase_add_test(tc, fill_honours_hand_built_strides);
   tcase_add_test(tc, augmented_fill_does_not_depend_on_threads_or_position);
   tcase_add_test(tc, fill_refuses_bad_arguments_before_writing);
+  tcase_add_test(tc, fill_fast_paths_match_a_per_pixel_reference);
+  tcase_add_test(tc, augmentation_draws_follow_the_documented_streams);
   tcase_add_test(tc, stats_are_exact_per_channel);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

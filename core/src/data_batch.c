@@ -38,8 +38,13 @@ static uint64_t mix64(uint64_t z) {
 
 static uint64_t hash64(uint64_t x) { return mix64(x + GOLDEN); }
 
+/* h(h(h(seed) ^ domain) ^ a): a stream key before its last hash with b. */
+static uint64_t stream_prefix(uint64_t seed, uint64_t domain, uint64_t a) {
+  return hash64(hash64(hash64(seed) ^ domain) ^ a);
+}
+
 static rng rng_stream(uint64_t seed, uint64_t domain, uint64_t a, uint64_t b) {
-  rng r = {hash64(hash64(hash64(hash64(seed) ^ domain) ^ a) ^ b)};
+  rng r = {hash64(stream_prefix(seed, domain, a) ^ b)};
   return r;
 }
 
@@ -48,14 +53,16 @@ static uint64_t rng_next(rng *r) {
   return mix64(r->state);
 }
 
-/* Uniform in [0, n), n >= 1. */
-static uint64_t rng_below(rng *r, uint64_t n) {
-  uint64_t threshold = (0 - n) % n; /* 2^64 mod n */
+/* Uniform in [0, n), n >= 1, rejecting draws below `threshold` = 2^64 mod n. */
+static uint64_t rng_below_t(rng *r, uint64_t n, uint64_t threshold) {
   for (;;) {
     uint64_t x = rng_next(r);
     if (x >= threshold) return x % n;
   }
 }
+
+/* Uniform in [0, n), n >= 1. */
+static uint64_t rng_below(rng *r, uint64_t n) { return rng_below_t(r, n, (0 - n) % n); }
 
 /* ---- permutation and sharding ------------------------------------------- */
 
@@ -117,21 +124,54 @@ bp_status bp_data_step_slice(int64_t n, int64_t global_batch, int drop_last, int
 
 /* ---- augmentation ------------------------------------------------------- */
 
+/* The draws of one (seed, epoch, augmentation) for any sample index, with
+ * everything that does not depend on the index computed once: the stream
+ * keys up to the last hash (key = h(prefix ^ index)) and the rejection
+ * threshold of the crop offsets. bp_data_augment_params and bp_data_fill
+ * both draw through it, so they cannot disagree. */
+typedef struct augment_plan {
+  int crop_pad;                 /* 0: no crop */
+  int flip;                     /* 0: no flip */
+  uint64_t crop_prefix, flip_prefix;
+  uint64_t crop_n, crop_threshold; /* 2P + 1 and 2^64 mod (2P + 1) */
+} augment_plan;
+
+static void augment_plan_init(augment_plan *p, uint64_t seed, uint64_t epoch,
+                              const bp_data_augment *augment) {
+  memset(p, 0, sizeof *p);
+  if (!augment) return;
+  if (augment->crop_pad > 0 && augment->crop_pad <= MAX_CROP_PAD) {
+    p->crop_pad = augment->crop_pad;
+    p->crop_prefix = stream_prefix(seed, DOMAIN_CROP, epoch);
+    p->crop_n = 2 * (uint64_t)p->crop_pad + 1;
+    p->crop_threshold = (0 - p->crop_n) % p->crop_n;
+  }
+  if (augment->flip) {
+    p->flip = 1;
+    p->flip_prefix = stream_prefix(seed, DOMAIN_FLIP, epoch);
+  }
+}
+
+static void augment_plan_draw(const augment_plan *p, int64_t index, bp_data_augment_draw *d) {
+  d->dy = d->dx = d->flip = 0;
+  if (p->crop_pad) {
+    rng r = {hash64(p->crop_prefix ^ (uint64_t)index)};
+    d->dy = (int)rng_below_t(&r, p->crop_n, p->crop_threshold) - p->crop_pad;
+    d->dx = (int)rng_below_t(&r, p->crop_n, p->crop_threshold) - p->crop_pad;
+  }
+  if (p->flip) {
+    rng r = {hash64(p->flip_prefix ^ (uint64_t)index)};
+    d->flip = (int)(rng_next(&r) >> 63);
+  }
+}
+
 void bp_data_augment_params(uint64_t seed, uint64_t epoch, int64_t index,
                             const bp_data_augment *augment, bp_data_augment_draw *draw_out) {
   if (!draw_out) return;
   memset(draw_out, 0, sizeof *draw_out);
-  if (!augment) return;
-  if (augment->crop_pad > 0 && augment->crop_pad <= MAX_CROP_PAD) {
-    int p = augment->crop_pad;
-    rng r = rng_stream(seed, DOMAIN_CROP, epoch, (uint64_t)index);
-    draw_out->dy = (int)rng_below(&r, 2 * (uint64_t)p + 1) - p;
-    draw_out->dx = (int)rng_below(&r, 2 * (uint64_t)p + 1) - p;
-  }
-  if (augment->flip) {
-    rng r = rng_stream(seed, DOMAIN_FLIP, epoch, (uint64_t)index);
-    draw_out->flip = (int)(rng_next(&r) >> 63);
-  }
+  augment_plan p;
+  augment_plan_init(&p, seed, epoch, augment);
+  augment_plan_draw(&p, index, draw_out);
 }
 
 /* ---- FP16 --------------------------------------------------------------- */
@@ -366,6 +406,141 @@ typedef struct sample_geometry {
 DEFINE_FILL_SAMPLE(fill_sample_fp32, float)
 DEFINE_FILL_SAMPLE(fill_sample_fp16, uint16_t)
 
+/* The dense layout: channels adjacent (s[3] == 1) and pixels adjacent
+ * (s[2] == PC), so a row of the output is W * PC adjacent elements and a row
+ * of the source W * C adjacent bytes. Each output row is at most three runs:
+ * columns whose source lies left or right of the image (raw byte 0, i.e.
+ * lut[c][0]), and between them the columns that read a contiguous run of
+ * source pixels, forwards, or backwards when flipped. A row whose source row
+ * lies outside the image is one run of byte-0 pixels. The same elements as
+ * the generic loop get the same values; the loops are just simpler:
+ * outside(n) writes n byte-0 pixels, inside(n) converts n source pixels
+ * s, s + step, s + 2 step, ... (step = +C or -C bytes). */
+#define DEFINE_FILL_DENSE(SUF, T)                                                            \
+  static inline __attribute__((always_inline)) void fill_outside_##SUF(                      \
+      T *restrict o, int64_t n, int C, int64_t PC, T lut[][256]) {                          \
+    if (C == 1 && PC == 1) {                                                                 \
+      const T v = lut[0][0];                                                                 \
+      for (int64_t i = 0; i < n; i++) o[i] = v;                                              \
+      return;                                                                                \
+    }                                                                                        \
+    for (int64_t i = 0; i < n; i++, o += PC) {                                               \
+      int64_t c = 0;                                                                         \
+      for (; c < C; c++) o[c] = lut[c][0];                                                   \
+      for (; c < PC; c++) o[c] = 0;                                                          \
+    }                                                                                        \
+  }                                                                                          \
+                                                                                             \
+  static inline __attribute__((always_inline)) void fill_inside_##SUF(                       \
+      T *restrict o, const uint8_t *restrict s, int64_t n, int64_t step, int C, int64_t PC,  \
+      T lut[][256]) {                                                                        \
+    if (C == 1) {                                                                            \
+      const T *restrict l = lut[0];                                                          \
+      if (PC == 1 && step == 1) {                                                            \
+        int64_t i = 0;                                                                       \
+        for (; i + 4 <= n; i += 4) {                                                         \
+          const T v0 = l[s[i]], v1 = l[s[i + 1]], v2 = l[s[i + 2]], v3 = l[s[i + 3]];        \
+          o[i] = v0;                                                                         \
+          o[i + 1] = v1;                                                                     \
+          o[i + 2] = v2;                                                                     \
+          o[i + 3] = v3;                                                                     \
+        }                                                                                    \
+        for (; i < n; i++) o[i] = l[s[i]];                                                   \
+        return;                                                                              \
+      }                                                                                      \
+      if (PC == 1) { /* step == -1: the source row backwards */                              \
+        int64_t i = 0;                                                                       \
+        for (; i + 4 <= n; i += 4) {                                                         \
+          const T v0 = l[s[-i]], v1 = l[s[-i - 1]], v2 = l[s[-i - 2]], v3 = l[s[-i - 3]];    \
+          o[i] = v0;                                                                         \
+          o[i + 1] = v1;                                                                     \
+          o[i + 2] = v2;                                                                     \
+          o[i + 3] = v3;                                                                     \
+        }                                                                                    \
+        for (; i < n; i++) o[i] = l[s[-i]];                                                  \
+        return;                                                                              \
+      }                                                                                      \
+      for (int64_t i = 0; i < n; i++, o += PC, s += step) {                                  \
+        o[0] = l[*s];                                                                        \
+        for (int64_t c = 1; c < PC; c++) o[c] = 0;                                           \
+      }                                                                                      \
+      return;                                                                                \
+    }                                                                                        \
+    for (int64_t i = 0; i < n; i++, o += PC, s += step) {                                    \
+      int64_t c = 0;                                                                         \
+      for (; c < C; c++) o[c] = lut[c][s[c]];                                                \
+      for (; c < PC; c++) o[c] = 0;                                                          \
+    }                                                                                        \
+  }                                                                                          \
+                                                                                             \
+  static inline __attribute__((always_inline)) void fill_dense_body_##SUF(                  \
+      T *out, const sample_geometry *g, const uint8_t *src, const bp_data_augment_draw *d,   \
+      T lut[][256], int C, int64_t PC) {                                                     \
+    const int64_t H = g->h, W = g->w, s1 = g->s[1];                                          \
+    if (!src) { /* an unused row: all 0 */                                                   \
+      if (s1 == W * PC)                                                                      \
+        memset(out, 0, (size_t)(H * W * PC) * sizeof(T));                                   \
+      else                                                                                   \
+        for (int64_t y = 0; y < H; y++) memset(out + y * s1, 0, (size_t)(W * PC) * sizeof(T)); \
+      return;                                                                                \
+    }                                                                                        \
+    const int64_t dy = d->dy, dx = d->dx;                                                    \
+    /* output rows [y0, y1) read source rows y + dy, inside the image */                     \
+    const int64_t y0 = clamp64(-dy, 0, H), y1 = clamp64(H - dy, y0, H);                      \
+    /* output columns [x0, x1) read source columns inside the image, the */                  \
+    /* first of them sx0, then every next one step pixels on */                              \
+    int64_t x0, x1, sx0, step;                                                               \
+    if (!d->flip) { /* sx = x + dx */                                                        \
+      x0 = clamp64(-dx, 0, W);                                                               \
+      x1 = clamp64(W - dx, x0, W);                                                           \
+      sx0 = x0 + dx;                                                                         \
+      step = 1;                                                                              \
+    } else { /* sx = W - 1 - x + dx */                                                       \
+      x0 = clamp64(dx, 0, W);                                                                \
+      x1 = clamp64(W + dx, x0, W);                                                           \
+      sx0 = W - 1 - x0 + dx;                                                                 \
+      step = -1;                                                                             \
+    }                                                                                        \
+    if (x0 == 0 && x1 == W && step == 1 && s1 == W * PC) {                                   \
+      /* whole source rows, adjacent output rows: the sample is three runs */                \
+      fill_outside_##SUF(out, y0 * W, C, PC, lut);                                           \
+      if (y1 > y0)                                                                           \
+        fill_inside_##SUF(out + y0 * W * PC, src + (y0 + dy) * W * C, (y1 - y0) * W, C, C,   \
+                          PC, lut);                                                          \
+      fill_outside_##SUF(out + y1 * W * PC, (H - y1) * W, C, PC, lut);                       \
+      return;                                                                                \
+    }                                                                                        \
+    for (int64_t y = 0; y < H; y++) {                                                        \
+      T *o = out + y * s1;                                                                   \
+      if (y < y0 || y >= y1) {                                                               \
+        fill_outside_##SUF(o, W, C, PC, lut);                                                \
+        continue;                                                                            \
+      }                                                                                      \
+      fill_outside_##SUF(o, x0, C, PC, lut);                                                 \
+      if (x1 > x0)                                                                           \
+        fill_inside_##SUF(o + x0 * PC, src + ((y + dy) * W + sx0) * C, x1 - x0, step * C, C, \
+                          PC, lut);                                                          \
+      fill_outside_##SUF(o + x1 * PC, W - x1, C, PC, lut);                                   \
+    }                                                                                        \
+  }                                                                                          \
+                                                                                             \
+  /* one copy of the body per common channel layout, with C and PC known */                  \
+  static __attribute__((noinline)) void fill_dense_##SUF(                                   \
+      T *out, const sample_geometry *g, const uint8_t *src, const bp_data_augment_draw *d,   \
+      T lut[][256]) {                                                                        \
+    if (g->c == 1 && g->pc == 1)                                                             \
+      fill_dense_body_##SUF(out, g, src, d, lut, 1, 1);                                      \
+    else if (g->c == 1 && g->pc == 4)                                                        \
+      fill_dense_body_##SUF(out, g, src, d, lut, 1, 4);                                      \
+    else                                                                                     \
+      fill_dense_body_##SUF(out, g, src, d, lut, g->c, g->pc);                               \
+  }
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+DEFINE_FILL_DENSE(fp32, float)
+DEFINE_FILL_DENSE(fp16, uint16_t)
+
 bp_status bp_data_fill(const bp_dataset *dataset, const int64_t *indices, int64_t count,
                        const bp_data_fill_options *options, const bp_dtensor *image_desc,
                        void *images, const bp_dtensor *label_desc, void *labels) {
@@ -386,7 +561,10 @@ bp_status bp_data_fill(const bp_dataset *dataset, const int64_t *indices, int64_
                      (long long)indices[i], (long long)i, (long long)in->count);
 
   /* value of each byte per channel, computed as torchvision does in FP32:
-   * ToTensor (p / 255), then Normalize ((x - mean) / std) */
+   * ToTensor (p / 255), then Normalize ((x - mean) / std); only the table
+   * of the output type is built */
+  const bp_dtensor *t = image_desc;
+  const bool fp16 = t->dtype == BP_DTYPE_FP16;
   const int C = (int)in->channels;
   float lut[BP_DATA_MAX_CHANNELS][256];
   uint16_t lut16[BP_DATA_MAX_CHANNELS][256];
@@ -394,24 +572,46 @@ bp_status bp_data_fill(const bp_dataset *dataset, const int64_t *indices, int64_
     for (int p = 0; p < 256; p++) {
       float x = (float)p / 255.0f;
       if (o->norm) x = (x - o->norm->mean[c]) / o->norm->std[c];
-      lut[c][p] = x;
-      lut16[c][p] = bp_fp16_from_fp32(x);
+      if (fp16)
+        lut16[c][p] = bp_fp16_from_fp32(x);
+      else
+        lut[c][p] = x;
     }
   }
-  const bp_dtensor *t = image_desc;
   const sample_geometry g = {in->height, in->width, C, t->padded_c, t->dev_stride};
+  const bool dense = g.s[3] == 1 && g.s[2] == g.pc;
+  augment_plan aug;
+  augment_plan_init(&aug, o->seed, o->epoch, &o->augment);
   const size_t image_bytes = (size_t)(in->height * in->width * C);
   for (int64_t i = 0; i < t->shape.n; i++) {
     bp_data_augment_draw d = {0, 0, 0};
     const uint8_t *src = NULL; /* NULL: an unused row, written 0 */
     if (i < count) {
-      bp_data_augment_params(o->seed, o->epoch, indices[i], &o->augment, &d);
+      augment_plan_draw(&aug, indices[i], &d);
       src = dataset->images + (size_t)indices[i] * image_bytes;
+      /* the samples of a shuffled batch lie anywhere in the dataset: fetch
+       * (the start of) the next one while this one is converted; this
+       * halves the time of a batch of random 28x28 images */
+      if (i + 1 < count) {
+        const uint8_t *next = dataset->images + (size_t)indices[i + 1] * image_bytes;
+        const size_t ahead = image_bytes < 4096 ? image_bytes : 4096;
+        for (size_t b = 0; b < ahead; b += 64) __builtin_prefetch(next + b);
+        __builtin_prefetch(next + ahead - 1);
+      }
     }
-    if (t->dtype == BP_DTYPE_FP16)
-      fill_sample_fp16((uint16_t *)images + i * g.s[0], &g, src, &d, lut16);
-    else
-      fill_sample_fp32((float *)images + i * g.s[0], &g, src, &d, lut);
+    if (fp16) {
+      uint16_t *out = (uint16_t *)images + i * g.s[0];
+      if (dense)
+        fill_dense_fp16(out, &g, src, &d, lut16);
+      else
+        fill_sample_fp16(out, &g, src, &d, lut16);
+    } else {
+      float *out = (float *)images + i * g.s[0];
+      if (dense)
+        fill_dense_fp32(out, &g, src, &d, lut);
+      else
+        fill_sample_fp32(out, &g, src, &d, lut);
+    }
   }
   if (label_desc) {
     int32_t *lab = labels;
