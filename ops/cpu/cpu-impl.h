@@ -1,0 +1,128 @@
+/* Private helpers of the fast CPU op module (ops/cpu/). Nothing here is
+ * exported: the module is built with -fvisibility=hidden and only the ABI
+ * entry (module.c) is visible.
+ *
+ * What it holds: vectorized FP32 kernels for the memory-bound ops that
+ * dominate a CPU training step besides the GEMMs: range.sgd, range.adamw
+ * (optim.c), relu.fwd and relu.bwd (relu.c). Implementation "cpu", device
+ * "cpu", priority 5 (ops/blas uses 10; the reference module is REFERENCE
+ * and only serves what nothing else supports), DETERMINISTIC, plus
+ * IN_PLACE where the reference kernel has it (relu).
+ *
+ * Contract: every output is bit-identical to the reference kernel's on the
+ * same inputs. Each element goes through the very IEEE float operations of
+ * ops/reference (range.c, elementwise.c), in the same order, with the same
+ * scalar factors (formed in double and rounded once, as there); only the
+ * loops are different: flat, restrict-qualified, one per mode (weight
+ * decay on or off, Nesterov, accumulate, in place) so the compiler
+ * vectorizes them. The module is compiled with -O3 -ffp-contract=off (no
+ * a*b+c fused into an FMA, which AVX-512 and clang's default contraction
+ * would otherwise do) and -fno-math-errno (so sqrtf becomes vsqrtps; the
+ * value is the same correctly rounded square root, only errno is not set),
+ * never with fast-math. The reference module is compiled without
+ * contraction too: gcc's ISO C mode (-std=c11) defaults to
+ * -ffp-contract=off, and the baseline x86-64 ISA it targets has no FMA
+ * instruction for clang to contract into (ops/reference does not force
+ * -ffp-contract=off itself: clang with -march=native in CMAKE_C_FLAGS
+ * would fuse there, and the two modules would then differ).
+ *   One caveat, which IEEE 754 leaves open: when both operands of one
+ * addition are NaNs with different payloads, which payload survives
+ * depends on the operand order the compiler picked, here and in the
+ * reference alike (clang 14's baseline relu.bwd loop picks the order its
+ * scalar reference does not; gcc 12 keeps it); every other NaN (a NaN
+ * input meeting a number, or a NaN the arithmetic makes) has the same
+ * bits.
+ *
+ * Arguments: supports() is the reference kernel's own supports()
+ * (ops/reference/range.c and elementwise.c are compiled in, with common.c),
+ * so this module accepts and refuses what the reference does, with the
+ * same reasons; then it refuses, with a reason, the layouts its flat loops
+ * cannot take: relu tensors whose logical elements are not one dense run
+ * (cpu_dense), which the reference then serves. Range spans are always
+ * dense ([1,1,1,E], stride 1). run() repeats the checks, then
+ * ref_check_ptrs, and returns BP_ABI_ERR_INVALID when one fails.
+ *
+ * ISA dispatch: each inner loop is written once (an always-inline body)
+ * and instantiated three times, for AVX-512F, AVX2 and the x86-64 baseline
+ * (SSE2) through __attribute__((target(...))); cpu_isa() says which set
+ * runs, chosen once when the module is loaded (__builtin_cpu_supports,
+ * which also checks that the OS saves the vector state) and lowered by
+ * BP_CPU_ISA=avx512f|avx2|default (CTest runs tests/test_ops_cpu.c once
+ * per set). Not target_clones: clang 14 gives the resolver of every cloned
+ * function default visibility (it lands in the dynamic symbol table beside
+ * the ABI entry, and a visibility attribute next to target_clones is an
+ * error), and explicit dispatch lets the tests check each set. Other
+ * architectures get only the portable loops, vectorized for the baseline
+ * ISA. */
+#ifndef BP_OPS_CPU_IMPL_H
+#define BP_OPS_CPU_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reference-impl.h"
+
+#define CPU_IMPL "cpu"
+#define CPU_DEVICE "cpu"
+#define CPU_PRIORITY 5
+#define CPU_FLAGS BP_ABI_KERNEL_DETERMINISTIC
+
+/* The instruction sets the loops are built for, lowest first. */
+typedef enum cpu_isa_level {
+  CPU_ISA_DEFAULT = 0, /* the baseline of the target (SSE2 on x86-64) */
+  CPU_ISA_AVX2 = 1,
+  CPU_ISA_AVX512F = 2,
+} cpu_isa_level;
+
+/* The set in use (module.c; CPU_ISA_DEFAULT until the module's init). */
+cpu_isa_level cpu_isa(void);
+const char *cpu_isa_name(cpu_isa_level isa);
+
+/* Marks the three instantiations of a loop. */
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_HAVE_X86_VARIANTS 1
+#define CPU_TARGET_AVX512F __attribute__((target("avx512f")))
+#define CPU_TARGET_AVX2 __attribute__((target("avx2")))
+#else
+#define CPU_HAVE_X86_VARIANTS 0
+#endif
+#define CPU_INLINE static inline __attribute__((always_inline))
+
+/* CPU_DISPATCH(name, (params), (args)) defines `static void name(params)`
+ * that runs name##_body(args) (a CPU_INLINE function) compiled for the set
+ * cpu_isa() names: name##_avx512f, name##_avx2 and name##_default are the
+ * same loop built three times, each vectorized for its own registers. */
+#if CPU_HAVE_X86_VARIANTS
+#define CPU_DISPATCH(name, params, args)                                                     \
+  CPU_TARGET_AVX512F static void name##_avx512f params { name##_body args; }               \
+  CPU_TARGET_AVX2 static void name##_avx2 params { name##_body args; }                     \
+  static void name##_default params { name##_body args; }                                  \
+  static void name params {                                                                \
+    switch (cpu_isa()) {                                                                   \
+      case CPU_ISA_AVX512F: name##_avx512f args; return;                                   \
+      case CPU_ISA_AVX2: name##_avx2 args; return;                                         \
+      default: name##_default args; return;                                                \
+    }                                                                                      \
+  }
+#else
+#define CPU_DISPATCH(name, params, args) \
+  static void name params { name##_body args; }
+#endif
+
+/* 1 when t's logical elements are one dense run in NHWC order (every
+ * dimension of extent > 1 strided by the product of the extents inside
+ * it), so element i of the compact order is at ptr + i; else 0 with a
+ * reason naming `name`. t went through ref_check_tensor. */
+int cpu_dense(const bp_abi_tensor *t, const char *name, char *reason, size_t reason_size);
+
+/* The kernels, one descriptor each (optim.c, relu.c). */
+extern const bp_abi_kernel cpu_range_sgd, cpu_range_adamw, cpu_relu_fwd, cpu_relu_bwd;
+
+#define CPU_KERNEL(op_name, supports_fn, run_fn, extra_flags)                                   \
+  {                                                                                          \
+    sizeof(bp_abi_kernel), (op_name), CPU_IMPL, CPU_DEVICE,                                  \
+        BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32), CPU_PRIORITY, CPU_FLAGS | (extra_flags),        \
+        (supports_fn), NULL, (run_fn), NULL                                                  \
+  }
+
+#endif

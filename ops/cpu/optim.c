@@ -1,0 +1,133 @@
+/* range.sgd and range.adamw, vectorized; bit-identical to sgd_run and
+ * adamw_run of ops/reference/range.c (the formulas, the checks and the
+ * spans are described there and in bp_abi_ops.h).
+ *
+ * Each element takes the reference's float operations in the reference's
+ * order; the per-element branches of the reference that depend only on
+ * attributes (weight_decay != 0, nesterov) pick one of four loops instead,
+ * so each loop is straight-line code the compiler vectorizes. The scalar
+ * factors of AdamW (bias corrections, decay, step size) are formed in
+ * double exactly as the reference forms them. grad, w, m and v never
+ * overlap (ref_check_ptrs), hence restrict. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu-impl.h"
+
+/* ---- loops ---------------------------------------------------------------- */
+
+/* One SGD mode: decay (weight_decay != 0) and nesterov fixed at compile time. */
+CPU_INLINE void sgd_mode(float *restrict w, float *restrict m, const float *restrict grad,
+                         int64_t n, float lr, float mu, float wd, int decay, int nesterov) {
+  for (int64_t i = 0; i < n; i++) {
+    float g = grad[i];
+    if (decay) g = g + wd * w[i];
+    const float buf = mu * m[i] + g;
+    m[i] = buf;
+    const float u = nesterov ? g + mu * buf : buf;
+    w[i] = w[i] - lr * u;
+  }
+}
+
+CPU_INLINE void sgd_loop_body(float *restrict w, float *restrict m, const float *restrict grad,
+                              int64_t n, float lr, float mu, float wd, int nesterov) {
+  if (wd != 0.0f) {
+    if (nesterov) sgd_mode(w, m, grad, n, lr, mu, wd, 1, 1);
+    else sgd_mode(w, m, grad, n, lr, mu, wd, 1, 0);
+  } else {
+    if (nesterov) sgd_mode(w, m, grad, n, lr, mu, wd, 0, 1);
+    else sgd_mode(w, m, grad, n, lr, mu, wd, 0, 0);
+  }
+}
+CPU_DISPATCH(sgd_loop,
+             (float *restrict w, float *restrict m, const float *restrict grad, int64_t n,
+              float lr, float mu, float wd, int nesterov),
+             (w, m, grad, n, lr, mu, wd, nesterov))
+
+/* The scalar factors of one AdamW step (adamw_run). */
+typedef struct adamw_factors {
+  float decay, neg_step_size, bc2_sqrt, c1, c2, b1, b2, eps;
+} adamw_factors;
+
+CPU_INLINE void adamw_loop_body(float *restrict w, float *restrict m, float *restrict v,
+                                const float *restrict grad, int64_t n, adamw_factors f) {
+  const float decay = f.decay, neg_step_size = f.neg_step_size, bc2_sqrt = f.bc2_sqrt;
+  const float c1 = f.c1, c2 = f.c2, b1 = f.b1, b2 = f.b2, eps = f.eps;
+  for (int64_t i = 0; i < n; i++) {
+    const float g = grad[i];
+    const float wi = w[i] * decay;
+    const float mi = m[i] * b1 + c1 * g;
+    const float vi = v[i] * b2 + c2 * g * g;
+    const float denom = sqrtf(vi) / bc2_sqrt + eps;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = wi + neg_step_size * mi / denom;
+  }
+}
+CPU_DISPATCH(adamw_loop,
+             (float *restrict w, float *restrict m, float *restrict v, const float *restrict grad,
+              int64_t n, adamw_factors f),
+             (w, m, v, grad, n, f))
+
+/* ---- kernels ---------------------------------------------------------------- */
+
+/* The FP32 scalar input i. */
+static float scalar_in(const bp_abi_kernel_args *args, int i) {
+  float v;
+  memcpy(&v, args->input_ptrs[i], sizeof v);
+  return v;
+}
+
+/* supports(): the reference's (spans are always one dense run). */
+static int sgd_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
+  (void)user;
+  return ref_range_sgd.supports(ref_range_sgd.user, args, reason, rs);
+}
+static int adamw_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
+  (void)user;
+  return ref_range_adamw.supports(ref_range_adamw.user, args, reason, rs);
+}
+
+/* The checks of run(): supports(), the attribute block, the pointers. */
+static int optim_check_run(const bp_abi_kernel *ref, const bp_abi_kernel_args *args,
+                           bp_optimizer_attrs *a) {
+  char reason[REF_REASON_MAX];
+  return ref->supports(ref->user, args, reason, sizeof reason) &&
+         ref_read_attrs(args, a, sizeof *a, reason, sizeof reason) &&
+         ref_check_ptrs(args, NULL, NULL, 0);
+}
+
+/* range.sgd  in: grad, lr   out: w, m (sgd_run). */
+static int sgd_run(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  bp_optimizer_attrs a;
+  if (!optim_check_run(&ref_range_sgd, args, &a)) return BP_ABI_ERR_INVALID;
+  const float lr = scalar_in(args, 1);
+  if (!isfinite(lr)) return BP_ABI_ERR_INVALID;
+  sgd_loop(ref_out(args, 0), ref_out(args, 1), ref_in(args, 0), args->inputs[0].shape[3], lr,
+           a.momentum, a.weight_decay, a.nesterov);
+  return BP_ABI_OK;
+}
+
+/* range.adamw  in: grad, lr, step   out: w, m, v (adamw_run). */
+static int adamw_run(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  bp_optimizer_attrs a;
+  if (!optim_check_run(&ref_range_adamw, args, &a)) return BP_ABI_ERR_INVALID;
+  const float lr = scalar_in(args, 1), step = scalar_in(args, 2);
+  if (!isfinite(lr) || !isfinite(step) || !(step >= 1.0f)) return BP_ABI_ERR_INVALID;
+  const double t = step;
+  const double bc1 = 1.0 - pow((double)a.beta1, t), bc2 = 1.0 - pow((double)a.beta2, t);
+  adamw_factors f;
+  f.decay = (float)(1.0 - (double)lr * (double)a.weight_decay);
+  f.neg_step_size = (float)(-((double)lr / bc1));
+  f.bc2_sqrt = (float)sqrt(bc2);
+  f.c1 = (float)(1.0 - (double)a.beta1), f.c2 = (float)(1.0 - (double)a.beta2);
+  f.b1 = a.beta1, f.b2 = a.beta2, f.eps = a.eps;
+  adamw_loop(ref_out(args, 0), ref_out(args, 1), ref_out(args, 2), ref_in(args, 0),
+             args->inputs[0].shape[3], f);
+  return BP_ABI_OK;
+}
+
+const bp_abi_kernel cpu_range_sgd = CPU_KERNEL("range.sgd", sgd_supports, sgd_run, 0);
+const bp_abi_kernel cpu_range_adamw = CPU_KERNEL("range.adamw", adamw_supports, adamw_run, 0);

@@ -1,0 +1,153 @@
+/* relu.fwd and relu.bwd, vectorized; bit-identical to relu_run_fwd and
+ * relu_run_bwd of ops/reference/elementwise.c:
+ *   relu.fwd  in: x         out: y (may be x)    y = x < 0 ? 0 : x
+ *   relu.bwd  in: y, dy     out: dx (may be dy)  dx (+)= y > 0 ? dy : 0
+ * The same comparisons and the same addition per element (NaN passes the
+ * forward as it is; -0.0 stays -0.0), over tensors whose logical elements
+ * are one dense run each (cpu_dense; others are refused and go to the
+ * reference), so element i of every tensor is ptr[i]. The in-place forms
+ * (y is x; dx is dy) run loops with one pointer for the shared tensor, so
+ * every restrict promise holds; otherwise the output overlaps no input
+ * (ref_check_ptrs). */
+#include "cpu-impl.h"
+
+/* ---- layout --------------------------------------------------------------- */
+
+int cpu_dense(const bp_abi_tensor *t, const char *name, char *reason, size_t rs) {
+  int64_t inner = 1;
+  for (int d = 3; d >= 0; d--) {
+    if (t->shape[d] > 1 && t->stride[d] != inner)
+      return ref_fail(reason, rs,
+                      "%s: elements are not one dense run (shape [%lld,%lld,%lld,%lld], "
+                      "strides [%lld,%lld,%lld,%lld], padded_c %lld); the fast loop needs "
+                      "compact NHWC, the reference kernel serves it",
+                      name, (long long)t->shape[0], (long long)t->shape[1],
+                      (long long)t->shape[2], (long long)t->shape[3], (long long)t->stride[0],
+                      (long long)t->stride[1], (long long)t->stride[2], (long long)t->stride[3],
+                      (long long)t->padded_c);
+    inner *= t->shape[d];
+  }
+  return 1;
+}
+
+static int64_t count_of(const bp_abi_tensor *t) {
+  return t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3];
+}
+
+/* ---- loops ---------------------------------------------------------------- */
+
+CPU_INLINE void relu_fwd_loop_body(const float *restrict x, float *restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float v = x[i];
+    y[i] = v < 0.0f ? 0.0f : v;
+  }
+}
+CPU_DISPATCH(relu_fwd_loop, (const float *restrict x, float *restrict y, int64_t n), (x, y, n))
+
+CPU_INLINE void relu_fwd_inplace_loop_body(float *restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float v = x[i];
+    x[i] = v < 0.0f ? 0.0f : v;
+  }
+}
+CPU_DISPATCH(relu_fwd_inplace_loop, (float *restrict x, int64_t n), (x, n))
+
+/* dy is read whatever y holds (the reference reads it only where y > 0; the
+ * selected value is the same), which lets the loop vectorize. */
+CPU_INLINE void relu_bwd_mode(const float *restrict y, const float *restrict dy,
+                              float *restrict dx, int64_t n, int accumulate) {
+  for (int64_t i = 0; i < n; i++) {
+    const float d = dy[i];
+    const float g = y[i] > 0.0f ? d : 0.0f;
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+CPU_INLINE void relu_bwd_loop_body(const float *restrict y, const float *restrict dy,
+                                   float *restrict dx, int64_t n, int accumulate) {
+  if (accumulate) relu_bwd_mode(y, dy, dx, n, 1);
+  else relu_bwd_mode(y, dy, dx, n, 0);
+}
+CPU_DISPATCH(relu_bwd_loop,
+             (const float *restrict y, const float *restrict dy, float *restrict dx, int64_t n,
+              int accumulate),
+             (y, dy, dx, n, accumulate))
+
+/* dx is dy: d holds dy on entry and dx on return. */
+CPU_INLINE void relu_bwd_inplace_mode(const float *restrict y, float *restrict d, int64_t n,
+                                      int accumulate) {
+  for (int64_t i = 0; i < n; i++) {
+    const float o = d[i];
+    const float g = y[i] > 0.0f ? o : 0.0f;
+    d[i] = accumulate ? o + g : g;
+  }
+}
+CPU_INLINE void relu_bwd_inplace_loop_body(const float *restrict y, float *restrict d, int64_t n,
+                                           int accumulate) {
+  if (accumulate) relu_bwd_inplace_mode(y, d, n, 1);
+  else relu_bwd_inplace_mode(y, d, n, 0);
+}
+CPU_DISPATCH(relu_bwd_inplace_loop,
+             (const float *restrict y, float *restrict d, int64_t n, int accumulate),
+             (y, d, n, accumulate))
+
+/* ---- kernels ---------------------------------------------------------------- */
+
+/* The reference's checks, then every tensor one dense run. */
+static int relu_check(const bp_abi_kernel *ref, const bp_abi_kernel_args *args, char *reason,
+                      size_t rs) {
+  static const char *const in_names[] = {"input 0", "input 1"};
+  if (!ref->supports(ref->user, args, reason, rs)) return 0;
+  for (int i = 0; i < args->num_inputs; i++)
+    if (!cpu_dense(&args->inputs[i], in_names[i], reason, rs)) return 0;
+  return cpu_dense(&args->outputs[0], "output 0", reason, rs);
+}
+
+static int relu_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason,
+                             size_t rs) {
+  (void)user;
+  return relu_check(&ref_relu_fwd, args, reason, rs);
+}
+static int relu_supports_bwd(void *user, const bp_abi_kernel_args *args, char *reason,
+                             size_t rs) {
+  (void)user;
+  return relu_check(&ref_relu_bwd, args, reason, rs);
+}
+
+/* relu.fwd  in: x   out: y (may be x itself). */
+static int relu_run_fwd(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  char reason[REF_REASON_MAX];
+  static const int alias_out[] = {0}, alias_in[] = {0};
+  if (!relu_check(&ref_relu_fwd, args, reason, sizeof reason) ||
+      !ref_check_ptrs(args, alias_out, alias_in, 1))
+    return BP_ABI_ERR_INVALID;
+  const int64_t n = count_of(&args->inputs[0]);
+  const float *x = ref_in(args, 0);
+  float *y = ref_out(args, 0);
+  if ((const void *)y == (const void *)x) relu_fwd_inplace_loop(y, n);
+  else relu_fwd_loop(x, y, n);
+  return BP_ABI_OK;
+}
+
+/* relu.bwd  in: y, dy   out: dx (may be dy itself). */
+static int relu_run_bwd(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  char reason[REF_REASON_MAX];
+  bp_elementwise_attrs a;
+  static const int alias_out[] = {0}, alias_in[] = {1};
+  if (!relu_check(&ref_relu_bwd, args, reason, sizeof reason) ||
+      !ref_read_attrs(args, &a, sizeof a, reason, sizeof reason) ||
+      !ref_check_ptrs(args, alias_out, alias_in, 1))
+    return BP_ABI_ERR_INVALID;
+  const int64_t n = count_of(&args->inputs[0]);
+  const float *y = ref_in(args, 0), *dy = ref_in(args, 1);
+  float *dx = ref_out(args, 0);
+  if ((const void *)dx == (const void *)dy) relu_bwd_inplace_loop(y, dx, n, a.accumulate);
+  else relu_bwd_loop(y, dy, dx, n, a.accumulate);
+  return BP_ABI_OK;
+}
+
+const bp_abi_kernel cpu_relu_fwd =
+    CPU_KERNEL("relu.fwd", relu_supports_fwd, relu_run_fwd, BP_ABI_KERNEL_IN_PLACE);
+const bp_abi_kernel cpu_relu_bwd =
+    CPU_KERNEL("relu.bwd", relu_supports_bwd, relu_run_bwd, BP_ABI_KERNEL_IN_PLACE);

@@ -1,0 +1,782 @@
+/* The fast CPU op module (ops/cpu/) against the reference module: both
+ * loaded through the registry (ops_ref_util.c loads the reference, this
+ * file adds the cpu module to the same registry), every cpu kernel run on
+ * the same inputs as the reference kernel, and the outputs required to be
+ * bit-identical: the whole buffer, the 16-byte tail included, compared
+ * with memcmp.
+ *
+ * Sizes 1, 3, 15, 16, 17, 1000 and 100003 (below, at and around a vector
+ * width, and long runs with a remainder), each at an aligned start and one
+ * float off it. Data: mostly uniform values, with -0.0, +0.0, subnormals,
+ * tiny normals and huge values (products overflow to Inf, and Inf - Inf
+ * makes NaNs) mixed in, plus Infs and NaNs with assorted payloads and
+ * signs (quiet and signalling) for relu. One case is left out: relu.bwd
+ * with accumulate adding a NaN dy into a NaN dx, whose payload IEEE 754
+ * leaves to the operand order the compiler picks (cpu-impl.h).
+ *   sgd: plain, momentum, Nesterov, weight decay 0 and 5e-4 (and a huge
+ * one), three steps each; adamw: weight decay 0 and 1e-2, four beta/eps
+ * settings, steps 1..4 and 1000, from zero moments and from any state;
+ * relu.fwd out of place and in place; relu.bwd accumulate 0 and 1, out of
+ * place and in place (dx is dy); relu over dense 4-D shapes too.
+ *
+ * Then: refusals (a relu layout that is not one dense run, with a reason,
+ * which the reference serves; bad arguments give the reference's very
+ * reason; run() checks), the descriptors, the instruction set in use
+ * (BP_CPU_ISA; CTest runs this suite for each set), and selection: the
+ * registry picks "cpu" over "reference" for dense nodes, pins override it,
+ * and a node the cpu kernel refuses goes to the reference. */
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ops_ref_util.h"
+
+#define FP32 BP_ABI_DTYPE_FP32
+
+static const int64_t sizes[] = {1, 3, 15, 16, 17, 1000, 100003};
+#define SIZES ((int)(sizeof sizes / sizeof sizes[0]))
+
+/* ---- the two modules ------------------------------------------------------ */
+
+/* What the module logged while loading (BP_LOG=info), for the ISA check. */
+static char load_log[4096];
+
+static bp_registry *both_modules(void) {
+  static int loaded;
+  bp_registry *r = ops_registry_get(); /* the reference module */
+  if (!loaded) {
+    /* capture stderr around the load to read the module's info line */
+    const char *old_log = getenv("BP_LOG");
+    char *saved_log = old_log ? strdup(old_log) : NULL;
+    setenv("BP_LOG", "info", 1);
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    ck_assert_ptr_nonnull(tmp);
+    const int saved = dup(STDERR_FILENO);
+    ck_assert_int_ge(saved, 0);
+    dup2(fileno(tmp), STDERR_FILENO);
+    const bp_status st = bp_registry_load(r, BP_OPS_CPU_PATH);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    rewind(tmp);
+    const size_t got = fread(load_log, 1, sizeof load_log - 1, tmp);
+    load_log[got] = '\0';
+    fclose(tmp);
+    if (saved_log) setenv("BP_LOG", saved_log, 1);
+    else unsetenv("BP_LOG");
+    free(saved_log);
+    if (st != BP_OK)
+      ck_abort_msg("bp_registry_load(%s): %s (log: %s)", BP_OPS_CPU_PATH, bp_last_error(),
+                   load_log);
+    loaded = 1;
+  }
+  return r;
+}
+
+static const bp_abi_kernel *kernel_of(const char *op, const char *impl) {
+  const bp_registry *r = both_modules();
+  for (int i = 0; i < bp_registry_kernel_count(r); i++) {
+    const bp_abi_kernel *k = &bp_registry_kernel(r, i)->kernel;
+    if (strcmp(k->op, op) == 0 && strcmp(k->impl, impl) == 0 && strcmp(k->device, "cpu") == 0)
+      return k;
+  }
+  ck_abort_msg("no %s kernel for %s", impl, op);
+  return NULL;
+}
+
+/* ---- calling a kernel directly ------------------------------------------- */
+
+typedef struct kargs {
+  bp_abi_tensor in[6], out[6];
+  const void *in_ptrs[6];
+  void *out_ptrs[6];
+  bp_abi_kernel_args a;
+} kargs;
+
+static void kargs_make(kargs *k, const ops_call *c, int with_ptrs) {
+  memset(k, 0, sizeof *k);
+  for (int i = 0; i < c->nin; i++) k->in[i] = c->in[i]->d, k->in_ptrs[i] = c->in[i]->data;
+  for (int i = 0; i < c->nout; i++) k->out[i] = c->out[i]->d, k->out_ptrs[i] = c->out[i]->data;
+  k->a.struct_size = sizeof k->a;
+  k->a.num_inputs = c->nin, k->a.num_outputs = c->nout;
+  k->a.inputs = k->in, k->a.outputs = k->out;
+  k->a.input_ptrs = with_ptrs ? k->in_ptrs : NULL;
+  k->a.output_ptrs = with_ptrs ? k->out_ptrs : NULL;
+  k->a.attrs = c->attrs, k->a.attr_size = c->attr_size;
+  k->a.attr_version = BP_ABI_ATTR_VERSION;
+  k->a.world_size = 1;
+}
+
+static int k_supports(const bp_abi_kernel *k, const ops_call *c, char *reason, size_t size) {
+  kargs a;
+  kargs_make(&a, c, 0);
+  reason[0] = '\0';
+  return k->supports(k->user, &a.a, reason, size);
+}
+
+static int k_run_raw(const bp_abi_kernel *k, const ops_call *c) {
+  kargs a;
+  kargs_make(&a, c, 1);
+  return k->run(k->user, &a.a);
+}
+
+/* supports() asserted, then run() asserted to succeed. */
+static void k_run(const char *impl, const ops_call *c) {
+  const bp_abi_kernel *k = kernel_of(c->op, impl);
+  char reason[256];
+  if (k_supports(k, c, reason, sizeof reason) != 1)
+    ck_abort_msg("%s/%s refused: %s", c->op, impl, reason);
+  const int rc = k_run_raw(k, c);
+  if (rc != BP_ABI_OK) ck_abort_msg("%s/%s run() returned %d", c->op, impl, rc);
+}
+
+/* ---- tensors and data ----------------------------------------------------- */
+
+/* A span [1,1,1,n] whose data starts `offset` floats into its allocation
+ * (so the loops meet unaligned starts); `base` is what to free. The 16
+ * bytes after the n elements are tt_new's sentinel tail. */
+typedef struct vec {
+  tt t;
+  void *base;
+} vec;
+
+static vec vec_new(int64_t n, int64_t offset) {
+  vec v;
+  v.t = tt_new(FP32, 1, 1, 1, n + offset, 0);
+  v.base = v.t.data;
+  v.t.data = (float *)v.base + offset;
+  v.t.d.shape[3] = n;
+  v.t.d.padded_c = n;
+  v.t.d.stride[2] = v.t.d.stride[1] = v.t.d.stride[0] = n;
+  v.t.d.slot_bytes = (uint64_t)n * sizeof(float) + 16;
+  return v;
+}
+static void vec_free(vec *v) {
+  free(v->base);
+  v->base = v->t.data = NULL;
+}
+static float *fp(const tt *t) { return (float *)t->data; }
+
+static float float_of(uint32_t b) {
+  float f;
+  memcpy(&f, &b, sizeof f);
+  return f;
+}
+static uint32_t bits_of(float f) {
+  uint32_t b;
+  memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+/* One value of the mix; `nonfinite` adds Infs and NaNs. */
+static float special(uint64_t *rng, int nonfinite) {
+  const double u = tt_rand_unit(rng);
+  const float sign = tt_rand_unit(rng) < 0.5 ? -1.0f : 1.0f;
+  const int kind = (int)(tt_rand_unit(rng) * 20.0);
+  switch (kind) {
+    case 0: return -0.0f;
+    case 1: return 0.0f;
+    case 2: return sign * (float)(u * 1e-38); /* mostly subnormal */
+    case 3: return sign * float_of(1u + (uint32_t)(u * 64.0)); /* the smallest subnormals */
+    case 4: return sign * (float)(FLT_MIN * (1.0 + u)); /* tiny normal */
+    case 5: return sign * (float)(1e30 + u * 3e38);     /* huge */
+    case 6: return sign * FLT_MAX;
+    case 7:
+      if (nonfinite) return sign * INFINITY;
+      return sign * (float)(1e-6 * u);
+    case 8:
+      if (nonfinite) { /* a quiet or signalling NaN with a payload */
+        const uint32_t payload = 1u + (uint32_t)(u * 0x3ffffe);
+        const uint32_t quiet = tt_rand_unit(rng) < 0.5 ? 0x400000u : 0u;
+        return float_of((sign < 0 ? 0x80000000u : 0u) | 0x7f800000u | quiet | payload);
+      }
+      return sign * (float)(1e3 * u);
+    default: return (float)(4.0 * u - 2.0);
+  }
+}
+
+static void fill(tt *t, uint64_t *rng, int nonfinite) {
+  const int64_t n = tt_count(t);
+  for (int64_t i = 0; i < n; i++) *tt_at(t, i) = special(rng, nonfinite);
+}
+
+/* The whole slot of b made equal to a's (same layout). */
+static void same_bytes(tt *b, const tt *a) { memcpy(b->data, a->data, a->d.slot_bytes); }
+
+/* The whole slots equal, tail included; else fails naming the first
+ * differing element. */
+static void expect_identical(const tt *cpu, const tt *ref, const char *what, int64_t n,
+                             int64_t offset, const char *mode) {
+  if (memcmp(cpu->data, ref->data, ref->d.slot_bytes) == 0) return;
+  const int64_t count = tt_count(ref);
+  for (int64_t i = 0; i < count; i++) {
+    const uint32_t c = bits_of(fp(cpu)[i]), r = bits_of(fp(ref)[i]);
+    if (c != r)
+      ck_abort_msg("%s (%s, n %lld, offset %lld): element %lld: cpu %08x (%.9g), reference %08x "
+                   "(%.9g)",
+                   what, mode, (long long)n, (long long)offset, (long long)i, (unsigned)c,
+                   (double)fp(cpu)[i], (unsigned)r, (double)fp(ref)[i]);
+  }
+  ck_abort_msg("%s (%s, n %lld, offset %lld): the tail differs", what, mode, (long long)n,
+               (long long)offset);
+}
+
+static tt scalar(float v) {
+  tt t = tt_new(FP32, 1, 1, 1, 1, 0);
+  fp(&t)[0] = v;
+  return t;
+}
+
+/* ---- range.sgd ------------------------------------------------------------ */
+
+typedef struct sgd_cfg {
+  float momentum, weight_decay;
+  int nesterov;
+  const char *name;
+} sgd_cfg;
+
+static const sgd_cfg sgd_cfgs[] = {
+    {0.0f, 0.0f, 0, "plain"},
+    {0.9f, 0.0f, 0, "momentum"},
+    {0.9f, 0.0f, 1, "nesterov"},
+    {0.0f, 5e-4f, 0, "plain, weight decay 5e-4"},
+    {0.9f, 5e-4f, 0, "momentum, weight decay 5e-4"},
+    {0.9f, 5e-4f, 1, "nesterov, weight decay 5e-4"},
+    {0.5f, 1e30f, 1, "nesterov, huge weight decay"},
+};
+
+START_TEST(sgd_matches_reference) {
+  const int64_t n = sizes[_i];
+  static const float lrs[] = {0.1f, 0.01f, -3.0f};
+  for (size_t ci = 0; ci < sizeof sgd_cfgs / sizeof sgd_cfgs[0]; ci++) {
+    const sgd_cfg *cfg = &sgd_cfgs[ci];
+    bp_optimizer_attrs a;
+    memset(&a, 0, sizeof a);
+    a.momentum = cfg->momentum, a.weight_decay = cfg->weight_decay, a.nesterov = cfg->nesterov;
+    for (int64_t off = 0; off <= 1; off++) {
+      uint64_t rng = 1000u * (uint64_t)ci + (uint64_t)(n + off);
+      vec g = vec_new(n, off), wr = vec_new(n, off), mr = vec_new(n, off);
+      vec wc = vec_new(n, off), mc = vec_new(n, off);
+      fill(&wr.t, &rng, 0);
+      fill(&mr.t, &rng, 0);
+      if (off == 0) memset(mr.t.data, 0, (size_t)n * sizeof(float)); /* a first step */
+      same_bytes(&wc.t, &wr.t), same_bytes(&mc.t, &mr.t);
+      for (int step = 0; step < 3; step++) {
+        fill(&g.t, &rng, 0);
+        tt lr = scalar(lrs[step]);
+        const ops_call ref = {"range.sgd", {&g.t, &lr}, {&wr.t, &mr.t}, 2, 2, &a, sizeof a};
+        const ops_call cpu = {"range.sgd", {&g.t, &lr}, {&wc.t, &mc.t}, 2, 2, &a, sizeof a};
+        k_run("reference", &ref);
+        k_run("cpu", &cpu);
+        expect_identical(&wc.t, &wr.t, "sgd w", n, off, cfg->name);
+        expect_identical(&mc.t, &mr.t, "sgd m", n, off, cfg->name);
+        tt_free(&lr);
+      }
+      vec_free(&g), vec_free(&wr), vec_free(&mr), vec_free(&wc), vec_free(&mc);
+    }
+  }
+}
+END_TEST
+
+/* ---- range.adamw ---------------------------------------------------------- */
+
+typedef struct adamw_cfg {
+  float weight_decay, beta1, beta2, eps;
+  const char *name;
+} adamw_cfg;
+
+static const adamw_cfg adamw_cfgs[] = {
+    {0.0f, 0.9f, 0.999f, 1e-8f, "defaults, no weight decay"},
+    {1e-2f, 0.9f, 0.999f, 1e-8f, "defaults, weight decay 1e-2"},
+    {1e-2f, 0.5f, 0.75f, 1e-3f, "beta 0.5/0.75, eps 1e-3"},
+    {0.0f, 0.0f, 0.0f, 1e-30f, "betas 0, tiny eps"},
+};
+
+START_TEST(adamw_matches_reference) {
+  const int64_t n = sizes[_i];
+  static const float steps[] = {1, 2, 3, 4, 1000};
+  static const float lrs[] = {1e-3f, 0.1f, 1e-3f, 2.0f, 1e-4f};
+  for (size_t ci = 0; ci < sizeof adamw_cfgs / sizeof adamw_cfgs[0]; ci++) {
+    const adamw_cfg *cfg = &adamw_cfgs[ci];
+    bp_optimizer_attrs a;
+    memset(&a, 0, sizeof a);
+    a.weight_decay = cfg->weight_decay, a.beta1 = cfg->beta1, a.beta2 = cfg->beta2;
+    a.eps = cfg->eps;
+    for (int64_t off = 0; off <= 1; off++) {
+      uint64_t rng = 7000u * (uint64_t)ci + (uint64_t)(n + off);
+      vec g = vec_new(n, off), wr = vec_new(n, off), mr = vec_new(n, off), vr = vec_new(n, off);
+      vec wc = vec_new(n, off), mc = vec_new(n, off), vc = vec_new(n, off);
+      fill(&wr.t, &rng, 0);
+      if (off == 0) { /* from the start: m = v = 0 */
+        memset(mr.t.data, 0, (size_t)n * sizeof(float));
+        memset(vr.t.data, 0, (size_t)n * sizeof(float));
+      } else { /* any state, negative v included (its sqrt is a NaN in both) */
+        fill(&mr.t, &rng, 0);
+        fill(&vr.t, &rng, 0);
+      }
+      same_bytes(&wc.t, &wr.t), same_bytes(&mc.t, &mr.t), same_bytes(&vc.t, &vr.t);
+      for (int s = 0; s < 5; s++) {
+        fill(&g.t, &rng, 0);
+        tt lr = scalar(lrs[s]), step = scalar(steps[s]);
+        const ops_call ref = {"range.adamw", {&g.t, &lr, &step}, {&wr.t, &mr.t, &vr.t},
+                              3, 3, &a, sizeof a};
+        const ops_call cpu = {"range.adamw", {&g.t, &lr, &step}, {&wc.t, &mc.t, &vc.t},
+                              3, 3, &a, sizeof a};
+        k_run("reference", &ref);
+        k_run("cpu", &cpu);
+        expect_identical(&wc.t, &wr.t, "adamw w", n, off, cfg->name);
+        expect_identical(&mc.t, &mr.t, "adamw m", n, off, cfg->name);
+        expect_identical(&vc.t, &vr.t, "adamw v", n, off, cfg->name);
+        tt_free(&lr), tt_free(&step);
+      }
+      vec_free(&g), vec_free(&wr), vec_free(&mr), vec_free(&vr);
+      vec_free(&wc), vec_free(&mc), vec_free(&vc);
+    }
+  }
+}
+END_TEST
+
+/* ---- relu ----------------------------------------------------------------- */
+
+static const bp_elementwise_attrs overwrite = {0}, accumulate = {1};
+
+/* Both relu ops, every mode, on tensors shaped like `like` (dense). */
+static void relu_compare(const tt *like, int64_t offset, uint64_t seed) {
+  const int64_t n = tt_count(like);
+  uint64_t rng = seed;
+  const int64_t *s = like->d.shape;
+  /* spans of n floats `offset` floats into their allocations, reshaped
+   * to like's dense layout */
+  vec xs = vec_new(n, offset), yr = vec_new(n, offset), yc = vec_new(n, offset);
+  vec dy = vec_new(n, offset), dxr = vec_new(n, offset), dxc = vec_new(n, offset);
+  vec xr = vec_new(n, offset), xc = vec_new(n, offset);
+  tt *all[] = {&xs.t, &yr.t, &yc.t, &dy.t, &dxr.t, &dxc.t, &xr.t, &xc.t};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    for (int d = 0; d < 4; d++) { /* like's shape, dense */
+      all[i]->d.shape[d] = s[d];
+      all[i]->d.stride[d] = like->d.stride[d];
+      all[i]->d.padded_c = s[3];
+    }
+  char mode[64];
+
+  /* forward, out of place: y starts as garbage, is overwritten */
+  fill(&xs.t, &rng, 1);
+  fill(&yr.t, &rng, 1);
+  same_bytes(&yc.t, &yr.t);
+  const ops_call fr = {"relu.fwd", {&xs.t}, {&yr.t}, 1, 1, &overwrite, sizeof overwrite};
+  const ops_call fc = {"relu.fwd", {&xs.t}, {&yc.t}, 1, 1, &overwrite, sizeof overwrite};
+  k_run("reference", &fr);
+  k_run("cpu", &fc);
+  expect_identical(&yc.t, &yr.t, "relu.fwd y", n, offset, "out of place");
+
+  /* forward, in place */
+  same_bytes(&xr.t, &xs.t), same_bytes(&xc.t, &xs.t);
+  const ops_call fir = {"relu.fwd", {&xr.t}, {&xr.t}, 1, 1, &overwrite, sizeof overwrite};
+  const ops_call fic = {"relu.fwd", {&xc.t}, {&xc.t}, 1, 1, &overwrite, sizeof overwrite};
+  k_run("reference", &fir);
+  k_run("cpu", &fic);
+  expect_identical(&xc.t, &xr.t, "relu.fwd x", n, offset, "in place");
+  expect_identical(&xc.t, &yr.t, "relu.fwd in place vs out of place", n, offset, "in place");
+
+  /* backward: y from a mix with NaNs and signed zeros (not only relu's
+   * outputs: the kernel must not assume y >= 0) */
+  fill(&yr.t, &rng, 1);
+  for (int acc = 0; acc <= 1; acc++) {
+    const bp_elementwise_attrs *at = acc ? &accumulate : &overwrite;
+    fill(&dy.t, &rng, 1);
+    fill(&dxr.t, &rng, 1);
+    if (acc) /* no NaN + NaN (see the top) */
+      for (int64_t i = 0; i < n; i++)
+        if (isnan(fp(&dxr.t)[i]) && isnan(fp(&dy.t)[i])) fp(&dxr.t)[i] = 1.5f;
+    same_bytes(&dxc.t, &dxr.t);
+    snprintf(mode, sizeof mode, "accumulate %d, out of place", acc);
+    const ops_call br = {"relu.bwd", {&yr.t, &dy.t}, {&dxr.t}, 2, 1, at, sizeof *at};
+    const ops_call bc = {"relu.bwd", {&yr.t, &dy.t}, {&dxc.t}, 2, 1, at, sizeof *at};
+    k_run("reference", &br);
+    k_run("cpu", &bc);
+    expect_identical(&dxc.t, &dxr.t, "relu.bwd dx", n, offset, mode);
+
+    /* in place: dx is dy */
+    same_bytes(&xr.t, &dy.t), same_bytes(&xc.t, &dy.t);
+    snprintf(mode, sizeof mode, "accumulate %d, in place", acc);
+    const ops_call bir = {"relu.bwd", {&yr.t, &xr.t}, {&xr.t}, 2, 1, at, sizeof *at};
+    const ops_call bic = {"relu.bwd", {&yr.t, &xc.t}, {&xc.t}, 2, 1, at, sizeof *at};
+    k_run("reference", &bir);
+    k_run("cpu", &bic);
+    expect_identical(&xc.t, &xr.t, "relu.bwd dx (= dy)", n, offset, mode);
+  }
+  vec *vs[] = {&xs, &yr, &yc, &dy, &dxr, &dxc, &xr, &xc};
+  for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) vec_free(vs[i]);
+}
+
+START_TEST(relu_matches_reference) {
+  const int64_t n = sizes[_i];
+  tt flat = tt_new(FP32, 1, 1, 1, n, 0), column = tt_new(FP32, n, 1, 1, 1, 0);
+  for (int64_t off = 0; off <= 1; off++) {
+    relu_compare(&flat, off, 11u + (uint64_t)n + (uint64_t)off);
+    relu_compare(&column, off, 97u + (uint64_t)n + (uint64_t)off);
+  }
+  tt_free(&flat), tt_free(&column);
+}
+END_TEST
+
+START_TEST(relu_dense_shapes_match_reference) {
+  static const int64_t shapes[][4] = {{128, 1, 1, 512}, {2, 3, 5, 7}, {4, 7, 7, 32}, {3, 1, 9, 1}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    tt like = tt_new(FP32, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], 0);
+    relu_compare(&like, 0, 5u + i);
+    relu_compare(&like, 1, 6u + i);
+    tt_free(&like);
+  }
+}
+END_TEST
+
+/* ---- refusals ------------------------------------------------------------- */
+
+/* The cpu kernel refuses with a reason containing `needle`; run() says
+ * BP_ABI_ERR_INVALID; the reference kernel accepts and serves it. */
+static void expect_cpu_refuses_layout(const ops_call *c, const char *needle) {
+  const bp_abi_kernel *k = kernel_of(c->op, "cpu");
+  char reason[256];
+  ck_assert_msg(k_supports(k, c, reason, sizeof reason) == 0, "%s accepted, expected refusal",
+                c->op);
+  ck_assert_msg(strstr(reason, needle) != NULL, "%s: reason '%s' lacks '%s'", c->op, reason,
+                needle);
+  ck_assert_int_eq(k_run_raw(k, c), BP_ABI_ERR_INVALID);
+  k_run("reference", c);
+}
+
+START_TEST(relu_refuses_layouts_that_are_not_one_run) {
+  /* padded channels: the reference skips the padding, the flat loop cannot */
+  tt x = tt_new(FP32, 2, 3, 3, 5, 3), y = tt_new(FP32, 2, 3, 3, 5, 3);
+  tt xd = tt_new(FP32, 2, 3, 3, 5, 0), yd = tt_new(FP32, 2, 3, 3, 5, 0);
+  tt dy = tt_new(FP32, 2, 3, 3, 5, 0);
+  uint64_t rng = 3;
+  tt_rand(&x, &rng, -1, 1), tt_rand(&xd, &rng, -1, 1), tt_rand(&dy, &rng, -1, 1);
+  const ops_call f = {"relu.fwd", {&x}, {&y}, 1, 1, &overwrite, sizeof overwrite};
+  expect_cpu_refuses_layout(&f, "input 0: elements are not one dense run");
+  /* one padded tensor among dense ones is enough */
+  const ops_call f2 = {"relu.fwd", {&xd}, {&y}, 1, 1, &overwrite, sizeof overwrite};
+  expect_cpu_refuses_layout(&f2, "output 0: elements are not one dense run");
+  const ops_call b = {"relu.bwd", {&yd, &dy}, {&x}, 2, 1, &accumulate, sizeof accumulate};
+  expect_cpu_refuses_layout(&b, "output 0: elements are not one dense run");
+  const ops_call b2 = {"relu.bwd", {&yd, &y}, {&xd}, 2, 1, &overwrite, sizeof overwrite};
+  expect_cpu_refuses_layout(&b2, "input 1: elements are not one dense run");
+  /* a gap between images, channels compact */
+  tt g = tt_new(FP32, 3, 2, 2, 4, 0), gy = tt_new(FP32, 2, 2, 2, 4, 0);
+  g.d.shape[0] = 2;
+  g.d.stride[0] += 4;
+  const ops_call f3 = {"relu.fwd", {&g}, {&gy}, 1, 1, &overwrite, sizeof overwrite};
+  expect_cpu_refuses_layout(&f3, "the reference kernel serves it");
+  /* padding is fine where it is not crossed: [1,1,1,C] with padded_c > C */
+  tt p = tt_new(FP32, 1, 1, 1, 6, 2), py = tt_new(FP32, 1, 1, 1, 6, 0);
+  const ops_call f4 = {"relu.fwd", {&p}, {&py}, 1, 1, &overwrite, sizeof overwrite};
+  char reason[256];
+  ck_assert_int_eq(k_supports(kernel_of("relu.fwd", "cpu"), &f4, reason, sizeof reason), 1);
+  tt *all[] = {&x, &y, &xd, &yd, &dy, &g, &gy, &p, &py};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+END_TEST
+
+/* Both kernels refuse with the very same reason. */
+static void expect_same_refusal(const ops_call *c, const char *needle) {
+  char rr[256], rc[256];
+  ck_assert_msg(k_supports(kernel_of(c->op, "reference"), c, rr, sizeof rr) == 0,
+                "%s: the reference accepted (%s)", c->op, needle);
+  ck_assert_msg(k_supports(kernel_of(c->op, "cpu"), c, rc, sizeof rc) == 0,
+                "%s: cpu accepted (%s)", c->op, needle);
+  ck_assert_str_eq(rc, rr);
+  ck_assert_msg(strstr(rc, needle) != NULL, "%s: reason '%s' lacks '%s'", c->op, rc, needle);
+  ck_assert_int_eq(k_run_raw(kernel_of(c->op, "cpu"), c), BP_ABI_ERR_INVALID);
+}
+
+START_TEST(bad_args_get_the_reference_reasons) {
+  tt g = tt_new(FP32, 1, 1, 1, 10, 0), w = tt_new(FP32, 1, 1, 1, 10, 0);
+  tt m = tt_new(FP32, 1, 1, 1, 10, 0), v = tt_new(FP32, 1, 1, 1, 10, 0);
+  tt short_m = tt_new(FP32, 1, 1, 1, 9, 0), square = tt_new(FP32, 1, 1, 2, 5, 0);
+  tt gi = tt_new(BP_ABI_DTYPE_INT32, 1, 1, 1, 10, 0);
+  tt lr = scalar(0.1f), step = scalar(1.0f);
+  bp_optimizer_attrs a;
+  memset(&a, 0, sizeof a);
+  a.momentum = 0.9f, a.beta1 = 0.9f, a.beta2 = 0.999f, a.eps = 1e-8f;
+  bp_optimizer_attrs bad = a;
+  ops_call sgd = {"range.sgd", {&g, &lr}, {&w, &m}, 2, 2, &bad, sizeof bad};
+  char reason[256];
+  ck_assert_int_eq(k_supports(kernel_of("range.sgd", "cpu"), &sgd, reason, sizeof reason), 1);
+  bad.momentum = 0.0f, bad.nesterov = 1;
+  expect_same_refusal(&sgd, "nesterov needs momentum > 0");
+  bad = a, bad.weight_decay = -1.0f;
+  expect_same_refusal(&sgd, "weight_decay");
+  bad = a, bad.nesterov = 2;
+  expect_same_refusal(&sgd, "nesterov");
+  bad = a, sgd.attr_size = 4;
+  expect_same_refusal(&sgd, "attribute block");
+  sgd.attr_size = sizeof bad;
+  sgd.out[1] = &short_m;
+  expect_same_refusal(&sgd, "must be equal");
+  sgd.out[1] = &square;
+  expect_same_refusal(&sgd, "a span is [1,1,1,elements]");
+  sgd.out[1] = &m, sgd.in[0] = &gi;
+  expect_same_refusal(&sgd, "grad");
+  sgd.in[0] = &g, sgd.nin = 1;
+  expect_same_refusal(&sgd, "input");
+
+  bad = a;
+  ops_call adamw = {"range.adamw", {&g, &lr, &step}, {&w, &m, &v}, 3, 3, &bad, sizeof bad};
+  ck_assert_int_eq(k_supports(kernel_of("range.adamw", "cpu"), &adamw, reason, sizeof reason),
+                   1);
+  bad.eps = 0.0f;
+  expect_same_refusal(&adamw, "eps");
+  bad = a, bad.beta1 = 1.0f;
+  expect_same_refusal(&adamw, "beta1");
+  bad = a, adamw.in[2] = &g;
+  expect_same_refusal(&adamw, "step");
+
+  tt x = tt_new(FP32, 2, 3, 4, 5, 0), y = tt_new(FP32, 2, 3, 4, 5, 0);
+  tt y2 = tt_new(FP32, 2, 3, 5, 4, 0);
+  const bp_elementwise_attrs acc2 = {2};
+  ops_call relu = {"relu.fwd", {&x}, {&y}, 1, 1, &acc2, sizeof acc2};
+  expect_same_refusal(&relu, "accumulate");
+  relu.attrs = &overwrite, relu.out[0] = &y2;
+  expect_same_refusal(&relu, "shape");
+  relu.out[0] = &y, relu.attrs = NULL;
+  expect_same_refusal(&relu, "attribute block");
+  ops_call relub = {"relu.bwd", {&x, &y}, {&y2}, 2, 1, &overwrite, sizeof overwrite};
+  expect_same_refusal(&relub, "shape");
+  relub.nin = 1;
+  expect_same_refusal(&relub, "input");
+
+  tt *all[] = {&g, &w, &m, &v, &short_m, &square, &gi, &lr, &step, &x, &y, &y2};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+END_TEST
+
+START_TEST(run_checks_scalars_and_pointers) {
+  tt g = tt_new(FP32, 1, 1, 1, 40, 0), w = tt_new(FP32, 1, 1, 1, 40, 0);
+  tt m = tt_new(FP32, 1, 1, 1, 40, 0), v = tt_new(FP32, 1, 1, 1, 40, 0);
+  tt lr = scalar(NAN), step = scalar(1.0f);
+  uint64_t rng = 9;
+  fill(&g, &rng, 0), fill(&w, &rng, 0), fill(&m, &rng, 0);
+  tt w0 = tt_new(FP32, 1, 1, 1, 40, 0), m0 = tt_new(FP32, 1, 1, 1, 40, 0);
+  same_bytes(&w0, &w), same_bytes(&m0, &m);
+  bp_optimizer_attrs a;
+  memset(&a, 0, sizeof a);
+  a.momentum = 0.9f, a.beta1 = 0.9f, a.beta2 = 0.999f, a.eps = 1e-8f;
+  const bp_abi_kernel *sgd = kernel_of("range.sgd", "cpu");
+  const bp_abi_kernel *adamw = kernel_of("range.adamw", "cpu");
+  ops_call c = {"range.sgd", {&g, &lr}, {&w, &m}, 2, 2, &a, sizeof a};
+  /* a NaN or infinite lr: refused at run time, nothing written */
+  ck_assert_int_eq(k_run_raw(sgd, &c), BP_ABI_ERR_INVALID);
+  fp(&lr)[0] = INFINITY;
+  ck_assert_int_eq(k_run_raw(sgd, &c), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(memcmp(w.data, w0.data, w.d.slot_bytes), 0);
+  ck_assert_int_eq(memcmp(m.data, m0.data, m.d.slot_bytes), 0);
+  fp(&lr)[0] = 0.1f;
+  ops_call ca = {"range.adamw", {&g, &lr, &step}, {&w, &m, &v}, 3, 3, &a, sizeof a};
+  fp(&step)[0] = 0.0f; /* steps count from 1 */
+  ck_assert_int_eq(k_run_raw(adamw, &ca), BP_ABI_ERR_INVALID);
+  fp(&step)[0] = NAN;
+  ck_assert_int_eq(k_run_raw(adamw, &ca), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(memcmp(w.data, w0.data, w.d.slot_bytes), 0);
+  fp(&step)[0] = 1.0f;
+  ck_assert_int_eq(k_run_raw(adamw, &ca), BP_ABI_OK);
+  /* pointers: w overlapping m, grad being w, misaligned, missing. Views
+   * of 30 elements into m's buffer: lo at element 0, hi at element 3. */
+  tt lo = m, hi = m;
+  lo.d.shape[3] = hi.d.shape[3] = 30;
+  lo.d.padded_c = hi.d.padded_c = 30;
+  lo.d.stride[0] = lo.d.stride[1] = lo.d.stride[2] = 30;
+  hi.d.stride[0] = hi.d.stride[1] = hi.d.stride[2] = 30;
+  hi.data = fp(&m) + 3;
+  hi.d.slot_bytes -= 12;
+  tt g30 = tt_new(FP32, 1, 1, 1, 30, 0), m30 = tt_new(FP32, 1, 1, 1, 30, 0);
+  ops_call co = {"range.sgd", {&g30, &lr}, {&hi, &m30}, 2, 2, &a, sizeof a};
+  ck_assert_int_eq(k_run_raw(sgd, &co), BP_ABI_OK); /* apart: fine */
+  co.out[1] = &lo; /* w and m overlap */
+  ck_assert_int_eq(k_run_raw(sgd, &co), BP_ABI_ERR_INVALID);
+  co.out[1] = &m30, co.in[0] = &hi; /* grad is w */
+  ck_assert_int_eq(k_run_raw(sgd, &co), BP_ABI_ERR_INVALID);
+  co.in[0] = &g30;
+  tt mis = g30;
+  mis.data = (char *)g30.data + 2;
+  co.in[0] = &mis;
+  ck_assert_int_eq(k_run_raw(sgd, &co), BP_ABI_ERR_INVALID);
+  mis.data = NULL;
+  ck_assert_int_eq(k_run_raw(sgd, &co), BP_ABI_ERR_INVALID);
+  /* relu: a partial overlap of y with x */
+  tt x = tt_new(FP32, 1, 1, 1, 8, 0);
+  tt y = x;
+  y.data = fp(&x) + 1;
+  y.d.slot_bytes -= 4;
+  const ops_call f = {"relu.fwd", {&x}, {&y}, 1, 1, &overwrite, sizeof overwrite};
+  ck_assert_int_eq(k_run_raw(kernel_of("relu.fwd", "cpu"), &f), BP_ABI_ERR_INVALID);
+  /* relu.bwd: dx may be dy, never y */
+  tt dy = tt_new(FP32, 1, 1, 1, 8, 0);
+  const ops_call b = {"relu.bwd", {&x, &dy}, {&x}, 2, 1, &overwrite, sizeof overwrite};
+  ck_assert_int_eq(k_run_raw(kernel_of("relu.bwd", "cpu"), &b), BP_ABI_ERR_INVALID);
+  tt *all[] = {&g, &w, &m, &v, &lr, &step, &w0, &m0, &g30, &m30, &x, &dy};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+END_TEST
+
+/* ---- descriptors, instruction set, selection ------------------------------ */
+
+static const char *const cpu_ops[] = {"range.sgd", "range.adamw", "relu.fwd", "relu.bwd"};
+#define CPU_OPS 4
+
+START_TEST(descriptors) {
+  for (int i = 0; i < CPU_OPS; i++) {
+    const bp_abi_kernel *k = kernel_of(cpu_ops[i], "cpu");
+    const bp_abi_kernel *r = kernel_of(cpu_ops[i], "reference");
+    ck_assert_str_eq(k->device, "cpu");
+    ck_assert_int_eq(k->priority, 5);
+    ck_assert_uint_eq(k->dtypes, BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32));
+    ck_assert_uint_eq(k->dtypes, r->dtypes);
+    ck_assert(k->flags & BP_ABI_KERNEL_DETERMINISTIC);
+    ck_assert(!(k->flags & BP_ABI_KERNEL_REFERENCE));
+    ck_assert_uint_eq(k->flags & BP_ABI_KERNEL_IN_PLACE, r->flags & BP_ABI_KERNEL_IN_PLACE);
+    ck_assert_ptr_nonnull(k->supports);
+    ck_assert_ptr_nonnull(k->run);
+    const bp_registered_kernel *d = bp_registry_default_kernel(both_modules(), cpu_ops[i], "cpu");
+    ck_assert_ptr_nonnull(d);
+    ck_assert_str_eq(d->kernel.impl, "cpu");
+  }
+  ck_assert(kernel_of("relu.fwd", "cpu")->flags & BP_ABI_KERNEL_IN_PLACE);
+  /* the module is recorded as loaded, with a build id */
+  const bp_registry *r = both_modules();
+  int found = 0;
+  for (int i = 0; i < bp_registry_record_count(r); i++) {
+    const bp_load_record *rec = bp_registry_record(r, i);
+    if (strcmp(rec->name, "ops-cpu") != 0) continue;
+    found = 1;
+    ck_assert_int_eq(rec->outcome, BP_LOAD_LOADED);
+    ck_assert_int_eq((int)strlen(rec->build_id), 16);
+  }
+  ck_assert(found);
+}
+END_TEST
+
+/* The set the module says it runs: the best the machine has, lowered by
+ * BP_CPU_ISA (CTest runs this suite with avx2 and default too). */
+START_TEST(instruction_set_follows_bp_cpu_isa) {
+  both_modules();
+  int best = 0;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  best = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+#endif
+  static const char *const names[] = {"default", "avx2", "avx512f"};
+  int want = best;
+  const char *env = getenv("BP_CPU_ISA");
+  for (int i = 0; env && i < 3; i++)
+    if (strcmp(env, names[i]) == 0 && i < best) want = i;
+  char line[64];
+  snprintf(line, sizeof line, "ops-cpu: %s loops", names[want]);
+  ck_assert_msg(strstr(load_log, line) != NULL, "expected '%s' in the load log:\n%s", line,
+                load_log);
+  printf("test_ops_cpu: BP_CPU_ISA=%s: %s\n", env ? env : "(unset)", line);
+}
+END_TEST
+
+/* The args of one small dense node of `op` (no pointers); padded: x or y
+ * with padded channels. */
+typedef struct node {
+  tt t[5];
+  int nt;
+  ops_call call;
+  kargs k;
+  bp_optimizer_attrs oa;
+} node;
+
+static void node_make(node *nd, const char *op, int padded) {
+  memset(nd, 0, sizeof *nd);
+  nd->oa.momentum = 0.9f, nd->oa.beta1 = 0.9f, nd->oa.beta2 = 0.999f, nd->oa.eps = 1e-8f;
+  nd->call.op = op;
+  if (strncmp(op, "relu.", 5) == 0) {
+    const int bwd = strcmp(op, "relu.bwd") == 0;
+    for (int i = 0; i < 3; i++) nd->t[i] = tt_new(FP32, 2, 4, 4, 6, padded && i == 0 ? 2 : 0);
+    nd->nt = 3;
+    nd->call.in[0] = &nd->t[0];
+    nd->call.in[1] = &nd->t[1];
+    nd->call.out[0] = &nd->t[2];
+    nd->call.nin = bwd ? 2 : 1, nd->call.nout = 1;
+    nd->call.attrs = &overwrite, nd->call.attr_size = sizeof overwrite;
+  } else {
+    const int adamw = strcmp(op, "range.adamw") == 0;
+    for (int i = 0; i < 4; i++) nd->t[i] = tt_new(FP32, 1, 1, 1, 4096, 0);
+    nd->t[4] = scalar(0.1f);
+    nd->nt = 5;
+    nd->call.in[0] = &nd->t[0], nd->call.in[1] = &nd->t[4], nd->call.in[2] = &nd->t[4];
+    nd->call.out[0] = &nd->t[1], nd->call.out[1] = &nd->t[2], nd->call.out[2] = &nd->t[3];
+    nd->call.nin = nd->call.nout = adamw ? 3 : 2;
+    nd->call.attrs = &nd->oa, nd->call.attr_size = sizeof nd->oa;
+  }
+  kargs_make(&nd->k, &nd->call, 0);
+}
+
+static void node_free(node *nd) {
+  for (int i = 0; i < nd->nt; i++) tt_free(&nd->t[i]);
+}
+
+/* The impl bp_registry_select picks (pins NULL: BP_KERNELS applies). */
+static const char *selected(const char *op, const char *pins, int padded, char *report,
+                            size_t report_size) {
+  node nd;
+  node_make(&nd, op, padded);
+  bp_select_options o;
+  memset(&o, 0, sizeof o);
+  o.pins = pins;
+  o.report = report, o.report_size = report_size;
+  const bp_registered_kernel *k = NULL;
+  const bp_status st = bp_registry_select(both_modules(), op, "cpu", &nd.k.a, &o, &k);
+  node_free(&nd);
+  if (st != BP_OK) ck_abort_msg("select %s: %s", op, bp_last_error());
+  return k->kernel.impl;
+}
+
+START_TEST(select_prefers_cpu_and_pins_override) {
+  unsetenv("BP_KERNELS");
+  for (int i = 0; i < CPU_OPS; i++) ck_assert_str_eq(selected(cpu_ops[i], NULL, 0, NULL, 0), "cpu");
+  setenv("BP_KERNELS", "relu.*=reference", 1);
+  ck_assert_str_eq(selected("relu.fwd", NULL, 0, NULL, 0), "reference");
+  ck_assert_str_eq(selected("relu.bwd", NULL, 0, NULL, 0), "reference");
+  ck_assert_str_eq(selected("range.sgd", NULL, 0, NULL, 0), "cpu");
+  unsetenv("BP_KERNELS");
+  ck_assert_str_eq(selected("range.adamw", "range.*@cpu=reference", 0, NULL, 0), "reference");
+  /* a node the cpu kernel refuses goes to the reference, and the report
+   * says why */
+  char report[2048] = "";
+  ck_assert_str_eq(selected("relu.fwd", NULL, 1, report, sizeof report), "reference");
+  ck_assert_msg(strstr(report, "not one dense run") != NULL, "report: %s", report);
+  report[0] = '\0';
+  ck_assert_str_eq(selected("relu.bwd", NULL, 1, report, sizeof report), "reference");
+  ck_assert_msg(strstr(report, "not one dense run") != NULL, "report: %s", report);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("ops_cpu");
+  TCase *tc = tcase_create("cpu");
+  tcase_set_timeout(tc, 300);
+  tcase_add_loop_test(tc, sgd_matches_reference, 0, SIZES);
+  tcase_add_loop_test(tc, adamw_matches_reference, 0, SIZES);
+  tcase_add_loop_test(tc, relu_matches_reference, 0, SIZES);
+  tcase_add_test(tc, relu_dense_shapes_match_reference);
+  tcase_add_test(tc, relu_refuses_layouts_that_are_not_one_run);
+  tcase_add_test(tc, bad_args_get_the_reference_reasons);
+  tcase_add_test(tc, run_checks_scalars_and_pointers);
+  tcase_add_test(tc, descriptors);
+  tcase_add_test(tc, instruction_set_follows_bp_cpu_isa);
+  tcase_add_test(tc, select_prefers_cpu_and_pins_override);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
