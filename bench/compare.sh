@@ -22,10 +22,12 @@
 #                  once (their summed images/s over one run's: what the
 #                  machine gives two jobs, the ceiling of 2r/1r), beside
 #                  PyTorch at its best thread count (1 and 2 tried). 2 ranks
-#                  run the 1-rank global batch (strong scaling; every step's
-#                  update and all-reduce cost does not shrink); "w2" runs 2
+#                  run the 1-rank global batch (strong scaling: each rank's
+#                  batch halves, its share of the update too); "w2" runs 2
 #                  ranks at twice the batch, each rank the 1-rank batch (weak
-#                  scaling);
+#                  scaling); "2rep" runs 2 ranks with --replicate-update
+#                  (every rank updates every parameter: the update not
+#                  sharded);
 #                  EPOCHS defaults to 1 there. Every blueprint rank gets one
 #                  BLAS thread (BP_BLAS_THREADS=1), so 2 ranks use the 2 cores
 #                  that 1 rank leaves half idle. "n/a" where blueprint lacks
@@ -42,7 +44,7 @@
 # /usr/bin/python3, Debian's, where python3-torch is installed),
 # BLUEPRINT_ARGS (extra arguments for every `blueprint train`), TWIN_ARGS
 # (extra arguments for every torch_twin.py run), KINDS (ranks mode: the blueprint
-# kinds to run, default "1 2 w2 1t2 pair mpi2"). Options for both sides go
+# kinds to run, default "1 2 2rep w2 1t2 pair mpi2"). Options for both sides go
 # after `--`.
 #
 # Runs one training at a time. Timings on a shared or small machine are noisy;
@@ -102,10 +104,11 @@ bp_has_train() {
 # Open MPI's opt-ins for root, oversubscription allowed).
 run_bp() {
   local model=$1 n=$2 tag=$3 t=$4 ranks=${5:-} procs=${6:-0} batch=${7:-}
+  shift $(($# < 7 ? $# : 7)) # the rest: more blueprint options
   local args=(train "$(model_file "$model")" --epochs "$n" --seed "$seed"
               --metrics "$out/bp-$tag.jsonl")
   [ -z "$ranks" ] || args+=(--ranks "$ranks")
-  args+=("${common[@]}" "${extra_bp[@]}")
+  args+=("${common[@]}" "${extra_bp[@]}" "$@")
   [ -z "$batch" ] || args+=(--batch "$batch")
   local env=(BP_BLAS_THREADS="$t" OPENBLAS_NUM_THREADS="$t" OMP_NUM_THREADS="$t")
   local launch=()
@@ -218,7 +221,7 @@ else
     if [ -n "${KINDS:-}" ]; then
       read -r -a kinds <<<"$KINDS"
     else
-      kinds=(1 2 w2 1t2 pair)
+      kinds=(1 2 2rep w2 1t2 pair)
       command -v mpirun >/dev/null && kinds+=(mpi2)
     fi
     for ((round = 1; round <= repeat; round++)); do
@@ -229,6 +232,7 @@ else
         case $kind in
           1t2) run_bp "$m" "$epochs" "$tag" 2 1 ;;
           mpi2) run_bp "$m" "$epochs" "$tag" 1 "" 2 ;;
+          2rep) run_bp "$m" "$epochs" "$tag" 1 2 0 "" --replicate-update ;;
           w2) # weak scaling: 2 ranks of the 1-rank batch each
             run_bp "$m" "$epochs" "$tag" 1 2 0 $((2 * $(model_batch "$m"))) ;;
           pair) # two independent 1-rank runs at once: what 2 cores give 2 jobs
@@ -241,23 +245,35 @@ else
           r_all[$kind]+=" $v" || note="$kind: $(why "$out/bp-$tag.log")"
       done
     done
-    for kind in 1 2 w2 1t2 pair mpi2; do
+    for kind in 1 2 2rep w2 1t2 pair mpi2; do
       r_ips[$kind]=$(tr ' ' '\n' <<<"${r_all[$kind]:-}" | awk NF | sort -g |
         awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "n/a"}')
       [ -z "${r_all[$kind]:-}" ] || echo "# $name $kind: img/s per round:${r_all[$kind]}" >&2
     done
-    rows+=("$name|$epochs|${r_ips[1]}|${r_ips[2]}|$(fmt_ratio "${r_ips[2]}" "${r_ips[1]}")|${r_ips[1t2]}|${r_ips[mpi2]}|$(fmt_ratio "${r_ips[mpi2]}" "${r_ips[1]}")|$(fmt_ratio "${r_ips[w2]}" "${r_ips[1]}")|$(fmt_ratio "${r_ips[pair]}" "${r_ips[1]}")|$best_ips${best_t:+ (${best_t}t)}|$(fmt_ratio "${r_ips[2]}" "$best_ips")|$note")
-    unset r_ips r_all
+    # each kind over the 1-rank run of its own round: rounds a few minutes
+    # apart see different machine speeds, runs of one round much the same
+    declare -A r_ratio=()
+    for kind in 2 2rep w2 mpi2 pair; do
+      r_ratio[$kind]=n/a
+      [ -n "${r_all[$kind]:-}" ] && [ -n "${r_all[1]:-}" ] || continue
+      ratios=$(paste <(tr ' ' '\n' <<<"${r_all[$kind]}" | awk NF) \
+        <(tr ' ' '\n' <<<"${r_all[1]}" | awk NF) | awk 'NF == 2 && $2 > 0 {printf "%.2f\n", $1 / $2}')
+      r_ratio[$kind]=$(sort -g <<<"$ratios" | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] "x" : "n/a"}')
+      echo "# $name $kind / 1 rank, per round: $(tr '\n' ' ' <<<"$ratios")" >&2
+    done
+    rows+=("$name|$epochs|${r_ips[1]}|${r_ips[2]}|${r_ratio[2]}|${r_ratio[2rep]}|${r_ips[1t2]}|${r_ips[mpi2]}|${r_ratio[mpi2]}|${r_ratio[w2]}|${r_ratio[pair]}|$best_ips${best_t:+ (${best_t}t)}|$(fmt_ratio "${r_ips[2]}" "$best_ips")|$note")
+    unset r_ips r_all r_ratio
   done
-  printf '\n%-8s %6s | %11s %11s %7s | %11s | %11s %7s | %7s %7s | %16s %12s\n' model epochs \
-    "bp 1 rank" "bp 2 ranks" "2r/1r" "bp 1r 2blas" "bp mpi -np2" "np2/1r" "w2/1r" "pair/1r" \
-    "pt best img/s" "bp 2r / pt"
+  printf '\n%-8s %6s | %11s %11s %7s %8s | %11s | %11s %7s | %7s %7s | %16s %12s\n' model \
+    epochs "bp 1 rank" "bp 2 ranks" "2r/1r" "repl/1r" "bp 1r 2blas" "bp mpi -np2" "np2/1r" \
+    "w2/1r" "pair/1r" "pt best img/s" "bp 2r / pt"
   for r in "${rows[@]}"; do
-    IFS='|' read -r a b c d e f g h i j k l m <<<"$r"
-    printf '%-8s %6s | %11s %11s %7s | %11s | %11s %7s | %7s %7s | %16s %12s' "$a" "$b" "$c" "$d" \
-      "$e" "$f" "$g" "$h" "$i" "$j" "$k" "$l"
+    IFS='|' read -r a b c d e x f g h i j k l m <<<"$r"
+    printf '%-8s %6s | %11s %11s %7s %8s | %11s | %11s %7s | %7s %7s | %16s %12s' "$a" "$b" \
+      "$c" "$d" "$e" "$x" "$f" "$g" "$h" "$i" "$j" "$k" "$l"
     [ -z "$m" ] && echo || echo "  ($m)"
   done
-  echo "# training images/s, median over epochs; PyTorch's best of 1 and 2 threads (threads in" \
+  echo "# training images/s, median over rounds; ratios: median over rounds of each round's" \
+       "ratio to its own 1-rank run; PyTorch's best of 1 and 2 threads (threads in" \
        "parentheses); issue 5 target: 2r/1r >= 1.8x"
 fi

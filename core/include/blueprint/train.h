@@ -39,9 +39,13 @@
  * the plan (model.h: "train", "train_small", "train_last",
  * "train_last_small"); the gradients are summed
  * over the ranks in rank order per all-reduce bucket (ops/allreduce), the
- * BN running statistics averaged, so every rank ends each step
- * bit-identical; loss and correct counts are summed over the ranks when
- * read. Evaluation runs on rank 0. Checkpoints hold rank 0's state and the
+ * BN running statistics averaged, so every rank ends each step with
+ * bit-identical parameters and BN statistics; by default each rank updates
+ * only its own chunk of the parameters, which are then gathered (graph.h,
+ * "sharded update"; replicate_update turns that off, with the same bits),
+ * so the gradients and optimizer moments a rank holds are current only in
+ * its own chunks until a save gathers the moments; loss and correct counts
+ * are summed over the ranks when read. Evaluation runs on rank 0. Checkpoints hold rank 0's state and the
  * plan of one rank's batch, so they resume with the same rank count.
  *
  * Under mpirun (the launcher's environment says N > 1 processes; comm.h)
