@@ -25,16 +25,18 @@ bp_registry *ops_registry_get(void) {
   return ops_registry;
 }
 
-const bp_abi_kernel *ops_kernel(const char *op) {
+const bp_abi_kernel *ops_kernel_impl(const char *op, const char *impl) {
   const bp_registry *r = ops_registry_get();
   for (int i = 0; i < bp_registry_kernel_count(r); i++) {
     const bp_abi_kernel *k = &bp_registry_kernel(r, i)->kernel;
-    if (strcmp(k->op, op) == 0 && strcmp(k->impl, "reference") == 0 && strcmp(k->device, "cpu") == 0)
+    if (strcmp(k->op, op) == 0 && strcmp(k->impl, impl) == 0 && strcmp(k->device, "cpu") == 0)
       return k;
   }
-  ck_abort_msg("no reference kernel for %s", op);
+  ck_abort_msg("no %s kernel for %s", impl, op);
   return NULL;
 }
+
+const bp_abi_kernel *ops_kernel(const char *op) { return ops_kernel_impl(op, "reference"); }
 
 /* ---- tensors ------------------------------------------------------------ */
 
@@ -166,14 +168,7 @@ int tt_padding_intact(const tt *t) {
 
 /* ---- calls -------------------------------------------------------------- */
 
-typedef struct call_buf {
-  bp_abi_tensor in[6], out[6];
-  const void *in_ptrs[6];
-  void *out_ptrs[6];
-  bp_abi_kernel_args args;
-} call_buf;
-
-static void make_args(const ops_call *call, call_buf *b, int with_ptrs) {
+void ops_args_make(ops_args *b, const ops_call *call, int with_ptrs) {
   memset(b, 0, sizeof *b);
   for (int i = 0; i < call->nin; i++) b->in[i] = call->in[i]->d, b->in_ptrs[i] = call->in[i]->data;
   for (int i = 0; i < call->nout; i++)
@@ -191,21 +186,41 @@ static void make_args(const ops_call *call, call_buf *b, int with_ptrs) {
   b->args.world_size = 1;
 }
 
-int ops_supports(const ops_call *call, char *reason, size_t reason_size) {
-  const bp_abi_kernel *k = ops_kernel(call->op);
-  call_buf b;
-  make_args(call, &b, 0);
-  if (reason_size) reason[0] = '\0';
-  if (!k->supports) ck_abort_msg("%s has no supports()", call->op);
-  return k->supports(k->user, &b.args, reason, reason_size);
+const char *ops_selected_impl(const ops_call *call, const char *pins, char *report,
+                              size_t report_size) {
+  ops_args a;
+  ops_args_make(&a, call, 0);
+  bp_select_options o;
+  memset(&o, 0, sizeof o);
+  o.pins = pins;
+  o.report = report, o.report_size = report_size;
+  const bp_registered_kernel *k = NULL;
+  if (bp_registry_select(ops_registry_get(), call->op, "cpu", &a.args, &o, &k) != BP_OK)
+    ck_abort_msg("select %s: %s", call->op, bp_last_error());
+  return k->kernel.impl;
 }
 
-int ops_run_raw(const ops_call *call) {
-  const bp_abi_kernel *k = ops_kernel(call->op);
-  call_buf b;
-  make_args(call, &b, 1);
-  return k->run(k->user, &b.args);
+int ops_kernel_supports(const bp_abi_kernel *k, const ops_call *call, char *reason,
+                        size_t reason_size) {
+  ops_args a;
+  ops_args_make(&a, call, 0);
+  if (reason_size) reason[0] = '\0';
+  if (!k->supports) ck_abort_msg("%s/%s has no supports()", call->op, k->impl);
+  return k->supports(k->user, &a.args, reason, reason_size);
 }
+
+int ops_kernel_run(const bp_abi_kernel *k, const ops_call *call, void *ws, uint64_t ws_bytes) {
+  ops_args a;
+  ops_args_make(&a, call, 1);
+  a.args.workspace = ws, a.args.workspace_bytes = ws_bytes;
+  return k->run(k->user, &a.args);
+}
+
+int ops_supports(const ops_call *call, char *reason, size_t reason_size) {
+  return ops_kernel_supports(ops_kernel(call->op), call, reason, reason_size);
+}
+
+int ops_run_raw(const ops_call *call) { return ops_kernel_run(ops_kernel(call->op), call, NULL, 0); }
 
 void ops_run(const ops_call *call) {
   char reason[256];

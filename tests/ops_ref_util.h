@@ -17,6 +17,9 @@ bp_registry *ops_registry_get(void);
 /* The reference kernel of `op` (impl "reference", device "cpu") from it;
  * fails the test when missing. */
 const bp_abi_kernel *ops_kernel(const char *op);
+/* The same for implementation `impl` (of a module the test loaded into
+ * that registry too). */
+const bp_abi_kernel *ops_kernel_impl(const char *op, const char *impl);
 
 /* A host tensor laid out like a device one: NHWC, padded_c = c + extra_c,
  * strides from padded_c. Logical elements start as 0; padding channels
@@ -56,6 +59,28 @@ typedef struct ops_call {
   const void *attrs;
   uint32_t attr_size;
 } ops_call;
+
+/* A call's argument block and the arrays it points at. */
+typedef struct ops_args {
+  bp_abi_tensor in[6], out[6];
+  const void *in_ptrs[6];
+  void *out_ptrs[6];
+  bp_abi_kernel_args args;
+} ops_args;
+/* The call's args (world 1); pointers only `with_ptrs` (supports() gets none). */
+void ops_args_make(ops_args *a, const ops_call *call, int with_ptrs);
+
+/* The impl bp_registry_select picks for the call on the cpu from the
+ * registry (pins NULL: BP_KERNELS applies); the selection report into
+ * `report` when given. Fails the test when nothing is selected. */
+const char *ops_selected_impl(const ops_call *call, const char *pins, char *report,
+                              size_t report_size);
+
+/* supports() of kernel k for the call; reason filled when it says no. */
+int ops_kernel_supports(const bp_abi_kernel *k, const ops_call *call, char *reason,
+                        size_t reason_size);
+/* run() of kernel k with workspace ws (NULL, 0: none); returns its status. */
+int ops_kernel_run(const bp_abi_kernel *k, const ops_call *call, void *ws, uint64_t ws_bytes);
 
 /* supports() of the call's kernel; reason filled when it says no. */
 int ops_supports(const ops_call *call, char *reason, size_t reason_size);

@@ -52,69 +52,27 @@ static bp_registry *both_modules(void) {
 }
 
 static const bp_abi_kernel *kernel_of(const char *op, const char *impl) {
-  const bp_registry *r = both_modules();
-  for (int i = 0; i < bp_registry_kernel_count(r); i++) {
-    const bp_abi_kernel *k = &bp_registry_kernel(r, i)->kernel;
-    if (strcmp(k->op, op) == 0 && strcmp(k->impl, impl) == 0 && strcmp(k->device, "cpu") == 0)
-      return k;
-  }
-  ck_abort_msg("no %s kernel for %s", impl, op);
-  return NULL;
+  both_modules();
+  return ops_kernel_impl(op, impl);
 }
 
 /* ---- calling a kernel directly ------------------------------------------- */
 
-typedef struct kargs {
-  bp_abi_tensor in[6], out[6];
-  const void *in_ptrs[6];
-  void *out_ptrs[6];
-  bp_abi_kernel_args a;
-} kargs;
-
-static void kargs_make(kargs *k, const ops_call *c, int with_ptrs) {
-  memset(k, 0, sizeof *k);
-  for (int i = 0; i < c->nin; i++) k->in[i] = c->in[i]->d, k->in_ptrs[i] = c->in[i]->data;
-  for (int i = 0; i < c->nout; i++) k->out[i] = c->out[i]->d, k->out_ptrs[i] = c->out[i]->data;
-  k->a.struct_size = sizeof k->a;
-  k->a.num_inputs = c->nin, k->a.num_outputs = c->nout;
-  k->a.inputs = k->in, k->a.outputs = k->out;
-  k->a.input_ptrs = with_ptrs ? k->in_ptrs : NULL;
-  k->a.output_ptrs = with_ptrs ? k->out_ptrs : NULL;
-  k->a.attrs = c->attrs, k->a.attr_size = c->attr_size;
-  k->a.attr_version = BP_ABI_ATTR_VERSION;
-  k->a.world_size = 1;
-}
-
-static int k_supports(const bp_abi_kernel *k, const ops_call *c, char *reason, size_t size) {
-  kargs a;
-  kargs_make(&a, c, 0);
-  reason[0] = '\0';
-  return k->supports(k->user, &a.a, reason, size);
-}
-
 static uint64_t k_workspace(const bp_abi_kernel *k, const ops_call *c) {
-  kargs a;
-  kargs_make(&a, c, 0);
-  return k->workspace_size ? k->workspace_size(k->user, &a.a) : 0;
-}
-
-/* run() with the given workspace; returns its status. */
-static int k_run_ws(const bp_abi_kernel *k, const ops_call *c, void *ws, uint64_t ws_bytes) {
-  kargs a;
-  kargs_make(&a, c, 1);
-  a.a.workspace = ws, a.a.workspace_bytes = ws_bytes;
-  return k->run(k->user, &a.a);
+  ops_args a;
+  ops_args_make(&a, c, 0);
+  return k->workspace_size ? k->workspace_size(k->user, &a.args) : 0;
 }
 
 /* supports() asserted, then run() with exactly workspace_size() bytes. */
 static void k_run(const bp_abi_kernel *k, const ops_call *c) {
   char reason[256];
-  if (k_supports(k, c, reason, sizeof reason) != 1)
+  if (ops_kernel_supports(k, c, reason, sizeof reason) != 1)
     ck_abort_msg("%s/%s refused: %s", c->op, k->impl, reason);
   const uint64_t need = k_workspace(k, c);
   void *ws = need ? malloc((size_t)need) : NULL;
   if (need) ck_assert_ptr_nonnull(ws);
-  const int rc = k_run_ws(k, c, ws, need);
+  const int rc = ops_kernel_run(k, c, ws, need);
   free(ws);
   if (rc != BP_ABI_OK) ck_abort_msg("%s/%s run() returned %d", c->op, k->impl, rc);
 }
@@ -124,11 +82,11 @@ static void k_run(const bp_abi_kernel *k, const ops_call *c) {
 static void blas_expect_refused(const ops_call *c, const char *needle) {
   const bp_abi_kernel *k = kernel_of(c->op, "blas");
   char reason[256];
-  ck_assert_msg(k_supports(k, c, reason, sizeof reason) == 0, "%s accepted, expected refusal (%s)",
+  ck_assert_msg(ops_kernel_supports(k, c, reason, sizeof reason) == 0, "%s accepted, expected refusal (%s)",
                 c->op, needle);
   ck_assert_msg(strstr(reason, needle) != NULL, "%s: reason '%s' lacks '%s'", c->op, reason,
                 needle);
-  ck_assert_int_eq(k_run_ws(k, c, NULL, 0), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(k, c, NULL, 0), BP_ABI_ERR_INVALID);
 }
 
 /* ---- tensors ------------------------------------------------------------- */
@@ -419,7 +377,7 @@ static void *rank_main(void *p) {
       const bp_abi_kernel *k = kernel_of(job->call[i]->op, "blas");
       const uint64_t need = k_workspace(k, job->call[i]);
       void *ws = need ? malloc((size_t)need) : NULL;
-      if ((need && !ws) || k_run_ws(k, job->call[i], ws, need) != BP_ABI_OK) job->failed = 1;
+      if ((need && !ws) || ops_kernel_run(k, job->call[i], ws, need) != BP_ABI_OK) job->failed = 1;
       free(ws);
     }
   return NULL;
@@ -552,18 +510,18 @@ START_TEST(conv_run_needs_its_workspace) {
   const uint64_t need = k_workspace(k, &fwd);
   ck_assert_uint_eq(need, 2u * 36u * 27u * sizeof(float)); /* both images' im2col rows */
   float *ws = malloc((size_t)need + 4);
-  ck_assert_int_eq(k_run_ws(k, &fwd, NULL, 0), BP_ABI_ERR_INVALID);
-  ck_assert_int_eq(k_run_ws(k, &fwd, ws, need - 4), BP_ABI_ERR_INVALID);
-  ck_assert_int_eq(k_run_ws(k, &fwd, (char *)ws + 2, need), BP_ABI_ERR_INVALID); /* misaligned */
-  ck_assert_int_eq(k_run_ws(k, &fwd, x.data, need), BP_ABI_ERR_INVALID); /* overlaps x */
-  ck_assert_int_eq(k_run_ws(k, &fwd, ws, need), BP_ABI_OK);
+  ck_assert_int_eq(ops_kernel_run(k, &fwd, NULL, 0), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(k, &fwd, ws, need - 4), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(k, &fwd, (char *)ws + 2, need), BP_ABI_ERR_INVALID); /* misaligned */
+  ck_assert_int_eq(ops_kernel_run(k, &fwd, x.data, need), BP_ABI_ERR_INVALID); /* overlaps x */
+  ck_assert_int_eq(ops_kernel_run(k, &fwd, ws, need), BP_ABI_OK);
   /* 1x1, stride 1, no padding: no workspace */
   const conv_case c1 = {6, 6, 3, 4, 1, 1, 1, 1, 0, 0, 1, 1, 1};
   const bp_conv2d_attrs a1 = conv_attrs_of(&c1, 0, 0);
   tt w1 = tt_new(BP_ABI_DTYPE_FP32, 4, 1, 1, 3, 0);
   const ops_call fwd1 = {"conv2d.fwd", {&x, &w1}, {&y}, 2, 1, &a1, sizeof a1};
   ck_assert_uint_eq(k_workspace(k, &fwd1), 0);
-  ck_assert_int_eq(k_run_ws(k, &fwd1, NULL, 0), BP_ABI_OK);
+  ck_assert_int_eq(ops_kernel_run(k, &fwd1, NULL, 0), BP_ABI_OK);
   free(ws);
   tt_free(&x), tt_free(&w), tt_free(&y), tt_free(&w1);
 }
@@ -576,7 +534,7 @@ START_TEST(blas_refuses_bad_args_like_the_reference) {
   const bp_conv2d_attrs a = conv_attrs_of(&cc, 1, 0);
   const ops_call ok = {"conv2d.fwd", {&x, &w, &b}, {&y}, 3, 1, &a, sizeof a};
   char reason[256];
-  ck_assert_int_eq(k_supports(kernel_of("conv2d.fwd", "blas"), &ok, reason, sizeof reason), 1);
+  ck_assert_int_eq(ops_kernel_supports(kernel_of("conv2d.fwd", "blas"), &ok, reason, sizeof reason), 1);
   ops_call c = ok;
   bp_conv2d_attrs bad = a;
   c.attrs = &bad;
@@ -600,15 +558,15 @@ START_TEST(blas_refuses_bad_args_like_the_reference) {
   const bp_abi_kernel *k = kernel_of("conv2d.fwd", "blas");
   const uint64_t need = k_workspace(k, &ok);
   void *ws = malloc((size_t)need);
-  ck_assert_int_eq(k_run_ws(k, &ok, ws, need), BP_ABI_OK);
+  ck_assert_int_eq(ops_kernel_run(k, &ok, ws, need), BP_ABI_OK);
   tt ybad = y;
   c = ok, c.out[0] = &ybad;
   ybad.data = x.data; /* overlaps x */
-  ck_assert_int_eq(k_run_ws(k, &c, ws, need), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(k, &c, ws, need), BP_ABI_ERR_INVALID);
   ybad.data = NULL;
-  ck_assert_int_eq(k_run_ws(k, &c, ws, need), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(k, &c, ws, need), BP_ABI_ERR_INVALID);
   ybad.data = (char *)y.data + 2;
-  ck_assert_int_eq(k_run_ws(k, &c, ws, need), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(k, &c, ws, need), BP_ABI_ERR_INVALID);
   free(ws);
 
   /* fc too */
@@ -661,7 +619,6 @@ typedef struct node {
   tt t[5];
   int nt;
   ops_call call;
-  kargs k;
   bp_conv2d_attrs ca;
   bp_fc_attrs fa;
 } node;
@@ -692,7 +649,6 @@ static void node_make(node *nd, const char *op, int padded_filter) {
     case 1: nd->call.in[0] = y, nd->call.in[1] = w, nd->call.out[0] = x; break;
     default: nd->call.in[0] = x, nd->call.in[1] = y, nd->call.out[0] = w; break;
   }
-  kargs_make(&nd->k, &nd->call, 0);
 }
 
 static void node_free(node *nd) {
@@ -702,17 +658,12 @@ static void node_free(node *nd) {
 /* The impl bp_registry_select picks (pins NULL: BP_KERNELS applies). */
 static const char *selected(const char *op, const char *pins, int padded_filter, char *report,
                             size_t report_size) {
+  both_modules();
   node nd;
   node_make(&nd, op, padded_filter);
-  bp_select_options o;
-  memset(&o, 0, sizeof o);
-  o.pins = pins;
-  o.report = report, o.report_size = report_size;
-  const bp_registered_kernel *k = NULL;
-  const bp_status st = bp_registry_select(both_modules(), op, "cpu", &nd.k.a, &o, &k);
+  const char *impl = ops_selected_impl(&nd.call, pins, report, report_size);
   node_free(&nd);
-  if (st != BP_OK) ck_abort_msg("select %s: %s", op, bp_last_error());
-  return k->kernel.impl;
+  return impl;
 }
 
 START_TEST(select_prefers_blas_and_pins_override) {

@@ -79,59 +79,19 @@ static bp_registry *both_modules(void) {
 }
 
 static const bp_abi_kernel *kernel_of(const char *op, const char *impl) {
-  const bp_registry *r = both_modules();
-  for (int i = 0; i < bp_registry_kernel_count(r); i++) {
-    const bp_abi_kernel *k = &bp_registry_kernel(r, i)->kernel;
-    if (strcmp(k->op, op) == 0 && strcmp(k->impl, impl) == 0 && strcmp(k->device, "cpu") == 0)
-      return k;
-  }
-  ck_abort_msg("no %s kernel for %s", impl, op);
-  return NULL;
+  both_modules();
+  return ops_kernel_impl(op, impl);
 }
 
 /* ---- calling a kernel directly ------------------------------------------- */
-
-typedef struct kargs {
-  bp_abi_tensor in[6], out[6];
-  const void *in_ptrs[6];
-  void *out_ptrs[6];
-  bp_abi_kernel_args a;
-} kargs;
-
-static void kargs_make(kargs *k, const ops_call *c, int with_ptrs) {
-  memset(k, 0, sizeof *k);
-  for (int i = 0; i < c->nin; i++) k->in[i] = c->in[i]->d, k->in_ptrs[i] = c->in[i]->data;
-  for (int i = 0; i < c->nout; i++) k->out[i] = c->out[i]->d, k->out_ptrs[i] = c->out[i]->data;
-  k->a.struct_size = sizeof k->a;
-  k->a.num_inputs = c->nin, k->a.num_outputs = c->nout;
-  k->a.inputs = k->in, k->a.outputs = k->out;
-  k->a.input_ptrs = with_ptrs ? k->in_ptrs : NULL;
-  k->a.output_ptrs = with_ptrs ? k->out_ptrs : NULL;
-  k->a.attrs = c->attrs, k->a.attr_size = c->attr_size;
-  k->a.attr_version = BP_ABI_ATTR_VERSION;
-  k->a.world_size = 1;
-}
-
-static int k_supports(const bp_abi_kernel *k, const ops_call *c, char *reason, size_t size) {
-  kargs a;
-  kargs_make(&a, c, 0);
-  reason[0] = '\0';
-  return k->supports(k->user, &a.a, reason, size);
-}
-
-static int k_run_raw(const bp_abi_kernel *k, const ops_call *c) {
-  kargs a;
-  kargs_make(&a, c, 1);
-  return k->run(k->user, &a.a);
-}
 
 /* supports() asserted, then run() asserted to succeed. */
 static void k_run(const char *impl, const ops_call *c) {
   const bp_abi_kernel *k = kernel_of(c->op, impl);
   char reason[256];
-  if (k_supports(k, c, reason, sizeof reason) != 1)
+  if (ops_kernel_supports(k, c, reason, sizeof reason) != 1)
     ck_abort_msg("%s/%s refused: %s", c->op, impl, reason);
-  const int rc = k_run_raw(k, c);
+  const int rc = ops_kernel_run(k, c, NULL, 0);
   if (rc != BP_ABI_OK) ck_abort_msg("%s/%s run() returned %d", c->op, impl, rc);
 }
 
@@ -443,11 +403,11 @@ END_TEST
 static void expect_cpu_refuses_layout(const ops_call *c, const char *needle) {
   const bp_abi_kernel *k = kernel_of(c->op, "cpu");
   char reason[256];
-  ck_assert_msg(k_supports(k, c, reason, sizeof reason) == 0, "%s accepted, expected refusal",
+  ck_assert_msg(ops_kernel_supports(k, c, reason, sizeof reason) == 0, "%s accepted, expected refusal",
                 c->op);
   ck_assert_msg(strstr(reason, needle) != NULL, "%s: reason '%s' lacks '%s'", c->op, reason,
                 needle);
-  ck_assert_int_eq(k_run_raw(k, c), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(k, c, NULL, 0), BP_ABI_ERR_INVALID);
   k_run("reference", c);
 }
 
@@ -477,7 +437,7 @@ START_TEST(relu_refuses_layouts_that_are_not_one_run) {
   tt p = tt_new(FP32, 1, 1, 1, 6, 2), py = tt_new(FP32, 1, 1, 1, 6, 0);
   const ops_call f4 = {"relu.fwd", {&p}, {&py}, 1, 1, &overwrite, sizeof overwrite};
   char reason[256];
-  ck_assert_int_eq(k_supports(kernel_of("relu.fwd", "cpu"), &f4, reason, sizeof reason), 1);
+  ck_assert_int_eq(ops_kernel_supports(kernel_of("relu.fwd", "cpu"), &f4, reason, sizeof reason), 1);
   tt *all[] = {&x, &y, &xd, &yd, &dy, &g, &gy, &p, &py};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
 }
@@ -486,13 +446,13 @@ END_TEST
 /* Both kernels refuse with the very same reason. */
 static void expect_same_refusal(const ops_call *c, const char *needle) {
   char rr[256], rc[256];
-  ck_assert_msg(k_supports(kernel_of(c->op, "reference"), c, rr, sizeof rr) == 0,
+  ck_assert_msg(ops_kernel_supports(kernel_of(c->op, "reference"), c, rr, sizeof rr) == 0,
                 "%s: the reference accepted (%s)", c->op, needle);
-  ck_assert_msg(k_supports(kernel_of(c->op, "cpu"), c, rc, sizeof rc) == 0,
+  ck_assert_msg(ops_kernel_supports(kernel_of(c->op, "cpu"), c, rc, sizeof rc) == 0,
                 "%s: cpu accepted (%s)", c->op, needle);
   ck_assert_str_eq(rc, rr);
   ck_assert_msg(strstr(rc, needle) != NULL, "%s: reason '%s' lacks '%s'", c->op, rc, needle);
-  ck_assert_int_eq(k_run_raw(kernel_of(c->op, "cpu"), c), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(kernel_of(c->op, "cpu"), c, NULL, 0), BP_ABI_ERR_INVALID);
 }
 
 START_TEST(bad_args_get_the_reference_reasons) {
@@ -507,7 +467,7 @@ START_TEST(bad_args_get_the_reference_reasons) {
   bp_optimizer_attrs bad = a;
   ops_call sgd = {"range.sgd", {&g, &lr}, {&w, &m}, 2, 2, &bad, sizeof bad};
   char reason[256];
-  ck_assert_int_eq(k_supports(kernel_of("range.sgd", "cpu"), &sgd, reason, sizeof reason), 1);
+  ck_assert_int_eq(ops_kernel_supports(kernel_of("range.sgd", "cpu"), &sgd, reason, sizeof reason), 1);
   bad.momentum = 0.0f, bad.nesterov = 1;
   expect_same_refusal(&sgd, "nesterov needs momentum > 0");
   bad = a, bad.weight_decay = -1.0f;
@@ -528,7 +488,7 @@ START_TEST(bad_args_get_the_reference_reasons) {
 
   bad = a;
   ops_call adamw = {"range.adamw", {&g, &lr, &step}, {&w, &m, &v}, 3, 3, &bad, sizeof bad};
-  ck_assert_int_eq(k_supports(kernel_of("range.adamw", "cpu"), &adamw, reason, sizeof reason),
+  ck_assert_int_eq(ops_kernel_supports(kernel_of("range.adamw", "cpu"), &adamw, reason, sizeof reason),
                    1);
   bad.eps = 0.0f;
   expect_same_refusal(&adamw, "eps");
@@ -571,20 +531,20 @@ START_TEST(run_checks_scalars_and_pointers) {
   const bp_abi_kernel *adamw = kernel_of("range.adamw", "cpu");
   ops_call c = {"range.sgd", {&g, &lr}, {&w, &m}, 2, 2, &a, sizeof a};
   /* a NaN or infinite lr: refused at run time, nothing written */
-  ck_assert_int_eq(k_run_raw(sgd, &c), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(sgd, &c, NULL, 0), BP_ABI_ERR_INVALID);
   fp(&lr)[0] = INFINITY;
-  ck_assert_int_eq(k_run_raw(sgd, &c), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(sgd, &c, NULL, 0), BP_ABI_ERR_INVALID);
   ck_assert_int_eq(memcmp(w.data, w0.data, w.d.slot_bytes), 0);
   ck_assert_int_eq(memcmp(m.data, m0.data, m.d.slot_bytes), 0);
   fp(&lr)[0] = 0.1f;
   ops_call ca = {"range.adamw", {&g, &lr, &step}, {&w, &m, &v}, 3, 3, &a, sizeof a};
   fp(&step)[0] = 0.0f; /* steps count from 1 */
-  ck_assert_int_eq(k_run_raw(adamw, &ca), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(adamw, &ca, NULL, 0), BP_ABI_ERR_INVALID);
   fp(&step)[0] = NAN;
-  ck_assert_int_eq(k_run_raw(adamw, &ca), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(adamw, &ca, NULL, 0), BP_ABI_ERR_INVALID);
   ck_assert_int_eq(memcmp(w.data, w0.data, w.d.slot_bytes), 0);
   fp(&step)[0] = 1.0f;
-  ck_assert_int_eq(k_run_raw(adamw, &ca), BP_ABI_OK);
+  ck_assert_int_eq(ops_kernel_run(adamw, &ca, NULL, 0), BP_ABI_OK);
   /* pointers: w overlapping m, grad being w, misaligned, missing. Views
    * of 30 elements into m's buffer: lo at element 0, hi at element 3. */
   tt lo = m, hi = m;
@@ -596,29 +556,29 @@ START_TEST(run_checks_scalars_and_pointers) {
   hi.d.slot_bytes -= 12;
   tt g30 = tt_new(FP32, 1, 1, 1, 30, 0), m30 = tt_new(FP32, 1, 1, 1, 30, 0);
   ops_call co = {"range.sgd", {&g30, &lr}, {&hi, &m30}, 2, 2, &a, sizeof a};
-  ck_assert_int_eq(k_run_raw(sgd, &co), BP_ABI_OK); /* apart: fine */
+  ck_assert_int_eq(ops_kernel_run(sgd, &co, NULL, 0), BP_ABI_OK); /* apart: fine */
   co.out[1] = &lo; /* w and m overlap */
-  ck_assert_int_eq(k_run_raw(sgd, &co), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(sgd, &co, NULL, 0), BP_ABI_ERR_INVALID);
   co.out[1] = &m30, co.in[0] = &hi; /* grad is w */
-  ck_assert_int_eq(k_run_raw(sgd, &co), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(sgd, &co, NULL, 0), BP_ABI_ERR_INVALID);
   co.in[0] = &g30;
   tt mis = g30;
   mis.data = (char *)g30.data + 2;
   co.in[0] = &mis;
-  ck_assert_int_eq(k_run_raw(sgd, &co), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(sgd, &co, NULL, 0), BP_ABI_ERR_INVALID);
   mis.data = NULL;
-  ck_assert_int_eq(k_run_raw(sgd, &co), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(sgd, &co, NULL, 0), BP_ABI_ERR_INVALID);
   /* relu: a partial overlap of y with x */
   tt x = tt_new(FP32, 1, 1, 1, 8, 0);
   tt y = x;
   y.data = fp(&x) + 1;
   y.d.slot_bytes -= 4;
   const ops_call f = {"relu.fwd", {&x}, {&y}, 1, 1, &overwrite, sizeof overwrite};
-  ck_assert_int_eq(k_run_raw(kernel_of("relu.fwd", "cpu"), &f), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(kernel_of("relu.fwd", "cpu"), &f, NULL, 0), BP_ABI_ERR_INVALID);
   /* relu.bwd: dx may be dy, never y */
   tt dy = tt_new(FP32, 1, 1, 1, 8, 0);
   const ops_call b = {"relu.bwd", {&x, &dy}, {&x}, 2, 1, &overwrite, sizeof overwrite};
-  ck_assert_int_eq(k_run_raw(kernel_of("relu.bwd", "cpu"), &b), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(ops_kernel_run(kernel_of("relu.bwd", "cpu"), &b, NULL, 0), BP_ABI_ERR_INVALID);
   tt *all[] = {&g, &w, &m, &v, &lr, &step, &w0, &m0, &g30, &m30, &x, &dy};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
 }
@@ -689,7 +649,6 @@ typedef struct node {
   tt t[5];
   int nt;
   ops_call call;
-  kargs k;
   bp_optimizer_attrs oa;
 } node;
 
@@ -716,7 +675,6 @@ static void node_make(node *nd, const char *op, int padded) {
     nd->call.nin = nd->call.nout = adamw ? 3 : 2;
     nd->call.attrs = &nd->oa, nd->call.attr_size = sizeof nd->oa;
   }
-  kargs_make(&nd->k, &nd->call, 0);
 }
 
 static void node_free(node *nd) {
@@ -726,17 +684,12 @@ static void node_free(node *nd) {
 /* The impl bp_registry_select picks (pins NULL: BP_KERNELS applies). */
 static const char *selected(const char *op, const char *pins, int padded, char *report,
                             size_t report_size) {
+  both_modules();
   node nd;
   node_make(&nd, op, padded);
-  bp_select_options o;
-  memset(&o, 0, sizeof o);
-  o.pins = pins;
-  o.report = report, o.report_size = report_size;
-  const bp_registered_kernel *k = NULL;
-  const bp_status st = bp_registry_select(both_modules(), op, "cpu", &nd.k.a, &o, &k);
+  const char *impl = ops_selected_impl(&nd.call, pins, report, report_size);
   node_free(&nd);
-  if (st != BP_OK) ck_abort_msg("select %s: %s", op, bp_last_error());
-  return k->kernel.impl;
+  return impl;
 }
 
 START_TEST(select_prefers_cpu_and_pins_override) {
