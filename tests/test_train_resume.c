@@ -106,6 +106,20 @@ START_TEST(resume_mid_epoch_is_exact) {
 }
 END_TEST
 
+/* Ranks with the sharded update: each rank's moments are current only in
+ * its own chunks until a save gathers them, and a resume gives every rank
+ * all of them; the run still ends with the uninterrupted bytes. */
+START_TEST(resume_with_ranks_is_exact) {
+  toy_env e = env_open();
+  const char *adamw[] = {"--optimizer", "adamw", "--lr", "0.001", "--batch", "64",
+                         "--ranks", "3", NULL};
+  check_resume(&e, e.mlp, adamw, 8, 3);
+  const char *sgd[] = {"--ranks", "2", "--nesterov", "--ema", NULL};
+  check_resume(&e, e.model, sgd, 4, 3);
+  toy_env_close(&e);
+}
+END_TEST
+
 START_TEST(resume_at_epoch_end_is_exact) {
   toy_env e = env_open();
   const char *step[] = {"--schedule", "step", "--step-gamma", "0.5", NULL};
@@ -264,6 +278,7 @@ int main(void) {
   tcase_add_test(tc, same_seed_same_bytes);
   tcase_add_test(tc, resume_mid_epoch_is_exact);
   tcase_add_test(tc, resume_at_epoch_end_is_exact);
+  tcase_add_test(tc, resume_with_ranks_is_exact);
   tcase_add_test(tc, bad_checkpoints_are_refused_and_kept);
   tcase_add_test(tc, metrics_lines);
   tcase_add_test(tc, c_api_save_load_read);
