@@ -28,6 +28,10 @@
 typedef enum ar_op { AR_SUM, AR_REDUCE_SCATTER, AR_ALL_GATHER } ar_op;
 #define AR_REDUCES(op) ((op) != AR_ALL_GATHER)
 #define AR_GATHERS(op) ((op) != AR_REDUCE_SCATTER)
+/* A kernel's `user` pointer carries its op: one supports/run pair serves
+ * all three descriptors of a module. */
+#define AR_USER(op) ((void *)(uintptr_t)(op))
+static inline ar_op ar_op_of(const void *user) { return (ar_op)(uintptr_t)user; }
 
 static inline uint64_t ar_chunk_start(uint64_t count, int world, int k) {
   return bp_abi_chunk_start(count, world, k);

@@ -93,41 +93,32 @@ static int mpi_run(const bp_abi_kernel_args *a, ar_op op) {
   return BP_ABI_OK;
 }
 
-#define MPI_OP(name, op_name, phase)                                                          \
-  static int name##_supports(void *user, const bp_abi_kernel_args *a, char *reason,           \
-                             size_t size) {                                                   \
-    (void)user;                                                                               \
-    uint64_t count;                                                                           \
-    float scale;                                                                              \
-    return mpi_check(a, phase, &count, &scale, reason, size);                                 \
-  }                                                                                           \
-  static uint64_t name##_workspace(void *user, const bp_abi_kernel_args *a) {                 \
-    (void)user;                                                                               \
-    return mpi_workspace_size(a, phase);                                                      \
-  }                                                                                           \
-  static int name##_run(void *user, const bp_abi_kernel_args *a) {                            \
-    (void)user;                                                                               \
-    return mpi_run(a, phase);                                                                 \
-  }                                                                                           \
-  static const bp_abi_kernel name = {                                                         \
-      .struct_size = sizeof(bp_abi_kernel),                                                   \
-      .op = op_name,                                                                          \
-      .impl = "mpi",                                                                          \
-      .device = "cpu",                                                                        \
-      .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32),                                          \
-      .priority = 0,                                                                          \
-      .flags = AR_FLAGS,                                                                      \
-      .supports = name##_supports,                                                            \
-      .workspace_size = name##_workspace,                                                     \
-      .run = name##_run,                                                                      \
-  };
+static int mpi_supports(void *user, const bp_abi_kernel_args *a, char *reason, size_t size) {
+  uint64_t count;
+  float scale;
+  return mpi_check(a, ar_op_of(user), &count, &scale, reason, size);
+}
+static uint64_t mpi_workspace_of(void *user, const bp_abi_kernel_args *a) {
+  return mpi_workspace_size(a, ar_op_of(user));
+}
+static int mpi_run_op(void *user, const bp_abi_kernel_args *a) {
+  return mpi_run(a, ar_op_of(user));
+}
 
-MPI_OP(mpi_sum, "allreduce.sum", AR_SUM)
-MPI_OP(mpi_reduce_scatter, "allreduce.reduce_scatter", AR_REDUCE_SCATTER)
-MPI_OP(mpi_all_gather, "allreduce.all_gather", AR_ALL_GATHER)
-
-static const bp_abi_kernel *const mpi_kernels[] = {&mpi_sum, &mpi_reduce_scatter,
-                                                   &mpi_all_gather};
+#define MPI_KERNEL(op_name, phase)                                                              \
+  {                                                                                             \
+    .struct_size = sizeof(bp_abi_kernel), .op = op_name, .impl = "mpi", .device = "cpu",        \
+    .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32), .priority = 0, .flags = AR_FLAGS,            \
+    .supports = mpi_supports, .workspace_size = mpi_workspace_of, .run = mpi_run_op,            \
+    .user = AR_USER(phase)                                                                      \
+  }
+static const bp_abi_kernel mpi_descriptors[] = {
+    MPI_KERNEL("allreduce.sum", AR_SUM),
+    MPI_KERNEL("allreduce.reduce_scatter", AR_REDUCE_SCATTER),
+    MPI_KERNEL("allreduce.all_gather", AR_ALL_GATHER),
+};
+static const bp_abi_kernel *const mpi_kernels[] = {
+    &mpi_descriptors[0], &mpi_descriptors[1], &mpi_descriptors[2]};
 
 static int mpi_init(const bp_abi_host *host) {
   return ops_register_kernels(host, "ops-allreduce-mpi", mpi_kernels,

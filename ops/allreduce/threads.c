@@ -74,36 +74,29 @@ static int threads_run(const bp_abi_kernel_args *a, ar_op op) {
   return BP_ABI_OK;
 }
 
-#define THREADS_OP(name, op_name, phase)                                                      \
-  static int name##_supports(void *user, const bp_abi_kernel_args *a, char *reason,           \
-                             size_t size) {                                                   \
-    (void)user;                                                                               \
-    uint64_t count;                                                                           \
-    float scale;                                                                              \
-    return threads_check(a, phase, &count, &scale, reason, size);                             \
-  }                                                                                           \
-  static int name##_run(void *user, const bp_abi_kernel_args *a) {                            \
-    (void)user;                                                                               \
-    return threads_run(a, phase);                                                             \
-  }                                                                                           \
-  static const bp_abi_kernel name = {                                                         \
-      .struct_size = sizeof(bp_abi_kernel),                                                   \
-      .op = op_name,                                                                          \
-      .impl = "threads",                                                                      \
-      .device = "cpu",                                                                        \
-      .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32),                                          \
-      .priority = 0,                                                                          \
-      .flags = AR_FLAGS,                                                                      \
-      .supports = name##_supports,                                                            \
-      .run = name##_run,                                                                      \
-  };
+static int threads_supports(void *user, const bp_abi_kernel_args *a, char *reason,
+                            size_t size) {
+  uint64_t count;
+  float scale;
+  return threads_check(a, ar_op_of(user), &count, &scale, reason, size);
+}
+static int threads_run_op(void *user, const bp_abi_kernel_args *a) {
+  return threads_run(a, ar_op_of(user));
+}
 
-THREADS_OP(threads_sum, "allreduce.sum", AR_SUM)
-THREADS_OP(threads_reduce_scatter, "allreduce.reduce_scatter", AR_REDUCE_SCATTER)
-THREADS_OP(threads_all_gather, "allreduce.all_gather", AR_ALL_GATHER)
-
-static const bp_abi_kernel *const threads_kernels[] = {&threads_sum, &threads_reduce_scatter,
-                                                       &threads_all_gather};
+#define THREADS_KERNEL(op_name, phase)                                                          \
+  {                                                                                             \
+    .struct_size = sizeof(bp_abi_kernel), .op = op_name, .impl = "threads", .device = "cpu",    \
+    .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32), .priority = 0, .flags = AR_FLAGS,            \
+    .supports = threads_supports, .run = threads_run_op, .user = AR_USER(phase)                 \
+  }
+static const bp_abi_kernel threads_descriptors[] = {
+    THREADS_KERNEL("allreduce.sum", AR_SUM),
+    THREADS_KERNEL("allreduce.reduce_scatter", AR_REDUCE_SCATTER),
+    THREADS_KERNEL("allreduce.all_gather", AR_ALL_GATHER),
+};
+static const bp_abi_kernel *const threads_kernels[] = {
+    &threads_descriptors[0], &threads_descriptors[1], &threads_descriptors[2]};
 
 static int threads_init(const bp_abi_host *host) {
   return ops_register_kernels(host, "ops-allreduce", threads_kernels,
