@@ -143,7 +143,7 @@ static void print_text(const bp_registry *r, FILE *out) {
     const char *path = bp_registry_op_path(r, i);
     if (strcmp(path, "<builtin>") == 0) continue;
     const bp_abi_op *op = bp_registry_op(r, i);
-    fprintf(out, "  %-22s %d in, %d out   %s\n", op->name, op->num_inputs, op->num_outputs,
+    fprintf(out, "  %-24s %d in, %d out   %s\n", op->name, op->num_inputs, op->num_outputs,
             module_name(r, path));
   }
 
@@ -155,27 +155,27 @@ static void print_text(const bp_registry *r, FILE *out) {
   int nk = bp_registry_kernel_count(r);
   fprintf(out, "\nkernels: %d\n", nk);
   if (nk)
-    fprintf(out, "  %-22s %-12s %-8s %-18s %8s  %-34s %s\n", "OP", "IMPL", "DEVICE", "DTYPES",
+    fprintf(out, "  %-24s %-12s %-8s %-18s %8s  %-34s %s\n", "OP", "IMPL", "DEVICE", "DTYPES",
             "PRIORITY", "FLAGS", "MODULE");
   for (int i = 0; i < nk; i++) {
     const bp_registered_kernel *k = bp_registry_kernel(r, i);
     char dtypes[128], flags[128];
     dtype_list(k->kernel.dtypes, dtypes, sizeof dtypes, 0);
     flag_list(k->kernel.flags, flags, sizeof flags, 0);
-    fprintf(out, "  %-22s %-12s %-8s %-18s %8d  %-34s %s\n", k->kernel.op, k->kernel.impl,
+    fprintf(out, "  %-24s %-12s %-8s %-18s %8d  %-34s %s\n", k->kernel.op, k->kernel.impl,
             k->kernel.device, dtypes, k->kernel.priority, flags, module_name(r, k->path));
   }
 
   if (nk) {
     fprintf(out, "\ndefault picks (nothing pinned or tuned, every kernel supporting):\n");
-    fprintf(out, "  %-22s %-8s %s\n", "OP", "DEVICE", "KERNEL");
+    fprintf(out, "  %-24s %-8s %s\n", "OP", "DEVICE", "KERNEL");
   }
   for (int i = 0; i < nk; i++) {
     if (!first_of_pair(r, i)) continue;
     const bp_registered_kernel *k = bp_registry_kernel(r, i);
     const bp_registered_kernel *pick =
         bp_registry_default_kernel(r, k->kernel.op, k->kernel.device);
-    fprintf(out, "  %-22s %-8s %s%s\n", k->kernel.op, k->kernel.device, pick->kernel.impl,
+    fprintf(out, "  %-24s %-8s %s%s\n", k->kernel.op, k->kernel.device, pick->kernel.impl,
             (pick->kernel.flags & BP_ABI_KERNEL_REFERENCE) ? " (reference: the only kernel)" : "");
   }
 }
