@@ -166,6 +166,18 @@ int tt_padding_intact(const tt *t) {
   return 1;
 }
 
+uint32_t bits_of(float f) {
+  uint32_t b;
+  memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+float float_of(uint32_t b) {
+  float f;
+  memcpy(&f, &b, sizeof f);
+  return f;
+}
+
 /* ---- calls -------------------------------------------------------------- */
 
 void ops_args_make(ops_args *b, const ops_call *call, int with_ptrs) {

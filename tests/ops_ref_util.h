@@ -49,6 +49,9 @@ void tt_rand_away(tt *t, uint64_t *rng, double lo, double hi);
 void tt_copy(tt *dst, const tt *src); /* logical elements; same shape */
 int tt_padding_intact(const tt *t);
 double tt_rand_unit(uint64_t *rng); /* uniform [0, 1) */
+/* A float's bits and back (memcpy: no aliasing games). */
+uint32_t bits_of(float f);
+float float_of(uint32_t b);
 
 /* Arguments of one kernel call. */
 typedef struct ops_call {

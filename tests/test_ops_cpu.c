@@ -122,17 +122,6 @@ static void vec_free(vec *v) {
 }
 static float *fp(const tt *t) { return (float *)t->data; }
 
-static float float_of(uint32_t b) {
-  float f;
-  memcpy(&f, &b, sizeof f);
-  return f;
-}
-static uint32_t bits_of(float f) {
-  uint32_t b;
-  memcpy(&b, &f, sizeof b);
-  return b;
-}
-
 /* One value of the mix; `nonfinite` adds Infs and NaNs. */
 static float special(uint64_t *rng, int nonfinite) {
   const double u = tt_rand_unit(rng);

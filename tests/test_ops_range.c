@@ -27,17 +27,6 @@ static tt scalar(float v) {
   return t;
 }
 
-static uint32_t bits_of(float f) {
-  uint32_t b;
-  memcpy(&b, &f, sizeof b);
-  return b;
-}
-static float float_of(uint32_t b) {
-  float f;
-  memcpy(&f, &b, sizeof f);
-  return f;
-}
-
 /* ---- zero, copy, scale, ema --------------------------------------------- */
 
 START_TEST(zero_any_dtype) {
