@@ -1,7 +1,8 @@
 /* The executor (core/src/bind.c): binding a graph to an arena with kernels
  * from the op modules found beside libblueprint.so, the bind-time error for
  * a node no kernel supports, and the gradients a whole backward segment
- * produces, against central finite differences of the loss segment. */
+ * produces, against central finite differences of the loss segment (with
+ * no ZERO_GRAD before it: the backward overwrites every gradient). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -117,7 +118,11 @@ static double loss_of(xrig *x) {
  * derivative); FP32 rounding of the loss bounds it from below. */
 static void check_gradients(xrig *x, int64_t batch, int samples, float h) {
   run(x, BP_SEGMENT_RESET);
-  run(x, BP_SEGMENT_ZERO_GRAD);
+  /* no ZERO_GRAD (a step with samples skips it): the G span holds NaN, and
+   * the backward must overwrite every element of every gradient */
+  const bp_span gs = bp_graph_node(x->graph, 0, BP_SEGMENT_ZERO_GRAD, 0)->outputs[0].span;
+  for (uint64_t i = 0; i < gs.bytes / sizeof(float); i++)
+    ((float *)(x->base + gs.offset))[i] = NAN;
   run(x, BP_SEGMENT_FORWARD);
   run(x, BP_SEGMENT_LOSS);
   run(x, BP_SEGMENT_BACKWARD);
@@ -130,6 +135,9 @@ static void check_gradients(xrig *x, int64_t batch, int samples, float h) {
     const float *g = f32(x, gname);
     float *p = (float *)(x->base + w->offset);
     const uint64_t n = bp_dtensor_host_elems(w);
+    for (uint64_t e = 0; e < n; e++)
+      if (!isfinite(g[e])) ck_abort_msg("%s[%llu] = %g: not written by the backward", gname,
+                                        (unsigned long long)e, g[e]);
     for (int k = 0; k < samples; k++) {
       const uint64_t e = (uint64_t)(unit() * (double)n) % n;
       const float keep = p[e];

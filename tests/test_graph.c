@@ -150,10 +150,17 @@ static void expect_updates(const rig *r, int v, const char *op, float decay) {
   ck_assert_float_eq(b->attrs.optimizer.weight_decay, 0.0f);
 }
 
-/* Every gradient slot of the backward segment: a slot with several writers
- * is zeroed before its first writer and every writer accumulates; a slot
- * with one writer is overwritten and never zeroed. Returns how many slots
- * had several writers. */
+/* A gradient slot: an activation's (F32/F16) or a parameter's (G, G16). */
+static int is_slot(const bp_dtensor *t) {
+  return t && (t->region == BP_REGION_F32 || t->region == BP_REGION_F16 ||
+               (t->region >= BP_REGION_G_BN_BIAS && t->region <= BP_REGION_G16_CONV_DEEP));
+}
+
+/* Every gradient slot of the backward segment, parameter gradients
+ * included: a slot with several writers is zeroed before its first writer
+ * and every writer accumulates; a slot with one writer is overwritten and
+ * never zeroed (so a step needs no ZERO_GRAD). Returns how many slots had
+ * several writers. */
 static int check_slot_writers(const rig *r, int v) {
   const int32_t n = bp_plan_tensor_count(r->plan);
   int *writers = calloc((size_t)n, sizeof *writers), *zeroed = calloc((size_t)n, sizeof *zeroed);
@@ -167,7 +174,7 @@ static int check_slot_writers(const rig *r, int v) {
     for (int o = 0; o < x->num_outputs; o++) {
       const bp_dtensor *t =
           x->outputs[o].id >= 0 ? bp_plan_tensor(r->plan, v, x->outputs[o].id) : NULL;
-      if (t && (t->region == BP_REGION_F32 || t->region == BP_REGION_F16)) writers[t->id]++;
+      if (is_slot(t)) writers[t->id]++;
     }
   }
   int multi = 0;
@@ -177,8 +184,7 @@ static int check_slot_writers(const rig *r, int v) {
       /* find the tensor the span belongs to */
       for (int32_t id = 0; id < n; id++) {
         const bp_dtensor *t = bp_plan_tensor(r->plan, v, id);
-        if (t->offset == x->outputs[0].span.offset &&
-            (t->region == BP_REGION_F32 || t->region == BP_REGION_F16)) {
+        if (t->offset == x->outputs[0].span.offset && is_slot(t)) {
           ck_assert_msg(!seen[id], "slot '%s' zeroed after a writer", t->name);
           zeroed[id] = 1;
         }
@@ -188,7 +194,7 @@ static int check_slot_writers(const rig *r, int v) {
     for (int o = 0; o < x->num_outputs; o++) {
       const int32_t id = x->outputs[o].id;
       const bp_dtensor *t = id >= 0 ? bp_plan_tensor(r->plan, v, id) : NULL;
-      if (!t || (t->region != BP_REGION_F32 && t->region != BP_REGION_F16)) continue;
+      if (!is_slot(t)) continue;
       if (writers[id] > 1) {
         ck_assert_msg(accumulate_of(x), "node '%s' overwrites slot '%s' of %d writers", x->name,
                       t->name, writers[id]);
@@ -256,12 +262,12 @@ START_TEST(mlp_segments) {
   ck_assert_float_eq(ce->attrs.softmax_ce.grad_scale, 1.0f / 128.0f);
   ck_assert_float_eq(bp_graph_node(r.graph, last, BP_SEGMENT_LOSS, 0)->attrs.softmax_ce.grad_scale,
                      1.0f / 104.0f);
-  /* parameter gradients accumulate into the zeroed G span; data
-   * gradients of one writer overwrite; the first layer has no bwd_data */
+  /* gradients of one writer, parameters' and data's, are overwritten
+   * (no ZERO_GRAD needed); the first layer has no bwd_data */
   const bp_node *f1 = find_node(&r, tr, BP_SEGMENT_BACKWARD, "fc1.bwd_filter");
   ck_assert_int_eq(f1->outputs[0].id, id_of(&r, "fc1.w.grad"));
   ck_assert_int_eq(f1->outputs[1].id, id_of(&r, "fc1.b.grad"));
-  ck_assert_int_eq(f1->attrs.fc.accumulate, 1);
+  ck_assert_int_eq(f1->attrs.fc.accumulate, 0);
   ck_assert_int_eq(find_node(&r, tr, BP_SEGMENT_BACKWARD, "fc2.bwd_data")->attrs.fc.accumulate, 0);
   ck_assert_int_eq(check_slot_writers(&r, tr), 0);
 

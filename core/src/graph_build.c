@@ -7,11 +7,14 @@
  *
  * The backward pass is planned in two steps. First every backward node is
  * generated in run order (layers in reverse) with the gradient slots it
- * writes; then each slot's writers are counted. A node whose slot has
- * several writers accumulates, and the slot is zeroed right before its
- * first writer; a slot with a single writer is overwritten. The zero sits
- * just before the first writer, not at the top of the segment, because a
- * "sink" slot (below) may still be read by later backward nodes before it.
+ * writes, parameter gradients included; then each slot's writers are
+ * counted. A node whose slot has several writers accumulates, and the slot
+ * is zeroed right before its first writer; a slot with a single writer is
+ * overwritten. So a step's backward leaves every gradient it reaches fresh
+ * without the ZERO_GRAD segment, which only a rank with no samples runs.
+ * The zero sits just before the first writer, not at the top of the
+ * segment, because a "sink" slot (below) may still be read by later
+ * backward nodes before it.
  *
  * Sinks: batch norm and add always write their data gradients, even where
  * the producer is the model's input, which has no gradient slot. Such a
@@ -370,13 +373,11 @@ static void forward_layer(build_ctx *x, bp_segment seg, int i, int eval) {
 /* ---- backward ------------------------------------------------------------- */
 
 /* A backward node before its accumulate flag is known: which outputs are
- * gradient slots (counted), and whether it only writes parameter
- * gradients (always accumulate into the zeroed G span). */
+ * gradient slots (counted). */
 typedef struct pending {
   bp_node node;
-  int slot_outputs[2]; /* output indices that are gradient slots */
+  int slot_outputs[3]; /* output indices that are gradient slots */
   int slot_count;
-  int params_only;
 } pending;
 
 /* Where the data gradient of layer i's input k goes: the producer's slot,
@@ -402,7 +403,7 @@ static pending *pend(pending *list, int *count, int cap, const char *op, const b
 }
 
 static void pend_slot(pending *p, int32_t id) {
-  GRAPH_ASSERT(p->slot_count < 2);
+  GRAPH_ASSERT(p->slot_count < 3);
   p->slot_outputs[p->slot_count++] = p->node.num_outputs;
   out_id(&p->node, id);
 }
@@ -419,13 +420,12 @@ static void backward_layer(const build_ctx *x, int i, pending *list, int *count,
     p = pend(list, count, cap, conv ? "conv2d.bwd_filter" : "fc.bwd_filter", x, i, "bwd_filter");
     in_id(&p->node, producer_out(x, l, 0));
     in_id(&p->node, d->dout);
-    out_id(&p->node, grad_param(x, &d->weight));
-    if (l->bias) out_id(&p->node, grad_param(x, &d->bias));
-    p->params_only = 1;
+    pend_slot(p, grad_param(x, &d->weight));
+    if (l->bias) pend_slot(p, grad_param(x, &d->bias));
     if (conv)
-      conv_attrs(&p->node, l, 1);
+      conv_attrs(&p->node, l, 0);
     else
-      SET_ATTRS(&p->node, fc, {l->bias, 1});
+      SET_ATTRS(&p->node, fc, {l->bias, 0});
     if (!producer_needs(x, l, 0)) return;
     p = pend(list, count, cap, conv ? "conv2d.bwd_data" : "fc.bwd_data", x, i, "bwd_data");
     in_id(&p->node, d->dout);
@@ -445,8 +445,8 @@ static void backward_layer(const build_ctx *x, int i, pending *list, int *count,
     in_id(&p->node, d->smean);
     in_id(&p->node, d->sinvstd);
     pend_slot(p, grad_target(x, i, 0));
-    out_id(&p->node, grad_param(x, &d->weight));
-    out_id(&p->node, grad_param(x, &d->bias));
+    pend_slot(p, grad_param(x, &d->weight));
+    pend_slot(p, grad_param(x, &d->bias));
     SET_ATTRS(&p->node, batchnorm, {l->eps, l->momentum, 0});
     return;
   case BP_LAYER_RELU:
@@ -525,7 +525,7 @@ static bp_status build_backward(build_ctx *x) {
 
   for (int k = 0; k < count; k++) {
     pending *p = &list[k];
-    int accumulate = p->params_only;
+    int accumulate = 0;
     for (int s = 0; s < p->slot_count; s++)
       if (x->writers[p->node.outputs[p->slot_outputs[s]].id] > 1) accumulate = 1;
     set_accumulate(&p->node, accumulate);

@@ -47,13 +47,17 @@
     }                                                                                         \
   } while (0)
 
-/* The segments a rank with no samples in a step skips (bit 1 << segment):
- * those that read or produce per-sample data. Its BN running statistics
- * stay as they were and enter the COMM mean so; its R is unchanged; under
- * AMP its A copy is refreshed by its next CAST. */
 /* The segments every rank must run, whatever its share: collectives. */
 #define BP_TRAIN_COLLECTIVE \
   ((1u << BP_SEGMENT_COMM) | (1u << BP_SEGMENT_GATHER) | (1u << BP_SEGMENT_STATE))
+/* The segments a rank with samples skips (bit 1 << segment): its BACKWARD
+ * overwrites every gradient it reaches (graph.h), and the others stay 0
+ * from the zeroed arena. */
+#define BP_TRAIN_SKIP_ACTIVE (1u << BP_SEGMENT_ZERO_GRAD)
+/* The segments a rank with no samples in a step skips: those that read or
+ * produce per-sample data. It zeroes its gradients instead. Its BN running
+ * statistics stay as they were and enter the COMM mean so; its R is
+ * unchanged; under AMP its A copy is refreshed by its next CAST. */
 #define BP_TRAIN_SKIP_EMPTY                                                              \
   ((1u << BP_SEGMENT_TRANSFER) | (1u << BP_SEGMENT_CAST) | (1u << BP_SEGMENT_FORWARD) | \
    (1u << BP_SEGMENT_LOSS) | (1u << BP_SEGMENT_BACKWARD))
@@ -62,7 +66,7 @@
  * segments it skips. */
 typedef struct bp_rank_step {
   int variant;    /* plan variant; -1 when the kind of step never occurs */
-  unsigned skip;  /* 0, or BP_TRAIN_SKIP_EMPTY when count is 0 */
+  unsigned skip;  /* BP_TRAIN_SKIP_ACTIVE, or BP_TRAIN_SKIP_EMPTY when count is 0 */
   int64_t count;  /* its samples (the loader's slice count; checked each step) */
 } bp_rank_step;
 

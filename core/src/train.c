@@ -293,7 +293,8 @@ static bp_status compile_and_build(bp_trainer *t) {
  * one (train-impl.h invariants 4 and 5): rank k's share of a global batch
  * by data.h's rule, and the variant compiled for that share ("train" /
  * "train_small", "train_last" / "train_last_small"); a rank of 0 samples
- * gets the step's first variant and skips the segments that read samples. */
+ * gets the step's first variant and skips the segments that read samples,
+ * the others skip ZERO_GRAD. */
 static void plan_rank_steps(bp_trainer *t) {
   static const char *const names[2][2] = {{"train", "train_small"},
                                           {"train_last", "train_last_small"}};
@@ -312,6 +313,7 @@ static void plan_rank_steps(bp_trainer *t) {
       TRAIN_ASSERT(shard == BP_OK);
       bp_rank_step *r = &t->rank_steps[kind][k];
       r->count = count;
+      r->skip = BP_TRAIN_SKIP_ACTIVE;
       if (count == 0) {
         r->variant = big;
         r->skip = BP_TRAIN_SKIP_EMPTY;

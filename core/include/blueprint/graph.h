@@ -14,7 +14,11 @@
  *   TRANSFER   host staging -> I_A/I_B. Empty on the cpu device: the loader
  *              writes the arena's input buffers itself.
  *   ZERO_GRAD  one range.zero over the gradient span (G_BN_BIAS..G_CONV_DEEP;
- *              G16 under AMP, where the backward writes FP16 gradients).
+ *              G16 under AMP, where the backward writes FP16 gradients). Run
+ *              only by a rank with no samples in the step: BACKWARD
+ *              overwrites every gradient it reaches, and a gradient it
+ *              never reaches (and the slots' padding) stays 0 from the
+ *              zeroed arena, as the reductions of zeros give zeros.
  *   CAST       AMP: range.cast of the W span into the A span (2:1).
  *   FORWARD    one node per layer, training mode (batch norm on batch
  *              statistics, running statistics updated in B).
@@ -25,13 +29,15 @@
  *              L = train_size % B for "train_last" and "train_last_small"
  *              (each rank's share may differ; the sum over ranks is the
  *              gradient of the mean loss of the global batch).
- *   BACKWARD   layers in reverse order: parameter gradients (accumulate = 1
- *              into the zeroed G span) and data gradients into the
- *              producers' ".dout" slots. A slot reached by several
- *              consumers (a residual branch) is written with accumulate = 1
- *              by every one of them, after a range.zero of the slot placed
- *              right before its first writer; a slot with one writer is
- *              overwritten (accumulate = 0) and never zeroed.
+ *   BACKWARD   layers in reverse order: parameter gradients into their G
+ *              slots and data gradients into the producers' ".dout" slots.
+ *              A slot written by several nodes (a residual branch) is
+ *              written with accumulate = 1 by every one of them, after a
+ *              range.zero of the slot placed right before its first
+ *              writer; a slot with one writer is overwritten
+ *              (accumulate = 0) and never zeroed. A node has one flag for
+ *              all its outputs: when one of its slots accumulates, its
+ *              other slots are zeroed before it too.
  *   CAST_GRAD  AMP: range.cast of the G16 span into the G span.
  *   COMM       world > 1: the gradient spans in two buckets, deep conv
  *              first, then the rest; the BN running statistics by
