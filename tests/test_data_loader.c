@@ -1,4 +1,5 @@
-/* The loader thread: every sample of an epoch once, in the permutation's
+/* The loader, with its thread and inline (every test but the refusals runs
+ * in both modes): every sample of an epoch once, in the permutation's
  * order, buffers alternating A/B; ranks partition each step; a held buffer
  * is never overwritten; resume; clean shutdown in every state; buffers in
  * a real plan's arena (I_A / I_B, FP16 with padded channels). */
@@ -71,9 +72,14 @@ static void check_contents(const buffers *bs, const bp_data_batch *b) {
   }
 }
 
+/* The mode of the running test: 0 a loader thread, 1 inline (the loop
+ * index of the test, set first thing in it). */
+static int fill_inline;
+
 static bp_data_loader_options options(int64_t batch, int world, int rank, int64_t epochs) {
   bp_data_loader_options o;
   memset(&o, 0, sizeof o);
+  o.inline_fill = fill_inline;
   o.global_batch = batch;
   o.world = world;
   o.rank = rank;
@@ -84,6 +90,7 @@ static bp_data_loader_options options(int64_t batch, int world, int rank, int64_
 }
 
 START_TEST(every_sample_once_in_permutation_order_alternating_buffers) {
+  fill_inline = _i;
   for (int drop = 0; drop < 2; drop++) {
     bp_dataset *d = make_dataset();
     buffers bs;
@@ -143,6 +150,7 @@ START_TEST(every_sample_once_in_permutation_order_alternating_buffers) {
 END_TEST
 
 START_TEST(ranks_partition_every_step) {
+  fill_inline = _i;
   const int worlds[] = {1, 2, 3, 4, 5, 8};
   const int64_t batches[] = {7, 16, 50};
   for (size_t wi = 0; wi < sizeof worlds / sizeof worlds[0]; wi++) {
@@ -196,6 +204,7 @@ static void sleep_ms(int ms) {
 }
 
 START_TEST(a_held_buffer_is_never_overwritten) {
+  fill_inline = _i;
   bp_dataset *d = make_dataset();
   buffers bs;
   make_buffers(&bs, 4);
@@ -223,6 +232,7 @@ START_TEST(a_held_buffer_is_never_overwritten) {
 END_TEST
 
 START_TEST(resume_at_epoch_and_step_gives_the_same_batches) {
+  fill_inline = _i;
   bp_dataset *d = make_dataset();
   buffers full, resumed;
   make_buffers(&full, 6);
@@ -266,6 +276,7 @@ START_TEST(resume_at_epoch_and_step_gives_the_same_batches) {
 END_TEST
 
 START_TEST(destroy_is_clean_in_every_state) {
+  fill_inline = _i;
   bp_dataset *d = make_dataset();
   buffers bs;
   make_buffers(&bs, 5);
@@ -333,6 +344,7 @@ START_TEST(create_refuses_bad_options) {
 END_TEST
 
 START_TEST(fills_the_arena_double_buffers_of_a_plan) {
+  fill_inline = _i;
   /* a plan with FP16 images (padded 1 -> 4 channels in I_A / I_B) and INT32
    * labels; 3 ranks of global batch 8: per-rank capacity 3 */
   bp_dataset *d = make_dataset();
@@ -401,13 +413,13 @@ int main(void) {
   Suite *s = suite_create("data-loader");
   TCase *tc = tcase_create("loader");
   tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, every_sample_once_in_permutation_order_alternating_buffers);
-  tcase_add_test(tc, ranks_partition_every_step);
-  tcase_add_test(tc, a_held_buffer_is_never_overwritten);
-  tcase_add_test(tc, resume_at_epoch_and_step_gives_the_same_batches);
-  tcase_add_test(tc, destroy_is_clean_in_every_state);
+  tcase_add_loop_test(tc, every_sample_once_in_permutation_order_alternating_buffers, 0, 2);
+  tcase_add_loop_test(tc, ranks_partition_every_step, 0, 2);
+  tcase_add_loop_test(tc, a_held_buffer_is_never_overwritten, 0, 2);
+  tcase_add_loop_test(tc, resume_at_epoch_and_step_gives_the_same_batches, 0, 2);
+  tcase_add_loop_test(tc, destroy_is_clean_in_every_state, 0, 2);
   tcase_add_test(tc, create_refuses_bad_options);
-  tcase_add_test(tc, fills_the_arena_double_buffers_of_a_plan);
+  tcase_add_loop_test(tc, fills_the_arena_double_buffers_of_a_plan, 0, 2);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

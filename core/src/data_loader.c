@@ -16,7 +16,12 @@
  *     while writing; the consumer never touches a FREE buffer), and the
  *     consumer reads only the buffer it HOLDS;
  *  4. once `finished` is set the thread writes nothing more.
- * The fill itself runs outside the mutex. */
+ * The fill itself runs outside the mutex.
+ *
+ * Inline mode (options.inline_fill) has no thread: next() fills the batch
+ * itself, in the caller's thread, through the same cursor and the same
+ * transitions (FREE -> READY -> HELD at once), so the batches, their
+ * buffers and their bytes are those of the threaded mode. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,8 +59,11 @@ struct bp_data_loader {
   int has_norm;
   int64_t steps;    /* per epoch */
   int64_t capacity; /* rows a rank may receive per step */
-  int64_t *perm;    /* the thread's current epoch permutation */
+  int64_t *perm;    /* the producer's current epoch permutation */
   loader_buffer buf[2];
+  /* the producer's cursor (the thread's, or next()'s when inline): the
+   * epoch and step of the next batch to fill, the epoch perm is for */
+  int64_t epoch, step, perm_epoch;
 
   pthread_t thread;
   int thread_started;
@@ -104,39 +112,43 @@ static bp_status fill_one(bp_data_loader *l, loader_buffer *b, int64_t epoch, in
   return BP_OK;
 }
 
-static void *loader_main(void *arg) {
-  bp_data_loader *l = arg;
+/* Whether the cursor has passed the last epoch asked for. */
+static int cursor_at_end(const bp_data_loader *l) {
   const bp_data_loader_options *o = &l->options;
-  const int64_t n = bp_dataset_get_info(l->dataset)->count;
-  int64_t epoch = o->first_epoch, step = o->first_step, perm_epoch = -1;
-  bp_status st = BP_OK;
-  for (int64_t k = 0;; k++) {
-    if (o->epochs > 0 && epoch >= o->first_epoch + o->epochs) break;
-    loader_buffer *b = &l->buf[k % 2];
-    pthread_mutex_lock(&l->mutex);
-    while (b->state != BUF_FREE && !l->stop) pthread_cond_wait(&l->cond, &l->mutex);
-    int stop = l->stop;
-    pthread_mutex_unlock(&l->mutex);
-    if (stop) break;
-    if (perm_epoch != epoch) {
-      st = bp_data_permutation(o->seed, (uint64_t)epoch, o->shuffle, n, l->perm);
-      if (st != BP_OK) break;
-      perm_epoch = epoch;
-    }
-    st = fill_one(l, b, epoch, step); /* b is FREE: only this thread touches it */
-    if (st != BP_OK) break;
-    pthread_mutex_lock(&l->mutex);
-    LOADER_ASSERT(b->state == BUF_FREE && l->produced == k);
-    b->state = BUF_READY;
-    l->produced++;
-    check_locked(l);
-    pthread_cond_broadcast(&l->cond);
-    pthread_mutex_unlock(&l->mutex);
-    if (++step == l->steps) {
-      step = 0;
-      epoch++;
-    }
+  return o->epochs > 0 && l->epoch >= o->first_epoch + o->epochs;
+}
+
+/* Fills the FREE buffer of batch `produced` at the cursor, marks it READY
+ * and moves the cursor on. Called by the producer only (the thread, or
+ * next() when inline); takes the mutex for the transition. */
+static bp_status produce_one(bp_data_loader *l) {
+  const bp_data_loader_options *o = &l->options;
+  loader_buffer *b = &l->buf[l->produced % 2]; /* produced changes only here */
+  if (l->perm_epoch != l->epoch) {
+    const int64_t n = bp_dataset_get_info(l->dataset)->count;
+    bp_status st = bp_data_permutation(o->seed, (uint64_t)l->epoch, o->shuffle, n, l->perm);
+    if (st != BP_OK) return st;
+    l->perm_epoch = l->epoch;
   }
+  bp_status st = fill_one(l, b, l->epoch, l->step); /* b is FREE: only the producer touches it */
+  if (st != BP_OK) return st;
+  pthread_mutex_lock(&l->mutex);
+  LOADER_ASSERT(b->state == BUF_FREE);
+  b->state = BUF_READY;
+  l->produced++;
+  check_locked(l);
+  pthread_cond_broadcast(&l->cond);
+  pthread_mutex_unlock(&l->mutex);
+  if (++l->step == l->steps) {
+    l->step = 0;
+    l->epoch++;
+  }
+  return BP_OK;
+}
+
+/* The producer ends: every epoch filled, stopped, or failed with `st`
+ * (its message is the producer thread's last error). */
+static void finish(bp_data_loader *l, bp_status st) {
   pthread_mutex_lock(&l->mutex);
   if (st != BP_OK) {
     l->error = st;
@@ -145,6 +157,21 @@ static void *loader_main(void *arg) {
   l->finished = 1;
   pthread_cond_broadcast(&l->cond);
   pthread_mutex_unlock(&l->mutex);
+}
+
+static void *loader_main(void *arg) {
+  bp_data_loader *l = arg;
+  bp_status st = BP_OK;
+  while (!cursor_at_end(l)) {
+    const loader_buffer *b = &l->buf[l->produced % 2];
+    pthread_mutex_lock(&l->mutex);
+    while (b->state != BUF_FREE && !l->stop) pthread_cond_wait(&l->cond, &l->mutex);
+    int stop = l->stop;
+    pthread_mutex_unlock(&l->mutex);
+    if (stop) break;
+    if ((st = produce_one(l)) != BP_OK) break;
+  }
+  finish(l, st);
   return NULL;
 }
 
@@ -219,6 +246,9 @@ bp_status bp_data_loader_create(const bp_dataset *dataset, const bp_data_loader_
   l->steps = steps;
   l->capacity = capacity;
   l->held = -1;
+  l->epoch = options->first_epoch;
+  l->step = options->first_step;
+  l->perm_epoch = -1;
   l->perm = malloc((size_t)in->count * sizeof *l->perm);
   int ok = l->perm != NULL;
   for (int b = 0; b < 2; b++) {
@@ -237,6 +267,10 @@ bp_status bp_data_loader_create(const bp_dataset *dataset, const bp_data_loader_
     bp_data_loader_destroy(l); /* no thread yet: frees what exists */
     return bp_fail(BP_ERR_NOMEM, "out of memory creating a data loader");
   }
+  if (options->inline_fill) {
+    *loader_out = l;
+    return BP_OK;
+  }
   int rc = pthread_create(&l->thread, NULL, loader_main, l);
   if (rc != 0) {
     bp_data_loader_destroy(l);
@@ -249,6 +283,13 @@ bp_status bp_data_loader_create(const bp_dataset *dataset, const bp_data_loader_
 
 bp_status bp_data_loader_next(bp_data_loader *l, bp_data_batch *batch_out) {
   if (!l || !batch_out) return bp_fail(BP_ERR_INVALID, "bp_data_loader_next: NULL argument");
+  if (l->options.inline_fill) { /* this thread is the producer: fill the next batch now */
+    bp_data_loader_release(l);
+    if (!l->finished) {
+      bp_status st = cursor_at_end(l) ? BP_OK : produce_one(l);
+      if (st != BP_OK || cursor_at_end(l)) finish(l, st);
+    }
+  }
   pthread_mutex_lock(&l->mutex);
   release_locked(l);
   loader_buffer *b = &l->buf[l->delivered % 2];

@@ -142,13 +142,16 @@ bp_status bp_train_read_results(const bp_trainer *t, int all_processes, double *
  * the caller's. A step's segments run on every rank at once, rank k with
  * the variant of ranks[k] and without the segments of its skip mask; a
  * rank whose compute fails still takes part in every later COMM segment of
- * the job, so no rank waits forever in an all-reduce. The first failure
- * (lowest rank) is returned with its message. `ranks` ([world]) and
- * `segments` are borrowed for the call. */
+ * the job, so no rank waits forever in an all-reduce. With `loaders`, each
+ * rank then takes its next batch from loaders[k] into batches[k] in its own
+ * thread (an inline loader fills it there: every rank at once). The first
+ * failure (lowest rank) is returned with its message. `ranks` ([world]),
+ * `segments`, `loaders` and `batches` are borrowed for the call. */
 bp_status bp_rank_pool_start(bp_trainer *t);
 void bp_rank_pool_stop(bp_trainer *t); /* joins the threads; NULL pool is a no-op */
 bp_status bp_rank_pool_run(bp_trainer *t, const bp_rank_step *ranks, const bp_segment *segments,
-                           int count, int buffer);
+                           int count, int buffer, bp_data_loader **loaders,
+                           bp_data_batch *batches);
 
 /* metrics.c: one JSON object per line, flushed after each. */
 bp_status bp_metrics_open(const char *path, int append, bp_metrics **out);

@@ -468,7 +468,7 @@ static bp_status gather_state(bp_trainer *t) {
   if (t->local == 1) return bp_exec_run(t->ranks[0].exec, t->v_train, BP_SEGMENT_STATE, 0);
   bp_rank_step all[BP_TRAIN_MAX_RANKS];
   for (int k = 0; k < t->local; k++) all[k] = (bp_rank_step){t->v_train, 0, 0};
-  return bp_rank_pool_run(t, all, (const bp_segment[]){BP_SEGMENT_STATE}, 1, 0);
+  return bp_rank_pool_run(t, all, (const bp_segment[]){BP_SEGMENT_STATE}, 1, 0, NULL, NULL);
 }
 
 bp_status bp_trainer_save(bp_trainer *t, const char *path) {

@@ -45,6 +45,9 @@ static bp_status open_loader(bp_trainer *t, const bp_dataset *data, int variant,
     lo.augment = t->opt.augment;
     lo.first_epoch = (int64_t)t->state.epoch;
     lo.first_step = (int64_t)t->state.step;
+    /* with several ranks every core runs one: a prefetch thread would only
+     * preempt a rank, and its peers would wait for it */
+    lo.inline_fill = t->world > 1;
   }
   lo.epochs = 1;
   return bp_data_loader_create(data, &lo, buffers, out);
@@ -55,42 +58,54 @@ static const bp_rank_step *rank_steps_of(const bp_trainer *t, int64_t global_cou
   return t->rank_steps[global_count == t->batch ? BP_STEP_FULL : BP_STEP_LAST];
 }
 
-static bp_status run_step(bp_trainer *t, const bp_data_batch *b) {
+/* Checks that the batches the ranks took for one step agree (the same
+ * step everywhere, each rank's share the one its variant was compiled for)
+ * and returns rank 0's in *b. */
+static void agree_batches(const bp_trainer *t, const bp_data_batch *bk, bp_data_batch *b) {
+  *b = bk[0];
+  const bp_rank_step *rs = b->done ? NULL : rank_steps_of(t, b->global_count);
+  for (int k = 0; k < t->local; k++) {
+    TRAIN_ASSERT(bk[k].done == b->done &&
+                 (b->done || (bk[k].step == b->step && bk[k].epoch == b->epoch &&
+                              bk[k].buffer == b->buffer && bk[k].global_count == b->global_count)));
+    TRAIN_ASSERT(b->done || bk[k].count == rs[k].count);
+  }
+}
+
+/* The next batch of every rank's loader, taken by this thread. */
+static bp_status next_batch(bp_trainer *t, bp_data_loader **loaders, bp_data_batch *b) {
+  bp_data_batch bk[BP_TRAIN_MAX_RANKS];
+  for (int k = 0; k < t->local; k++) {
+    bp_status st = bp_data_loader_next(loaders[k], &bk[k]);
+    if (st != BP_OK) return st;
+  }
+  agree_batches(t, bk, b);
+  return BP_OK;
+}
+
+/* Runs the step of batch *b on every rank, then takes the next batch into
+ * *next: with several ranks each rank takes its own in its thread, so
+ * their inline loaders fill the batches side by side. */
+static bp_status run_step(bp_trainer *t, const bp_data_batch *b, bp_data_loader **loaders,
+                          bp_data_batch *next) {
   const bp_rank_step *rs = rank_steps_of(t, b->global_count);
   TRAIN_ASSERT(rs[0].variant >= 0); /* a short batch exists only when train_last was compiled */
   const int64_t tstep = (int64_t)t->state.epoch * t->steps_per_epoch + b->step;
   t->last_lr = bp_schedule_lr(&t->schedule, tstep);
   bp_train_write_scalars(t, t->last_lr, (int64_t)t->state.global_step + 1);
   const int count = (int)(sizeof step_segments / sizeof step_segments[0]);
-  if (t->local > 1) return bp_rank_pool_run(t, rs, step_segments, count, b->buffer);
+  if (t->local > 1) {
+    bp_data_batch bk[BP_TRAIN_MAX_RANKS];
+    bp_status st = bp_rank_pool_run(t, rs, step_segments, count, b->buffer, loaders, bk);
+    if (st == BP_OK) agree_batches(t, bk, next);
+    return st;
+  }
   for (int s = 0; s < count; s++) {
     if (rs[0].skip & (1u << step_segments[s])) continue;
     bp_status st = bp_exec_run(t->ranks[0].exec, rs[0].variant, step_segments[s], b->buffer);
     if (st != BP_OK) return st;
   }
-  return BP_OK;
-}
-
-/* The next batch of every rank's loader: the same step everywhere, each
- * rank's share the one its variant was compiled for. */
-static bp_status next_batch(bp_trainer *t, bp_data_loader **loaders, bp_data_batch *b) {
-  memset(b, 0, sizeof *b);
-  const bp_rank_step *rs = NULL;
-  for (int k = 0; k < t->local; k++) {
-    bp_data_batch bk;
-    bp_status st = bp_data_loader_next(loaders[k], &bk);
-    if (st != BP_OK) return st;
-    if (k == 0) {
-      *b = bk;
-      rs = rank_steps_of(t, b->global_count);
-    } else {
-      TRAIN_ASSERT(bk.done == b->done &&
-                   (b->done || (bk.step == b->step && bk.epoch == b->epoch &&
-                                bk.buffer == b->buffer && bk.global_count == b->global_count)));
-    }
-    TRAIN_ASSERT(b->done || bk.count == rs[k].count);
-  }
-  return BP_OK;
+  return next_batch(t, loaders, next);
 }
 
 static int stop_reached(const bp_trainer *t) {
@@ -158,11 +173,12 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
     st = open_loader(t, t->train_set, t->v_train, t->batch, 1, k, t->first_rank + k, t->world,
                      &loaders[k]);
   int stopped = 0;
-  while (st == BP_OK) {
-    bp_data_batch b;
-    if ((st = next_batch(t, loaders, &b)) != BP_OK || b.done) break;
+  bp_data_batch b;
+  if (st == BP_OK) st = next_batch(t, loaders, &b);
+  while (st == BP_OK && !b.done) {
     TRAIN_ASSERT(b.epoch == (int64_t)t->state.epoch && b.step == (int64_t)t->state.step);
-    if ((st = run_step(t, &b)) != BP_OK) break;
+    bp_data_batch next;
+    if ((st = run_step(t, &b, loaders, &next)) != BP_OK) break;
     t->state.step++;
     t->state.global_step++;
     out->steps++;
@@ -172,6 +188,7 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
       stopped = 1;
       break;
     }
+    b = next;
   }
   for (int k = 0; k < t->local; k++)
     bp_data_loader_destroy(loaders[k]); /* invariant 3: no loader outlives the epoch */

@@ -19,6 +19,8 @@ struct bp_rank_pool {
   int quit, count, buffer;
   bp_rank_step ranks[BP_TRAIN_MAX_RANKS]; /* each rank's variant and skipped segments */
   bp_segment segments[BP_SEGMENT_COUNT];
+  bp_data_loader **loaders; /* NULL, or each rank's loader to take the next batch from */
+  bp_data_batch *batches;   /* where rank k puts it: batches[k] */
   bp_status status[BP_TRAIN_MAX_RANKS];
   char why[BP_TRAIN_MAX_RANKS][1024];
 };
@@ -35,6 +37,12 @@ static void run_job(bp_rank_pool *p, int rank) {
       first = st;
       snprintf(p->why[rank], sizeof p->why[rank], "%s", bp_last_error());
     }
+  }
+  /* the next batch, after the step has read this one (the collectives are
+   * behind every rank: a failure here leaves nobody waiting) */
+  if (first == BP_OK && p->loaders) {
+    first = bp_data_loader_next(p->loaders[rank], &p->batches[rank]);
+    if (first != BP_OK) snprintf(p->why[rank], sizeof p->why[rank], "%s", bp_last_error());
   }
   p->status[rank] = first;
 }
@@ -108,7 +116,8 @@ void bp_rank_pool_stop(bp_trainer *t) {
 }
 
 bp_status bp_rank_pool_run(bp_trainer *t, const bp_rank_step *ranks, const bp_segment *segments,
-                           int count, int buffer) {
+                           int count, int buffer, bp_data_loader **loaders,
+                           bp_data_batch *batches) {
   bp_rank_pool *p = t->pool;
   TRAIN_ASSERT(p && count >= 0 && count <= BP_SEGMENT_COUNT);
   /* a skipped collective would leave the other ranks waiting in it */
@@ -117,6 +126,8 @@ bp_status bp_rank_pool_run(bp_trainer *t, const bp_rank_step *ranks, const bp_se
   memcpy(p->ranks, ranks, (size_t)t->local * sizeof *ranks);
   p->count = count;
   p->buffer = buffer;
+  p->loaders = loaders;
+  p->batches = batches;
   memcpy(p->segments, segments, (size_t)count * sizeof *segments);
   bp_comm_barrier(p->gate);
   run_job(p, 0);

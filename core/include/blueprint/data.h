@@ -1,7 +1,8 @@
 /* Datasets and batches: the IDX reader (MNIST, Fashion-MNIST), per-channel
  * normalization, a seeded permutation per epoch, sharding of each global
  * batch across ranks, augmentation, batch filling into the arena's input
- * double buffers (I_A, I_B) and a loader thread that prefetches them.
+ * double buffers (I_A, I_B) and a loader that fills them (a thread one
+ * batch ahead, or inline in the consumer's thread).
  *
  * Determinism. Every random decision is a pure function of the run seed and
  * of counters, never of threads or timing:
@@ -219,7 +220,7 @@ bp_status bp_data_fill(const bp_dataset *dataset, const int64_t *indices, int64_
                        const bp_data_fill_options *options, const bp_dtensor *image_desc,
                        void *images, const bp_dtensor *label_desc, void *labels);
 
-/* ---- the loader thread ------------------------------------------------ */
+/* ---- the loader (a prefetch thread, or inline) ------------------------- */
 
 typedef struct bp_data_loader bp_data_loader; /* opaque */
 
@@ -235,12 +236,15 @@ typedef struct bp_data_loader_options {
   int64_t first_epoch;        /* where to start (resume): epoch ... */
   int64_t first_step;         /* ... and step within it, < steps per epoch */
   int64_t epochs;             /* epochs to deliver from first_epoch; 0: no end */
+  int inline_fill;            /* 1: no thread; next() fills each batch in the
+                                 caller's thread (when every core already runs
+                                 a rank, a prefetch thread only preempts one) */
 } bp_data_loader_options;
 
 /* One of the two input buffers (I_A or I_B of a rank): host pointers and
  * their descriptors (the training variant's: n >= ceil(B / world)). */
 typedef struct bp_data_buffer {
-  void *images;                 /* borrowed; written by the loader thread */
+  void *images;                 /* borrowed; written by the loader */
   const bp_dtensor *image_desc; /* copied at create */
   void *labels;                 /* borrowed; NULL to skip labels */
   const bp_dtensor *label_desc; /* copied at create; NULL with labels */
@@ -274,7 +278,8 @@ bp_status bp_data_loader_create(const bp_dataset *dataset, const bp_data_loader_
  * buffer until its next call to bp_data_loader_next (or _release); it must
  * have finished reading the buffer (device copies included) by then.
  * Returns the loader thread's failure, if any, once the batches before it
- * are consumed. Call from one consumer thread. */
+ * are consumed. Call from one consumer thread. Inline: fills the next
+ * batch first, in this thread (the same batches, buffers and bytes). */
 bp_status bp_data_loader_next(bp_data_loader *loader, bp_data_batch *batch_out);
 
 /* Hands back the held buffer early (optional; next() does it too). */

@@ -11,7 +11,9 @@
  * parameters by their init rules and, with resume_path, loads a checkpoint.
  *
  * One epoch: R (loss, correct count) is zeroed; a loader thread fills the
- * input buffers I_A/I_B one batch ahead (data.h); each step writes the
+ * input buffers I_A/I_B one batch ahead (data.h; with several ranks each
+ * rank fills its own next batch in its thread after its step, an inline
+ * loader); each step writes the
  * scheduled learning rate into the S-region "lr" scalar and runs the
  * segments of the "train" variant (the last, shorter batch: "train_last";
  * with ranks, each rank the variant of its share);
