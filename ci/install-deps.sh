@@ -8,7 +8,8 @@ packages=(
   check                                          # unit tests
   libyaml-dev                                    # model files
   zlib1g-dev                                     # gzip'd IDX data
-  libopenblas-dev                                # ops/blas GEMM kernels
+  libopenblas-dev                                # ops/blas GEMM kernels (OpenBLAS)
+  libdnnl-dev                                    # ops/blas GEMM kernels (oneDNN, bp_ops_dnnl)
   libopenmpi-dev openmpi-bin                     # mpirun ranks (ops/allreduce mpi)
   dataset-fashion-mnist                          # default data set (test_data_fashion_mnist)
   python3                                        # JSON checks in the CLI tests

@@ -24,7 +24,12 @@
  * determinism (two runs; four rank threads calling at once), and selection: bp_registry_select picks "blas" over
  * "reference", pins (BP_KERNELS, select options) override it, and a node
  * the BLAS kernel refuses goes to the reference. Last, the OpenBLAS kernel
- * set the module loads: the CPU's best, unless OPENBLAS_CORETYPE says. */
+ * set the module loads: the CPU's best, unless OPENBLAS_CORETYPE says.
+ *
+ * Built twice, once per module of ops/blas (blas-impl.h): test_ops_blas
+ * for bp_ops_blas.so (OpenBLAS, impl GEMM_IMPL) and, with GEMM_DNNL,
+ * test_ops_dnnl for bp_ops_dnnl.so (oneDNN, impl "dnnl", priority 12; no
+ * OpenBLAS kernel set). GEMM_IMPL names the impl under test. */
 #include <check.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -37,6 +42,16 @@
 #include "ops_ref_util.h"
 
 #define BLAS_TOL 1e-4
+
+#ifdef GEMM_DNNL
+#define GEMM_IMPL "dnnl"
+#define GEMM_MODULE "ops-dnnl"
+#define GEMM_PRIORITY 12
+#else
+#define GEMM_IMPL "blas"
+#define GEMM_MODULE "ops-blas"
+#define GEMM_PRIORITY 10
+#endif
 
 /* ---- the two modules ------------------------------------------------------ */
 
@@ -80,7 +95,7 @@ static void k_run(const bp_abi_kernel *k, const ops_call *c) {
 /* Asserts the BLAS kernel refuses with a reason containing `needle`, and
  * that run() returns BP_ABI_ERR_INVALID without aborting. */
 static void blas_expect_refused(const ops_call *c, const char *needle) {
-  const bp_abi_kernel *k = kernel_of(c->op, "blas");
+  const bp_abi_kernel *k = kernel_of(c->op, GEMM_IMPL);
   char reason[256];
   ck_assert_msg(ops_kernel_supports(k, c, reason, sizeof reason) == 0, "%s accepted, expected refusal (%s)",
                 c->op, needle);
@@ -183,7 +198,7 @@ static double conv_compare(const conv_case *cc, int n, int bias, int acc, int ex
   tt_copy(&db[1], &db[0]);
 
   const bp_conv2d_attrs a = conv_attrs_of(cc, bias, acc);
-  static const char *const impl[2] = {"reference", "blas"};
+  static const char *const impl[2] = {"reference", GEMM_IMPL};
   for (int i = 0; i < 2; i++) {
     const ops_call fwd = {"conv2d.fwd", {&x, &w, &b}, {&y[i]}, bias ? 3 : 2, 1, &a, sizeof a};
     const ops_call bd = {"conv2d.bwd_data", {&dy, &w}, {&dx[i]}, 2, 1, &a, sizeof a};
@@ -270,7 +285,7 @@ static double fc_compare(const fc_case *fc, int n, int bias, int acc, int extra,
   tt_copy(&db[1], &db[0]);
 
   const bp_fc_attrs a = {bias, acc};
-  static const char *const impl[2] = {"reference", "blas"};
+  static const char *const impl[2] = {"reference", GEMM_IMPL};
   for (int i = 0; i < 2; i++) {
     const ops_call fwd = {"fc.fwd", {&x, &w, &b}, {&y[i]}, bias ? 3 : 2, 1, &a, sizeof a};
     const ops_call bd = {"fc.bwd_data", {&dy, &w}, {&dx[i]}, 2, 1, &a, sizeof a};
@@ -334,7 +349,7 @@ START_TEST(conv_chunks_and_is_deterministic) {
     out[0][r] = tt_new(BP_ABI_DTYPE_FP32, n, 24, 24, 16, 0);
     out[1][r] = tt_new(BP_ABI_DTYPE_FP32, n, 24, 24, 20, 0);
     out[2][r] = tt_new(BP_ABI_DTYPE_FP32, 16, 3, 3, 20, 0);
-    const char *impl = r == 0 ? "reference" : "blas";
+    const char *impl = r == 0 ? "reference" : GEMM_IMPL;
     const ops_call fwd = {"conv2d.fwd", {&x, &w}, {&out[0][r]}, 2, 1, &a, sizeof a};
     const ops_call bd = {"conv2d.bwd_data", {&dy, &w}, {&out[1][r]}, 2, 1, &a, sizeof a};
     const ops_call bf = {"conv2d.bwd_filter", {&x, &dy}, {&out[2][r]}, 2, 1, &a, sizeof a};
@@ -374,7 +389,7 @@ static void *rank_main(void *p) {
   rank_job *job = p;
   for (int rep = 0; rep < 3; rep++)
     for (int i = 0; i < 2; i++) {
-      const bp_abi_kernel *k = kernel_of(job->call[i]->op, "blas");
+      const bp_abi_kernel *k = kernel_of(job->call[i]->op, GEMM_IMPL);
       const uint64_t need = k_workspace(k, job->call[i]);
       void *ws = need ? malloc((size_t)need) : NULL;
       if ((need && !ws) || ops_kernel_run(k, job->call[i], ws, need) != BP_ABI_OK) job->failed = 1;
@@ -402,8 +417,8 @@ START_TEST(concurrent_ranks_get_the_same_bits) {
     fwd[r] = (ops_call){"conv2d.fwd", {&x, &w}, {&y[r]}, 2, 1, &a, sizeof a};
     bf[r] = (ops_call){"conv2d.bwd_filter", {&x, &dy}, {&dw[r]}, 2, 1, &a, sizeof a};
   }
-  k_run(kernel_of("conv2d.fwd", "blas"), &fwd[RANKS]); /* the lone call */
-  k_run(kernel_of("conv2d.bwd_filter", "blas"), &bf[RANKS]);
+  k_run(kernel_of("conv2d.fwd", GEMM_IMPL), &fwd[RANKS]); /* the lone call */
+  k_run(kernel_of("conv2d.bwd_filter", GEMM_IMPL), &bf[RANKS]);
   for (int r = 0; r < RANKS; r++) {
     jobs[r] = (rank_job){{&fwd[r], &bf[r]}, 0};
     ck_assert_int_eq(pthread_create(&threads[r], NULL, rank_main, &jobs[r]), 0);
@@ -458,7 +473,7 @@ START_TEST(conv_refuses_uneven_rows) {
   const ops_call fwd2 = {"conv2d.fwd", {&x2, &w}, {&y2}, 2, 1, &a, sizeof a};
   tt y3 = tt_new(BP_ABI_DTYPE_FP32, 2, 4, 4, 5, 0);
   const ops_call fwd3 = {"conv2d.fwd", {&x2, &w}, {&y3}, 2, 1, &a, sizeof a};
-  k_run(kernel_of("conv2d.fwd", "blas"), &fwd2);
+  k_run(kernel_of("conv2d.fwd", GEMM_IMPL), &fwd2);
   ops_run(&fwd3);
   ck_assert(norm_err(&y2, &y3) < BLAS_TOL);
   /* and so may dx, written by col2im instead of the flipped GEMM, for
@@ -476,7 +491,7 @@ START_TEST(conv_refuses_uneven_rows) {
     const ops_call bd0 = {"conv2d.bwd_data", {&y2, &w}, {&dx[0]}, 2, 1, &aa, sizeof aa};
     const ops_call bd1 = {"conv2d.bwd_data", {&y2, &w}, {&dx[1]}, 2, 1, &aa, sizeof aa};
     ops_run(&bd0);
-    k_run(kernel_of("conv2d.bwd_data", "blas"), &bd1);
+    k_run(kernel_of("conv2d.bwd_data", GEMM_IMPL), &bd1);
     ck_assert_msg(norm_err(&dx[1], &dx[0]) < BLAS_TOL, "col2im dx: err %.3g",
                   norm_err(&dx[1], &dx[0]));
     tt_free(&dx[0]), tt_free(&dx[1]);
@@ -506,7 +521,7 @@ START_TEST(conv_run_needs_its_workspace) {
   const conv_case cc = {6, 6, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1};
   const bp_conv2d_attrs a = conv_attrs_of(&cc, 0, 0);
   const ops_call fwd = {"conv2d.fwd", {&x, &w}, {&y}, 2, 1, &a, sizeof a};
-  const bp_abi_kernel *k = kernel_of("conv2d.fwd", "blas");
+  const bp_abi_kernel *k = kernel_of("conv2d.fwd", GEMM_IMPL);
   const uint64_t need = k_workspace(k, &fwd);
   ck_assert_uint_eq(need, 2u * 36u * 27u * sizeof(float)); /* both images' im2col rows */
   float *ws = malloc((size_t)need + 4);
@@ -534,7 +549,7 @@ START_TEST(blas_refuses_bad_args_like_the_reference) {
   const bp_conv2d_attrs a = conv_attrs_of(&cc, 1, 0);
   const ops_call ok = {"conv2d.fwd", {&x, &w, &b}, {&y}, 3, 1, &a, sizeof a};
   char reason[256];
-  ck_assert_int_eq(ops_kernel_supports(kernel_of("conv2d.fwd", "blas"), &ok, reason, sizeof reason), 1);
+  ck_assert_int_eq(ops_kernel_supports(kernel_of("conv2d.fwd", GEMM_IMPL), &ok, reason, sizeof reason), 1);
   ops_call c = ok;
   bp_conv2d_attrs bad = a;
   c.attrs = &bad;
@@ -555,7 +570,7 @@ START_TEST(blas_refuses_bad_args_like_the_reference) {
   blas_expect_refused(&c, "expects 3 inputs");
 
   /* pointers: in place, missing, misaligned */
-  const bp_abi_kernel *k = kernel_of("conv2d.fwd", "blas");
+  const bp_abi_kernel *k = kernel_of("conv2d.fwd", GEMM_IMPL);
   const uint64_t need = k_workspace(k, &ok);
   void *ws = malloc((size_t)need);
   ck_assert_int_eq(ops_kernel_run(k, &ok, ws, need), BP_ABI_OK);
@@ -587,9 +602,9 @@ static const char *const blas_ops[] = {"conv2d.fwd", "conv2d.bwd_data", "conv2d.
 
 START_TEST(descriptors) {
   for (int i = 0; i < 6; i++) {
-    const bp_abi_kernel *k = kernel_of(blas_ops[i], "blas");
+    const bp_abi_kernel *k = kernel_of(blas_ops[i], GEMM_IMPL);
     ck_assert_str_eq(k->device, "cpu");
-    ck_assert_int_eq(k->priority, 10);
+    ck_assert_int_eq(k->priority, GEMM_PRIORITY);
     ck_assert_uint_eq(k->dtypes, BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32));
     ck_assert(k->flags & BP_ABI_KERNEL_DETERMINISTIC);
     ck_assert(!(k->flags & BP_ABI_KERNEL_REFERENCE));
@@ -598,14 +613,14 @@ START_TEST(descriptors) {
     ck_assert_ptr_nonnull(k->run);
     const bp_registered_kernel *d = bp_registry_default_kernel(both_modules(), blas_ops[i], "cpu");
     ck_assert_ptr_nonnull(d);
-    ck_assert_str_eq(d->kernel.impl, "blas");
+    ck_assert_str_eq(d->kernel.impl, GEMM_IMPL);
   }
   /* the module is recorded as loaded, with a build id */
   const bp_registry *r = both_modules();
   int found = 0;
   for (int i = 0; i < bp_registry_record_count(r); i++) {
     const bp_load_record *rec = bp_registry_record(r, i);
-    if (strcmp(rec->name, "ops-blas") != 0) continue;
+    if (strcmp(rec->name, GEMM_MODULE) != 0) continue;
     found = 1;
     ck_assert_int_eq(rec->outcome, BP_LOAD_LOADED);
     ck_assert_int_eq((int)strlen(rec->build_id), 16);
@@ -668,16 +683,16 @@ static const char *selected(const char *op, const char *pins, int padded_filter,
 
 START_TEST(select_prefers_blas_and_pins_override) {
   unsetenv("BP_KERNELS");
-  for (int i = 0; i < 6; i++) ck_assert_str_eq(selected(blas_ops[i], NULL, 0, NULL, 0), "blas");
+  for (int i = 0; i < 6; i++) ck_assert_str_eq(selected(blas_ops[i], NULL, 0, NULL, 0), GEMM_IMPL);
 
   /* BP_KERNELS pins one op to the reference; the others keep blas */
   setenv("BP_KERNELS", "conv2d.fwd=reference", 1);
   ck_assert_str_eq(selected("conv2d.fwd", NULL, 0, NULL, 0), "reference");
-  ck_assert_str_eq(selected("conv2d.bwd_data", NULL, 0, NULL, 0), "blas");
-  ck_assert_str_eq(selected("fc.fwd", NULL, 0, NULL, 0), "blas");
+  ck_assert_str_eq(selected("conv2d.bwd_data", NULL, 0, NULL, 0), GEMM_IMPL);
+  ck_assert_str_eq(selected("fc.fwd", NULL, 0, NULL, 0), GEMM_IMPL);
   /* pins in the options take the place of BP_KERNELS, with globs */
   ck_assert_str_eq(selected("fc.bwd_filter", "fc.*=reference", 0, NULL, 0), "reference");
-  ck_assert_str_eq(selected("conv2d.fwd", "fc.*=reference", 0, NULL, 0), "blas");
+  ck_assert_str_eq(selected("conv2d.fwd", "fc.*=reference", 0, NULL, 0), GEMM_IMPL);
   ck_assert_str_eq(selected("conv2d.bwd_filter", "conv2d.*@cpu=reference", 0, NULL, 0),
                    "reference");
   unsetenv("BP_KERNELS");
@@ -691,6 +706,7 @@ START_TEST(select_prefers_blas_and_pins_override) {
 END_TEST
 
 /* ---- which OpenBLAS kernel set the module loads ---------------------------- */
+#ifndef GEMM_DNNL
 
 /* OpenBLAS's name for the kernel set it runs, or NULL when this process
  * had OpenBLAS loaded before the test (CK_FORK=no: the choice was made
@@ -742,10 +758,11 @@ START_TEST(openblas_core_from_the_environment) {
   unsetenv("OPENBLAS_CORETYPE");
 }
 END_TEST
+#endif /* GEMM_DNNL */
 
 int main(void) {
-  Suite *s = suite_create("ops_blas");
-  TCase *tc = tcase_create("blas");
+  Suite *s = suite_create("ops_" GEMM_IMPL);
+  TCase *tc = tcase_create(GEMM_IMPL);
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, conv_matches_reference, 0, CONV_CASES);
   tcase_add_loop_test(tc, fc_matches_reference, 0, FC_CASES);
@@ -758,8 +775,10 @@ int main(void) {
   tcase_add_test(tc, blas_refuses_bad_args_like_the_reference);
   tcase_add_test(tc, descriptors);
   tcase_add_test(tc, select_prefers_blas_and_pins_override);
+#ifndef GEMM_DNNL
   tcase_add_test(tc, openblas_core_follows_the_cpu);
   tcase_add_test(tc, openblas_core_from_the_environment);
+#endif
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -142,7 +142,7 @@ int main(void) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
   setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-  setenv("OPENBLAS_NUM_THREADS", "1", 0);
+  setenv("BP_BLAS_THREADS", "1", 0); /* one GEMM thread per rank in both runs */
   Suite *s = suite_create("train_mpi");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 600);

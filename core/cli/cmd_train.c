@@ -8,9 +8,10 @@
  * wrong. Every failure is one line on stderr, "blueprint train: ...".
  *
  * Ranks share the cores: with --ranks R > 1 (or P processes of mpirun on
- * this machine) and no OPENBLAS_NUM_THREADS in the environment, the command
- * sets it to max(1, cores / R) (cores / P) before any op module (and
- * OpenBLAS) is loaded, so ranks do not each start a BLAS thread per core.
+ * this machine) and none of BP_BLAS_THREADS, OPENBLAS_NUM_THREADS and
+ * OMP_NUM_THREADS in the environment, the command sets BP_BLAS_THREADS to
+ * max(1, cores / R) (cores / P) before any op module (and its GEMM
+ * library) is loaded, so ranks do not each start a GEMM thread per core.
  *
  * Under mpirun (one rank per process) only rank 0 prints; every process
  * reports its own failure on stderr, and a failure after the processes met
@@ -125,13 +126,16 @@ static int run(bp_cli_train_args *a) {
     a->options.progress_user = &bar;
     a->options.progress_interval = 0.5;
   }
+  /* ranks sharing this machine's cores share them out for their GEMMs too
+   * (both GEMM modules read BP_BLAS_THREADS), unless the user said how */
   const int sharing = a->options.ranks > 1 ? a->options.ranks : bp_mpi_launched_local();
-  if (sharing > 1 && !getenv("OPENBLAS_NUM_THREADS")) {
+  if (sharing > 1 && !getenv("BP_BLAS_THREADS") && !getenv("OPENBLAS_NUM_THREADS") &&
+      !getenv("OMP_NUM_THREADS")) {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const long per_rank = cores > sharing ? cores / sharing : 1;
     char text[32];
     snprintf(text, sizeof text, "%ld", per_rank);
-    setenv("OPENBLAS_NUM_THREADS", text, 0);
+    setenv("BP_BLAS_THREADS", text, 0);
   }
   bp_trainer *t = NULL;
   if (bp_trainer_create_from_file(a->model_path, &a->options, &t) != BP_OK) {

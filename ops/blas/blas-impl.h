@@ -29,26 +29,42 @@
  *  - Every matrix extent and leading dimension must fit in a 32-bit BLAS
  *    int.
  *
- * Determinism: results depend on the inputs, the OpenBLAS thread count and
- * the OpenBLAS kernel set (fixed per machine: picked from the CPU's
- * features at load, openblas.c, or named by OPENBLAS_CORETYPE).
- * OpenBLAS's level-3 threads split the rows and columns of C, never the
- * inner dimension, and every other sum here runs in a fixed order; so with
- * a fixed thread count (BP_BLAS_THREADS, or the same OPENBLAS_NUM_THREADS /
- * machine) the same inputs give the same bits, however many ranks call at
- * once (tests/test_ops_blas.c checks both). */
+ * Determinism: results depend on the inputs, the library's thread count
+ * and its kernel set (fixed per machine: OpenBLAS's picked from the CPU's
+ * features at load, openblas.c, or named by OPENBLAS_CORETYPE; oneDNN's
+ * JIT picks from the CPU's ISA). Either library's threads split a GEMM the
+ * same way for the same shape and thread count, and every other sum here
+ * runs in a fixed order; so with a fixed thread count (BP_BLAS_THREADS, or
+ * the same OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / machine) the same
+ * inputs give the same bits, however many ranks call at once
+ * (tests/test_ops_blas.c checks both, for each module). */
 #ifndef BP_OPS_BLAS_IMPL_H
 #define BP_OPS_BLAS_IMPL_H
 
-#include <cblas.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "reference-impl.h"
 
+/* Two modules are built from these sources, one per GEMM library (the
+ * "provider"), loaded at init rather than linked:
+ *   bp_ops_blas.so  impl "blas", OpenBLAS's cblas_sgemm (openblas.c),
+ *                   priority 10;
+ *   bp_ops_dnnl.so  impl "dnnl", oneDNN's dnnl_sgemm (onednn.c), built with
+ *                   BLAS_PROVIDER_DNNL, priority 12: where both load, the
+ *                   registry prefers it (its SGEMMs are 15-25% faster on
+ *                   the fc and conv shapes here, most at small batches:
+ *                   bench/RESULTS.md), and a pin picks either. */
+#ifdef BLAS_PROVIDER_DNNL
+#define BLAS_IMPL "dnnl"
+#define BLAS_MODULE_NAME "ops-dnnl"
+#define BLAS_PRIORITY 12
+#else
 #define BLAS_IMPL "blas"
-#define BLAS_DEVICE "cpu"
+#define BLAS_MODULE_NAME "ops-blas"
 #define BLAS_PRIORITY 10
+#endif
+#define BLAS_DEVICE "cpu"
 #define BLAS_FLAGS BP_ABI_KERNEL_DETERMINISTIC /* with a fixed BLAS thread count (above) */
 
 /* im2col chunking (conv2d.c). The column buffer holds the im2col rows of
@@ -90,27 +106,28 @@ void blas_fill_rows(float *y, int64_t ld, int64_t rows, int64_t cols, const floa
 void blas_sum_rows(const float *dy, int64_t ld, int64_t rows, int64_t cols, float *db,
                    int64_t db_stride, int accumulate);
 
-/* OpenBLAS, loaded at module init (openblas.c) rather than linked, so that
- * the module can name OpenBLAS's kernel set for the CPU before it loads. */
-typedef struct blas_library {
-  void (*sgemm)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint, blasint,
-                blasint, float, const float *, blasint, const float *, blasint, float, float *,
-                blasint);
-  void (*set_num_threads)(int);
-  int (*get_num_threads)(void);
-  char *(*get_config)(void);
-  char *(*get_corename)(void);
-  char core_source[64]; /* who chose the core, for the log */
-} blas_library;
-extern blas_library blas_lib;
+/* The provider (openblas.c or onednn.c). */
+/* Loads the library: 1, or 0 with a reason. */
+int blas_provider_load(char *reason, size_t reason_size);
+/* Threads per GEMM call from now on, in every calling thread (>= 1). */
+void blas_provider_set_threads(int threads);
+/* One line for the log: the library, its version or configuration, its
+ * kernel set where it says, and the threads per call. */
+void blas_provider_describe(char *text, size_t size);
 
-/* Loads OpenBLAS and fills blas_lib: 1, or 0 with a reason. */
-int blas_library_load(char *reason, size_t reason_size);
+/* C = A*B (+ C with beta = 1; beta = 0 overwrites) on row-major operands,
+ * with every extent and leading dimension already checked by
+ * blas_check_int. BP_ABI_OK, or the error the library reported. */
+int blas_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a,
+               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
-/* cblas_sgemm on row-major operands, with every extent and leading
- * dimension already checked by blas_check_int. */
-void blas_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a,
-                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* Returns from the calling kernel with the status of a blas_sgemm that
+ * failed. */
+#define BLAS_TRY(call)                   \
+  do {                                   \
+    const int blas_rc_ = (call);         \
+    if (blas_rc_ != BP_ABI_OK) return blas_rc_; \
+  } while (0)
 
 /* The kernels, one descriptor each (conv2d.c, fc.c). */
 extern const bp_abi_kernel blas_conv2d_fwd, blas_conv2d_bwd_data, blas_conv2d_bwd_filter;

@@ -1,4 +1,4 @@
-/* conv2d through im2col / col2im and cblas_sgemm: forward, backward-data,
+/* conv2d through im2col / col2im and the provider's SGEMM: forward, backward-data,
  * backward-filter, with stride, zero padding, dilation, groups and an
  * optional bias. Same contract and results (within float rounding) as
  * ops/reference/conv2d.c.
@@ -306,8 +306,9 @@ static int conv_run_fwd(void *user, const bp_abi_kernel_args *args) {
     }
     if (b) blas_fill_rows(yc, g.ym.ld, rows, g.r.k, b, g.r.b->stride[3]);
     for (int64_t gi = 0; gi < g.r.groups; gi++)
-      blas_sgemm(0, 1, rows, g.r.kg, g.r.kh * g.r.kw * g.r.cg, a + gi * a_group, lda,
-                 w + gi * g.r.kg * g.wm.ld, g.wm.ld, b ? 1.0f : 0.0f, yc + gi * g.r.kg, g.ym.ld);
+      BLAS_TRY(blas_sgemm(0, 1, rows, g.r.kg, g.r.kh * g.r.kw * g.r.cg, a + gi * a_group, lda,
+                          w + gi * g.r.kg * g.wm.ld, g.wm.ld, b ? 1.0f : 0.0f, yc + gi * g.r.kg,
+                          g.ym.ld));
   }
   return BP_ABI_OK;
 }
@@ -329,8 +330,8 @@ static int conv_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
   const int64_t kkg = g.r.kh * g.r.kw * g.r.cg;
   if (g.direct) {
     for (int64_t gi = 0; gi < g.r.groups; gi++)
-      blas_sgemm(0, 0, g.ym.rows, g.r.cg, g.r.kg, dy + gi * g.r.kg, g.ym.ld, w + gi * g.r.kg * g.wm.ld,
-                 g.wm.ld, beta, dx + gi * g.r.cg, g.xm.ld);
+      BLAS_TRY(blas_sgemm(0, 0, g.ym.rows, g.r.cg, g.r.kg, dy + gi * g.r.kg, g.ym.ld,
+                          w + gi * g.r.kg * g.wm.ld, g.wm.ld, beta, dx + gi * g.r.cg, g.xm.ld));
     return BP_ABI_OK;
   }
   if (g.flipped) {
@@ -342,8 +343,8 @@ static int conv_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
       const int64_t images = g.r.n - n0 < g.images ? g.r.n - n0 : g.images, rows = images * g.pix;
       gather_rows(&q, dy, n0, images, col);
       for (int64_t gi = 0; gi < g.r.groups; gi++)
-        blas_sgemm(0, 0, rows, g.r.cg, kkk, col + gi * kkk, g.row, v + gi * kkk * g.r.cg, g.r.cg,
-                   beta, dx + n0 * g.pix * g.xm.ld + gi * g.r.cg, g.xm.ld);
+        BLAS_TRY(blas_sgemm(0, 0, rows, g.r.cg, kkk, col + gi * kkk, g.row, v + gi * kkk * g.r.cg,
+                            g.r.cg, beta, dx + n0 * g.pix * g.xm.ld + gi * g.r.cg, g.xm.ld));
     }
     return BP_ABI_OK;
   }
@@ -352,8 +353,8 @@ static int conv_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
     const int64_t images = g.r.n - n0 < g.images ? g.r.n - n0 : g.images, rows = images * g.pix;
     const float *dyc = dy + n0 * g.pix * g.ym.ld;
     for (int64_t gi = 0; gi < g.r.groups; gi++)
-      blas_sgemm(0, 0, rows, kkg, g.r.kg, dyc + gi * g.r.kg, g.ym.ld, w + gi * g.r.kg * g.wm.ld,
-                 g.wm.ld, 0.0f, col + gi * kkg, g.row);
+      BLAS_TRY(blas_sgemm(0, 0, rows, kkg, g.r.kg, dyc + gi * g.r.kg, g.ym.ld,
+                          w + gi * g.r.kg * g.wm.ld, g.wm.ld, 0.0f, col + gi * kkg, g.row));
     col2im(&g, col, n0, images, dx);
   }
   return BP_ABI_OK;
@@ -384,8 +385,8 @@ static int conv_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
     }
     const float beta = n0 == 0 && !g.r.accumulate ? 0.0f : 1.0f;
     for (int64_t gi = 0; gi < g.r.groups; gi++)
-      blas_sgemm(1, 0, g.r.kg, kkg, rows, dyc + gi * g.r.kg, g.ym.ld, a + gi * a_group, lda, beta,
-                 dw + gi * g.r.kg * g.wm.ld, g.wm.ld);
+      BLAS_TRY(blas_sgemm(1, 0, g.r.kg, kkg, rows, dyc + gi * g.r.kg, g.ym.ld, a + gi * a_group,
+                          lda, beta, dw + gi * g.r.kg * g.wm.ld, g.wm.ld));
   }
   if (db) blas_sum_rows(dy, g.ym.ld, g.ym.rows, g.r.k, db, g.r.b->stride[3], g.r.accumulate);
   return BP_ABI_OK;

@@ -1,4 +1,4 @@
-/* fully connected through cblas_sgemm: forward, backward-data,
+/* fully connected through the provider's SGEMM (blas_sgemm): forward, backward-data,
  * backward-filter. Same contract and results (within float rounding) as
  * ops/reference/fc.c.
  *
@@ -74,7 +74,8 @@ static int fc_run_fwd(void *user, const bp_abi_kernel_args *args) {
   const float *x = ref_in(args, 0), *w = ref_in(args, 1), *b = g.r.has_bias ? ref_in(args, 2) : NULL;
   float *y = ref_out(args, 0);
   if (b) blas_fill_rows(y, g.ym.ld, g.r.n, g.r.o, b, g.r.b->stride[3]);
-  blas_sgemm(0, 1, g.r.n, g.r.o, g.r.f, x, g.xm.ld, w, g.wm.ld, b ? 1.0f : 0.0f, y, g.ym.ld);
+  BLAS_TRY(
+      blas_sgemm(0, 1, g.r.n, g.r.o, g.r.f, x, g.xm.ld, w, g.wm.ld, b ? 1.0f : 0.0f, y, g.ym.ld));
   return BP_ABI_OK;
 }
 
@@ -87,8 +88,8 @@ static int fc_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
   if (!fc_check_run(args, REF_PASS_BWD_DATA, &g)) return BP_ABI_ERR_INVALID;
   const float *dy = ref_in(args, 0), *w = ref_in(args, 1);
   float *dx = ref_out(args, 0);
-  blas_sgemm(0, 0, g.r.n, g.r.f, g.r.o, dy, g.ym.ld, w, g.wm.ld, g.r.accumulate ? 1.0f : 0.0f, dx,
-             g.xm.ld);
+  BLAS_TRY(blas_sgemm(0, 0, g.r.n, g.r.f, g.r.o, dy, g.ym.ld, w, g.wm.ld,
+                      g.r.accumulate ? 1.0f : 0.0f, dx, g.xm.ld));
   return BP_ABI_OK;
 }
 
@@ -101,8 +102,8 @@ static int fc_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
   if (!fc_check_run(args, REF_PASS_BWD_FILTER, &g)) return BP_ABI_ERR_INVALID;
   const float *x = ref_in(args, 0), *dy = ref_in(args, 1);
   float *dw = ref_out(args, 0), *db = g.r.has_bias ? ref_out(args, 1) : NULL;
-  blas_sgemm(1, 0, g.r.o, g.r.f, g.r.n, dy, g.ym.ld, x, g.xm.ld, g.r.accumulate ? 1.0f : 0.0f, dw,
-             g.wm.ld);
+  BLAS_TRY(blas_sgemm(1, 0, g.r.o, g.r.f, g.r.n, dy, g.ym.ld, x, g.xm.ld,
+                      g.r.accumulate ? 1.0f : 0.0f, dw, g.wm.ld));
   if (db) blas_sum_rows(dy, g.ym.ld, g.r.n, g.r.o, db, g.r.b->stride[3], g.r.accumulate);
   return BP_ABI_OK;
 }

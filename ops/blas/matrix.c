@@ -74,10 +74,3 @@ void blas_sum_rows(const float *dy, int64_t ld, int64_t rows, int64_t cols, floa
     }
   }
 }
-
-void blas_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a,
-                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-  blas_lib.sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, 1.0f, a,
-              (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
-}

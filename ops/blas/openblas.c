@@ -10,6 +10,7 @@
  * again, so the process environment is left as it was. A user's own
  * OPENBLAS_CORETYPE is never touched, and a process that has OpenBLAS
  * loaded already keeps the core it has. */
+#include <cblas.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,17 @@
 
 #define OPENBLAS_SONAME "libopenblas.so.0"
 
-blas_library blas_lib;
+/* The OpenBLAS functions the module calls, and who chose its core. */
+static struct {
+  void (*sgemm)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint, blasint,
+                blasint, float, const float *, blasint, const float *, blasint, float, float *,
+                blasint);
+  void (*set_num_threads)(int);
+  int (*get_num_threads)(void);
+  char *(*get_config)(void);
+  char *(*get_corename)(void);
+  char core_source[64]; /* for the log */
+} blas_lib;
 
 /* The most capable OpenBLAS x86-64 kernel family this CPU (and its OS, for
  * the AVX-512 and AVX register state) can run, or NULL to leave the choice
@@ -51,7 +62,7 @@ static int symbol(void *lib, const char *name, void *fn, size_t fn_size, char *r
 #define SYMBOL(lib, name, field) \
   symbol(lib, name, &blas_lib.field, sizeof blas_lib.field, reason, size)
 
-int blas_library_load(char *reason, size_t size) {
+int blas_provider_load(char *reason, size_t size) {
   void *lib = dlopen(OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   snprintf(blas_lib.core_source, sizeof blas_lib.core_source, "%s",
            lib ? "OpenBLAS was loaded already" : "OpenBLAS's own choice");
@@ -77,4 +88,19 @@ int blas_library_load(char *reason, size_t size) {
          SYMBOL(lib, "openblas_get_num_threads", get_num_threads) &&
          SYMBOL(lib, "openblas_get_config", get_config) &&
          SYMBOL(lib, "openblas_get_corename", get_corename);
+}
+
+void blas_provider_set_threads(int threads) { blas_lib.set_num_threads(threads); }
+
+void blas_provider_describe(char *text, size_t size) {
+  snprintf(text, size, "%.120s, core %.32s (%s), %d threads", blas_lib.get_config(),
+           blas_lib.get_corename(), blas_lib.core_source, blas_lib.get_num_threads());
+}
+
+int blas_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a,
+               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  blas_lib.sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                 trans_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, 1.0f, a,
+                 (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
+  return BP_ABI_OK; /* cblas reports nothing: bad arguments were refused in supports() */
 }

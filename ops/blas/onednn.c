@@ -1,0 +1,84 @@
+/* oneDNN as the GEMM provider of bp_ops_dnnl (blas-impl.h): dnnl_sgemm,
+ * loaded by the module's init instead of linked, so the module loads (and
+ * refuses itself with a reason) whether or not libdnnl is installed.
+ *
+ * dnnl_sgemm is row-major, 64-bit in its extents, and JIT-compiles its
+ * kernels for the CPU it runs on. Debian's oneDNN runs its threads on
+ * OpenMP: a GEMM uses as many threads as omp_get_max_threads() says in the
+ * calling thread, and every thread (each rank of a process is one) has its
+ * own count. So the count BP_BLAS_THREADS names is applied in each calling
+ * thread, before its GEMM, when that thread's count differs. */
+#include <dlfcn.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "blas-impl.h"
+
+#define DNNL_SONAME "libdnnl.so.2"
+
+static struct {
+  dnnl_status_t (*sgemm)(char, char, dnnl_dim_t, dnnl_dim_t, dnnl_dim_t, float, const float *,
+                         dnnl_dim_t, const float *, dnnl_dim_t, float, float *, dnnl_dim_t);
+  const dnnl_version_t *(*version)(void);
+  /* OpenMP's, found through oneDNN's own dependencies */
+  void (*omp_set_num_threads)(int);
+  int (*omp_get_max_threads)(void);
+  int threads; /* per GEMM call; 0: OpenMP's default */
+} dnnl_lib;
+
+/* dlsym into a function pointer without the object-to-function pointer
+ * cast ISO C leaves undefined (POSIX guarantees the representation). */
+static int symbol(void *lib, const char *name, void *fn, size_t fn_size, char *reason,
+                  size_t size) {
+  void *p = dlsym(lib, name);
+  if (!p) {
+    snprintf(reason, size, "%s has no symbol %s (is it oneDNN built on OpenMP?)", DNNL_SONAME,
+             name);
+    return 0;
+  }
+  memcpy(fn, &p, fn_size);
+  return 1;
+}
+#define SYMBOL(lib, name, field) \
+  symbol(lib, name, &dnnl_lib.field, sizeof dnnl_lib.field, reason, size)
+
+int blas_provider_load(char *reason, size_t size) {
+  /* RTLD_LOCAL: oneDNN's symbols stay out of the process's namespace */
+  void *lib = dlopen(DNNL_SONAME, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(reason, size, "cannot load %s (apt-get install libdnnl2): %s", DNNL_SONAME,
+             dlerror());
+    return 0;
+  }
+  /* never dlclose'd: OpenMP keeps worker threads for the process */
+  if (!SYMBOL(lib, "dnnl_sgemm", sgemm) || !SYMBOL(lib, "dnnl_version", version) ||
+      !SYMBOL(lib, "omp_set_num_threads", omp_set_num_threads) ||
+      !SYMBOL(lib, "omp_get_max_threads", omp_get_max_threads))
+    return 0;
+  if (dnnl_lib.version()->cpu_runtime != DNNL_RUNTIME_OMP) {
+    snprintf(reason, size, "%s runs its CPU threads on runtime %u, not OpenMP", DNNL_SONAME,
+             dnnl_lib.version()->cpu_runtime);
+    return 0;
+  }
+  return 1;
+}
+
+void blas_provider_set_threads(int threads) { dnnl_lib.threads = threads; }
+
+void blas_provider_describe(char *text, size_t size) {
+  const dnnl_version_t *v = dnnl_lib.version();
+  const int threads = dnnl_lib.threads ? dnnl_lib.threads : dnnl_lib.omp_get_max_threads();
+  snprintf(text, size, "oneDNN %d.%d.%d (OpenMP), %d threads", v->major, v->minor, v->patch,
+           threads);
+}
+
+int blas_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a,
+               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  if (dnnl_lib.threads && dnnl_lib.omp_get_max_threads() != dnnl_lib.threads)
+    dnnl_lib.omp_set_num_threads(dnnl_lib.threads); /* this thread's count, from now on */
+  const dnnl_status_t st = dnnl_lib.sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f,
+                                          a, lda, b, ldb, beta, c, ldc);
+  if (st == dnnl_success) return BP_ABI_OK;
+  return st == dnnl_out_of_memory ? BP_ABI_ERR_NOMEM : BP_ABI_ERR_INVALID;
+}
