@@ -10,11 +10,15 @@
  * a steady drift cancels out. Prints every round, then the medians of
  * images/s and of the per-round ratios.
  *
- *   bench_ranks_interleaved MODEL [ROUNDS [STEPS [RANKS]]]
+ *   bench_ranks_interleaved MODEL [ROUNDS [STEPS [RANKS [strong|weak]]]]
  *
  * Defaults: 30 rounds (one more first, as a warm-up, not counted), 20
- * steps per slice, 2 ranks. Every rank runs one BLAS thread
- * (BP_BLAS_THREADS=1 unless set), as bench/compare.sh --ranks does. */
+ * steps per slice, 2 ranks, strong scaling: the R ranks split the model's
+ * batch B (each rank B / R). Weak scaling: the R ranks run a global batch
+ * of R * B, each rank B, as each of the R jobs does (the usual measure of
+ * data-parallel scaling: a fixed batch per worker). Every rank runs one
+ * BLAS thread (BP_BLAS_THREADS=1 unless set), as bench/compare.sh --ranks
+ * does. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +54,7 @@ static bp_trainer *open_trainer(const char *model, bp_registry *registry, int ra
   bp_train_options o;
   bp_train_options_init(&o);
   o.ranks = ranks;
+  o.batch = batch;
   o.train_limit = steps * batch;
   o.test_limit = TEST;
   o.epochs = slices;
@@ -99,10 +104,13 @@ static double jobs_slice(job *jobs, int count) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2 || argc > 5) {
-    fprintf(stderr, "usage: bench_ranks_interleaved MODEL [ROUNDS [STEPS [RANKS]]]\n");
+  if (argc < 2 || argc > 6 || (argc == 6 && strcmp(argv[5], "strong") != 0 &&
+                                strcmp(argv[5], "weak") != 0)) {
+    fprintf(stderr,
+            "usage: bench_ranks_interleaved MODEL [ROUNDS [STEPS [RANKS [strong|weak]]]]\n");
     return 2;
   }
+  const int weak = argc == 6 && strcmp(argv[5], "weak") == 0;
   const int rounds = (int)arg_or(argc, argv, 2, 30);
   const int64_t steps = arg_or(argc, argv, 3, 20);
   const int ranks = (int)arg_or(argc, argv, 4, 2);
@@ -122,7 +130,8 @@ int main(int argc, char **argv) {
   bp_model_destroy(m);
   const int64_t slices = rounds + 1;
   bp_trainer *one = open_trainer(argv[1], registry, 1, steps, batch, slices);
-  bp_trainer *many = open_trainer(argv[1], registry, ranks, steps, batch, slices);
+  bp_trainer *many = open_trainer(argv[1], registry, ranks, steps, weak ? ranks * batch : batch,
+                                  slices);
   job jobs[MAX_JOBS];
   for (int k = 0; k < ranks; k++)
     jobs[k] = (job){open_trainer(argv[1], registry, 1, steps, batch, slices), 0};
@@ -133,8 +142,10 @@ int main(int argc, char **argv) {
   }
   double *ips1 = v, *ipsr = v + rounds, *ipsj = v + 2 * rounds, *ratio = v + 3 * rounds,
          *ceiling = v + 4 * rounds;
-  printf("%s: %d rounds of %lld steps of batch %lld: 1 rank, %d ranks, %d 1-rank jobs at once\n",
-         argv[1], rounds, (long long)steps, (long long)batch, ranks, ranks);
+  printf("%s: %d rounds of %lld steps of batch %lld: 1 rank, %d ranks (%s scaling: global "
+         "batch %lld), %d 1-rank jobs at once\n",
+         argv[1], rounds, (long long)steps, (long long)batch, ranks, weak ? "weak" : "strong",
+         (long long)(weak ? ranks * batch : batch), ranks);
   printf("round  1 rank img/s  %d ranks img/s  %d jobs img/s  ranks/1  jobs/1\n", ranks, ranks);
   for (int r = -1; r < rounds; r++) {
     double a = 0, b = 0, c = 0;

@@ -760,6 +760,24 @@ START_TEST(openblas_core_from_the_environment) {
 END_TEST
 #endif /* GEMM_DNNL */
 
+#ifdef GEMM_DNNL
+/* Without its library the module refuses to load, saying why, and
+ * registers nothing (the OpenBLAS or reference kernels then serve). */
+START_TEST(dnnl_module_refuses_without_onednn) {
+  setenv("BP_DNNL_LIBRARY", "/nonexistent/libdnnl.so.2", 1);
+  bp_registry *r = NULL;
+  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
+  ck_assert_int_ne(bp_registry_load(r, BP_OPS_BLAS_PATH), BP_OK);
+  ck_assert_msg(strstr(bp_last_error(), "cannot load oneDNN") &&
+                    strstr(bp_last_error(), "/nonexistent/libdnnl.so.2"),
+                "error: %s", bp_last_error());
+  ck_assert_ptr_null(bp_registry_default_kernel(r, "fc.fwd", "cpu"));
+  bp_registry_destroy(r);
+  unsetenv("BP_DNNL_LIBRARY");
+}
+END_TEST
+#endif
+
 int main(void) {
   Suite *s = suite_create("ops_" GEMM_IMPL);
   TCase *tc = tcase_create(GEMM_IMPL);
@@ -778,6 +796,8 @@ int main(void) {
 #ifndef GEMM_DNNL
   tcase_add_test(tc, openblas_core_follows_the_cpu);
   tcase_add_test(tc, openblas_core_from_the_environment);
+#else
+  tcase_add_test(tc, dnnl_module_refuses_without_onednn);
 #endif
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

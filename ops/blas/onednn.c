@@ -7,10 +7,13 @@
  * OpenMP: a GEMM uses as many threads as omp_get_max_threads() says in the
  * calling thread, and every thread (each rank of a process is one) has its
  * own count. So the count BP_BLAS_THREADS names is applied in each calling
- * thread, before its GEMM, when that thread's count differs. */
+ * thread, before its GEMM, when that thread's count differs.
+ * BP_DNNL_LIBRARY names another oneDNN library file to load (a newer
+ * build, say); it must have the same C API and run on OpenMP. */
 #include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "blas-impl.h"
@@ -44,11 +47,12 @@ static int symbol(void *lib, const char *name, void *fn, size_t fn_size, char *r
   symbol(lib, name, &dnnl_lib.field, sizeof dnnl_lib.field, reason, size)
 
 int blas_provider_load(char *reason, size_t size) {
+  const char *path = getenv("BP_DNNL_LIBRARY");
+  if (!path || !*path) path = DNNL_SONAME;
   /* RTLD_LOCAL: oneDNN's symbols stay out of the process's namespace */
-  void *lib = dlopen(DNNL_SONAME, RTLD_NOW | RTLD_LOCAL);
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
-    snprintf(reason, size, "cannot load %s (apt-get install libdnnl2): %s", DNNL_SONAME,
-             dlerror());
+    snprintf(reason, size, "cannot load oneDNN (apt-get install libdnnl2): %s", dlerror());
     return 0;
   }
   /* never dlclose'd: OpenMP keeps worker threads for the process */
