@@ -73,7 +73,7 @@ static int blas_init(const bp_abi_host *host) {
   if (!blas_provider_load(reason, sizeof reason)) {
     char message[320];
     snprintf(message, sizeof message, "%s: %s", BLAS_MODULE_NAME, reason);
-    ops_host_log(host, BP_ABI_LOG_ERROR, message);
+    if (host->error) host->error(host->ctx, message); /* the loader's record says why */
     return BP_ABI_ERR_UNSUPPORTED;
   }
   const int rc = ops_register_kernels(host, BLAS_MODULE_NAME, blas_kernels,
