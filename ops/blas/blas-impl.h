@@ -106,6 +106,11 @@ void blas_fill_rows(float *y, int64_t ld, int64_t rows, int64_t cols, const floa
 void blas_sum_rows(const float *dy, int64_t ld, int64_t rows, int64_t cols, float *db,
                    int64_t db_stride, int accumulate);
 
+/* dlsym(lib, name) into the function pointer at fn (fn_size bytes; POSIX
+ * guarantees the representation): 1, or 0 with a reason naming lib_name. */
+int blas_symbol(void *lib, const char *lib_name, const char *name, void *fn, size_t fn_size,
+                char *reason, size_t reason_size);
+
 /* The provider (openblas.c or onednn.c). */
 /* Loads the library: 1, or 0 with a reason. */
 int blas_provider_load(char *reason, size_t reason_size);

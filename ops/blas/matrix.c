@@ -1,6 +1,9 @@
-/* Matrix views of tensors and the small loops around the GEMMs of the BLAS
- * op module; see blas-impl.h. */
+/* Matrix views of tensors, the small loops around the GEMMs of the BLAS
+ * op modules and the symbol lookup of their providers; see blas-impl.h. */
+#include <dlfcn.h>
 #include <limits.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "blas-impl.h"
 
@@ -73,4 +76,15 @@ void blas_sum_rows(const float *dy, int64_t ld, int64_t rows, int64_t cols, floa
       *o = accumulate ? (float)(*o + sum[c]) : (float)sum[c];
     }
   }
+}
+
+int blas_symbol(void *lib, const char *lib_name, const char *name, void *fn, size_t fn_size,
+                char *reason, size_t reason_size) {
+  void *p = dlsym(lib, name);
+  if (!p) {
+    snprintf(reason, reason_size, "%s has no symbol %s", lib_name, name);
+    return 0;
+  }
+  memcpy(fn, &p, fn_size); /* not a cast: ISO C leaves object-to-function casts undefined */
+  return 1;
 }

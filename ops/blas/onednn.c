@@ -30,21 +30,8 @@ static struct {
   int threads; /* per GEMM call; 0: OpenMP's default */
 } dnnl_lib;
 
-/* dlsym into a function pointer without the object-to-function pointer
- * cast ISO C leaves undefined (POSIX guarantees the representation). */
-static int symbol(void *lib, const char *name, void *fn, size_t fn_size, char *reason,
-                  size_t size) {
-  void *p = dlsym(lib, name);
-  if (!p) {
-    snprintf(reason, size, "%s has no symbol %s (is it oneDNN built on OpenMP?)", DNNL_SONAME,
-             name);
-    return 0;
-  }
-  memcpy(fn, &p, fn_size);
-  return 1;
-}
 #define SYMBOL(lib, name, field) \
-  symbol(lib, name, &dnnl_lib.field, sizeof dnnl_lib.field, reason, size)
+  blas_symbol(lib, path, name, &dnnl_lib.field, sizeof dnnl_lib.field, reason, size)
 
 int blas_provider_load(char *reason, size_t size) {
   const char *path = getenv("BP_DNNL_LIBRARY");

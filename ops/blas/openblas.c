@@ -47,20 +47,8 @@ static const char *coretype_for_cpu(void) {
   return NULL;
 }
 
-/* dlsym into a function pointer without the object-to-function pointer
- * cast ISO C leaves undefined (POSIX guarantees the representation). */
-static int symbol(void *lib, const char *name, void *fn, size_t fn_size, char *reason,
-                  size_t size) {
-  void *p = dlsym(lib, name);
-  if (!p) {
-    snprintf(reason, size, "%s has no symbol %s", OPENBLAS_SONAME, name);
-    return 0;
-  }
-  memcpy(fn, &p, fn_size);
-  return 1;
-}
 #define SYMBOL(lib, name, field) \
-  symbol(lib, name, &blas_lib.field, sizeof blas_lib.field, reason, size)
+  blas_symbol(lib, OPENBLAS_SONAME, name, &blas_lib.field, sizeof blas_lib.field, reason, size)
 
 int blas_provider_load(char *reason, size_t size) {
   void *lib = dlopen(OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
