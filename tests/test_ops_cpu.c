@@ -18,9 +18,22 @@
  * settings, steps 1..4 and 1000, from zero moments and from any state;
  * relu.fwd out of place and in place; relu.bwd accumulate 0 and 1, out of
  * place and in place (dx is dy); relu over dense 4-D shapes too.
+ *   maxpool.fwd and .bwd: windows 2x2 stride 2, 3x3 stride 2 and 1 with
+ * padding, a rectangular one, one larger than the input; odd H and W;
+ * C 1, 3, 16, 17, 32, 64, 130 (with and without padded channels); batch
+ * 1 to 5; x with ties, signed zeros, Infs and NaNs (ties and NaNs also by
+ * hand); outputs prefilled with NaN (overwritten), the backward with
+ * accumulate 0 and 1 (dx with NaNs when added to; dy without, see the
+ * NaN + NaN case above); y, mask and dx compared byte for byte; the
+ * backward's mask check.
+ *   batchnorm.fwd_train (running statistics in place and not, momentum
+ * 0.1, 0 and 1), .fwd_eval and .bwd (accumulate 0 and 1): C 1, 3, 5, 16,
+ * 17, 32, 64, 130, batch 1 to 5, padded channels, outputs prefilled with
+ * NaN, every output compared bit for bit.
  *
- * Then: refusals (a relu layout that is not one dense run, with a reason,
- * which the reference serves; bad arguments give the reference's very
+ * Then: refusals (a relu layout that is not one dense run, a maxpool or
+ * batchnorm tensor whose channels are not contiguous, each with a reason, which the
+ * reference serves; bad arguments give the reference's very
  * reason; run() checks), the descriptors, the instruction set in use
  * (BP_CPU_ISA; CTest runs this suite for each set), and selection: the
  * registry picks "cpu" over "reference" for dense nodes, pins override it,
@@ -385,6 +398,300 @@ START_TEST(relu_dense_shapes_match_reference) {
 }
 END_TEST
 
+/* ---- maxpool -------------------------------------------------------------- */
+
+/* One maxpool case: shape of x, the window, and extra (padded) channels. */
+typedef struct pool_case {
+  int64_t n, h, w, c;
+  bp_pool_attrs a; /* kernel, stride, pad (h, w), count_include_pad 0, accumulate set per run */
+  int64_t extra_c;
+} pool_case;
+
+#define POOL_A(kh, kw, sh, sw, ph, pw) {kh, kw, sh, sw, ph, pw, 0, 0}
+static const pool_case pool_cases[] = {
+    {1, 7, 7, 1, POOL_A(2, 2, 2, 2, 0, 0), 0},   /* odd H and W, one channel */
+    {5, 9, 7, 3, POOL_A(2, 2, 2, 2, 0, 0), 0},   /* batch 5, C 3 */
+    {2, 8, 8, 16, POOL_A(2, 2, 2, 2, 0, 0), 0},  /* one vector of channels */
+    {5, 7, 9, 17, POOL_A(3, 3, 2, 2, 1, 1), 0},  /* overlapping windows with padding */
+    {1, 6, 6, 64, POOL_A(3, 3, 2, 2, 1, 1), 0},  /* one full block of channels */
+    {2, 5, 5, 17, POOL_A(3, 3, 1, 1, 1, 1), 3},  /* stride 1, padded channels */
+    {1, 4, 6, 130, POOL_A(2, 2, 2, 2, 0, 0), 2}, /* three channel blocks, padded */
+    {3, 5, 4, 16, POOL_A(2, 2, 1, 1, 1, 1), 0},  /* windows mostly at the edges */
+    {2, 8, 7, 32, POOL_A(3, 2, 1, 2, 1, 0), 1},  /* rectangular window, mixed strides */
+    {1, 5, 5, 3, POOL_A(5, 5, 5, 5, 2, 2), 0},   /* windows larger than the input */
+    {5, 28, 28, 32, POOL_A(2, 2, 2, 2, 0, 0), 0}, /* the CNN's shapes (batch cut to 5) */
+    {5, 14, 14, 64, POOL_A(2, 2, 2, 2, 0, 0), 0},
+};
+#define POOL_CASES ((int)(sizeof pool_cases / sizeof pool_cases[0]))
+
+/* x for the forward: half the values from a small set (ties in a window,
+ * +0.0 against -0.0), the rest from the mix with Infs and NaNs. */
+static void pool_fill_x(tt *t, uint64_t *rng) {
+  static const float few[] = {-1.0f, 0.0f, -0.0f, 1.0f, 2.0f, -3.0f};
+  const int64_t n = tt_count(t);
+  for (int64_t i = 0; i < n; i++) {
+    const double u = tt_rand_unit(rng);
+    *tt_at(t, i) = u < 0.5 ? few[(int)(u * 12.0)] : special(rng, 1);
+  }
+}
+
+/* Every logical element of t set to the same NaN (an output that must be
+ * overwritten). */
+static void fill_nan(tt *t) {
+  const int64_t n = tt_count(t);
+  for (int64_t i = 0; i < n; i++) *tt_at(t, i) = float_of(0x7fc12345u);
+}
+
+/* The whole slots equal (logical elements, padding and tail); else fails
+ * naming the first differing byte. */
+static void expect_same_slot(const tt *cpu, const tt *ref, const char *what, int ci, int acc) {
+  if (memcmp(cpu->data, ref->data, ref->d.slot_bytes) == 0) return;
+  const unsigned char *a = cpu->data, *b = ref->data;
+  uint64_t i = 0;
+  while (a[i] == b[i]) i++;
+  const int64_t *s = ref->d.shape;
+  ck_abort_msg("%s (pool case %d, accumulate %d, shape [%lld,%lld,%lld,%lld]): byte %llu of %llu "
+               "differs: cpu %02x, reference %02x",
+               what, ci, acc, (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3],
+               (unsigned long long)i, (unsigned long long)ref->d.slot_bytes, a[i], b[i]);
+}
+
+START_TEST(maxpool_matches_reference) {
+  const pool_case *pc = &pool_cases[_i];
+  const int64_t oh = (pc->h + 2 * pc->a.pad_h - pc->a.kernel_h) / pc->a.stride_h + 1;
+  const int64_t ow = (pc->w + 2 * pc->a.pad_w - pc->a.kernel_w) / pc->a.stride_w + 1;
+  const int64_t e = pc->extra_c;
+  uint64_t rng = 500u + (uint64_t)_i;
+  bp_pool_attrs a = pc->a;
+  tt x = tt_new(FP32, pc->n, pc->h, pc->w, pc->c, e);
+  tt yr = tt_new(FP32, pc->n, oh, ow, pc->c, e), yc = tt_new(FP32, pc->n, oh, ow, pc->c, e);
+  tt mr = tt_new(BP_ABI_DTYPE_INT8, pc->n, oh, ow, pc->c, e);
+  tt mc = tt_new(BP_ABI_DTYPE_INT8, pc->n, oh, ow, pc->c, e);
+  tt dy = tt_new(FP32, pc->n, oh, ow, pc->c, e);
+  tt dxr = tt_new(FP32, pc->n, pc->h, pc->w, pc->c, e);
+  tt dxc = tt_new(FP32, pc->n, pc->h, pc->w, pc->c, e);
+
+  /* forward: y holds NaNs and the mask garbage; both get overwritten */
+  pool_fill_x(&x, &rng);
+  fill_nan(&yr);
+  memset(mr.data, 0x77, (size_t)mr.d.slot_bytes - 16);
+  same_bytes(&yc, &yr), same_bytes(&mc, &mr);
+  const ops_call fr = {"maxpool.fwd", {&x}, {&yr, &mr}, 1, 2, &a, sizeof a};
+  const ops_call fc = {"maxpool.fwd", {&x}, {&yc, &mc}, 1, 2, &a, sizeof a};
+  k_run("reference", &fr);
+  k_run("cpu", &fc);
+  expect_same_slot(&yc, &yr, "maxpool.fwd y", _i, 0);
+  expect_same_slot(&mc, &mr, "maxpool.fwd mask", _i, 0);
+
+  /* backward through that mask. dy without NaNs (its huge values still
+   * make Infs and NaNs in the sums): a NaN dy added to a NaN dx is the
+   * payload case IEEE 754 leaves open (see the top). */
+  fill(&dy, &rng, 0);
+  for (int acc = 0; acc <= 1; acc++) {
+    a.accumulate = acc;
+    if (acc) fill(&dxr, &rng, 1); /* NaNs too: an untouched sNaN must stay one */
+    else fill_nan(&dxr);
+    same_bytes(&dxc, &dxr);
+    const ops_call br = {"maxpool.bwd", {&dy, &mr}, {&dxr}, 2, 1, &a, sizeof a};
+    const ops_call bc = {"maxpool.bwd", {&dy, &mr}, {&dxc}, 2, 1, &a, sizeof a};
+    k_run("reference", &br);
+    k_run("cpu", &bc);
+    expect_same_slot(&dxc, &dxr, "maxpool.bwd dx", _i, acc);
+  }
+  tt *all[] = {&x, &yr, &yc, &mr, &mc, &dy, &dxr, &dxc};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+END_TEST
+
+/* Ties, signed zeros and NaNs by hand, over 17 channels (a vector and a
+ * remainder), each channel its own case: the first tap wins a tie, +0.0
+ * and -0.0 tie, the first NaN wins over numbers, a number never displaces
+ * a NaN. */
+START_TEST(maxpool_ties_and_nans_by_hand) {
+  const float qn = float_of(0x7fc00001u), sn = float_of(0xff800002u); /* quiet, signalling */
+  static const int64_t C = 17;
+  /* the four taps of one 2x2 window per channel, row-major */
+  const float taps[17][4] = {
+      {1, 1, 1, 1},       {-0.0f, 0.0f, 0, 0}, {0.0f, -0.0f, 0, 0}, {1, 2, 2, 1},
+      {qn, 5, 6, 7},      {5, qn, 6, sn},      {5, 6, sn, qn},      {-INFINITY, -INFINITY, -5, -5},
+      {INFINITY, qn, 1, 1}, {-2, -1, -1, -2},  {3, 3, 3, 4},        {sn, sn, 1, 1},
+      {-0.0f, -0.0f, -0.0f, -0.0f}, {7, 7, 8, 8}, {1, qn, qn, 9},   {0, 0, 0, -0.0f},
+      {FLT_MAX, INFINITY, INFINITY, 1}};
+  tt x = tt_new(FP32, 1, 2, 2, C, 0);
+  tt yr = tt_new(FP32, 1, 1, 1, C, 0), yc = tt_new(FP32, 1, 1, 1, C, 0);
+  tt mr = tt_new(BP_ABI_DTYPE_INT8, 1, 1, 1, C, 0), mc = tt_new(BP_ABI_DTYPE_INT8, 1, 1, 1, C, 0);
+  for (int64_t c = 0; c < C; c++)
+    for (int t = 0; t < 4; t++) *tt_f(&x, 0, t / 2, t % 2, c) = taps[c][t];
+  bp_pool_attrs a = POOL_A(2, 2, 2, 2, 0, 0);
+  const ops_call fr = {"maxpool.fwd", {&x}, {&yr, &mr}, 1, 2, &a, sizeof a};
+  const ops_call fc = {"maxpool.fwd", {&x}, {&yc, &mc}, 1, 2, &a, sizeof a};
+  k_run("reference", &fr);
+  k_run("cpu", &fc);
+  expect_same_slot(&yc, &yr, "maxpool.fwd y", 0, 0);
+  expect_same_slot(&mc, &mr, "maxpool.fwd mask", 0, 0);
+  /* what the reference defines: spot checks */
+  static const int8_t want[17] = {0, 0, 0, 1, 0, 1, 2, 2, 1, 1, 3, 0, 0, 2, 1, 0, 1};
+  for (int64_t c = 0; c < C; c++)
+    ck_assert_msg(*tt_i8(&mc, 0, 0, 0, c) == want[c], "channel %lld: mask %d, expected %d",
+                  (long long)c, *tt_i8(&mc, 0, 0, 0, c), want[c]);
+  ck_assert_uint_eq(bits_of(*tt_f(&yc, 0, 0, 0, 1)), 0x80000000u); /* -0.0 first, kept */
+  ck_assert_uint_eq(bits_of(*tt_f(&yc, 0, 0, 0, 6)), bits_of(sn));  /* sNaN bits kept */
+  tt *all[] = {&x, &yr, &yc, &mr, &mc};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+END_TEST
+
+/* A mask value that is not an in-bounds tap of its window: run() fails
+ * before dx is touched, in a full window and in an edge window. */
+START_TEST(maxpool_bwd_checks_the_mask) {
+  tt dy = tt_new(FP32, 1, 2, 2, 5, 0), m = tt_new(BP_ABI_DTYPE_INT8, 1, 2, 2, 5, 0);
+  tt dx = tt_new(FP32, 1, 3, 3, 5, 0), dx0 = tt_new(FP32, 1, 3, 3, 5, 0);
+  uint64_t rng = 77;
+  fill(&dx, &rng, 0);
+  same_bytes(&dx0, &dx);
+  const bp_abi_kernel *k = kernel_of("maxpool.bwd", "cpu");
+  /* 2x2 windows, stride 1, no padding: every window full */
+  bp_pool_attrs a = POOL_A(2, 2, 1, 1, 0, 0);
+  const ops_call b = {"maxpool.bwd", {&dy, &m}, {&dx}, 2, 1, &a, sizeof a};
+  static const int8_t bad_full[] = {4, -1, 127, -128};
+  for (size_t i = 0; i < sizeof bad_full; i++) {
+    *tt_i8(&m, 0, 1, 0, 3) = bad_full[i];
+    ck_assert_int_eq(ops_kernel_run(k, &b, NULL, 0), BP_ABI_ERR_INVALID);
+    ck_assert_int_eq(memcmp(dx.data, dx0.data, dx.d.slot_bytes), 0);
+  }
+  *tt_i8(&m, 0, 1, 0, 3) = 3;
+  ck_assert_int_eq(ops_kernel_run(k, &b, NULL, 0), BP_ABI_OK);
+  /* 2x2 windows, stride 2, padding 1 on a 3x3 input: window (0,0) has
+   * only tap 3 in bounds, (0,1) taps 2 and 3, (1,0) taps 1 and 3, (1,1)
+   * all four */
+  same_bytes(&dx, &dx0);
+  bp_pool_attrs p = POOL_A(2, 2, 2, 2, 1, 1);
+  const ops_call bp = {"maxpool.bwd", {&dy, &m}, {&dx}, 2, 1, &p, sizeof p};
+  memset(m.data, 3, 20); /* tap 3 (bottom right) is inside every window */
+  ck_assert_int_eq(ops_kernel_run(k, &bp, NULL, 0), BP_ABI_OK);
+  same_bytes(&dx, &dx0);
+  *tt_i8(&m, 0, 0, 0, 4) = 0; /* the padding corner of window (0,0) */
+  ck_assert_int_eq(ops_kernel_run(k, &bp, NULL, 0), BP_ABI_ERR_INVALID);
+  *tt_i8(&m, 0, 0, 0, 4) = 3;
+  *tt_i8(&m, 0, 0, 1, 2) = 1; /* window (0,1): row -1 is padding */
+  ck_assert_int_eq(ops_kernel_run(k, &bp, NULL, 0), BP_ABI_ERR_INVALID);
+  ck_assert_int_eq(memcmp(dx.data, dx0.data, dx.d.slot_bytes), 0);
+  tt_free(&dy), tt_free(&m), tt_free(&dx), tt_free(&dx0);
+}
+END_TEST
+
+/* ---- batchnorm ------------------------------------------------------------ */
+
+/* x shapes: C 1, 3, 16, 17, 64 and 130 (three blocks), batch 1 and 5, odd
+ * H and W, padded channels, the CNN's feature maps (batch cut to 5). */
+static const int64_t bn_shapes[][5] = {
+    {1, 3, 5, 1, 0},  {5, 3, 3, 3, 0},  {2, 4, 4, 16, 0}, {5, 5, 7, 17, 3},
+    {1, 7, 7, 64, 0}, {2, 3, 5, 130, 2}, {1, 1, 2, 5, 0}, {5, 28, 28, 32, 0},
+    {5, 14, 14, 64, 0}};
+#define BN_SHAPES ((int)(sizeof bn_shapes / sizeof bn_shapes[0]))
+
+/* Finite values: the mix without Infs and NaNs, scaled to stay finite
+ * through the double sums (the reference's NaN handling is the plain
+ * arithmetic, which the same operations reproduce anyway). */
+static void bn_fill(tt *t, uint64_t *rng, double lo, double hi) {
+  const int64_t n = tt_count(t);
+  for (int64_t i = 0; i < n; i++) {
+    const double u = tt_rand_unit(rng);
+    float v = (float)(lo + (hi - lo) * tt_rand_unit(rng));
+    if (u < 0.05) v = -0.0f;
+    else if (u < 0.1) v = 0.0f;
+    else if (u < 0.15) v = special(rng, 0) * 1e-3f;
+    *tt_at(t, i) = v;
+  }
+}
+
+START_TEST(batchnorm_matches_reference) {
+  const int64_t *s = bn_shapes[_i];
+  const int64_t N = s[0], H = s[1], W = s[2], C = s[3], e = s[4];
+  uint64_t rng = 900u + (uint64_t)_i;
+  tt x = tt_new(FP32, N, H, W, C, e), dy = tt_new(FP32, N, H, W, C, e);
+  tt yr = tt_new(FP32, N, H, W, C, e), yc = tt_new(FP32, N, H, W, C, e);
+  tt dxr = tt_new(FP32, N, H, W, C, e), dxc = tt_new(FP32, N, H, W, C, e);
+  /* the [1,1,1,C] tensors, some with padded channels; reference and cpu
+   * sides in the same layout */
+  tt g = tt_new(FP32, 1, 1, 1, C, 1), b = tt_new(FP32, 1, 1, 1, C, 0);
+  tt rm0 = tt_new(FP32, 1, 1, 1, C, 0), rv0 = tt_new(FP32, 1, 1, 1, C, 2);
+  tt smr = tt_new(FP32, 1, 1, 1, C, 1), smc = tt_new(FP32, 1, 1, 1, C, 1);
+  tt sir = tt_new(FP32, 1, 1, 1, C, 0), sic = tt_new(FP32, 1, 1, 1, C, 0);
+  tt rmr = tt_new(FP32, 1, 1, 1, C, 2), rmc = tt_new(FP32, 1, 1, 1, C, 2);
+  tt rvr = tt_new(FP32, 1, 1, 1, C, 0), rvc = tt_new(FP32, 1, 1, 1, C, 0);
+  tt dgr = tt_new(FP32, 1, 1, 1, C, 3), dgc = tt_new(FP32, 1, 1, 1, C, 3);
+  tt dbr = tt_new(FP32, 1, 1, 1, C, 0), dbc = tt_new(FP32, 1, 1, 1, C, 0);
+  tt *gamma = &g, *beta = &b;
+  bn_fill(&x, &rng, -3, 5), bn_fill(&dy, &rng, -1, 1);
+  bn_fill(gamma, &rng, 0.5, 2), bn_fill(beta, &rng, -1, 1);
+  bn_fill(&rm0, &rng, -1, 1), bn_fill(&rv0, &rng, 0.5, 2);
+  for (int64_t c = 0; c < C; c++) *tt_f(&rv0, 0, 0, 0, c) = fabsf(*tt_f(&rv0, 0, 0, 0, c));
+  const float moms[] = {0.1f, 0.0f, 1.0f};
+  for (int it = 0; it < 3; it++) {
+    bp_batchnorm_attrs a = {it == 2 ? 1e-3f : 1e-5f, moms[it], 0};
+    char mode[64];
+    snprintf(mode, sizeof mode, "shape %d, momentum %g", _i, (double)a.momentum);
+    /* training forward: y and the saved statistics prefilled with NaN;
+     * the running statistics updated in place on the first round */
+    fill_nan(&yr), same_bytes(&yc, &yr);
+    fill_nan(&smr), fill_nan(&sir), same_bytes(&smc, &smr), same_bytes(&sic, &sir);
+    tt_copy(&rmr, &rm0), tt_copy(&rvr, &rv0), tt_copy(&rmc, &rm0), tt_copy(&rvc, &rv0);
+    const int inplace = it == 0;
+    tt rmr_out = tt_new(FP32, 1, 1, 1, C, 0), rvr_out = tt_new(FP32, 1, 1, 1, C, 0);
+    tt rmc_out = tt_new(FP32, 1, 1, 1, C, 0), rvc_out = tt_new(FP32, 1, 1, 1, C, 0);
+    const ops_call tr = {"batchnorm.fwd_train", {&x, gamma, beta, &rmr, &rvr},
+                         {&yr, &smr, &sir, inplace ? &rmr : &rmr_out, inplace ? &rvr : &rvr_out},
+                         5, 5, &a, sizeof a};
+    const ops_call tc = {"batchnorm.fwd_train", {&x, gamma, beta, &rmc, &rvc},
+                         {&yc, &smc, &sic, inplace ? &rmc : &rmc_out, inplace ? &rvc : &rvc_out},
+                         5, 5, &a, sizeof a};
+    k_run("reference", &tr);
+    k_run("cpu", &tc);
+    expect_identical(&yc, &yr, "batchnorm.fwd_train y", C, 0, mode);
+    expect_identical(&smc, &smr, "batchnorm.fwd_train save_mean", C, 0, mode);
+    expect_identical(&sic, &sir, "batchnorm.fwd_train save_invstd", C, 0, mode);
+    expect_identical(inplace ? &rmc : &rmc_out, inplace ? &rmr : &rmr_out, "running_mean", C, 0,
+                     mode);
+    expect_identical(inplace ? &rvc : &rvc_out, inplace ? &rvr : &rvr_out, "running_var", C, 0,
+                     mode);
+    tt_free(&rmr_out), tt_free(&rvr_out), tt_free(&rmc_out), tt_free(&rvc_out);
+
+    /* evaluation forward with the initial running statistics */
+    fill_nan(&yr), same_bytes(&yc, &yr);
+    const ops_call er = {"batchnorm.fwd_eval", {&x, gamma, beta, &rm0, &rv0}, {&yr},
+                         5, 1, &a, sizeof a};
+    const ops_call ec = {"batchnorm.fwd_eval", {&x, gamma, beta, &rm0, &rv0}, {&yc},
+                         5, 1, &a, sizeof a};
+    k_run("reference", &er);
+    k_run("cpu", &ec);
+    expect_identical(&yc, &yr, "batchnorm.fwd_eval y", C, 0, mode);
+
+    /* backward through the saved statistics, accumulate 0 and 1 */
+    for (int acc = 0; acc <= 1; acc++) {
+      a.accumulate = acc;
+      if (acc) bn_fill(&dxr, &rng, -2, 2), bn_fill(&dgr, &rng, -2, 2), bn_fill(&dbr, &rng, -2, 2);
+      else fill_nan(&dxr), fill_nan(&dgr), fill_nan(&dbr);
+      same_bytes(&dxc, &dxr), same_bytes(&dgc, &dgr), same_bytes(&dbc, &dbr);
+      const ops_call br = {"batchnorm.bwd", {&x, &dy, gamma, &smr, &sir}, {&dxr, &dgr, &dbr},
+                           5, 3, &a, sizeof a};
+      const ops_call bc = {"batchnorm.bwd", {&x, &dy, gamma, &smr, &sir}, {&dxc, &dgc, &dbc},
+                           5, 3, &a, sizeof a};
+      k_run("reference", &br);
+      k_run("cpu", &bc);
+      snprintf(mode, sizeof mode, "shape %d, momentum %g, accumulate %d", _i,
+               (double)moms[it], acc);
+      expect_identical(&dxc, &dxr, "batchnorm.bwd dx", C, 0, mode);
+      expect_identical(&dgc, &dgr, "batchnorm.bwd dgamma", C, 0, mode);
+      expect_identical(&dbc, &dbr, "batchnorm.bwd dbeta", C, 0, mode);
+    }
+  }
+  tt *all[] = {&x,   &dy,  &yr,  &yc,  &dxr, &dxc, &g,   &b,   &rm0, &rv0, &smr, &smc,
+               &sir, &sic, &rmr, &rmc, &rvr, &rvc, &dgr, &dgc, &dbr, &dbc};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+END_TEST
+
 /* ---- refusals ------------------------------------------------------------- */
 
 /* The cpu kernel refuses with a reason containing `needle`; run() says
@@ -428,6 +735,64 @@ START_TEST(relu_refuses_layouts_that_are_not_one_run) {
   char reason[256];
   ck_assert_int_eq(ops_kernel_supports(kernel_of("relu.fwd", "cpu"), &f4, reason, sizeof reason), 1);
   tt *all[] = {&x, &y, &xd, &yd, &dy, &g, &gy, &p, &py};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+END_TEST
+
+/* A layout the channel loops of maxpool and batchnorm do not take: refused
+ * with a reason, and the reference serves it. One channel with any stride
+ * is accepted. */
+START_TEST(pool_and_batchnorm_refuse_strided_channels) {
+  bp_pool_attrs a = POOL_A(2, 2, 2, 2, 0, 0);
+  /* [.,.,.,3] views with channel stride 2 of [.,.,.,6] tensors */
+  tt xs = tt_new(FP32, 1, 4, 4, 6, 0), ys = tt_new(FP32, 1, 2, 2, 6, 0);
+  tt ms = tt_new(BP_ABI_DTYPE_INT8, 1, 2, 2, 6, 0);
+  tt *strided[] = {&xs, &ys, &ms};
+  for (int i = 0; i < 3; i++) strided[i]->d.shape[3] = 3, strided[i]->d.stride[3] = 2;
+  tt x = tt_new(FP32, 1, 4, 4, 3, 0), y = tt_new(FP32, 1, 2, 2, 3, 0);
+  tt m = tt_new(BP_ABI_DTYPE_INT8, 1, 2, 2, 3, 0);
+  ops_call f = {"maxpool.fwd", {&xs}, {&y, &m}, 1, 2, &a, sizeof a};
+  expect_cpu_refuses_layout(&f, "x: channels are not contiguous");
+  f.in[0] = &x, f.out[0] = &ys;
+  expect_cpu_refuses_layout(&f, "y: channels are not contiguous");
+  f.out[0] = &y, f.out[1] = &ms;
+  expect_cpu_refuses_layout(&f, "mask: channels are not contiguous");
+  ops_call b = {"maxpool.bwd", {&ys, &m}, {&x}, 2, 1, &a, sizeof a};
+  expect_cpu_refuses_layout(&b, "dy: channels are not contiguous");
+  b.in[0] = &y, b.out[0] = &xs;
+  expect_cpu_refuses_layout(&b, "dx: channels are not contiguous");
+  /* one channel: its stride does not matter */
+  tt x1 = tt_new(FP32, 1, 4, 4, 2, 0), y1r = tt_new(FP32, 1, 2, 2, 1, 0);
+  tt y1c = tt_new(FP32, 1, 2, 2, 1, 0), m1r = tt_new(BP_ABI_DTYPE_INT8, 1, 2, 2, 1, 0);
+  tt m1c = tt_new(BP_ABI_DTYPE_INT8, 1, 2, 2, 1, 0);
+  x1.d.shape[3] = 1, x1.d.stride[3] = 5;
+  uint64_t rng = 8;
+  pool_fill_x(&x1, &rng);
+  const ops_call f1r = {"maxpool.fwd", {&x1}, {&y1r, &m1r}, 1, 2, &a, sizeof a};
+  const ops_call f1c = {"maxpool.fwd", {&x1}, {&y1c, &m1c}, 1, 2, &a, sizeof a};
+  k_run("reference", &f1r);
+  k_run("cpu", &f1c);
+  expect_same_slot(&y1c, &y1r, "maxpool.fwd y, one channel", 0, 0);
+  expect_same_slot(&m1c, &m1r, "maxpool.fwd mask, one channel", 0, 0);
+  /* batchnorm: y, dy and dx with channel stride 2 */
+  tt c6[7];
+  for (int i = 0; i < 7; i++) c6[i] = tt_new(FP32, 1, 1, 1, 3, 0);
+  tt bx = tt_new(FP32, 1, 2, 2, 3, 0), bs = tt_new(FP32, 1, 2, 2, 6, 0);
+  tt by = tt_new(FP32, 1, 2, 2, 3, 0);
+  bs.d.shape[3] = 3, bs.d.stride[3] = 2;
+  for (int i = 0; i < 7; i++) *tt_f(&c6[i], 0, 0, 0, 0) = 1.0f;
+  const bp_batchnorm_attrs bn = {1e-5f, 0.1f, 0};
+  ops_call ev = {"batchnorm.fwd_eval", {&bx, &c6[0], &c6[1], &c6[2], &c6[3]}, {&bs}, 5, 1, &bn,
+                 sizeof bn};
+  expect_cpu_refuses_layout(&ev, "y: channels are not contiguous");
+  ops_call bb = {"batchnorm.bwd", {&bx, &bs, &c6[0], &c6[2], &c6[3]}, {&by, &c6[4], &c6[5]},
+                 5, 3, &bn, sizeof bn};
+  expect_cpu_refuses_layout(&bb, "dy: channels are not contiguous");
+  bb.in[1] = &by, bb.out[0] = &bs;
+  expect_cpu_refuses_layout(&bb, "dx: channels are not contiguous");
+  for (int i = 0; i < 7; i++) tt_free(&c6[i]);
+  tt_free(&bx), tt_free(&bs), tt_free(&by);
+  tt *all[] = {&xs, &ys, &ms, &x, &y, &m, &x1, &y1r, &y1c, &m1r, &m1c};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
 }
 END_TEST
@@ -500,7 +865,28 @@ START_TEST(bad_args_get_the_reference_reasons) {
   relub.nin = 1;
   expect_same_refusal(&relub, "input");
 
-  tt *all[] = {&g, &w, &m, &v, &short_m, &square, &gi, &lr, &step, &x, &y, &y2};
+  tt px = tt_new(FP32, 1, 6, 6, 4, 0), py = tt_new(FP32, 1, 3, 3, 4, 0);
+  tt pm = tt_new(BP_ABI_DTYPE_INT8, 1, 3, 3, 4, 0);
+  bp_pool_attrs pa = POOL_A(2, 2, 2, 2, 0, 0);
+  ops_call pool = {"maxpool.fwd", {&px}, {&py, &pm}, 1, 2, &pa, sizeof pa};
+  ck_assert_int_eq(ops_kernel_supports(kernel_of("maxpool.fwd", "cpu"), &pool, reason, sizeof reason),
+                   1);
+  pa.pad_h = 2;
+  expect_same_refusal(&pool, "padding");
+  pa = (bp_pool_attrs)POOL_A(12, 12, 2, 2, 0, 0);
+  expect_same_refusal(&pool, "the mask is int8");
+  pa = (bp_pool_attrs)POOL_A(2, 2, 2, 2, 0, 0);
+  pool.out[1] = &py;
+  expect_same_refusal(&pool, "mask: dtype");
+  pool.out[1] = &pm, pool.out[0] = &y2;
+  expect_same_refusal(&pool, "shape");
+  ops_call poolb = {"maxpool.bwd", {&py, &pm}, {&px}, 2, 1, &pa, sizeof pa};
+  pa.accumulate = 2;
+  expect_same_refusal(&poolb, "accumulate");
+  pa.accumulate = 0, poolb.nin = 1;
+  expect_same_refusal(&poolb, "input");
+
+  tt *all[] = {&g, &w, &m, &v, &short_m, &square, &gi, &lr, &step, &x, &y, &y2, &px, &py, &pm};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
 }
 END_TEST
@@ -575,8 +961,10 @@ END_TEST
 
 /* ---- descriptors, instruction set, selection ------------------------------ */
 
-static const char *const cpu_ops[] = {"range.sgd", "range.adamw", "relu.fwd", "relu.bwd"};
-#define CPU_OPS 4
+static const char *const cpu_ops[] = {"range.sgd",           "range.adamw",        "relu.fwd",
+                                      "relu.bwd",            "maxpool.fwd",        "maxpool.bwd",
+                                      "batchnorm.fwd_train", "batchnorm.fwd_eval", "batchnorm.bwd"};
+#define CPU_OPS ((int)(sizeof cpu_ops / sizeof cpu_ops[0]))
 
 START_TEST(descriptors) {
   for (int i = 0; i < CPU_OPS; i++) {
@@ -584,8 +972,8 @@ START_TEST(descriptors) {
     const bp_abi_kernel *r = kernel_of(cpu_ops[i], "reference");
     ck_assert_str_eq(k->device, "cpu");
     ck_assert_int_eq(k->priority, 5);
-    ck_assert_uint_eq(k->dtypes, BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32));
-    ck_assert_uint_eq(k->dtypes, r->dtypes);
+    ck_assert_uint_eq(k->dtypes, r->dtypes); /* FP32, plus INT8 for the maxpool mask */
+    ck_assert(k->dtypes & BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32));
     ck_assert(k->flags & BP_ABI_KERNEL_DETERMINISTIC);
     ck_assert(!(k->flags & BP_ABI_KERNEL_REFERENCE));
     ck_assert_uint_eq(k->flags & BP_ABI_KERNEL_IN_PLACE, r->flags & BP_ABI_KERNEL_IN_PLACE);
@@ -635,17 +1023,60 @@ END_TEST
 /* The args of one small dense node of `op` (no pointers); padded: x or y
  * with padded channels. */
 typedef struct node {
-  tt t[5];
+  tt t[9];
   int nt;
   ops_call call;
   bp_optimizer_attrs oa;
 } node;
 
+static const bp_pool_attrs pool2x2 = POOL_A(2, 2, 2, 2, 0, 0);
+
 static void node_make(node *nd, const char *op, int padded) {
   memset(nd, 0, sizeof *nd);
   nd->oa.momentum = 0.9f, nd->oa.beta1 = 0.9f, nd->oa.beta2 = 0.999f, nd->oa.eps = 1e-8f;
   nd->call.op = op;
-  if (strncmp(op, "relu.", 5) == 0) {
+  if (strncmp(op, "maxpool.", 8) == 0) {
+    /* x (dx) [2,8,8,6] with padded channels, y (dy) and mask [2,4,4,6];
+     * `padded` makes x's channel stride 2 instead (a view of 12 channels) */
+    nd->t[0] = tt_new(FP32, 2, 8, 8, padded ? 12 : 6, padded ? 0 : 2);
+    if (padded) nd->t[0].d.shape[3] = 6, nd->t[0].d.stride[3] = 2;
+    nd->t[1] = tt_new(FP32, 2, 4, 4, 6, 0);
+    nd->t[2] = tt_new(BP_ABI_DTYPE_INT8, 2, 4, 4, 6, 0);
+    nd->nt = 3;
+    if (strcmp(op, "maxpool.fwd") == 0) {
+      nd->call.in[0] = &nd->t[0], nd->call.out[0] = &nd->t[1], nd->call.out[1] = &nd->t[2];
+      nd->call.nin = 1, nd->call.nout = 2;
+    } else {
+      nd->call.in[0] = &nd->t[1], nd->call.in[1] = &nd->t[2], nd->call.out[0] = &nd->t[0];
+      nd->call.nin = 2, nd->call.nout = 1;
+    }
+    nd->call.attrs = &pool2x2, nd->call.attr_size = sizeof pool2x2;
+  } else if (strncmp(op, "batchnorm.", 10) == 0) {
+    /* t0 x, t1 dy, t2 y or dx [2,4,4,6] (`padded`: x's channel stride 2);
+     * t3..t6 the [1,1,1,6] inputs, t7 and t8 the other [1,1,1,6] outputs
+     * (fwd_train updates the running statistics t5 and t6 in place) */
+    nd->t[0] = tt_new(FP32, 2, 4, 4, padded ? 12 : 6, 0);
+    if (padded) nd->t[0].d.shape[3] = 6, nd->t[0].d.stride[3] = 2;
+    nd->t[1] = tt_new(FP32, 2, 4, 4, 6, 1), nd->t[2] = tt_new(FP32, 2, 4, 4, 6, 0);
+    for (int i = 3; i < 9; i++) nd->t[i] = tt_new(FP32, 1, 1, 1, 6, 0);
+    nd->nt = 9;
+    static const bp_batchnorm_attrs bn = {1e-5f, 0.1f, 0};
+    nd->call.attrs = &bn, nd->call.attr_size = sizeof bn;
+    nd->call.nin = 5;
+    for (int i = 0; i < 5; i++) nd->call.in[i] = &nd->t[i == 0 ? 0 : 2 + i];
+    nd->call.out[0] = &nd->t[2];
+    if (strcmp(op, "batchnorm.bwd") == 0) {
+      nd->call.in[1] = &nd->t[1];
+      nd->call.out[1] = &nd->t[7], nd->call.out[2] = &nd->t[8];
+      nd->call.nout = 3;
+    } else if (strcmp(op, "batchnorm.fwd_train") == 0) {
+      nd->call.out[1] = &nd->t[7], nd->call.out[2] = &nd->t[8];
+      nd->call.out[3] = &nd->t[5], nd->call.out[4] = &nd->t[6];
+      nd->call.nout = 5;
+    } else {
+      nd->call.nout = 1;
+    }
+  } else if (strncmp(op, "relu.", 5) == 0) {
     const int bwd = strcmp(op, "relu.bwd") == 0;
     for (int i = 0; i < 3; i++) nd->t[i] = tt_new(FP32, 2, 4, 4, 6, padded && i == 0 ? 2 : 0);
     nd->nt = 3;
@@ -698,6 +1129,20 @@ START_TEST(select_prefers_cpu_and_pins_override) {
   report[0] = '\0';
   ck_assert_str_eq(selected("relu.bwd", NULL, 1, report, sizeof report), "reference");
   ck_assert_msg(strstr(report, "not one dense run") != NULL, "report: %s", report);
+  for (int bwd = 0; bwd <= 1; bwd++) {
+    report[0] = '\0';
+    const char *op = bwd ? "maxpool.bwd" : "maxpool.fwd";
+    ck_assert_str_eq(selected(op, NULL, 1, report, sizeof report), "reference");
+    ck_assert_msg(strstr(report, "channels are not contiguous") != NULL, "report: %s", report);
+  }
+  for (int i = 6; i < CPU_OPS; i++) { /* batchnorm */
+    report[0] = '\0';
+    ck_assert_str_eq(selected(cpu_ops[i], NULL, 1, report, sizeof report), "reference");
+    ck_assert_msg(strstr(report, "x: channels are not contiguous") != NULL, "report: %s", report);
+  }
+  setenv("BP_KERNELS", "maxpool.*=reference", 1);
+  ck_assert_str_eq(selected("maxpool.fwd", NULL, 0, NULL, 0), "reference");
+  unsetenv("BP_KERNELS");
 }
 END_TEST
 
@@ -709,7 +1154,12 @@ int main(void) {
   tcase_add_loop_test(tc, adamw_matches_reference, 0, SIZES);
   tcase_add_loop_test(tc, relu_matches_reference, 0, SIZES);
   tcase_add_test(tc, relu_dense_shapes_match_reference);
+  tcase_add_loop_test(tc, maxpool_matches_reference, 0, POOL_CASES);
+  tcase_add_test(tc, maxpool_ties_and_nans_by_hand);
+  tcase_add_test(tc, maxpool_bwd_checks_the_mask);
+  tcase_add_loop_test(tc, batchnorm_matches_reference, 0, BN_SHAPES);
   tcase_add_test(tc, relu_refuses_layouts_that_are_not_one_run);
+  tcase_add_test(tc, pool_and_batchnorm_refuse_strided_channels);
   tcase_add_test(tc, bad_args_get_the_reference_reasons);
   tcase_add_test(tc, run_checks_scalars_and_pointers);
   tcase_add_test(tc, descriptors);

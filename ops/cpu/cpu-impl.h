@@ -4,15 +4,18 @@
  *
  * What it holds: vectorized FP32 kernels for the memory-bound ops that
  * dominate a CPU training step besides the GEMMs: range.sgd, range.adamw
- * (optim.c), relu.fwd and relu.bwd (relu.c). Implementation "cpu", device
- * "cpu", priority 5 (ops/blas uses 10; the reference module is REFERENCE
+ * (optim.c), relu.fwd and relu.bwd (relu.c), maxpool.fwd and maxpool.bwd
+ * (pool.c), batchnorm.fwd_train, .fwd_eval and .bwd (batchnorm.c; these
+ * two vectorized across channels). Implementation "cpu", device "cpu",
+ * priority 5 (ops/blas uses 10; the reference module is REFERENCE
  * and only serves what nothing else supports), DETERMINISTIC, plus
  * IN_PLACE where the reference kernel has it (relu).
  *
  * Contract: every output is bit-identical to the reference kernel's on the
  * same inputs. Each element goes through the very IEEE float operations of
- * ops/reference (range.c, elementwise.c), in the same order, with the same
- * scalar factors (formed in double and rounded once, as there); only the
+ * ops/reference (range.c, elementwise.c, pool.c, batchnorm.c), in the same
+ * order, with the same scalar factors (formed in double and rounded once,
+ * as there); only the
  * loops are different: flat, restrict-qualified, one per mode (weight
  * decay on or off, Nesterov, accumulate, in place) so the compiler
  * vectorizes them. The module is compiled with -O3 -ffp-contract=off (no
@@ -34,12 +37,14 @@
  * bits.
  *
  * Arguments: supports() is the reference kernel's own supports()
- * (ops/reference/range.c and elementwise.c are compiled in, with common.c),
- * so this module accepts and refuses what the reference does, with the
- * same reasons; then it refuses, with a reason, the layouts its flat loops
- * cannot take: relu tensors whose logical elements are not one dense run
- * (cpu_dense), which the reference then serves. Range spans are always
- * dense ([1,1,1,E], stride 1). run() repeats the checks, then
+ * (ops/reference/range.c, elementwise.c, pool.c and batchnorm.c are
+ * compiled in, with common.c), so this module accepts and refuses what the reference does,
+ * with the same reasons; then it refuses, with a reason, the layouts its
+ * flat loops cannot take: relu tensors whose logical elements are not one
+ * dense run (cpu_dense), maxpool and batchnorm tensors (x-shaped ones for
+ * batchnorm) whose channels are not contiguous (cpu_channels_contiguous),
+ * which the reference then serves. Range spans
+ * are always dense ([1,1,1,E], stride 1). run() repeats the checks, then
  * ref_check_ptrs, and returns BP_ABI_ERR_INVALID when one fails.
  *
  * ISA dispatch: each inner loop is written once (an always-inline body)
@@ -115,14 +120,27 @@ const char *cpu_isa_name(cpu_isa_level isa);
  * reason naming `name`. t went through ref_check_tensor. */
 int cpu_dense(const bp_abi_tensor *t, const char *name, char *reason, size_t reason_size);
 
-/* The kernels, one descriptor each (optim.c, relu.c). */
-extern const bp_abi_kernel cpu_range_sgd, cpu_range_adamw, cpu_relu_fwd, cpu_relu_bwd;
+/* 1 when t's channels are contiguous (stride[3] 1, or one channel), so
+ * channel c of a pixel is at its first channel + c; padded channels and any
+ * outer strides allowed. Else 0 with a reason naming `name` (pool.c). */
+int cpu_channels_contiguous(const bp_abi_tensor *t, const char *name, char *reason,
+                            size_t reason_size);
 
-#define CPU_KERNEL(op_name, supports_fn, run_fn, extra_flags)                                   \
+/* The kernels, one descriptor each (optim.c, relu.c, pool.c, batchnorm.c). */
+extern const bp_abi_kernel cpu_range_sgd, cpu_range_adamw, cpu_relu_fwd, cpu_relu_bwd;
+extern const bp_abi_kernel cpu_maxpool_fwd, cpu_maxpool_bwd;
+extern const bp_abi_kernel cpu_batchnorm_fwd_train, cpu_batchnorm_fwd_eval, cpu_batchnorm_bwd;
+
+/* A descriptor of this module: op name, supports, run, extra flags and the
+ * dtypes among the op's tensors (as the reference declares them: FP32,
+ * plus INT8 for the maxpool mask). */
+#define CPU_KERNEL_DT(op_name, supports_fn, run_fn, extra_flags, dtype_mask)                  \
   {                                                                                          \
-    sizeof(bp_abi_kernel), (op_name), CPU_IMPL, CPU_DEVICE,                                  \
-        BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32), CPU_PRIORITY, CPU_FLAGS | (extra_flags),        \
-        (supports_fn), NULL, (run_fn), NULL                                                  \
+    sizeof(bp_abi_kernel), (op_name), CPU_IMPL, CPU_DEVICE, (dtype_mask), CPU_PRIORITY,      \
+        CPU_FLAGS | (extra_flags), (supports_fn), NULL, (run_fn), NULL                       \
   }
+#define CPU_KERNEL(op_name, supports_fn, run_fn, extra_flags)                                 \
+  CPU_KERNEL_DT(op_name, supports_fn, run_fn, extra_flags, BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32))
+#define CPU_POOL_DTYPES (BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT8))
 
 #endif

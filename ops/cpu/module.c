@@ -1,8 +1,10 @@
 /* The fast CPU op module: its ABI entry (the only exported symbol), the
  * table of kernels it registers, and the choice of the instruction set its
- * loops run with (cpu-impl.h). range.sgd, range.adamw, relu.fwd and
- * relu.bwd, FP32, device "cpu", implementation "cpu", priority 5, flagged
- * DETERMINISTIC (relu also IN_PLACE), not REFERENCE: the registry prefers
+ * loops run with (cpu-impl.h). range.sgd, range.adamw, relu.fwd, relu.bwd,
+ * maxpool.fwd, maxpool.bwd, batchnorm.fwd_train, batchnorm.fwd_eval and
+ * batchnorm.bwd, FP32 (INT8 for the maxpool mask), device
+ * "cpu", implementation "cpu", priority 5, flagged DETERMINISTIC (relu
+ * also IN_PLACE), not REFERENCE: the registry prefers
  * them to the reference kernels wherever their supports() holds, and a pin
  * (BP_KERNELS, e.g. "relu.*=reference") overrides that.
  *
@@ -35,6 +37,11 @@ static const bp_abi_kernel *const cpu_kernels[] = {
     &cpu_range_adamw,
     &cpu_relu_fwd,
     &cpu_relu_bwd,
+    &cpu_maxpool_fwd,
+    &cpu_maxpool_bwd,
+    &cpu_batchnorm_fwd_train,
+    &cpu_batchnorm_fwd_eval,
+    &cpu_batchnorm_bwd,
 };
 
 /* Written at init, read by every run (possibly from several rank threads,

@@ -1,0 +1,290 @@
+/* batchnorm.fwd_train, batchnorm.fwd_eval and batchnorm.bwd, vectorized
+ * across channels; bit-identical to bn_run_train, bn_run_eval and
+ * bn_run_bwd of ops/reference/batchnorm.c (formulas and shapes there).
+ *
+ * The reference already walks the pixels in (n, h, w) order with the
+ * channels of a block of up to 64 innermost, summing in double per
+ * channel; here that channel loop runs over contiguous memory, so each
+ * SIMD lane is one channel and every per-channel sum still takes its
+ * pixels in the reference's order. Every per-element formula is the
+ * reference's, with the same double and float operations in the same
+ * order (no contraction: -ffp-contract=off); the per-channel scalars
+ * (sqrt, running statistics, dgamma and dbeta) are the reference's code
+ * as it is.
+ *
+ * Layouts: any strides the reference takes, provided the x-shaped tensors
+ * (x, y, dy, dx) have contiguous channels (stride[3] 1, padded channels
+ * allowed; or C 1); others are refused with a reason and the reference
+ * serves them. The [1,1,1,C] tensors may have any channel stride. No
+ * x-shaped output overlaps an input (ref_check_ptrs), hence restrict; the
+ * running statistics (which may be updated in place) are only touched by
+ * the scalar code. */
+#include <math.h>
+
+#include "cpu-impl.h"
+
+#define BN_BLOCK 64 /* channels per pass over the pixels, as in the reference */
+
+typedef enum bn_pass { BN_TRAIN, BN_EVAL, BN_BWD } bn_pass;
+
+/* The pixels of the x-shaped tensors: extents and the strides of up to
+ * three of them (a: x, b: y or dy, c: dx). */
+typedef struct bn_pixels {
+  int64_t n, h, w;
+  const bp_abi_tensor *a, *b, *c;
+} bn_pixels;
+
+/* The reference's checks (its own supports(), so the same reasons), then
+ * contiguous channels in the x-shaped tensors. */
+static int bn_check(const bp_abi_kernel *ref, const bp_abi_kernel_args *args, bn_pass pass,
+                    bp_batchnorm_attrs *a, char *reason, size_t rs) {
+  if (!ref->supports(ref->user, args, reason, rs)) return 0;
+  if (!ref_read_attrs(args, a, sizeof *a, reason, rs)) return 0;
+  if (!cpu_channels_contiguous(&args->inputs[0], "x", reason, rs)) return 0;
+  if (pass == BN_BWD && !cpu_channels_contiguous(&args->inputs[1], "dy", reason, rs)) return 0;
+  return cpu_channels_contiguous(&args->outputs[0], pass == BN_BWD ? "dx" : "y", reason, rs);
+}
+
+/* Channel c of a [1,1,1,C] tensor. */
+static inline float bn_chan(const bp_abi_tensor *t, const float *p, int64_t c) {
+  return p[c * t->stride[3]];
+}
+
+/* ---- loops ---------------------------------------------------------------- */
+
+/* Pass 0 of the statistics: sum[j] += x over the pixels. */
+CPU_INLINE void bn_sum_loop_body(const bn_pixels *p, const float *restrict x, int64_t nb,
+                                 double *restrict sum) {
+  for (int64_t n = 0; n < p->n; n++)
+    for (int64_t h = 0; h < p->h; h++)
+      for (int64_t w = 0; w < p->w; w++) {
+        const float *xr = x + ref_off(p->a, n, h, w, 0);
+        for (int64_t j = 0; j < nb; j++) sum[j] += (double)xr[j];
+      }
+}
+CPU_DISPATCH(bn_sum_loop,
+             (const bn_pixels *p, const float *restrict x, int64_t nb, double *restrict sum),
+             (p, x, nb, sum))
+
+/* Pass 1: var[j] += (x - mean)^2, as the reference writes it. */
+CPU_INLINE void bn_sqdev_loop_body(const bn_pixels *p, const float *restrict x, int64_t nb,
+                                   const double *restrict mean, double *restrict var) {
+  for (int64_t n = 0; n < p->n; n++)
+    for (int64_t h = 0; h < p->h; h++)
+      for (int64_t w = 0; w < p->w; w++) {
+        const float *xr = x + ref_off(p->a, n, h, w, 0);
+        for (int64_t j = 0; j < nb; j++) {
+          const double v = xr[j];
+          var[j] += (v - mean[j]) * (v - mean[j]);
+        }
+      }
+}
+CPU_DISPATCH(bn_sqdev_loop,
+             (const bn_pixels *p, const float *restrict x, int64_t nb,
+              const double *restrict mean, double *restrict var),
+             (p, x, nb, mean, var))
+
+/* y = x * scale + shift in double, rounded once (the reference's bn_apply). */
+CPU_INLINE void bn_apply_loop_body(const bn_pixels *p, const float *restrict x,
+                                   float *restrict y, int64_t nb, const double *restrict scale,
+                                   const double *restrict shift) {
+  for (int64_t n = 0; n < p->n; n++)
+    for (int64_t h = 0; h < p->h; h++)
+      for (int64_t w = 0; w < p->w; w++) {
+        const float *xr = x + ref_off(p->a, n, h, w, 0);
+        float *yr = y + ref_off(p->b, n, h, w, 0);
+        for (int64_t j = 0; j < nb; j++) yr[j] = (float)(xr[j] * scale[j] + shift[j]);
+      }
+}
+CPU_DISPATCH(bn_apply_loop,
+             (const bn_pixels *p, const float *restrict x, float *restrict y, int64_t nb,
+              const double *restrict scale, const double *restrict shift),
+             (p, x, y, nb, scale, shift))
+
+/* The backward's sums: sdy += dy, sdyx += dy * (x - mean) * invstd. */
+CPU_INLINE void bn_bwd_sums_loop_body(const bn_pixels *p, const float *restrict x,
+                                      const float *restrict dy, int64_t nb,
+                                      const double *restrict mean, const double *restrict invstd,
+                                      double *restrict sdy, double *restrict sdyx) {
+  for (int64_t n = 0; n < p->n; n++)
+    for (int64_t h = 0; h < p->h; h++)
+      for (int64_t w = 0; w < p->w; w++) {
+        const float *xr = x + ref_off(p->a, n, h, w, 0);
+        const float *dyr = dy + ref_off(p->b, n, h, w, 0);
+        for (int64_t j = 0; j < nb; j++) {
+          const double g = dyr[j];
+          sdy[j] += g;
+          sdyx[j] += g * (xr[j] - mean[j]) * invstd[j];
+        }
+      }
+}
+CPU_DISPATCH(bn_bwd_sums_loop,
+             (const bn_pixels *p, const float *restrict x, const float *restrict dy, int64_t nb,
+              const double *restrict mean, const double *restrict invstd, double *restrict sdy,
+              double *restrict sdyx),
+             (p, x, dy, nb, mean, invstd, sdy, sdyx))
+
+/* dx (+)= (float)(k * (dy - sdy/M - xhat * sdyx/M)); one loop per mode. */
+CPU_INLINE void bn_bwd_dx_mode(const bn_pixels *p, const float *restrict x,
+                               const float *restrict dy, float *restrict dx, int64_t nb,
+                               const double *restrict mean, const double *restrict invstd,
+                               const double *restrict k, const double *restrict sdy,
+                               const double *restrict sdyx, int accumulate) {
+  for (int64_t n = 0; n < p->n; n++)
+    for (int64_t h = 0; h < p->h; h++)
+      for (int64_t w = 0; w < p->w; w++) {
+        const float *xr = x + ref_off(p->a, n, h, w, 0);
+        const float *dyr = dy + ref_off(p->b, n, h, w, 0);
+        float *dxr = dx + ref_off(p->c, n, h, w, 0);
+        for (int64_t j = 0; j < nb; j++) {
+          const double xhat = (xr[j] - mean[j]) * invstd[j];
+          const float g = (float)(k[j] * (dyr[j] - sdy[j] - xhat * sdyx[j]));
+          dxr[j] = accumulate ? dxr[j] + g : g;
+        }
+      }
+}
+CPU_INLINE void bn_bwd_dx_loop_body(const bn_pixels *p, const float *restrict x,
+                                    const float *restrict dy, float *restrict dx, int64_t nb,
+                                    const double *restrict mean, const double *restrict invstd,
+                                    const double *restrict k, const double *restrict sdy,
+                                    const double *restrict sdyx, int accumulate) {
+  if (accumulate) bn_bwd_dx_mode(p, x, dy, dx, nb, mean, invstd, k, sdy, sdyx, 1);
+  else bn_bwd_dx_mode(p, x, dy, dx, nb, mean, invstd, k, sdy, sdyx, 0);
+}
+CPU_DISPATCH(bn_bwd_dx_loop,
+             (const bn_pixels *p, const float *restrict x, const float *restrict dy,
+              float *restrict dx, int64_t nb, const double *restrict mean,
+              const double *restrict invstd, const double *restrict k,
+              const double *restrict sdy, const double *restrict sdyx, int accumulate),
+             (p, x, dy, dx, nb, mean, invstd, k, sdy, sdyx, accumulate))
+
+/* ---- kernels ---------------------------------------------------------------- */
+
+static int bn_supports_train(void *user, const bp_abi_kernel_args *args, char *reason,
+                             size_t rs) {
+  (void)user;
+  bp_batchnorm_attrs a;
+  return bn_check(&ref_batchnorm_fwd_train, args, BN_TRAIN, &a, reason, rs);
+}
+static int bn_supports_eval(void *user, const bp_abi_kernel_args *args, char *reason,
+                            size_t rs) {
+  (void)user;
+  bp_batchnorm_attrs a;
+  return bn_check(&ref_batchnorm_fwd_eval, args, BN_EVAL, &a, reason, rs);
+}
+static int bn_supports_bwd(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
+  (void)user;
+  bp_batchnorm_attrs a;
+  return bn_check(&ref_batchnorm_bwd, args, BN_BWD, &a, reason, rs);
+}
+
+/* batchnorm.fwd_train  in: x, gamma, beta, running_mean, running_var
+ *                      out: y, save_mean, save_invstd, running_mean, running_var
+ * (outputs 3 and 4 may be inputs 3 and 4 themselves). */
+static int bn_run_train(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  bp_batchnorm_attrs a;
+  char reason[REF_REASON_MAX];
+  static const int alias_out[] = {3, 4}, alias_in[] = {3, 4};
+  if (!bn_check(&ref_batchnorm_fwd_train, args, BN_TRAIN, &a, reason, sizeof reason) ||
+      !ref_check_ptrs(args, alias_out, alias_in, 2))
+    return BP_ABI_ERR_INVALID;
+  const bp_abi_tensor *ti = args->inputs, *to = args->outputs;
+  const float *x = ref_in(args, 0);
+  const int64_t C = ti[0].shape[3], M = ti[0].shape[0] * ti[0].shape[1] * ti[0].shape[2];
+  const bn_pixels px = {ti[0].shape[0], ti[0].shape[1], ti[0].shape[2], &ti[0], &to[0], NULL};
+  for (int64_t c0 = 0; c0 < C; c0 += BN_BLOCK) {
+    const int64_t nb = C - c0 < BN_BLOCK ? C - c0 : BN_BLOCK;
+    double mean[BN_BLOCK] = {0}, var[BN_BLOCK] = {0}, scale[BN_BLOCK], shift[BN_BLOCK];
+    bn_sum_loop(&px, x + c0, nb, mean);
+    for (int64_t j = 0; j < nb; j++) mean[j] /= (double)M;
+    bn_sqdev_loop(&px, x + c0, nb, mean, var);
+    for (int64_t j = 0; j < nb; j++) var[j] /= (double)M;
+    for (int64_t j = 0; j < nb; j++) { /* the reference's per-channel code */
+      const int64_t c = c0 + j;
+      const double invstd = 1.0 / sqrt(var[j] + (double)a.eps);
+      scale[j] = bn_chan(&ti[1], ref_in(args, 1), c) * invstd;
+      shift[j] = bn_chan(&ti[2], ref_in(args, 2), c) - mean[j] * scale[j];
+      ref_out(args, 1)[c * to[1].stride[3]] = (float)mean[j];
+      ref_out(args, 2)[c * to[2].stride[3]] = (float)invstd;
+      const double m = a.momentum;
+      const double rm = bn_chan(&ti[3], ref_in(args, 3), c);
+      const double rv = bn_chan(&ti[4], ref_in(args, 4), c);
+      ref_out(args, 3)[c * to[3].stride[3]] = (float)((1.0 - m) * rm + m * mean[j]);
+      ref_out(args, 4)[c * to[4].stride[3]] =
+          (float)((1.0 - m) * rv + m * var[j] * (double)M / (double)(M - 1));
+    }
+    bn_apply_loop(&px, x + c0, ref_out(args, 0) + c0, nb, scale, shift);
+  }
+  return BP_ABI_OK;
+}
+
+/* batchnorm.fwd_eval  in: x, gamma, beta, running_mean, running_var   out: y. */
+static int bn_run_eval(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  bp_batchnorm_attrs a;
+  char reason[REF_REASON_MAX];
+  if (!bn_check(&ref_batchnorm_fwd_eval, args, BN_EVAL, &a, reason, sizeof reason) ||
+      !ref_check_ptrs(args, NULL, NULL, 0))
+    return BP_ABI_ERR_INVALID;
+  const bp_abi_tensor *ti = args->inputs;
+  const int64_t C = ti[0].shape[3];
+  const bn_pixels px = {ti[0].shape[0], ti[0].shape[1], ti[0].shape[2], &ti[0],
+                        &args->outputs[0], NULL};
+  for (int64_t c0 = 0; c0 < C; c0 += BN_BLOCK) {
+    const int64_t nb = C - c0 < BN_BLOCK ? C - c0 : BN_BLOCK;
+    double scale[BN_BLOCK], shift[BN_BLOCK];
+    for (int64_t j = 0; j < nb; j++) {
+      const int64_t c = c0 + j;
+      const double rv = bn_chan(&ti[4], ref_in(args, 4), c);
+      scale[j] = bn_chan(&ti[1], ref_in(args, 1), c) / sqrt(rv + (double)a.eps);
+      shift[j] =
+          bn_chan(&ti[2], ref_in(args, 2), c) - bn_chan(&ti[3], ref_in(args, 3), c) * scale[j];
+    }
+    bn_apply_loop(&px, ref_in(args, 0) + c0, ref_out(args, 0) + c0, nb, scale, shift);
+  }
+  return BP_ABI_OK;
+}
+
+/* batchnorm.bwd  in: x, dy, gamma, save_mean, save_invstd
+ *                out: dx, dgamma, dbeta (accumulate 0: overwritten, 1: added). */
+static int bn_run_bwd(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  bp_batchnorm_attrs a;
+  char reason[REF_REASON_MAX];
+  if (!bn_check(&ref_batchnorm_bwd, args, BN_BWD, &a, reason, sizeof reason) ||
+      !ref_check_ptrs(args, NULL, NULL, 0))
+    return BP_ABI_ERR_INVALID;
+  const bp_abi_tensor *ti = args->inputs, *to = args->outputs;
+  const float *x = ref_in(args, 0), *dy = ref_in(args, 1);
+  float *dx = ref_out(args, 0), *dgamma = ref_out(args, 1), *dbeta = ref_out(args, 2);
+  const int64_t C = ti[0].shape[3], M = ti[0].shape[0] * ti[0].shape[1] * ti[0].shape[2];
+  const bn_pixels px = {ti[0].shape[0], ti[0].shape[1], ti[0].shape[2], &ti[0], &ti[1], &to[0]};
+  for (int64_t c0 = 0; c0 < C; c0 += BN_BLOCK) {
+    const int64_t nb = C - c0 < BN_BLOCK ? C - c0 : BN_BLOCK;
+    double mean[BN_BLOCK], invstd[BN_BLOCK], sdy[BN_BLOCK] = {0}, sdyx[BN_BLOCK] = {0};
+    double k[BN_BLOCK];
+    for (int64_t j = 0; j < nb; j++) {
+      mean[j] = bn_chan(&ti[3], ref_in(args, 3), c0 + j);
+      invstd[j] = bn_chan(&ti[4], ref_in(args, 4), c0 + j);
+    }
+    bn_bwd_sums_loop(&px, x + c0, dy + c0, nb, mean, invstd, sdy, sdyx);
+    for (int64_t j = 0; j < nb; j++) { /* the reference's per-channel code */
+      const int64_t c = c0 + j;
+      float *pg = dgamma + c * to[1].stride[3], *pb = dbeta + c * to[2].stride[3];
+      *pg = a.accumulate ? (float)(*pg + sdyx[j]) : (float)sdyx[j];
+      *pb = a.accumulate ? (float)(*pb + sdy[j]) : (float)sdy[j];
+      k[j] = bn_chan(&ti[2], ref_in(args, 2), c) * invstd[j];
+      sdy[j] /= (double)M;
+      sdyx[j] /= (double)M;
+    }
+    bn_bwd_dx_loop(&px, x + c0, dy + c0, dx + c0, nb, mean, invstd, k, sdy, sdyx, a.accumulate);
+  }
+  return BP_ABI_OK;
+}
+
+const bp_abi_kernel cpu_batchnorm_fwd_train =
+    CPU_KERNEL("batchnorm.fwd_train", bn_supports_train, bn_run_train, 0);
+const bp_abi_kernel cpu_batchnorm_fwd_eval =
+    CPU_KERNEL("batchnorm.fwd_eval", bn_supports_eval, bn_run_eval, 0);
+const bp_abi_kernel cpu_batchnorm_bwd = CPU_KERNEL("batchnorm.bwd", bn_supports_bwd, bn_run_bwd, 0);

@@ -1,0 +1,257 @@
+/* maxpool.fwd and maxpool.bwd, vectorized across channels; bit-identical
+ * to maxpool_run_fwd and maxpool_run_bwd of ops/reference/pool.c:
+ *   x, dx [N,H,W,C]   y, dy, mask [N,OH,OW,C] (mask INT8: tap ky*kw + kx)
+ *   maxpool.fwd  in: x         out: y, mask (overwritten)
+ *   maxpool.bwd  in: dy, mask  out: dx (accumulate 0: zeroed, then the
+ *                scatter; 1: added to)
+ * The reference loops over channels innermost too, one window at a time;
+ * here that channel loop runs over contiguous memory, so it vectorizes.
+ * Each output element still sees the in-bounds taps of its window in the
+ * reference's row-major order through the reference's test (the first tap,
+ * then a strictly larger value, or the first NaN over a number), so the
+ * value, the tie-breaking (first tap wins) and the NaN chosen are the
+ * same, and the selects copy bits (-0.0 and NaN payloads kept). In the
+ * backward each dx element receives its dy values in the reference's
+ * output order (n, oh, ow) through the same float addition dx + dy.
+ *
+ * Layouts: any strides the reference takes, provided the channels of every
+ * tensor are contiguous (stride[3] 1, padded channels allowed; or C 1);
+ * others are refused with a reason and the reference serves them. Outputs
+ * never overlap inputs (ref_check_ptrs), hence restrict. */
+#include <string.h>
+
+#include "cpu-impl.h"
+
+/* ---- layout --------------------------------------------------------------- */
+
+int cpu_channels_contiguous(const bp_abi_tensor *t, const char *name, char *reason, size_t rs) {
+  if (t->shape[3] == 1 || t->stride[3] == 1) return 1;
+  return ref_fail(reason, rs,
+                  "%s: channels are not contiguous (channel stride %lld); the fast loop needs "
+                  "NHWC with channel stride 1, the reference kernel serves it",
+                  name, (long long)t->stride[3]);
+}
+
+/* The checked geometry of one call. x stands for dx and y for dy in the
+ * backward, as in the reference. */
+typedef struct pool_dims {
+  const bp_abi_tensor *x, *y, *mask;
+  int64_t n, h, w, c, oh, ow, kh, kw, sh, sw, ph, pw;
+  int accumulate;
+} pool_dims;
+
+/* The reference's checks (its own supports(), so the same reasons), then
+ * contiguous channels in x, y and mask. */
+static int pool_check(const bp_abi_kernel *ref, const bp_abi_kernel_args *args, int fwd,
+                      pool_dims *d, char *reason, size_t rs) {
+  if (!ref->supports(ref->user, args, reason, rs)) return 0;
+  bp_pool_attrs a;
+  if (!ref_read_attrs(args, &a, sizeof a, reason, rs)) return 0;
+  d->x = fwd ? &args->inputs[0] : &args->outputs[0];
+  d->y = fwd ? &args->outputs[0] : &args->inputs[0];
+  d->mask = fwd ? &args->outputs[1] : &args->inputs[1];
+  if (!cpu_channels_contiguous(d->x, fwd ? "x" : "dx", reason, rs) ||
+      !cpu_channels_contiguous(d->y, fwd ? "y" : "dy", reason, rs) ||
+      !cpu_channels_contiguous(d->mask, "mask", reason, rs))
+    return 0;
+  d->n = d->x->shape[0], d->h = d->x->shape[1], d->w = d->x->shape[2], d->c = d->x->shape[3];
+  d->oh = d->y->shape[1], d->ow = d->y->shape[2]; /* the reference checked them */
+  d->kh = a.kernel_h, d->kw = a.kernel_w, d->sh = a.stride_h, d->sw = a.stride_w;
+  d->ph = a.pad_h, d->pw = a.pad_w;
+  d->accumulate = a.accumulate;
+  return 1;
+}
+
+/* In-bounds tap range of one window along one side: taps [k0, k1) (the
+ * reference's pool_taps). */
+static inline void pool_taps(int64_t o, int64_t stride, int64_t pad, int64_t kernel,
+                             int64_t extent, int64_t *k0, int64_t *k1) {
+  const int64_t start = o * stride - pad;
+  *k0 = start < 0 ? -start : 0;
+  *k1 = start + kernel > extent ? extent - start : kernel;
+}
+
+/* ---- loops ---------------------------------------------------------------- */
+
+#define POOL_BLOCK 64 /* channels per pass over a window: the running max stays in L1 */
+
+/* One tap of a window over nb channels: the reference's update, as a
+ * select (no branch) so it vectorizes. */
+CPU_INLINE void maxpool_tap(float *restrict best, int32_t *restrict arg, const float *restrict x,
+                            int32_t tap, int64_t nb) {
+  for (int64_t j = 0; j < nb; j++) {
+    const float v = x[j], b = best[j];
+    const int take = (v > b) | ((v != v) & (b == b));
+    best[j] = take ? v : b;
+    arg[j] = take ? tap : arg[j];
+  }
+}
+
+CPU_INLINE void maxpool_fwd_loop_body(const pool_dims *d, const float *restrict x,
+                                      float *restrict y, int8_t *restrict mask) {
+  for (int64_t n = 0; n < d->n; n++)
+    for (int64_t oh = 0; oh < d->oh; oh++)
+      for (int64_t ow = 0; ow < d->ow; ow++) {
+        int64_t ky0, ky1, kx0, kx1;
+        pool_taps(oh, d->sh, d->ph, d->kh, d->h, &ky0, &ky1);
+        pool_taps(ow, d->sw, d->pw, d->kw, d->w, &kx0, &kx1);
+        const int64_t ih = oh * d->sh - d->ph, iw = ow * d->sw - d->pw;
+        float *yr = y + ref_off(d->y, n, oh, ow, 0);
+        int8_t *mr = mask + ref_off(d->mask, n, oh, ow, 0);
+        for (int64_t c0 = 0; c0 < d->c; c0 += POOL_BLOCK) {
+          const int64_t nb = d->c - c0 < POOL_BLOCK ? d->c - c0 : POOL_BLOCK;
+          float best[POOL_BLOCK];
+          int32_t arg[POOL_BLOCK];
+          /* the first in-bounds tap is taken as it is (the reference's arg < 0) */
+          const float *first = x + ref_off(d->x, n, ih + ky0, iw + kx0, c0);
+          const int32_t first_tap = (int32_t)(ky0 * d->kw + kx0);
+          for (int64_t j = 0; j < nb; j++) best[j] = first[j], arg[j] = first_tap;
+          for (int64_t ky = ky0; ky < ky1; ky++)
+            for (int64_t kx = ky == ky0 ? kx0 + 1 : kx0; kx < kx1; kx++)
+              maxpool_tap(best, arg, x + ref_off(d->x, n, ih + ky, iw + kx, c0),
+                          (int32_t)(ky * d->kw + kx), nb);
+          for (int64_t j = 0; j < nb; j++) yr[c0 + j] = best[j], mr[c0 + j] = (int8_t)arg[j];
+        }
+      }
+}
+CPU_DISPATCH(maxpool_fwd_loop,
+             (const pool_dims *d, const float *restrict x, float *restrict y,
+              int8_t *restrict mask),
+             (d, x, y, mask))
+
+/* The reference's mask check: every value a tap of its window inside the
+ * input. Sets *bad to 1 if one is not. A window with every tap in bounds
+ * only needs 0 <= m < kh*kw (a comparison that vectorizes); the edge
+ * windows of a padded pool take the reference's test as it is. */
+CPU_INLINE void maxpool_mask_check_body(const pool_dims *d, const int8_t *restrict mask,
+                                        int *restrict bad) {
+  const int taps = (int)(d->kh * d->kw);
+  int any = 0;
+  for (int64_t n = 0; n < d->n; n++)
+    for (int64_t oh = 0; oh < d->oh; oh++)
+      for (int64_t ow = 0; ow < d->ow; ow++) {
+        int64_t ky0, ky1, kx0, kx1;
+        pool_taps(oh, d->sh, d->ph, d->kh, d->h, &ky0, &ky1);
+        pool_taps(ow, d->sw, d->pw, d->kw, d->w, &kx0, &kx1);
+        const int8_t *mr = mask + ref_off(d->mask, n, oh, ow, 0);
+        if (ky0 == 0 && ky1 == d->kh && kx0 == 0 && kx1 == d->kw) {
+          for (int64_t c = 0; c < d->c; c++) any |= (int)(uint8_t)mr[c] >= taps;
+        } else {
+          for (int64_t c = 0; c < d->c; c++) {
+            const int64_t m = mr[c];
+            any |= m < 0 || m >= taps || m / d->kw < ky0 || m / d->kw >= ky1 ||
+                   m % d->kw < kx0 || m % d->kw >= kx1;
+          }
+        }
+        if (any) {
+          *bad = 1;
+          return;
+        }
+      }
+  *bad = 0;
+}
+CPU_DISPATCH(maxpool_mask_check,
+             (const pool_dims *d, const int8_t *restrict mask, int *restrict bad), (d, mask, bad))
+
+/* The scatter, one tap at a time: the channels whose mask names this tap
+ * add their dy; the others keep dx as it is (a select, not + 0.0f, which
+ * would turn a -0.0 into +0.0). Within one window the taps are distinct
+ * elements, so every dx element still gets its additions in window order. */
+CPU_INLINE void maxpool_scatter_tap(float *restrict dx, const float *restrict dy,
+                                    const int32_t *restrict m, int32_t tap, int64_t nb) {
+  for (int64_t j = 0; j < nb; j++) {
+    /* the sum is formed in every lane and picked bitwise: a float ?: here
+     * stays a branch (the add may trap), and x + -0.0f instead of the
+     * select would quiet a signalling NaN the reference leaves alone */
+    const float o = dx[j], sum = o + dy[j];
+    uint32_t ob, sb;
+    memcpy(&ob, &o, sizeof ob);
+    memcpy(&sb, &sum, sizeof sb);
+    const uint32_t pick = 0u - (uint32_t)(m[j] == tap);
+    const uint32_t r = (sb & pick) | (ob & ~pick);
+    memcpy(&dx[j], &r, sizeof r);
+  }
+}
+
+CPU_INLINE void maxpool_bwd_loop_body(const pool_dims *d, const float *restrict dy,
+                                      const int8_t *restrict mask, float *restrict dx) {
+  for (int64_t n = 0; n < d->n; n++)
+    for (int64_t oh = 0; oh < d->oh; oh++)
+      for (int64_t ow = 0; ow < d->ow; ow++) {
+        int64_t ky0, ky1, kx0, kx1;
+        pool_taps(oh, d->sh, d->ph, d->kh, d->h, &ky0, &ky1);
+        pool_taps(ow, d->sw, d->pw, d->kw, d->w, &kx0, &kx1);
+        const int64_t ih = oh * d->sh - d->ph, iw = ow * d->sw - d->pw;
+        const float *dyr = dy + ref_off(d->y, n, oh, ow, 0);
+        const int8_t *mr = mask + ref_off(d->mask, n, oh, ow, 0);
+        for (int64_t c0 = 0; c0 < d->c; c0 += POOL_BLOCK) {
+          const int64_t nb = d->c - c0 < POOL_BLOCK ? d->c - c0 : POOL_BLOCK;
+          int32_t m[POOL_BLOCK]; /* widened: the select below then has one lane width */
+          for (int64_t j = 0; j < nb; j++) m[j] = mr[c0 + j];
+          for (int64_t ky = ky0; ky < ky1; ky++)
+            for (int64_t kx = kx0; kx < kx1; kx++)
+              maxpool_scatter_tap(dx + ref_off(d->x, n, ih + ky, iw + kx, c0), dyr + c0, m,
+                                  (int32_t)(ky * d->kw + kx), nb);
+        }
+      }
+}
+CPU_DISPATCH(maxpool_bwd_loop,
+             (const pool_dims *d, const float *restrict dy, const int8_t *restrict mask,
+              float *restrict dx),
+             (d, dy, mask, dx))
+
+/* ---- kernels ---------------------------------------------------------------- */
+
+static int maxpool_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason,
+                                size_t rs) {
+  (void)user;
+  pool_dims d;
+  return pool_check(&ref_maxpool_fwd, args, 1, &d, reason, rs);
+}
+static int maxpool_supports_bwd(void *user, const bp_abi_kernel_args *args, char *reason,
+                                size_t rs) {
+  (void)user;
+  pool_dims d;
+  return pool_check(&ref_maxpool_bwd, args, 0, &d, reason, rs);
+}
+
+/* maxpool.fwd  in: x   out: y, mask. */
+static int maxpool_run_fwd(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  pool_dims d;
+  char reason[REF_REASON_MAX];
+  if (!pool_check(&ref_maxpool_fwd, args, 1, &d, reason, sizeof reason) ||
+      !ref_check_ptrs(args, NULL, NULL, 0))
+    return BP_ABI_ERR_INVALID;
+  maxpool_fwd_loop(&d, ref_in(args, 0), ref_out(args, 0), (int8_t *)args->output_ptrs[1]);
+  return BP_ABI_OK;
+}
+
+/* maxpool.bwd  in: dy, mask   out: dx. A bad mask value makes run() return
+ * BP_ABI_ERR_INVALID before dx is touched, as in the reference. */
+static int maxpool_run_bwd(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  pool_dims d;
+  char reason[REF_REASON_MAX];
+  if (!pool_check(&ref_maxpool_bwd, args, 0, &d, reason, sizeof reason) ||
+      !ref_check_ptrs(args, NULL, NULL, 0))
+    return BP_ABI_ERR_INVALID;
+  const float *dy = ref_in(args, 0);
+  const int8_t *mask = (const int8_t *)args->input_ptrs[1];
+  float *dx = ref_out(args, 0);
+  int bad = 1;
+  maxpool_mask_check(&d, mask, &bad);
+  if (bad) return BP_ABI_ERR_INVALID;
+  if (!d.accumulate) /* +0.0f is all zero bits; padded channels untouched */
+    for (int64_t n = 0; n < d.n; n++)
+      for (int64_t h = 0; h < d.h; h++)
+        for (int64_t w = 0; w < d.w; w++)
+          memset(dx + ref_off(d.x, n, h, w, 0), 0, (size_t)d.c * sizeof(float));
+  maxpool_bwd_loop(&d, dy, mask, dx);
+  return BP_ABI_OK;
+}
+
+const bp_abi_kernel cpu_maxpool_fwd =
+    CPU_KERNEL_DT("maxpool.fwd", maxpool_supports_fwd, maxpool_run_fwd, 0, CPU_POOL_DTYPES);
+const bp_abi_kernel cpu_maxpool_bwd =
+    CPU_KERNEL_DT("maxpool.bwd", maxpool_supports_bwd, maxpool_run_bwd, 0, CPU_POOL_DTYPES);
