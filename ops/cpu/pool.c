@@ -161,8 +161,10 @@ CPU_INLINE void maxpool_scatter_tap(float *restrict dx, const float *restrict dy
                                     const int32_t *restrict m, int32_t tap, int64_t nb) {
   for (int64_t j = 0; j < nb; j++) {
     /* the sum is formed in every lane and picked bitwise: a float ?: here
-     * stays a branch (the add may trap), and x + -0.0f instead of the
-     * select would quiet a signalling NaN the reference leaves alone */
+     * stays a branch (the add may trap). A compiler that assumes no
+     * signalling NaNs (clang) may still build this as dx + -0.0f in the
+     * lanes not picked, which quiets an sNaN the reference leaves alone:
+     * the same bits for every other value (gradients never hold sNaNs) */
     const float o = dx[j], sum = o + dy[j];
     uint32_t ob, sb;
     memcpy(&ob, &o, sizeof ob);
