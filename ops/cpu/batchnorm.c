@@ -9,8 +9,8 @@
  * pixels in the reference's order. Every per-element formula is the
  * reference's, with the same double and float operations in the same
  * order (no contraction: -ffp-contract=off); the per-channel scalars
- * (sqrt, running statistics, dgamma and dbeta) are the reference's code
- * as it is.
+ * (sqrt, running statistics, dgamma and dbeta) are the reference's own
+ * functions (ref_bn_*, reference-impl.h).
  *
  * Layouts: any strides the reference takes, provided the x-shaped tensors
  * (x, y, dy, dx) have contiguous channels (stride[3] 1, padded channels
@@ -19,8 +19,6 @@
  * x-shaped output overlaps an input (ref_check_ptrs), hence restrict; the
  * running statistics (which may be updated in place) are only touched by
  * the scalar code. */
-#include <math.h>
-
 #include "cpu-impl.h"
 
 #define BN_BLOCK 64 /* channels per pass over the pixels, as in the reference */
@@ -43,11 +41,6 @@ static int bn_check(const bp_abi_kernel *ref, const bp_abi_kernel_args *args, bn
   if (!cpu_channels_contiguous(&args->inputs[0], "x", reason, rs)) return 0;
   if (pass == BN_BWD && !cpu_channels_contiguous(&args->inputs[1], "dy", reason, rs)) return 0;
   return cpu_channels_contiguous(&args->outputs[0], pass == BN_BWD ? "dx" : "y", reason, rs);
-}
-
-/* Channel c of a [1,1,1,C] tensor. */
-static inline float bn_chan(const bp_abi_tensor *t, const float *p, int64_t c) {
-  return p[c * t->stride[3]];
 }
 
 /* ---- loops ---------------------------------------------------------------- */
@@ -200,20 +193,7 @@ static int bn_run_train(void *user, const bp_abi_kernel_args *args) {
     for (int64_t j = 0; j < nb; j++) mean[j] /= (double)M;
     bn_sqdev_loop(&px, x + c0, nb, mean, var);
     for (int64_t j = 0; j < nb; j++) var[j] /= (double)M;
-    for (int64_t j = 0; j < nb; j++) { /* the reference's per-channel code */
-      const int64_t c = c0 + j;
-      const double invstd = 1.0 / sqrt(var[j] + (double)a.eps);
-      scale[j] = bn_chan(&ti[1], ref_in(args, 1), c) * invstd;
-      shift[j] = bn_chan(&ti[2], ref_in(args, 2), c) - mean[j] * scale[j];
-      ref_out(args, 1)[c * to[1].stride[3]] = (float)mean[j];
-      ref_out(args, 2)[c * to[2].stride[3]] = (float)invstd;
-      const double m = a.momentum;
-      const double rm = bn_chan(&ti[3], ref_in(args, 3), c);
-      const double rv = bn_chan(&ti[4], ref_in(args, 4), c);
-      ref_out(args, 3)[c * to[3].stride[3]] = (float)((1.0 - m) * rm + m * mean[j]);
-      ref_out(args, 4)[c * to[4].stride[3]] =
-          (float)((1.0 - m) * rv + m * var[j] * (double)M / (double)(M - 1));
-    }
+    ref_bn_train_channels(args, &a, c0, nb, mean, var, scale, shift); /* the reference's own */
     bn_apply_loop(&px, x + c0, ref_out(args, 0) + c0, nb, scale, shift);
   }
   return BP_ABI_OK;
@@ -234,13 +214,7 @@ static int bn_run_eval(void *user, const bp_abi_kernel_args *args) {
   for (int64_t c0 = 0; c0 < C; c0 += BN_BLOCK) {
     const int64_t nb = C - c0 < BN_BLOCK ? C - c0 : BN_BLOCK;
     double scale[BN_BLOCK], shift[BN_BLOCK];
-    for (int64_t j = 0; j < nb; j++) {
-      const int64_t c = c0 + j;
-      const double rv = bn_chan(&ti[4], ref_in(args, 4), c);
-      scale[j] = bn_chan(&ti[1], ref_in(args, 1), c) / sqrt(rv + (double)a.eps);
-      shift[j] =
-          bn_chan(&ti[2], ref_in(args, 2), c) - bn_chan(&ti[3], ref_in(args, 3), c) * scale[j];
-    }
+    ref_bn_eval_channels(args, &a, c0, nb, scale, shift);
     bn_apply_loop(&px, ref_in(args, 0) + c0, ref_out(args, 0) + c0, nb, scale, shift);
   }
   return BP_ABI_OK;
@@ -257,27 +231,16 @@ static int bn_run_bwd(void *user, const bp_abi_kernel_args *args) {
     return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *ti = args->inputs, *to = args->outputs;
   const float *x = ref_in(args, 0), *dy = ref_in(args, 1);
-  float *dx = ref_out(args, 0), *dgamma = ref_out(args, 1), *dbeta = ref_out(args, 2);
-  const int64_t C = ti[0].shape[3], M = ti[0].shape[0] * ti[0].shape[1] * ti[0].shape[2];
+  float *dx = ref_out(args, 0);
+  const int64_t C = ti[0].shape[3];
   const bn_pixels px = {ti[0].shape[0], ti[0].shape[1], ti[0].shape[2], &ti[0], &ti[1], &to[0]};
   for (int64_t c0 = 0; c0 < C; c0 += BN_BLOCK) {
     const int64_t nb = C - c0 < BN_BLOCK ? C - c0 : BN_BLOCK;
     double mean[BN_BLOCK], invstd[BN_BLOCK], sdy[BN_BLOCK] = {0}, sdyx[BN_BLOCK] = {0};
     double k[BN_BLOCK];
-    for (int64_t j = 0; j < nb; j++) {
-      mean[j] = bn_chan(&ti[3], ref_in(args, 3), c0 + j);
-      invstd[j] = bn_chan(&ti[4], ref_in(args, 4), c0 + j);
-    }
+    ref_bn_saved_stats(args, c0, nb, mean, invstd);
     bn_bwd_sums_loop(&px, x + c0, dy + c0, nb, mean, invstd, sdy, sdyx);
-    for (int64_t j = 0; j < nb; j++) { /* the reference's per-channel code */
-      const int64_t c = c0 + j;
-      float *pg = dgamma + c * to[1].stride[3], *pb = dbeta + c * to[2].stride[3];
-      *pg = a.accumulate ? (float)(*pg + sdyx[j]) : (float)sdyx[j];
-      *pb = a.accumulate ? (float)(*pb + sdy[j]) : (float)sdy[j];
-      k[j] = bn_chan(&ti[2], ref_in(args, 2), c) * invstd[j];
-      sdy[j] /= (double)M;
-      sdyx[j] /= (double)M;
-    }
+    ref_bn_bwd_channels(args, &a, c0, nb, invstd, sdy, sdyx, k); /* the reference's own */
     bn_bwd_dx_loop(&px, x + c0, dy + c0, dx + c0, nb, mean, invstd, k, sdy, sdyx, a.accumulate);
   }
   return BP_ABI_OK;

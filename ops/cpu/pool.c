@@ -71,6 +71,20 @@ static inline void pool_taps(int64_t o, int64_t stride, int64_t pad, int64_t ker
   *k1 = start + kernel > extent ? extent - start : kernel;
 }
 
+/* The window of output (oh, ow): its in-bounds taps [ky0, ky1) x [kx0,
+ * kx1) and the input pixel of tap (0, 0), (ih, iw). */
+typedef struct pool_window {
+  int64_t ky0, ky1, kx0, kx1, ih, iw;
+} pool_window;
+
+static inline pool_window window_of(const pool_dims *d, int64_t oh, int64_t ow) {
+  pool_window w;
+  pool_taps(oh, d->sh, d->ph, d->kh, d->h, &w.ky0, &w.ky1);
+  pool_taps(ow, d->sw, d->pw, d->kw, d->w, &w.kx0, &w.kx1);
+  w.ih = oh * d->sh - d->ph, w.iw = ow * d->sw - d->pw;
+  return w;
+}
+
 /* ---- loops ---------------------------------------------------------------- */
 
 #define POOL_BLOCK 64 /* channels per pass over a window: the running max stays in L1 */
@@ -92,10 +106,8 @@ CPU_INLINE void maxpool_fwd_loop_body(const pool_dims *d, const float *restrict 
   for (int64_t n = 0; n < d->n; n++)
     for (int64_t oh = 0; oh < d->oh; oh++)
       for (int64_t ow = 0; ow < d->ow; ow++) {
-        int64_t ky0, ky1, kx0, kx1;
-        pool_taps(oh, d->sh, d->ph, d->kh, d->h, &ky0, &ky1);
-        pool_taps(ow, d->sw, d->pw, d->kw, d->w, &kx0, &kx1);
-        const int64_t ih = oh * d->sh - d->ph, iw = ow * d->sw - d->pw;
+        const pool_window wi = window_of(d, oh, ow);
+        const int64_t ky0 = wi.ky0, ky1 = wi.ky1, kx0 = wi.kx0, kx1 = wi.kx1, ih = wi.ih, iw = wi.iw;
         float *yr = y + ref_off(d->y, n, oh, ow, 0);
         int8_t *mr = mask + ref_off(d->mask, n, oh, ow, 0);
         for (int64_t c0 = 0; c0 < d->c; c0 += POOL_BLOCK) {
@@ -130,9 +142,8 @@ CPU_INLINE void maxpool_mask_check_body(const pool_dims *d, const int8_t *restri
   for (int64_t n = 0; n < d->n; n++)
     for (int64_t oh = 0; oh < d->oh; oh++)
       for (int64_t ow = 0; ow < d->ow; ow++) {
-        int64_t ky0, ky1, kx0, kx1;
-        pool_taps(oh, d->sh, d->ph, d->kh, d->h, &ky0, &ky1);
-        pool_taps(ow, d->sw, d->pw, d->kw, d->w, &kx0, &kx1);
+        const pool_window wi = window_of(d, oh, ow);
+        const int64_t ky0 = wi.ky0, ky1 = wi.ky1, kx0 = wi.kx0, kx1 = wi.kx1;
         const int8_t *mr = mask + ref_off(d->mask, n, oh, ow, 0);
         if (ky0 == 0 && ky1 == d->kh && kx0 == 0 && kx1 == d->kw) {
           for (int64_t c = 0; c < d->c; c++) any |= (int)(uint8_t)mr[c] >= taps;
@@ -180,10 +191,8 @@ CPU_INLINE void maxpool_bwd_loop_body(const pool_dims *d, const float *restrict 
   for (int64_t n = 0; n < d->n; n++)
     for (int64_t oh = 0; oh < d->oh; oh++)
       for (int64_t ow = 0; ow < d->ow; ow++) {
-        int64_t ky0, ky1, kx0, kx1;
-        pool_taps(oh, d->sh, d->ph, d->kh, d->h, &ky0, &ky1);
-        pool_taps(ow, d->sw, d->pw, d->kw, d->w, &kx0, &kx1);
-        const int64_t ih = oh * d->sh - d->ph, iw = ow * d->sw - d->pw;
+        const pool_window wi = window_of(d, oh, ow);
+        const int64_t ky0 = wi.ky0, ky1 = wi.ky1, kx0 = wi.kx0, kx1 = wi.kx1, ih = wi.ih, iw = wi.iw;
         const float *dyr = dy + ref_off(d->y, n, oh, ow, 0);
         const int8_t *mr = mask + ref_off(d->mask, n, oh, ow, 0);
         for (int64_t c0 = 0; c0 < d->c; c0 += POOL_BLOCK) {

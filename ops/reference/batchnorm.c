@@ -100,6 +100,65 @@ static void bn_apply(const bp_abi_tensor *tx, const float *x, const bp_abi_tenso
       }
 }
 
+/* ---- the per-channel steps (reference-impl.h; ops/cpu calls them too) ---- */
+
+void ref_bn_train_channels(const bp_abi_kernel_args *args, const bp_batchnorm_attrs *a,
+                           int64_t c0, int64_t nb, const double *mean, const double *var,
+                           double *scale, double *shift) {
+  const bp_abi_tensor *ti = args->inputs, *to = args->outputs;
+  const int64_t M = ti[0].shape[0] * ti[0].shape[1] * ti[0].shape[2];
+  for (int64_t j = 0; j < nb; j++) {
+    const int64_t c = c0 + j;
+    const double invstd = 1.0 / sqrt(var[j] + (double)a->eps);
+    scale[j] = bn_chan(&ti[1], ref_in(args, 1), c) * invstd;
+    shift[j] = bn_chan(&ti[2], ref_in(args, 2), c) - mean[j] * scale[j];
+    ref_out(args, 1)[c * to[1].stride[3]] = (float)mean[j];
+    ref_out(args, 2)[c * to[2].stride[3]] = (float)invstd;
+    const double m = a->momentum;
+    const double rm = bn_chan(&ti[3], ref_in(args, 3), c);
+    const double rv = bn_chan(&ti[4], ref_in(args, 4), c);
+    ref_out(args, 3)[c * to[3].stride[3]] = (float)((1.0 - m) * rm + m * mean[j]);
+    ref_out(args, 4)[c * to[4].stride[3]] =
+        (float)((1.0 - m) * rv + m * var[j] * (double)M / (double)(M - 1));
+  }
+}
+
+void ref_bn_eval_channels(const bp_abi_kernel_args *args, const bp_batchnorm_attrs *a,
+                          int64_t c0, int64_t nb, double *scale, double *shift) {
+  const bp_abi_tensor *ti = args->inputs;
+  for (int64_t j = 0; j < nb; j++) {
+    const int64_t c = c0 + j;
+    const double rv = bn_chan(&ti[4], ref_in(args, 4), c);
+    scale[j] = bn_chan(&ti[1], ref_in(args, 1), c) / sqrt(rv + (double)a->eps);
+    shift[j] = bn_chan(&ti[2], ref_in(args, 2), c) - bn_chan(&ti[3], ref_in(args, 3), c) * scale[j];
+  }
+}
+
+void ref_bn_saved_stats(const bp_abi_kernel_args *args, int64_t c0, int64_t nb, double *mean,
+                        double *invstd) {
+  const bp_abi_tensor *ti = args->inputs;
+  for (int64_t j = 0; j < nb; j++) {
+    mean[j] = bn_chan(&ti[3], ref_in(args, 3), c0 + j);
+    invstd[j] = bn_chan(&ti[4], ref_in(args, 4), c0 + j);
+  }
+}
+
+void ref_bn_bwd_channels(const bp_abi_kernel_args *args, const bp_batchnorm_attrs *a, int64_t c0,
+                         int64_t nb, const double *invstd, double *sdy, double *sdyx, double *k) {
+  const bp_abi_tensor *ti = args->inputs, *to = args->outputs;
+  const int64_t M = ti[0].shape[0] * ti[0].shape[1] * ti[0].shape[2];
+  float *dgamma = ref_out(args, 1), *dbeta = ref_out(args, 2);
+  for (int64_t j = 0; j < nb; j++) {
+    const int64_t c = c0 + j;
+    float *pg = dgamma + c * to[1].stride[3], *pb = dbeta + c * to[2].stride[3];
+    *pg = a->accumulate ? (float)(*pg + sdyx[j]) : (float)sdyx[j];
+    *pb = a->accumulate ? (float)(*pb + sdy[j]) : (float)sdy[j];
+    k[j] = bn_chan(&ti[2], ref_in(args, 2), c) * invstd[j];
+    sdy[j] /= (double)M;
+    sdyx[j] /= (double)M;
+  }
+}
+
 /* batchnorm.fwd_train
  *   in:  x, gamma, beta, running_mean, running_var
  *   out: y, save_mean, save_invstd, running_mean, running_var
@@ -142,20 +201,7 @@ static int bn_run_train(void *user, const bp_abi_kernel_args *args) {
           var[j] /= (double)M;
       }
     }
-    for (int64_t j = 0; j < nb; j++) {
-      const int64_t c = c0 + j;
-      const double invstd = 1.0 / sqrt(var[j] + (double)a.eps);
-      scale[j] = bn_chan(&ti[1], ref_in(args, 1), c) * invstd;
-      shift[j] = bn_chan(&ti[2], ref_in(args, 2), c) - mean[j] * scale[j];
-      ref_out(args, 1)[c * to[1].stride[3]] = (float)mean[j];
-      ref_out(args, 2)[c * to[2].stride[3]] = (float)invstd;
-      const double m = a.momentum;
-      const double rm = bn_chan(&ti[3], ref_in(args, 3), c);
-      const double rv = bn_chan(&ti[4], ref_in(args, 4), c);
-      ref_out(args, 3)[c * to[3].stride[3]] = (float)((1.0 - m) * rm + m * mean[j]);
-      ref_out(args, 4)[c * to[4].stride[3]] =
-          (float)((1.0 - m) * rv + m * var[j] * (double)M / (double)(M - 1));
-    }
+    ref_bn_train_channels(args, &a, c0, nb, mean, var, scale, shift);
     bn_apply(&ti[0], x, &to[0], ref_out(args, 0), c0, nb, scale, shift);
   }
   return BP_ABI_OK;
@@ -176,12 +222,7 @@ static int bn_run_eval(void *user, const bp_abi_kernel_args *args) {
   for (int64_t c0 = 0; c0 < C; c0 += BN_BLOCK) {
     const int64_t nb = C - c0 < BN_BLOCK ? C - c0 : BN_BLOCK;
     double scale[BN_BLOCK], shift[BN_BLOCK];
-    for (int64_t j = 0; j < nb; j++) {
-      const int64_t c = c0 + j;
-      const double rv = bn_chan(&ti[4], ref_in(args, 4), c);
-      scale[j] = bn_chan(&ti[1], ref_in(args, 1), c) / sqrt(rv + (double)a.eps);
-      shift[j] = bn_chan(&ti[2], ref_in(args, 2), c) - bn_chan(&ti[3], ref_in(args, 3), c) * scale[j];
-    }
+    ref_bn_eval_channels(args, &a, c0, nb, scale, shift);
     bn_apply(&ti[0], ref_in(args, 0), &args->outputs[0], ref_out(args, 0), c0, nb, scale, shift);
   }
   return BP_ABI_OK;
@@ -202,16 +243,13 @@ static int bn_run_bwd(void *user, const bp_abi_kernel_args *args) {
     return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *ti = args->inputs, *to = args->outputs;
   const float *x = ref_in(args, 0), *dy = ref_in(args, 1);
-  float *dx = ref_out(args, 0), *dgamma = ref_out(args, 1), *dbeta = ref_out(args, 2);
-  const int64_t C = ti[0].shape[3], M = ti[0].shape[0] * ti[0].shape[1] * ti[0].shape[2];
+  float *dx = ref_out(args, 0);
+  const int64_t C = ti[0].shape[3];
   for (int64_t c0 = 0; c0 < C; c0 += BN_BLOCK) {
     const int64_t nb = C - c0 < BN_BLOCK ? C - c0 : BN_BLOCK;
     double mean[BN_BLOCK], invstd[BN_BLOCK], sdy[BN_BLOCK] = {0}, sdyx[BN_BLOCK] = {0};
     double k[BN_BLOCK];
-    for (int64_t j = 0; j < nb; j++) {
-      mean[j] = bn_chan(&ti[3], ref_in(args, 3), c0 + j);
-      invstd[j] = bn_chan(&ti[4], ref_in(args, 4), c0 + j);
-    }
+    ref_bn_saved_stats(args, c0, nb, mean, invstd);
     for (int64_t n = 0; n < ti[0].shape[0]; n++)
       for (int64_t h = 0; h < ti[0].shape[1]; h++)
         for (int64_t w = 0; w < ti[0].shape[2]; w++) {
@@ -223,15 +261,7 @@ static int bn_run_bwd(void *user, const bp_abi_kernel_args *args) {
             sdyx[j] += g * (xr[j * ti[0].stride[3]] - mean[j]) * invstd[j];
           }
         }
-    for (int64_t j = 0; j < nb; j++) {
-      const int64_t c = c0 + j;
-      float *pg = dgamma + c * to[1].stride[3], *pb = dbeta + c * to[2].stride[3];
-      *pg = a.accumulate ? (float)(*pg + sdyx[j]) : (float)sdyx[j];
-      *pb = a.accumulate ? (float)(*pb + sdy[j]) : (float)sdy[j];
-      k[j] = bn_chan(&ti[2], ref_in(args, 2), c) * invstd[j];
-      sdy[j] /= (double)M;
-      sdyx[j] /= (double)M;
-    }
+    ref_bn_bwd_channels(args, &a, c0, nb, invstd, sdy, sdyx, k);
     for (int64_t n = 0; n < ti[0].shape[0]; n++)
       for (int64_t h = 0; h < ti[0].shape[1]; h++)
         for (int64_t w = 0; w < ti[0].shape[2]; w++) {

@@ -168,4 +168,22 @@ typedef struct ref_fc_geom {
 int ref_fc_check(const bp_abi_kernel_args *args, ref_pass pass, ref_fc_geom *g, char *reason,
                  size_t rs);
 
+/* The per-channel steps of batch norm (batchnorm.c), shared with ops/cpu so
+ * both do the very same double operations: for channels c0 .. c0+nb-1 of
+ * a checked call, fwd_train from the channel sums (mean, var: already
+ * divided by M) writes save_mean, save_invstd and the running statistics
+ * and gives the affine scale and shift; fwd_eval gives scale and shift
+ * from the running statistics; bwd reads save_mean and save_invstd
+ * (saved_stats), then from the sums of dy and dy*xhat writes dgamma and
+ * dbeta, gives k = gamma * invstd and divides both sums by M. */
+void ref_bn_train_channels(const bp_abi_kernel_args *args, const bp_batchnorm_attrs *a,
+                           int64_t c0, int64_t nb, const double *mean, const double *var,
+                           double *scale, double *shift);
+void ref_bn_eval_channels(const bp_abi_kernel_args *args, const bp_batchnorm_attrs *a,
+                          int64_t c0, int64_t nb, double *scale, double *shift);
+void ref_bn_saved_stats(const bp_abi_kernel_args *args, int64_t c0, int64_t nb, double *mean,
+                        double *invstd);
+void ref_bn_bwd_channels(const bp_abi_kernel_args *args, const bp_batchnorm_attrs *a, int64_t c0,
+                         int64_t nb, const double *invstd, double *sdy, double *sdyx, double *k);
+
 #endif
