@@ -170,22 +170,30 @@ static void fill(tt *t, uint64_t *rng, int nonfinite) {
 /* The whole slot of b made equal to a's (same layout). */
 static void same_bytes(tt *b, const tt *a) { memcpy(b->data, a->data, a->d.slot_bytes); }
 
-/* The whole slots equal, tail included; else fails naming the first
- * differing element. */
+/* The whole slots equal (logical elements, padding and tail, any dtype);
+ * else fails naming `what`, `context` and the first differing 4-byte word
+ * of each side. */
+static void expect_same_bytes(const tt *cpu, const tt *ref, const char *what,
+                              const char *context) {
+  if (memcmp(cpu->data, ref->data, ref->d.slot_bytes) == 0) return;
+  const unsigned char *a = cpu->data, *b = ref->data;
+  uint64_t i = 0;
+  while (a[i] == b[i]) i++;
+  uint32_t wa = 0, wb = 0;
+  const uint64_t w = i & ~(uint64_t)3, left = ref->d.slot_bytes - w;
+  memcpy(&wa, a + w, left < 4 ? left : 4), memcpy(&wb, b + w, left < 4 ? left : 4);
+  ck_abort_msg("%s (%s): byte %llu of %llu differs: cpu word %08x, reference word %08x", what,
+               context, (unsigned long long)i, (unsigned long long)ref->d.slot_bytes,
+               (unsigned)wa, (unsigned)wb);
+}
+
+/* expect_same_bytes for the range, relu and batch-norm runs. */
 static void expect_identical(const tt *cpu, const tt *ref, const char *what, int64_t n,
                              int64_t offset, const char *mode) {
-  if (memcmp(cpu->data, ref->data, ref->d.slot_bytes) == 0) return;
-  const int64_t count = tt_count(ref);
-  for (int64_t i = 0; i < count; i++) {
-    const uint32_t c = bits_of(fp(cpu)[i]), r = bits_of(fp(ref)[i]);
-    if (c != r)
-      ck_abort_msg("%s (%s, n %lld, offset %lld): element %lld: cpu %08x (%.9g), reference %08x "
-                   "(%.9g)",
-                   what, mode, (long long)n, (long long)offset, (long long)i, (unsigned)c,
-                   (double)fp(cpu)[i], (unsigned)r, (double)fp(ref)[i]);
-  }
-  ck_abort_msg("%s (%s, n %lld, offset %lld): the tail differs", what, mode, (long long)n,
-               (long long)offset);
+  char context[160];
+  snprintf(context, sizeof context, "%s, n %lld, offset %lld", mode, (long long)n,
+           (long long)offset);
+  expect_same_bytes(cpu, ref, what, context);
 }
 
 static tt scalar(float v) {
@@ -442,18 +450,13 @@ static void fill_nan(tt *t) {
   for (int64_t i = 0; i < n; i++) *tt_at(t, i) = float_of(0x7fc12345u);
 }
 
-/* The whole slots equal (logical elements, padding and tail); else fails
- * naming the first differing byte. */
+/* expect_same_bytes for the pool runs. */
 static void expect_same_slot(const tt *cpu, const tt *ref, const char *what, int ci, int acc) {
-  if (memcmp(cpu->data, ref->data, ref->d.slot_bytes) == 0) return;
-  const unsigned char *a = cpu->data, *b = ref->data;
-  uint64_t i = 0;
-  while (a[i] == b[i]) i++;
+  char context[160];
   const int64_t *s = ref->d.shape;
-  ck_abort_msg("%s (pool case %d, accumulate %d, shape [%lld,%lld,%lld,%lld]): byte %llu of %llu "
-               "differs: cpu %02x, reference %02x",
-               what, ci, acc, (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3],
-               (unsigned long long)i, (unsigned long long)ref->d.slot_bytes, a[i], b[i]);
+  snprintf(context, sizeof context, "pool case %d, accumulate %d, shape [%lld,%lld,%lld,%lld]", ci,
+           acc, (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);
+  expect_same_bytes(cpu, ref, what, context);
 }
 
 START_TEST(maxpool_matches_reference) {
