@@ -12,6 +12,11 @@
  *
  *   bench_ranks_interleaved MODEL [ROUNDS [STEPS [RANKS [strong|weak]]]]
  *
+ * The jobs' slowest one, times R ("lockstep"), bounds what R ranks can
+ * reach with free communication: ranks move in lockstep, every step at the
+ * pace of the slowest core, while independent jobs each keep their own
+ * core's pace (the cores of a shared VM drift apart by 5-20% for seconds).
+ *
  * Defaults: 30 rounds (one more first, as a warm-up, not counted), 20
  * steps per slice, 2 ranks, strong scaling: the R ranks split the model's
  * batch B (each rank B / R). Weak scaling: the R ranks run a global batch
@@ -87,8 +92,9 @@ static void *run_job(void *arg) {
   return NULL;
 }
 
-/* One slice of every job at once; their summed images/s. */
-static double jobs_slice(job *jobs, int count) {
+/* One slice of every job at once; their summed images/s, and the slowest
+ * one's in *slowest. */
+static double jobs_slice(job *jobs, int count, double *slowest) {
   pthread_t threads[MAX_JOBS];
   for (int k = 0; k < count; k++)
     if (pthread_create(&threads[k], NULL, run_job, &jobs[k]) != 0) {
@@ -96,9 +102,11 @@ static double jobs_slice(job *jobs, int count) {
       exit(1);
     }
   double sum = 0;
+  *slowest = 0;
   for (int k = 0; k < count; k++) {
     pthread_join(threads[k], NULL);
     sum += jobs[k].ips;
+    if (k == 0 || jobs[k].ips < *slowest) *slowest = jobs[k].ips;
   }
   return sum;
 }
@@ -135,34 +143,42 @@ int main(int argc, char **argv) {
   job jobs[MAX_JOBS];
   for (int k = 0; k < ranks; k++)
     jobs[k] = (job){open_trainer(argv[1], registry, 1, steps, batch, slices), 0};
-  double *v = calloc((size_t)rounds * 5, sizeof *v);
+  double *v = calloc((size_t)rounds * 7, sizeof *v);
   if (!v) {
     fprintf(stderr, "ranks_interleaved: out of memory\n");
     return 1;
   }
   double *ips1 = v, *ipsr = v + rounds, *ipsj = v + 2 * rounds, *ratio = v + 3 * rounds,
-         *ceiling = v + 4 * rounds;
+         *ceiling = v + 4 * rounds, *lockstep = v + 5 * rounds, *of_lockstep = v + 6 * rounds;
   printf("%s: %d rounds of %lld steps of batch %lld: 1 rank, %d ranks (%s scaling: global "
          "batch %lld), %d 1-rank jobs at once\n",
          argv[1], rounds, (long long)steps, (long long)batch, ranks, weak ? "weak" : "strong",
          (long long)(weak ? ranks * batch : batch), ranks);
-  printf("round  1 rank img/s  %d ranks img/s  %d jobs img/s  ranks/1  jobs/1\n", ranks, ranks);
+  printf("round  1 rank img/s  %d ranks img/s  %d jobs img/s  lockstep img/s  ranks/1  jobs/1  "
+         "ranks/lockstep\n",
+         ranks, ranks);
   for (int r = -1; r < rounds; r++) {
-    double a = 0, b = 0, c = 0;
+    double a = 0, b = 0, c = 0, slowest = 0;
     for (int k = 0; k < 3; k++) { /* the round's order: rotated by one each round */
       const int which = (k + r + 3) % 3;
       if (which == 0) a = slice(one);
       if (which == 1) b = slice(many);
-      if (which == 2) c = jobs_slice(jobs, ranks);
+      if (which == 2) c = jobs_slice(jobs, ranks, &slowest);
     }
     if (r < 0) continue; /* the warm-up round */
     ips1[r] = a, ipsr[r] = b, ipsj[r] = c, ratio[r] = b / a, ceiling[r] = c / a;
-    printf("%5d  %12.0f  %13.0f  %12.0f  %7.2f  %6.2f\n", r + 1, a, b, c, ratio[r], ceiling[r]);
+    lockstep[r] = ranks * slowest, of_lockstep[r] = b / lockstep[r];
+    printf("%5d  %12.0f  %13.0f  %12.0f  %14.0f  %7.2f  %6.2f  %14.2f\n", r + 1, a, b, c,
+           lockstep[r], ratio[r], ceiling[r], of_lockstep[r]);
   }
-  printf("median: 1 rank %.0f img/s, %d ranks %.0f img/s, %d jobs %.0f img/s\n",
-         median(ips1, rounds), ranks, median(ipsr, rounds), ranks, median(ipsj, rounds));
-  printf("median of the rounds' ratios: %d ranks / 1 rank %.2fx, %d jobs / 1 rank %.2fx\n", ranks,
-         median(ratio, rounds), ranks, median(ceiling, rounds));
+  printf("median: 1 rank %.0f img/s, %d ranks %.0f img/s, %d jobs %.0f img/s, lockstep %.0f "
+         "img/s\n",
+         median(ips1, rounds), ranks, median(ipsr, rounds), ranks, median(ipsj, rounds),
+         median(lockstep, rounds));
+  printf("median of the rounds' ratios: %d ranks / 1 rank %.2fx, %d jobs / 1 rank %.2fx, "
+         "ranks / lockstep %.2f\n",
+         ranks, median(ratio, rounds), ranks, median(ceiling, rounds),
+         median(of_lockstep, rounds));
   free(v);
   for (int k = 0; k < ranks; k++) bp_trainer_destroy(jobs[k].t);
   bp_trainer_destroy(many);
