@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define BP_ABI_MAJOR 1
-#define BP_ABI_MINOR 2
+#define BP_ABI_MINOR 3
 
 /* The one symbol a module exports; its type is bp_abi_module_entry_fn. The
  * major is part of the name so a module of another major fails at dlsym
@@ -83,8 +83,10 @@ typedef struct bp_abi_tensor {
 
 /* The ranks a collective kernel (allreduce.*) works across (1.1). The
  * host builds one per rank; `handle` is what `backend` names:
- *  "threads"  ranks are threads of one process: a bp_abi_comm_threads
- *             (below), shared by the ranks;
+ *  "threads"  ranks share memory: a bp_abi_comm_threads (below). The
+ *             ranks are threads of one process, or (1.3) processes of
+ *             one machine under mpirun whose arenas lie in one shared
+ *             mapping;
  *  "mpi"      one rank per process: an MPI_Comm * of the MPI library the
  *             host is linked with (MPI is initialized by the host);
  *  "nccl"     one rank per GPU: an ncclComm_t; the kernel enqueues on
@@ -97,10 +99,11 @@ typedef struct bp_abi_comm {
   void *handle;        /* see above */
 } bp_abi_comm;
 
-/* Shared memory between ranks that are threads (backend "threads"): a
- * barrier and one published pointer per rank, enough for any collective.
- * Every rank of the communicator calls the same functions in the same
- * order. */
+/* Shared memory between ranks (backend "threads"): a barrier and one
+ * published pointer per rank, enough for any collective. Every rank of
+ * the communicator calls the same functions in the same order. Ranks that
+ * are processes (1.3) reach each other's arenas only: publish a pointer
+ * the host bound (an input or output tensor), never a workspace. */
 typedef struct bp_abi_comm_threads {
   uint32_t struct_size;
   void *ctx; /* pass to every function below */

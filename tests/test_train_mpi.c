@@ -1,10 +1,11 @@
-/* One rank per process under mpirun (comm.h, ops/allreduce "mpi"):
- * `mpirun -np N blueprint train` ends with the same bits as `--ranks N`
- * threads (the two all-reduce kernels do the same float operations in the
- * same order, allreduce-impl.h), compared as checkpoint files (every
- * parameter, BN statistic and optimizer moment, and the counters); only
- * rank 0 prints and writes; --ranks under mpirun is refused in one line; a
- * failure on one process ends them all.
+/* One rank per process under mpirun (comm.h, ops/allreduce): `mpirun -np
+ * N blueprint train` ends with the same bits as `--ranks N` threads, with
+ * the arenas in shared memory ("threads" kernels over the MPI window) and
+ * apart ("mpi" kernels): every all-reduce kernel does the same float
+ * operations in the same order (allreduce-impl.h). Compared as checkpoint
+ * files (every parameter, BN statistic and optimizer moment, and the
+ * counters); only rank 0 prints and writes; --ranks under mpirun is
+ * refused in one line; a failure on one process ends them all.
  * Skips (exit 77) where mpirun is missing or blueprint was built without
  * MPI. Open MPI runs as root here only with its two opt-in variables, and
  * --oversubscribe lets 3 processes share 2 cores. */
@@ -29,6 +30,8 @@ static run_result train(int np, const char *model, const char *data, const char 
   int n = 0;
   if (np > 0) {
     argv[n++] = "mpirun";
+    argv[n++] = "--timeout"; /* a rank left waiting fails the test, not the suite's clock */
+    argv[n++] = "120";
     argv[n++] = "--oversubscribe";
     argv[n++] = "-np";
     argv[n++] = nps;
@@ -60,30 +63,44 @@ static int count_lines_with(const char *text, const char *needle) {
   return n;
 }
 
-/* N processes vs N threads: the same checkpoint bytes, one report. */
+/* N processes vs N threads: the same checkpoint bytes, one report; the
+ * processes' arenas in shared memory (the default on one machine) and,
+ * with BP_MPI_SHARED=0, apart (the "mpi" kernels' messages). */
 static void check_same_bits(const char *model_text, int use_mlp, int np, const char *batch) {
   toy_env e = toy_env_open(model_text, 260, 60, 3);
   const char *model = use_mlp ? e.mlp : e.model;
   char *ck_threads = path_in(e.dir, "threads.ckpt"), *ck_mpi = path_in(e.dir, "mpi.ckpt");
-  char ranks[16];
+  char ranks[16], transport[64];
   snprintf(ranks, sizeof ranks, "%d", np);
   run_result t = train(0, model, e.data,
                        (const char *const[]){"--ranks", ranks, "--batch", batch, "--checkpoint",
                                              ck_threads, NULL});
   ck_assert_msg(t.status == 0, "--ranks %d: %s", np, t.err);
-  run_result m = train(np, model, e.data,
-                       (const char *const[]){"--batch", batch, "--checkpoint", ck_mpi, NULL});
-  ck_assert_msg(m.status == 0, "mpirun -np %d: status %d\n%s\n%s", np, m.status, m.out, m.err);
-  ck_assert_msg(same_file(ck_threads, ck_mpi),
-                "mpirun -np %d and --ranks %d (batch %s) ended with different checkpoints", np, np,
-                batch);
-  /* rank 0 alone reports, with the same accuracy as the threads */
-  ck_assert_int_eq(count_lines_with(m.out, "test accuracy"), 1);
-  const char *a = strstr(t.out, "test accuracy"), *b = strstr(m.out, "test accuracy");
-  ck_assert(a && b);
-  ck_assert_msg(strncmp(a, b, 24) == 0, "threads '%.24s', mpi '%.24s'", a, b);
+  snprintf(transport, sizeof transport, "%d ranks (threads)", np);
+  ck_assert_msg(strstr(t.out, transport) != NULL, "stdout: %s", t.out);
+  static const char *const shared[] = {"1", "0"};
+  static const char *const said[] = {"mpi shared memory", "mpi messages"};
+  for (int i = 0; i < 2; i++) {
+    setenv("BP_MPI_SHARED", shared[i], 1);
+    remove(ck_mpi);
+    run_result m = train(np, model, e.data,
+                         (const char *const[]){"--batch", batch, "--checkpoint", ck_mpi, NULL});
+    unsetenv("BP_MPI_SHARED");
+    ck_assert_msg(m.status == 0, "mpirun -np %d (%s): status %d\n%s\n%s", np, said[i], m.status,
+                  m.out, m.err);
+    snprintf(transport, sizeof transport, "%d ranks (%s)", np, said[i]);
+    ck_assert_msg(strstr(m.out, transport) != NULL, "stdout: %s", m.out);
+    ck_assert_msg(same_file(ck_threads, ck_mpi),
+                  "mpirun -np %d (%s) and --ranks %d (batch %s) ended with different checkpoints",
+                  np, said[i], np, batch);
+    /* rank 0 alone reports, with the same accuracy as the threads */
+    ck_assert_int_eq(count_lines_with(m.out, "test accuracy"), 1);
+    const char *a = strstr(t.out, "test accuracy"), *b = strstr(m.out, "test accuracy");
+    ck_assert(a && b);
+    ck_assert_msg(strncmp(a, b, 24) == 0, "threads '%.24s', mpi '%.24s'", a, b);
+    run_free(&m);
+  }
   run_free(&t);
-  run_free(&m);
   free(ck_threads);
   free(ck_mpi);
   toy_env_close(&e);
@@ -127,6 +144,23 @@ START_TEST(mpi_failure_ends_every_process) {
 }
 END_TEST
 
+/* Rank 0 alone fails after the shared arenas exist (its metrics file
+ * cannot be opened; the others go on to train): it must not wait in the
+ * collective free of the window, which its peers never join, but end the
+ * run. */
+START_TEST(mpi_failure_after_shared_arenas_ends_every_process) {
+  toy_env e = toy_env_open(bn_model, 100, 40, 3);
+  char *metrics = path_in(e.dir, "no/such/dir/m.jsonl");
+  run_result r = train(2, e.model, e.data, (const char *const[]){"--metrics", metrics, NULL});
+  ck_assert_int_ne(r.status, 0);
+  ck_assert_msg(strstr(r.err, "metrics file") != NULL, "stderr: %s", r.err);
+  ck_assert_msg(strstr(r.err, "time limit") == NULL, "a rank was left waiting: %s", r.err);
+  run_free(&r);
+  free(metrics);
+  toy_env_close(&e);
+}
+END_TEST
+
 int main(void) {
   if (system("command -v mpirun >/dev/null 2>&1") != 0) {
     printf("SKIP: mpirun is not installed (apt-get install openmpi-bin)\n");
@@ -151,6 +185,7 @@ int main(void) {
   tcase_add_test(tc, mpi_bn_three_processes_uneven_match_three_threads);
   tcase_add_test(tc, mpi_refuses_ranks_option);
   tcase_add_test(tc, mpi_failure_ends_every_process);
+  tcase_add_test(tc, mpi_failure_after_shared_arenas_ends_every_process);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -158,6 +158,8 @@ static int run(bp_cli_train_args *a) {
       (long long)m->train.batch, (long long)bp_trainer_steps_per_epoch(t),
       (long long)bp_trainer_epochs(t), bp_optimizer_name(m->train.optimizer), m->train.lr,
       bp_lr_schedule_name(a->options.schedule));
+  if (bp_trainer_transport(t))
+    printf(", %d ranks (%s)", bp_trainer_world(t), bp_trainer_transport(t));
   if (a->options.resume_path)
     printf(", resumed at epoch %llu step %llu", (unsigned long long)s.epoch + 1,
            (unsigned long long)s.step);

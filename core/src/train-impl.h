@@ -105,6 +105,7 @@ struct bp_trainer {
   int world, local, first_rank;
   bp_comm *comm;       /* local > 1: the threads' communicator */
   bp_abi_comm mpi;     /* under mpirun: this process's MPI communicator */
+  int shared_arenas;   /* under mpirun on one machine: the arenas share memory (comm.h) */
   bp_rank_pool *pool;  /* local > 1: threads running local ranks 1..local-1 */
   bp_train_rank ranks[BP_TRAIN_MAX_RANKS];
   int v_train, v_eval, v_eval_last; /* variant indices, -1 when absent */

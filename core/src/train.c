@@ -328,17 +328,31 @@ static void plan_rank_steps(bp_trainer *t) {
   }
 }
 
+/* The arena of local rank k and the communicator its kernels see. Under
+ * mpirun on one machine the processes' arenas share one window and the
+ * kernels reach peers in place, as threads do (comm.h); else each arena is
+ * the device's. */
+static bp_status open_arena(bp_trainer *t, bp_train_rank *r, int k) {
+  if (bp_train_multi_process(t) && /* the cpu device: its arenas are host memory */
+      bp_arena_create(t->plan, bp_mpi_shared_allocator(), k, &r->arena) == BP_OK) {
+    t->shared_arenas = 1;
+    return bp_mpi_shared_comm(bp_arena_base(r->arena), &r->comm);
+  }
+  bp_status st = bp_arena_create(t->plan, &t->allocator, k, &r->arena);
+  if (t->comm) r->comm = bp_comm_abi(t->comm, k);
+  if (bp_train_multi_process(t)) r->comm = t->mpi;
+  return st;
+}
+
 static bp_status open_rank(bp_trainer *t, int k) {
   bp_train_rank *r = &t->ranks[k];
   r->rank = k;
-  bp_status st = bp_arena_create(t->plan, &t->allocator, k, &r->arena);
+  bp_status st = open_arena(t, r, k);
   if (st != BP_OK) return st;
   r->base = bp_arena_base(r->arena);
   /* pins: the options', else BP_KERNELS (the registry reads it), else the model file's */
   const char *pins = t->kernels;
   if (!pins && !getenv("BP_KERNELS") && t->model->train.kernels[0]) pins = t->model->train.kernels;
-  if (t->comm) r->comm = bp_comm_abi(t->comm, k);
-  if (bp_train_multi_process(t)) r->comm = t->mpi;
   bp_exec_options eo = {t->device,         pins,     t->opt.autotune,
                         t->autotune_cache, t->first_rank + k, t->world,
                         t->world > 1 ? &r->comm : NULL};
@@ -414,6 +428,9 @@ bp_status bp_trainer_create(const bp_model *model, const bp_train_options *optio
   if ((st = setup(t, model, options)) != BP_OK) {
     char why[2048];
     snprintf(why, sizeof why, "%s", bp_last_error()); /* destroy must not lose it */
+    /* this rank may fail alone: its peers would never join a collective free */
+    for (int k = 0; t->shared_arenas && k < t->local; k++)
+      if (t->ranks[k].arena) bp_mpi_shared_abandon(bp_arena_base(t->ranks[k].arena));
     bp_trainer_destroy(t);
     return bp_fail(st, "%s", why);
   }
@@ -534,6 +551,11 @@ int64_t bp_trainer_test_samples(const bp_trainer *t) {
 int bp_trainer_world(const bp_trainer *t) { return t ? t->world : 0; }
 int bp_trainer_rank(const bp_trainer *t) { return t ? t->first_rank : 0; }
 int bp_trainer_local_ranks(const bp_trainer *t) { return t ? t->local : 0; }
+const char *bp_trainer_transport(const bp_trainer *t) {
+  if (!t || t->world < 2) return NULL;
+  if (!bp_train_multi_process(t)) return "threads";
+  return t->shared_arenas ? "mpi shared memory" : "mpi messages";
+}
 
 bp_status bp_trainer_read_tensor(const bp_trainer *t, const char *name, float *dst,
                                  uint64_t count) {
