@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "blueprint/comm.h"
 
@@ -67,6 +68,16 @@ static void *shared_peer(void *ctx, int32_t peer) {
   return w->peers[peer] + *slot(w, peer);
 }
 
+/* Whether /dev/shm, where Open MPI puts shared windows, has room for
+ * `bytes`: a window larger than the tmpfs would map, then fault (SIGBUS)
+ * on the first write past its space (a container's 64 MiB /dev/shm).
+ * Without /dev/shm the MPI library picks its place and answers itself. */
+static int shm_has_room(size_t bytes) {
+  struct statvfs fs;
+  if (statvfs("/dev/shm", &fs) != 0) return 1;
+  return (double)fs.f_bavail * (double)fs.f_frsize >= (double)bytes;
+}
+
 /* Every rank's `ok`, and-ed: every rank takes the same branch. */
 static int all_agree(MPI_Comm comm, int ok) {
   int all = 0;
@@ -105,14 +116,15 @@ static void *shared_alloc(void *user, size_t bytes, size_t alignment) {
       MPI_Comm_size(node, &node_size) != MPI_SUCCESS)
     ok = 0;
   if (w) w->node = node;
+  /* a segment: a page of slack (MPI may start it anywhere), the arena, the slot page */
+  const size_t segment = SHARED_PAGE + (w ? w->bytes : 0) + SHARED_PAGE;
+  ok = ok && shm_has_room(segment * (size_t)mpi.world);
   if (!all_agree(comm, ok && node_size == mpi.world)) {
     if (w) window_free(w);
     else if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
     return NULL;
   }
   /* node ranks follow the world ranks (the key): node rank r is world rank r */
-  /* a segment: a page of slack (MPI may start it anywhere), the arena, the slot page */
-  const size_t segment = SHARED_PAGE + w->bytes + SHARED_PAGE;
   char *own = NULL;
   ok = MPI_Win_allocate_shared((MPI_Aint)segment, 1, MPI_INFO_NULL, node, &own, &w->win) ==
            MPI_SUCCESS &&
