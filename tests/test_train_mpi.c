@@ -129,35 +129,35 @@ START_TEST(mpi_refuses_ranks_option) {
 }
 END_TEST
 
+/* Runs 2 processes with `option` naming a file in a missing directory,
+ * which only rank 0 opens: it fails alone, the other rank goes on. The run
+ * must end every process with rank 0's reason (`says`), within mpirun's
+ * time limit (no rank left waiting). */
+static void check_rank0_failure_ends_run(const char *option, const char *says) {
+  toy_env e = toy_env_open(bn_model, 100, 40, 3);
+  char *path = path_in(e.dir, "no/such/dir/file");
+  run_result r = train(2, e.model, e.data, (const char *const[]){option, path, NULL});
+  ck_assert_int_ne(r.status, 0);
+  ck_assert_msg(strstr(r.err, says) != NULL, "stderr: %s", r.err);
+  ck_assert_msg(strstr(r.err, "time limit") == NULL, "a rank was left waiting: %s", r.err);
+  run_free(&r);
+  free(path);
+  toy_env_close(&e);
+}
+
 /* Rank 0 alone writes the checkpoint; when that fails after the others
  * have trained on, MPI_Abort ends every process (no rank is left waiting in
- * an all-reduce): a non-zero exit with the reason, not a hang. */
+ * an all-reduce). */
 START_TEST(mpi_failure_ends_every_process) {
-  toy_env e = toy_env_open(bn_model, 100, 40, 3);
-  char *ck = path_in(e.dir, "no/such/dir/ck");
-  run_result r = train(2, e.model, e.data, (const char *const[]){"--checkpoint", ck, NULL});
-  ck_assert_int_ne(r.status, 0);
-  ck_assert_msg(strstr(r.err, "cannot write checkpoint") != NULL, "stderr: %s", r.err);
-  run_free(&r);
-  free(ck);
-  toy_env_close(&e);
+  check_rank0_failure_ends_run("--checkpoint", "cannot write checkpoint");
 }
 END_TEST
 
-/* Rank 0 alone fails after the shared arenas exist (its metrics file
- * cannot be opened; the others go on to train): it must not wait in the
- * collective free of the window, which its peers never join, but end the
- * run. */
+/* Rank 0 alone fails while the trainer is created, after the shared
+ * arenas exist (its metrics file cannot be opened): it must not wait in
+ * the collective free of the window, which its peers never join. */
 START_TEST(mpi_failure_after_shared_arenas_ends_every_process) {
-  toy_env e = toy_env_open(bn_model, 100, 40, 3);
-  char *metrics = path_in(e.dir, "no/such/dir/m.jsonl");
-  run_result r = train(2, e.model, e.data, (const char *const[]){"--metrics", metrics, NULL});
-  ck_assert_int_ne(r.status, 0);
-  ck_assert_msg(strstr(r.err, "metrics file") != NULL, "stderr: %s", r.err);
-  ck_assert_msg(strstr(r.err, "time limit") == NULL, "a rank was left waiting: %s", r.err);
-  run_free(&r);
-  free(metrics);
-  toy_env_close(&e);
+  check_rank0_failure_ends_run("--metrics", "metrics file");
 }
 END_TEST
 
