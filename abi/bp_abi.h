@@ -85,8 +85,8 @@ typedef struct bp_abi_tensor {
  * host builds one per rank; `handle` is what `backend` names:
  *  "threads"  ranks share memory: a bp_abi_comm_threads (below). The
  *             ranks are threads of one process, or (1.3) processes of
- *             one machine under mpirun whose arenas lie in one shared
- *             mapping;
+ *             one machine under mpirun whose arenas' collective spans
+ *             lie in shared memory;
  *  "mpi"      one rank per process: an MPI_Comm * of the MPI library the
  *             host is linked with (MPI is initialized by the host);
  *  "nccl"     one rank per GPU: an ncclComm_t; the kernel enqueues on
@@ -102,8 +102,9 @@ typedef struct bp_abi_comm {
 /* Shared memory between ranks (backend "threads"): a barrier and one
  * published pointer per rank, enough for any collective. Every rank of
  * the communicator calls the same functions in the same order. Ranks that
- * are processes (1.3) reach each other's arenas only: publish a pointer
- * the host bound (an input or output tensor), never a workspace. */
+ * are processes (1.3) reach only the spans the host shares: publish a
+ * pointer the host bound to a collective node (its input or output),
+ * never a workspace. */
 typedef struct bp_abi_comm_threads {
   uint32_t struct_size;
   void *ctx; /* pass to every function below */

@@ -1,6 +1,6 @@
 /* One rank per process under mpirun (comm.h, ops/allreduce): `mpirun -np
  * N blueprint train` ends with the same bits as `--ranks N` threads, with
- * the arenas in shared memory ("threads" kernels over the MPI window) and
+ * the arenas' spans in shared memory ("threads" kernels over them) and
  * apart ("mpi" kernels): every all-reduce kernel does the same float
  * operations in the same order (allreduce-impl.h). Compared as checkpoint
  * files (every parameter, BN statistic and optimizer moment, and the
@@ -10,6 +10,7 @@
  * MPI. Open MPI runs as root here only with its two opt-in variables, and
  * --oversubscribe lets 3 processes share 2 cores. */
 #include <check.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,17 @@ static run_result train(int np, const char *model, const char *data, const char 
   return r;
 }
 
+/* Files of blueprint's shared arenas left in /dev/shm (their names go as
+ * soon as every process has them open). */
+static int shm_leftovers(void) {
+  DIR *d = opendir("/dev/shm");
+  if (!d) return 0;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) n += strncmp(e->d_name, "blueprint-", 10) == 0;
+  closedir(d);
+  return n;
+}
+
 static int count_lines_with(const char *text, const char *needle) {
   int n = 0;
   for (const char *p = text; (p = strstr(p, needle)) != NULL; p++) n++;
@@ -98,6 +110,7 @@ static void check_same_bits(const char *model_text, int use_mlp, int np, const c
     const char *a = strstr(t.out, "test accuracy"), *b = strstr(m.out, "test accuracy");
     ck_assert(a && b);
     ck_assert_msg(strncmp(a, b, 24) == 0, "threads '%.24s', mpi '%.24s'", a, b);
+    ck_assert_int_eq(shm_leftovers(), 0);
     run_free(&m);
   }
   run_free(&t);
@@ -140,6 +153,7 @@ static void check_rank0_failure_ends_run(const char *option, const char *says) {
   ck_assert_int_ne(r.status, 0);
   ck_assert_msg(strstr(r.err, says) != NULL, "stderr: %s", r.err);
   ck_assert_msg(strstr(r.err, "time limit") == NULL, "a rank was left waiting: %s", r.err);
+  ck_assert_int_eq(shm_leftovers(), 0);
   run_free(&r);
   free(path);
   toy_env_close(&e);
@@ -154,8 +168,8 @@ START_TEST(mpi_failure_ends_every_process) {
 END_TEST
 
 /* Rank 0 alone fails while the trainer is created, after the shared
- * arenas exist (its metrics file cannot be opened): it must not wait in
- * the collective free of the window, which its peers never join. */
+ * arenas exist (its metrics file cannot be opened): freeing its arena must
+ * not wait for its peers, which go on to train. */
 START_TEST(mpi_failure_after_shared_arenas_ends_every_process) {
   check_rank0_failure_ends_run("--metrics", "metrics file");
 }

@@ -1,81 +1,85 @@
-/* Arenas of mpirun processes on one machine, in one MPI shared window
- * (comm.h: bp_mpi_shared_allocator, bp_mpi_shared_comm). Each rank's
- * segment is its arena from the first page boundary on, then one page
- * whose first word is the offset the rank last published: pointers differ
- * between processes, offsets into arenas of the same plan do not. */
+/* Arenas of mpirun processes on one machine (comm.h: bp_mpi_shared_allocator,
+ * bp_mpi_shared_comm). A rank's arena is one address range: its first
+ * `shared` bytes (the regions the collectives touch, first in every plan)
+ * map the rank's segment of one shared memory file, which every process
+ * also maps whole to read its peers' segments; the rest (features, inputs)
+ * is private memory, in huge pages where the kernel gives them. Pointers
+ * differ between processes, offsets into arenas of one plan do not: a rank
+ * publishes the offset of its span in the slot page after its segment, and
+ * its peers add it to their mapping of that segment. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "blueprint/comm.h"
 
 #ifdef BP_HAVE_MPI
 #include <mpi.h>
 
-#define SHARED_PAGE ((size_t)4096)
-#define SHARED_MAX_WINDOWS 16 /* arenas alive at once in one process */
+#define PAGE ((size_t)4096)
+#define HUGE_PAGE ((size_t)2 << 20)
+#define MAX_ARENAS 16 /* shared arenas alive at once in one process */
 
-typedef struct shared_window {
-  MPI_Win win;
-  MPI_Comm node; /* the ranks of this machine: every rank of the run */
-  char *base;    /* this rank's arena */
-  size_t bytes;  /* each arena, rounded up to the page; the slot page follows */
+typedef struct shared_arena {
+  MPI_Comm comm;    /* the run's processes (MPI_COMM_WORLD's duplicate) */
   int rank, world;
-  char **peers; /* every rank's arena, as mapped in this process */
-  int locked;   /* MPI_Win_lock_all holds: one passive epoch for the window's life */
+  char *base;       /* this rank's arena */
+  size_t bytes;     /* its mapped length */
+  size_t segment;   /* one rank's part of the file: its shared bytes, then the slot page */
+  size_t shared;    /* the arena's first bytes that live in the file */
+  char *file;       /* every rank's segment, world * segment bytes */
+  char **peers;     /* peers[r]: rank r's arena start as mapped here (the file, or base) */
   bp_abi_comm_threads abi;
-} shared_window;
+} shared_arena;
 
-static shared_window *windows[SHARED_MAX_WINDOWS];
+static shared_arena *arenas[MAX_ARENAS];
 
-static shared_window **find(const void *base) {
-  for (int i = 0; i < SHARED_MAX_WINDOWS; i++)
-    if (windows[i] && windows[i]->base == base) return &windows[i];
+static shared_arena **find(const void *base) {
+  for (int i = 0; i < MAX_ARENAS; i++)
+    if (arenas[i] && arenas[i]->base == base) return &arenas[i];
   return NULL;
 }
 
-static shared_window **unused(void) {
-  for (int i = 0; i < SHARED_MAX_WINDOWS; i++)
-    if (!windows[i]) return &windows[i];
+static shared_arena **unused(void) {
+  for (int i = 0; i < MAX_ARENAS; i++)
+    if (!arenas[i]) return &arenas[i];
   return NULL;
 }
 
-static volatile uint64_t *slot(const shared_window *w, int rank) {
-  return (volatile uint64_t *)(void *)(w->peers[rank] + w->bytes);
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+static volatile uint64_t *slot(const shared_arena *a, int rank) {
+  return (volatile uint64_t *)(void *)(a->file + (size_t)rank * a->segment + a->shared);
 }
 
-/* A failed barrier would leave peers reading half-written spans: end the
- * run instead (as bp_mpi_abort does for any failed rank). */
+/* The fences order this rank's plain stores and loads on the shared pages
+ * against the barrier (MPI orders only its own messages). A failed barrier
+ * would leave peers reading half-written spans: the run ends instead, as
+ * bp_mpi_abort ends it for any failed rank. */
 static void shared_barrier(void *ctx) {
-  shared_window *w = ctx;
-  MPI_Win_sync(w->win); /* this rank's stores, before the others pass */
-  if (MPI_Barrier(w->node) != MPI_SUCCESS) {
-    fprintf(stderr, "blueprint: rank %d: MPI_Barrier on the shared arenas failed\n", w->rank);
+  const shared_arena *a = ctx;
+  atomic_thread_fence(memory_order_seq_cst);
+  if (MPI_Barrier(a->comm) != MPI_SUCCESS) {
+    fprintf(stderr, "blueprint: rank %d: MPI_Barrier failed between shared arenas\n", a->rank);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  MPI_Win_sync(w->win); /* the others' stores, before this rank reads */
+  atomic_thread_fence(memory_order_seq_cst);
 }
 
 static void shared_publish(void *ctx, int32_t rank, void *pointer) {
-  shared_window *w = ctx;
-  *slot(w, rank) = (uint64_t)((char *)pointer - w->base);
+  const shared_arena *a = ctx;
+  *slot(a, rank) = (uint64_t)((char *)pointer - a->base);
 }
 
 static void *shared_peer(void *ctx, int32_t peer) {
-  const shared_window *w = ctx;
-  return w->peers[peer] + *slot(w, peer);
-}
-
-/* Whether /dev/shm, where Open MPI puts shared windows, has room for
- * `bytes`: a window larger than the tmpfs would map, then fault (SIGBUS)
- * on the first write past its space (a container's 64 MiB /dev/shm).
- * Without /dev/shm the MPI library picks its place and answers itself. */
-static int shm_has_room(size_t bytes) {
-  struct statvfs fs;
-  if (statvfs("/dev/shm", &fs) != 0) return 1;
-  return (double)fs.f_bavail * (double)fs.f_frsize >= (double)bytes;
+  const shared_arena *a = ctx;
+  return a->peers[peer] + *slot(a, peer);
 }
 
 /* Every rank's `ok`, and-ed: every rank takes the same branch. */
@@ -84,93 +88,124 @@ static int all_agree(MPI_Comm comm, int ok) {
   return MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm) == MPI_SUCCESS && all;
 }
 
-static void window_free(shared_window *w) {
-  if (w->locked) MPI_Win_unlock_all(w->win);
-  if (w->win != MPI_WIN_NULL) MPI_Win_free(&w->win);
-  if (w->node != MPI_COMM_NULL) MPI_Comm_free(&w->node);
-  free(w->peers);
-  free(w);
+/* Every rank of the run on this machine? (collective) */
+static int one_machine(MPI_Comm comm, int rank, int world) {
+  MPI_Comm node = MPI_COMM_NULL;
+  int size = 0;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) !=
+      MPI_SUCCESS)
+    return 0;
+  MPI_Comm_size(node, &size);
+  MPI_Comm_free(&node);
+  return size == world;
+}
+
+static void arena_unmap(shared_arena *a) {
+  if (a->base) munmap(a->base, a->bytes);
+  if (a->file) munmap(a->file, a->segment * (size_t)a->world);
+  free(a->peers);
+  free(a);
+}
+
+/* The arena's address range: the rank's segment of `fd` first, private
+ * memory after it; aligned to a huge page so the private part can use them. */
+static char *map_arena(shared_arena *a, int fd) {
+  char *raw = mmap(NULL, a->bytes + HUGE_PAGE, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return NULL;
+  char *base = (char *)round_up((uintptr_t)raw, HUGE_PAGE);
+  if (base > raw) munmap(raw, (size_t)(base - raw));
+  munmap(base + a->bytes, (size_t)(raw + HUGE_PAGE - base));
+  if (mmap(base, a->shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+           (off_t)((size_t)a->rank * a->segment)) == MAP_FAILED ||
+      (a->bytes > a->shared &&
+       mmap(base + a->shared, a->bytes - a->shared, PROT_READ | PROT_WRITE,
+            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)) {
+    munmap(base, a->bytes);
+    return NULL;
+  }
+  if (a->bytes > a->shared) (void)madvise(base + a->shared, a->bytes - a->shared, MADV_HUGEPAGE);
+  return base;
+}
+
+/* Rank 0 creates the file (its pages reserved now: a full /dev/shm says so
+ * here, not with a fault on the first write) and names it to the others;
+ * every rank maps it and its arena. Rank 0 removes the name once every rank
+ * holds the file open. */
+static int open_file(shared_arena *a) {
+  static unsigned serial;
+  char name[64] = {0};
+  int fd = -1, ok = 1;
+  if (a->rank == 0) {
+    snprintf(name, sizeof name, "/blueprint-%ld-%u", (long)getpid(), serial++);
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    ok = fd >= 0 && posix_fallocate(fd, 0, (off_t)(a->segment * (size_t)a->world)) == 0;
+  }
+  if (MPI_Bcast(name, sizeof name, MPI_CHAR, 0, a->comm) != MPI_SUCCESS) ok = 0;
+  if (!all_agree(a->comm, ok)) {
+    if (fd >= 0) close(fd);
+    if (a->rank == 0 && name[0]) shm_unlink(name);
+    return 0;
+  }
+  if (a->rank != 0) fd = shm_open(name, O_RDWR, 0600);
+  ok = fd >= 0;
+  if (ok) {
+    a->file = mmap(NULL, a->segment * (size_t)a->world, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (a->file == MAP_FAILED) a->file = NULL;
+    ok = a->file && (a->base = map_arena(a, fd)) != NULL;
+  }
+  if (fd >= 0) close(fd); /* the mappings keep the file */
+  ok = all_agree(a->comm, ok); /* every rank has opened it (or failed) */
+  if (a->rank == 0) shm_unlink(name);
+  return ok;
 }
 
 static void *shared_alloc(void *user, size_t bytes, size_t alignment) {
-  (void)user;
   bp_abi_comm mpi;
   if (bp_mpi_comm(&mpi) != BP_OK || mpi.world < 2) return NULL;
   const MPI_Comm comm = *(const MPI_Comm *)mpi.handle;
   const char *env = getenv("BP_MPI_SHARED");
-  shared_window **free_slot = unused();
-  shared_window *w = calloc(1, sizeof *w);
-  int ok = w && free_slot && alignment <= SHARED_PAGE && !(env && strcmp(env, "0") == 0);
-  if (w) {
-    w->win = MPI_WIN_NULL;
-    w->node = MPI_COMM_NULL;
-    w->rank = mpi.rank;
-    w->world = mpi.world;
-    w->bytes = (bytes + SHARED_PAGE - 1) / SHARED_PAGE * SHARED_PAGE;
+  const size_t shared = round_up(*(const size_t *)user, PAGE);
+  shared_arena **free_slot = unused();
+  shared_arena *a = calloc(1, sizeof *a);
+  int ok = a && free_slot && alignment <= PAGE && shared > 0 && shared <= round_up(bytes, PAGE) &&
+           !(env && strcmp(env, "0") == 0);
+  if (a) {
+    *a = (shared_arena){.comm = comm, .rank = mpi.rank, .world = mpi.world};
+    a->bytes = round_up(bytes, PAGE);
+    a->shared = shared;
+    a->segment = shared + PAGE;
+    a->peers = calloc((size_t)mpi.world, sizeof *a->peers);
+    ok = ok && a->peers;
   }
-  /* a collective whatever ok says: every rank calls the same MPI functions */
-  MPI_Comm node = MPI_COMM_NULL;
-  int node_size = 0;
-  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, mpi.rank, MPI_INFO_NULL, &node) !=
-          MPI_SUCCESS ||
-      MPI_Comm_size(node, &node_size) != MPI_SUCCESS)
-    ok = 0;
-  if (w) w->node = node;
-  /* a segment: a page of slack (MPI may start it anywhere), the arena, the slot page */
-  const size_t segment = SHARED_PAGE + (w ? w->bytes : 0) + SHARED_PAGE;
-  ok = ok && shm_has_room(segment * (size_t)mpi.world);
-  if (!all_agree(comm, ok && node_size == mpi.world)) {
-    if (w) window_free(w);
-    else if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+  /* collectives whatever ok says: every rank calls the same MPI functions */
+  ok = all_agree(comm, one_machine(comm, mpi.rank, mpi.world) && ok);
+  if (!ok || !open_file(a)) {
+    if (a) arena_unmap(a);
     return NULL;
   }
-  /* node ranks follow the world ranks (the key): node rank r is world rank r */
-  char *own = NULL;
-  ok = MPI_Win_allocate_shared((MPI_Aint)segment, 1, MPI_INFO_NULL, node, &own, &w->win) ==
-           MPI_SUCCESS &&
-       (w->peers = calloc((size_t)w->world, sizeof *w->peers)) != NULL;
-  /* a window's errors are fatal unless it says otherwise */
-  if (ok) ok = MPI_Win_set_errhandler(w->win, MPI_ERRORS_RETURN) == MPI_SUCCESS;
-  for (int r = 0; ok && r < w->world; r++) {
-    MPI_Aint size;
-    int unit;
-    char *raw = NULL;
-    ok = MPI_Win_shared_query(w->win, r, &size, &unit, &raw) == MPI_SUCCESS &&
-         (size_t)size == segment;
-    /* mappings are whole pages: the page-aligned start is one place in every process */
-    if (ok) w->peers[r] = (char *)(((uintptr_t)raw + SHARED_PAGE - 1) / SHARED_PAGE * SHARED_PAGE);
-  }
-  if (ok) w->base = w->peers[w->rank];
-  if (ok) ok = w->locked = MPI_Win_lock_all(MPI_MODE_NOCHECK, w->win) == MPI_SUCCESS;
-  if (!all_agree(comm, ok)) {
-    window_free(w);
-    return NULL;
-  }
-  memset(own, 0, segment); /* arenas start zeroed, as host memory does */
-  w->abi = (bp_abi_comm_threads){sizeof w->abi, w, shared_barrier, shared_publish, shared_peer};
-  *free_slot = w;
-  return w->base;
+  for (int r = 0; r < a->world; r++) a->peers[r] = a->file + (size_t)r * a->segment;
+  a->peers[a->rank] = a->base; /* the same pages, through the arena */
+  a->abi = (bp_abi_comm_threads){sizeof a->abi, a, shared_barrier, shared_publish, shared_peer};
+  *free_slot = a;
+  return a->base; /* tmpfs and anonymous pages start zeroed */
 }
 
+/* Local: the file's name is gone, each process unmaps its view. */
 static void shared_free(void *user, void *ptr, size_t bytes) {
   (void)user;
   (void)bytes;
-  shared_window **w = find(ptr);
-  if (!w) return; /* abandoned (bp_mpi_shared_abandon) */
-  window_free(*w);
-  *w = NULL;
+  shared_arena **a = find(ptr);
+  if (!a) return;
+  arena_unmap(*a);
+  *a = NULL;
 }
 
 bp_status bp_mpi_shared_comm(const void *base, bp_abi_comm *out) {
-  shared_window **w = base ? find(base) : NULL;
-  if (!w || !out) return bp_fail(BP_ERR_INVALID, "bp_mpi_shared_comm: not a shared arena");
-  *out = (bp_abi_comm){sizeof *out, "threads", (*w)->rank, (*w)->world, &(*w)->abi};
+  shared_arena **a = base ? find(base) : NULL;
+  if (!a || !out) return bp_fail(BP_ERR_INVALID, "bp_mpi_shared_comm: not a shared arena");
+  *out = (bp_abi_comm){sizeof *out, "threads", (*a)->rank, (*a)->world, &(*a)->abi};
   return BP_OK;
-}
-
-void bp_mpi_shared_abandon(const void *base) {
-  shared_window **w = base ? find(base) : NULL;
-  if (w) *w = NULL; /* its memory stays mapped until the process ends */
 }
 
 #else /* a build without MPI */
@@ -194,11 +229,8 @@ bp_status bp_mpi_shared_comm(const void *base, bp_abi_comm *out) {
   return bp_fail(BP_ERR_UNSUPPORTED, "this blueprint was built without MPI");
 }
 
-void bp_mpi_shared_abandon(const void *base) { (void)base; }
-
 #endif
 
-const bp_arena_allocator *bp_mpi_shared_allocator(void) {
-  static const bp_arena_allocator shared = {"mpi-shared", shared_alloc, shared_free, NULL};
-  return &shared;
+bp_arena_allocator bp_mpi_shared_allocator(const size_t *shared_bytes) {
+  return (bp_arena_allocator){"mpi-shared", shared_alloc, shared_free, (void *)shared_bytes};
 }

@@ -105,7 +105,10 @@ struct bp_trainer {
   int world, local, first_rank;
   bp_comm *comm;       /* local > 1: the threads' communicator */
   bp_abi_comm mpi;     /* under mpirun: this process's MPI communicator */
-  int shared_arenas;   /* under mpirun on one machine: the arenas share memory (comm.h) */
+  /* under mpirun: the arena's first bytes that the collectives touch, the
+   * part the processes of one machine share (comm.h) */
+  size_t shared_bytes;
+  bp_arena_allocator shared_allocator; /* its arenas (arenas keep a pointer to it) */
   bp_rank_pool *pool;  /* local > 1: threads running local ranks 1..local-1 */
   bp_train_rank ranks[BP_TRAIN_MAX_RANKS];
   int v_train, v_eval, v_eval_last; /* variant indices, -1 when absent */

@@ -328,16 +328,34 @@ static void plan_rank_steps(bp_trainer *t) {
   }
 }
 
+/* The end of the last byte a collective node reads or writes, in any
+ * variant: the part of the arena processes on one machine share. */
+static size_t collective_extent(const bp_trainer *t) {
+  uint64_t end = 0;
+  for (int v = 0; v < bp_plan_variant_count(t->plan); v++)
+    for (int s = 0; s < BP_SEGMENT_COUNT; s++)
+      for (int i = 0; i < bp_graph_node_count(t->graph, v, (bp_segment)s); i++) {
+        const bp_node *n = bp_graph_node(t->graph, v, (bp_segment)s, i);
+        if (strncmp(n->op, "allreduce.", 10) != 0) continue;
+        for (int j = 0; j < n->num_inputs + n->num_outputs; j++) {
+          const bp_node_tensor *x = j < n->num_inputs ? &n->inputs[j]
+                                                      : &n->outputs[j - n->num_inputs];
+          const bp_dtensor *d = x->id >= 0 ? bp_plan_tensor(t->plan, v, x->id) : NULL;
+          const uint64_t last = d ? d->offset + d->slot_bytes : x->span.offset + x->span.bytes;
+          if (last > end) end = last;
+        }
+      }
+  return (size_t)end;
+}
+
 /* The arena of local rank k and the communicator its kernels see. Under
- * mpirun on one machine the processes' arenas share one window and the
- * kernels reach peers in place, as threads do (comm.h); else each arena is
- * the device's. */
+ * mpirun on one machine the processes share their arenas' first
+ * shared_bytes and the kernels reach peers in place, as threads do
+ * (comm.h); else each arena is the device's. */
 static bp_status open_arena(bp_trainer *t, bp_train_rank *r, int k) {
   if (bp_train_multi_process(t) && /* the cpu device: its arenas are host memory */
-      bp_arena_create(t->plan, bp_mpi_shared_allocator(), k, &r->arena) == BP_OK) {
-    t->shared_arenas = 1;
+      bp_arena_create(t->plan, &t->shared_allocator, k, &r->arena) == BP_OK)
     return bp_mpi_shared_comm(bp_arena_base(r->arena), &r->comm);
-  }
   bp_status st = bp_arena_create(t->plan, &t->allocator, k, &r->arena);
   if (t->comm) r->comm = bp_comm_abi(t->comm, k);
   if (bp_train_multi_process(t)) r->comm = t->mpi;
@@ -400,6 +418,8 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
   t->epochs = t->model->train.epochs;
   if ((st = open_ranks(t, o)) != BP_OK) return st;
   if ((st = compile_and_build(t)) != BP_OK) return st;
+  t->shared_bytes = collective_extent(t);
+  t->shared_allocator = bp_mpi_shared_allocator(&t->shared_bytes);
   plan_rank_steps(t);
   const int64_t n = t->train_set ? bp_dataset_get_info(t->train_set)->count : 1;
   t->steps_per_epoch = bp_data_steps_per_epoch(n, t->batch, 0);
@@ -428,9 +448,6 @@ bp_status bp_trainer_create(const bp_model *model, const bp_train_options *optio
   if ((st = setup(t, model, options)) != BP_OK) {
     char why[2048];
     snprintf(why, sizeof why, "%s", bp_last_error()); /* destroy must not lose it */
-    /* this rank may fail alone: its peers would never join a collective free */
-    for (int k = 0; t->shared_arenas && k < t->local; k++)
-      if (t->ranks[k].arena) bp_mpi_shared_abandon(bp_arena_base(t->ranks[k].arena));
     bp_trainer_destroy(t);
     return bp_fail(st, "%s", why);
   }
@@ -554,7 +571,7 @@ int bp_trainer_local_ranks(const bp_trainer *t) { return t ? t->local : 0; }
 const char *bp_trainer_transport(const bp_trainer *t) {
   if (!t || t->world < 2) return NULL;
   if (!bp_train_multi_process(t)) return "threads";
-  return t->shared_arenas ? "mpi shared memory" : "mpi messages";
+  return strcmp(t->ranks[0].comm.backend, "threads") == 0 ? "mpi shared memory" : "mpi messages";
 }
 
 bp_status bp_trainer_read_tensor(const bp_trainer *t, const char *name, float *dst,

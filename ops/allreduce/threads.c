@@ -1,6 +1,6 @@
 /* The collectives (allreduce.sum, .reduce_scatter, .all_gather) for ranks
  * that share memory (impl "threads", backend "threads": threads of one
- * process, or mpirun processes of one machine whose arenas share a window):
+ * process, or mpirun processes of one machine that share their arenas' spans):
  * every rank publishes its span, reduces the chunk it owns straight from
  * its peers' spans (reduce-scatter) and copies the other chunks from their
  * owners (all-gather), all in shared memory; the order of the sum is

@@ -12,8 +12,9 @@
  *  - across processes ("mpi"): one rank per process under mpirun
  *    (comm_mpi.c, built with BP_WITH_MPI): rank and world come from the MPI
  *    environment; the host initializes MPI once and finalizes it at exit.
- *    When every process runs on one machine their arenas share memory and
- *    kernels see a "threads" communicator over it (comm_mpi_shared.c).
+ *    When every process runs on one machine the collectives' part of their
+ *    arenas is shared memory and kernels see a "threads" communicator over
+ *    it (comm_mpi_shared.c).
  *
  * Thread safety: each rank's calls come from one thread at a time. */
 #ifndef BLUEPRINT_COMM_H
@@ -70,33 +71,29 @@ bp_status bp_mpi_sum_f64(double *values, int count);
 void bp_mpi_abort(int code);
 
 /* Arenas of processes that share a machine. Under mpirun with every rank
- * on this node, the host allocates each rank's arena in one MPI shared
- * window: every rank maps every arena, and since every arena follows the
- * same plan, a peer's span lies at the same offset in the peer's arena.
- * Kernels then see a "threads" communicator (bp_abi_comm_threads: the
- * barrier is MPI_Barrier, publish/peer translate arena offsets), so the
- * collectives read peers' spans in place as between threads, with the
- * same float operations, and the "mpi" kernels' message copies are left
- * out.
+ * on this node, the host allocates each rank's arena so that its first
+ * `*shared_bytes` bytes (the regions the collectives touch, first in the
+ * plan) lie in one shared memory file that every process maps: since every
+ * arena follows the same plan, a peer's span lies at the same offset in
+ * the peer's arena. Kernels then see a "threads" communicator
+ * (bp_abi_comm_threads: the barrier is MPI_Barrier, publish/peer translate
+ * arena offsets), so the collectives read peers' spans in place as between
+ * threads, with the same float operations, and the "mpi" kernels' message
+ * copies are left out. The rest of the arena is private memory.
  *
- * The allocator's alloc is a collective (every rank, the same bytes) and
+ * The allocator's alloc is a collective (every rank, the same sizes) and
  * gives NULL on every rank alike when the ranks span machines,
- * BP_MPI_SHARED=0 is set, or the window cannot be had (the caller then
- * keeps host memory and the "mpi" communicator); its free is a collective
- * too. Without MPI, alloc always gives NULL. */
-const bp_arena_allocator *bp_mpi_shared_allocator(void);
+ * BP_MPI_SHARED=0 is set, or the file cannot be had (/dev/shm full): the
+ * caller then keeps its own memory and the "mpi" communicator. Its free is
+ * local. Without MPI, alloc always gives NULL. `shared_bytes` is borrowed. */
+bp_arena_allocator bp_mpi_shared_allocator(const size_t *shared_bytes);
 
 /* The "threads" view of this rank for kernels, over the shared arena at
  * `base` (an arena bp_mpi_shared_allocator gave): rank and world of
- * MPI_COMM_WORLD. Publish takes pointers into the arena only (the
- * collectives publish the spans they reduce). BP_ERR_INVALID when `base`
- * is not such an arena. */
+ * MPI_COMM_WORLD. Publish takes pointers into the arena's shared bytes
+ * only (the collectives publish the spans they reduce). BP_ERR_INVALID
+ * when `base` is not such an arena. */
 bp_status bp_mpi_shared_comm(const void *base, bp_abi_comm *comm_out);
-
-/* Forgets the shared arena at `base` without the collective free (its
- * memory stays mapped until the process ends), for a rank that fails
- * alone: the others would never join the free. */
-void bp_mpi_shared_abandon(const void *base);
 
 /* Processes of this run on this machine (OMPI_COMM_WORLD_LOCAL_SIZE, else
  * the launched world); 1 when not launched by mpirun. For sizing thread
