@@ -272,3 +272,15 @@ void toy_env_close(toy_env *e) {
   free(e->mlp);
   tmp_dir_remove(e->dir);
 }
+
+int mpirun_ready(void) {
+  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+    printf("SKIP: mpirun is not installed (apt-get install openmpi-bin)\n");
+    return 0;
+  }
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0); /* CI runs as root: Open MPI asks twice */
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  return 1;
+}

@@ -30,6 +30,13 @@ void run_free(run_result *r);
  * starts with `prefix` and contains `needle` (NULL: anything). */
 void expect_one_line_error(const run_result *r, const char *prefix, const char *needle);
 
+/* For the tests that start `mpirun`: 0 (with a SKIP line on stdout) where
+ * it is not installed; else sets what Open MPI needs here (as root, more
+ * processes than cores, no single-copy transport, which needs ptrace rights
+ * a container may lack; each only where the environment has none) and
+ * returns 1. */
+int mpirun_ready(void);
+
 /* A fresh directory under $TMPDIR (or /tmp); removed by tmp_dir_remove. */
 char *tmp_dir_create(void);
 void tmp_dir_remove(char *dir); /* frees dir */

@@ -6,10 +6,10 @@
  * that start and end at region boundaries of a real plan (bytes outside
  * the span untouched); supports() refuses what is not
  * its contract; selection picks the kernel by the communicator's backend
- * and never autotunes a collective. The "mpi" kernel's runs are in
- * test_train_mpi (under mpirun). */
+ * and never autotunes a collective. Ranks that are processes (the "mpi"
+ * kernel, and "threads" over shared arenas) are checked by
+ * test_allreduce_mpi under mpirun. */
 #include <check.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +20,7 @@
 #include "blueprint/plan.h"
 #include "blueprint/registry.h"
 #include "bp_abi_ops.h"
+#include "allreduce_util.h"
 #include "run_util.h"
 
 static bp_registry *registry(void) {
@@ -49,49 +50,6 @@ static const char *const ops[] = {"allreduce.sum", "allreduce.reduce_scatter",
                                   "allreduce.all_gather"};
 #define OP_COUNT 3
 
-/* A value of rank r, element i: varied magnitudes and signs, so the sum's
- * rounding depends on its order. */
-static float value_of(int r, uint64_t i) {
-  uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(r + 1) * 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 31;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 29;
-  const float m = (float)(x & 0xFFFFFF) / (float)0x1000000 - 0.5f; /* [-0.5, 0.5) */
-  const int e = (int)((x >> 24) % 24) - 12;
-  return ldexpf(m, e);
-}
-
-/* The args of one rank's allreduce.sum over data[0..count). */
-typedef struct ar_node {
-  bp_abi_tensor span;
-  bp_allreduce_attrs attrs;
-  void *ptr;
-  bp_abi_comm comm;
-  bp_abi_kernel_args args;
-} ar_node;
-
-static void ar_node_init(ar_node *n, float *data, uint64_t count, float scale, const bp_abi_comm *c) {
-  memset(n, 0, sizeof *n);
-  n->span = (bp_abi_tensor){sizeof n->span, BP_ABI_DTYPE_FP32, {1, 1, 1, (int64_t)count},
-                            (int64_t)count, {(int64_t)count, (int64_t)count, (int64_t)count, 1},
-                            count * sizeof(float)};
-  n->attrs.scale = scale;
-  n->ptr = data;
-  if (c) n->comm = *c;
-  bp_abi_kernel_args *a = &n->args;
-  a->struct_size = sizeof *a;
-  a->num_inputs = a->num_outputs = 1;
-  a->inputs = a->outputs = &n->span;
-  a->input_ptrs = (const void *const *)&n->ptr;
-  a->output_ptrs = &n->ptr;
-  a->attrs = &n->attrs;
-  a->attr_size = sizeof n->attrs;
-  a->attr_version = BP_ABI_ATTR_VERSION;
-  a->rank = c ? c->rank : 0;
-  a->world_size = c ? c->world : 1;
-  a->comm = c ? &n->comm : NULL;
-}
-
 typedef struct ar_job {
   const bp_abi_kernel *k;
   ar_node node;
@@ -103,28 +61,10 @@ typedef struct ar_job {
 static void *ar_thread(void *arg) {
   ar_job *j = arg;
   for (int k = 0; k < j->repeats && j->rc == BP_ABI_OK; k++) {
-    for (uint64_t i = 0; i < j->count; i++) j->data[j->first + i] = value_of(j->rank, i);
+    for (uint64_t i = 0; i < j->count; i++) j->data[j->first + i] = ar_value_of(j->rank, i);
     j->rc = j->k->run(j->k->user, &j->node.args);
   }
   return NULL;
-}
-
-/* The value element i of a span of `count` must hold on rank r after `op`
- * over `world` ranks: 1 and *want, or 0 where it is undefined (the chunks
- * a reduce_scatter does not own). */
-static int expected(const char *op, int world, int r, uint64_t count, uint64_t i, float scale,
-                    float *want) {
-  int owner = 0;
-  while (i >= bp_abi_chunk_start(count, world, owner + 1)) owner++;
-  if (strcmp(op, "allreduce.all_gather") == 0) {
-    *want = value_of(owner, i);
-    return 1;
-  }
-  if (strcmp(op, "allreduce.reduce_scatter") == 0 && owner != r) return 0;
-  float s = value_of(0, i);
-  for (int k = 1; k < world; k++) s += value_of(k, i);
-  *want = s * scale;
-  return 1;
 }
 
 /* world ranks run `op` over elements [first, first + count) of buffers of
@@ -156,7 +96,7 @@ static void check_span_op(const char *op, int world, uint64_t total, uint64_t fi
   for (uint64_t i = 0; i < count; i++)
     for (int r = 0; r < world; r++) {
       float s;
-      if (expected(op, world, r, count, i, scale, &s) &&
+      if (ar_expected(op, world, r, count, i, scale, &s) &&
           memcmp(&bufs[r][first + i], &s, sizeof s) != 0)
         ck_abort_msg("%s, world %d, count %llu: rank %d element %llu is %a, the reference %a",
                      op, world, (unsigned long long)count, r, (unsigned long long)i,

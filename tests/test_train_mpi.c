@@ -176,20 +176,11 @@ START_TEST(mpi_failure_after_shared_arenas_ends_every_process) {
 END_TEST
 
 int main(void) {
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
-    printf("SKIP: mpirun is not installed (apt-get install openmpi-bin)\n");
-    return 77;
-  }
 #ifndef BP_TEST_WITH_MPI
   printf("SKIP: blueprint was built without MPI (BP_WITH_MPI=OFF)\n");
   return 77;
 #endif
-  /* Open MPI refuses root unless asked twice; CI runs as root. Shared-memory
-   * single copy needs ptrace rights a container may lack. */
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  if (!mpirun_ready()) return 77;
   setenv("BP_BLAS_THREADS", "1", 0); /* one GEMM thread per rank in both runs */
   Suite *s = suite_create("train_mpi");
   TCase *tc = tcase_create("core");
