@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -283,4 +284,15 @@ int mpirun_ready(void) {
   setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
   setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
   return 1;
+}
+
+int shm_usable(size_t bytes) {
+  char name[64];
+  snprintf(name, sizeof name, "/blueprint-test-%ld", (long)getpid());
+  const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return 0;
+  const int ok = posix_fallocate(fd, 0, (off_t)bytes) == 0;
+  close(fd);
+  shm_unlink(name);
+  return ok;
 }

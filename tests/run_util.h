@@ -37,6 +37,11 @@ void expect_one_line_error(const run_result *r, const char *prefix, const char *
  * returns 1. */
 int mpirun_ready(void);
 
+/* Whether this machine lets a process make a shared memory file of `bytes`
+ * in /dev/shm (where mpirun ranks on one machine share their arenas'
+ * collective spans; a container may have none, or a small one). */
+int shm_usable(size_t bytes);
+
 /* A fresh directory under $TMPDIR (or /tmp); removed by tmp_dir_remove. */
 char *tmp_dir_create(void);
 void tmp_dir_remove(char *dir); /* frees dir */
