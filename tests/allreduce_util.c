@@ -4,6 +4,14 @@
 #include <math.h>
 #include <string.h>
 
+const bp_abi_kernel *ar_kernel(bp_registry *registry, const char *op, const char *impl) {
+  for (int i = 0; i < bp_registry_kernel_count(registry); i++) {
+    const bp_abi_kernel *k = &bp_registry_kernel(registry, i)->kernel;
+    if (strcmp(k->op, op) == 0 && strcmp(k->impl, impl) == 0) return k;
+  }
+  return NULL;
+}
+
 float ar_value_of(int r, uint64_t i) {
   uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(r + 1) * 0xBF58476D1CE4E5B9ull;
   x ^= x >> 31;

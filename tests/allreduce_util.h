@@ -6,8 +6,12 @@
 
 #include <stdint.h>
 
+#include "blueprint/registry.h"
 #include "bp_abi.h"
 #include "bp_abi_ops.h"
+
+/* The kernel of `op` with implementation `impl` in `registry`, or NULL. */
+const bp_abi_kernel *ar_kernel(bp_registry *registry, const char *op, const char *impl);
 
 /* A value of rank r, element i: varied magnitudes and signs, so the sum's
  * rounding depends on its order. */

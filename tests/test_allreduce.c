@@ -36,13 +36,9 @@ static bp_registry *registry(void) {
 }
 
 static const bp_abi_kernel *kernel_of(const char *op, const char *impl) {
-  bp_registry *r = registry();
-  for (int i = 0; i < bp_registry_kernel_count(r); i++) {
-    const bp_abi_kernel *k = &bp_registry_kernel(r, i)->kernel;
-    if (strcmp(k->op, op) == 0 && strcmp(k->impl, impl) == 0) return k;
-  }
-  ck_abort_msg("no %s kernel '%s'", op, impl);
-  return NULL;
+  const bp_abi_kernel *k = ar_kernel(registry(), op, impl);
+  if (!k) ck_abort_msg("no %s kernel '%s'", op, impl);
+  return k;
 }
 static const bp_abi_kernel *kernel(const char *impl) { return kernel_of("allreduce.sum", impl); }
 

@@ -42,14 +42,6 @@ static void die(const char *fmt, ...) {
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-static const bp_abi_kernel *kernel_of(bp_registry *r, const char *op, const char *impl) {
-  for (int i = 0; i < bp_registry_kernel_count(r); i++) {
-    const bp_abi_kernel *k = &bp_registry_kernel(r, i)->kernel;
-    if (strcmp(k->op, op) == 0 && strcmp(k->impl, impl) == 0) return k;
-  }
-  return NULL;
-}
-
 /* One op over elements [first, first + count) of `data` (`total` floats,
  * every other element holding the guard bits), twice (a collective leaves
  * nothing behind for the next call). */
@@ -94,7 +86,7 @@ static void check_all(bp_registry *r, const char *impl, const bp_abi_comm *c, fl
                       uint64_t total, uint64_t shared) {
   static const uint64_t sizes[] = {1, 2, 3, 7, 255, 1025, 65537, (1u << 20) + 3};
   for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
-    const bp_abi_kernel *k = kernel_of(r, ops[o], impl);
+    const bp_abi_kernel *k = ar_kernel(r, ops[o], impl);
     if (!k) die("no %s kernel '%s'", ops[o], impl);
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
       const uint64_t n = sizes[s];

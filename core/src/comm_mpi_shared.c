@@ -1,9 +1,10 @@
 /* Arenas of mpirun processes on one machine (comm.h: bp_mpi_shared_allocator,
  * bp_mpi_shared_comm). A rank's arena is one address range: its first
- * `shared` bytes (up to the end of the last span a collective touches;
- * the plan puts those regions first) map the rank's segment of one shared memory file, which every process
- * also maps whole to read its peers' segments; the rest (features, inputs)
- * is private memory, in huge pages where the kernel gives them. Pointers
+ * `shared` bytes (up to the end of the last span a collective touches; the
+ * plan puts those regions first) map the rank's segment of one shared
+ * memory file, which every process also maps whole to read its peers'
+ * segments; the rest (features, inputs) is private memory, in huge pages
+ * where the kernel gives them. Pointers
  * differ between processes, offsets into arenas of one plan do not: a rank
  * publishes the offset of its span in the slot page after its segment, and
  * its peers add it to their mapping of that segment. */

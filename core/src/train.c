@@ -418,8 +418,10 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
   t->epochs = t->model->train.epochs;
   if ((st = open_ranks(t, o)) != BP_OK) return st;
   if ((st = compile_and_build(t)) != BP_OK) return st;
-  t->shared_bytes = collective_extent(t);
-  t->shared_allocator = bp_mpi_shared_allocator(&t->shared_bytes);
+  if (bp_train_multi_process(t)) { /* only processes share arenas */
+    t->shared_bytes = collective_extent(t);
+    t->shared_allocator = bp_mpi_shared_allocator(&t->shared_bytes);
+  }
   plan_rank_steps(t);
   const int64_t n = t->train_set ? bp_dataset_get_info(t->train_set)->count : 1;
   t->steps_per_epoch = bp_data_steps_per_epoch(n, t->batch, 0);

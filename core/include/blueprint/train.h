@@ -257,8 +257,9 @@ int bp_trainer_rank(const bp_trainer *trainer);
 /* Ranks this process holds: the world with ranks as threads, 1 under mpirun. */
 int bp_trainer_local_ranks(const bp_trainer *trainer);
 /* How the ranks reach each other: "threads" (ranks as threads), "mpi
- * shared memory" (mpirun, every process on one machine, the arenas in one
- * shared window), "mpi messages" (mpirun otherwise); NULL with one rank. */
+ * shared memory" (mpirun, every process on one machine, the collectives'
+ * part of the arenas shared), "mpi messages" (mpirun otherwise); NULL with
+ * one rank. */
 const char *bp_trainer_transport(const bp_trainer *trainer);
 
 #ifdef __cplusplus
