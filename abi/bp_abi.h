@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define BP_ABI_MAJOR 1
-#define BP_ABI_MINOR 3
+#define BP_ABI_MINOR 4
 
 /* The one symbol a module exports; its type is bp_abi_module_entry_fn. The
  * major is part of the name so a module of another major fails at dlsym
@@ -118,6 +118,24 @@ typedef struct bp_abi_comm_threads {
   void *(*peer)(void *ctx, int32_t peer);
 } bp_abi_comm_threads;
 
+/* (1.4) Threads the host lends a rank's kernels. Each rank has its own
+ * service, sized to the rank's share of the machine (the cores divided by
+ * the ranks of this process), so a kernel never decides a thread count by
+ * itself (no environment variables, no library defaults). Kernels of one
+ * rank run one at a time, so a kernel may use all `count` threads.
+ * A kernel may use the count alone (to size a library's own pool, e.g.
+ * OpenBLAS's or a pthreadpool) or run work on the host's threads through
+ * parallel_for. */
+typedef struct bp_abi_threads {
+  uint32_t struct_size;
+  int32_t count; /* threads this rank may use (>= 1) */
+  void *ctx;     /* pass to parallel_for */
+  /* Calls fn(arg, i) for every i in [0, n), spread over `count` threads
+   * (the calling thread included), and returns once all calls are done.
+   * The order of the calls is unspecified; fn must not call parallel_for. */
+  void (*parallel_for)(void *ctx, void (*fn)(void *arg, int64_t i), void *arg, int64_t n);
+} bp_abi_threads;
+
 /* What run(), supports() and workspace_size() receive. Tensor pointers are
  * device pointers of the rank (arena base + offset); range ops get one
  * tensor per span, shaped [1,1,1,elements]. */
@@ -138,7 +156,42 @@ typedef struct bp_abi_kernel_args {
   /* (1.1) the communicator of collective kernels; NULL when the run has
    * none (one rank). Read only when struct_size covers it. */
   const bp_abi_comm *comm;
+  /* (1.4) Fields below are read only when struct_size covers them. */
+  /* The state prepare() made for this (variant, node, rank), or NULL (no
+   * prepare, or in supports/workspace_size/prepare itself). */
+  void *state;
+  /* The rank's parameter generation: the host adds 1 to *params_generation
+   * every time the parameters (W, their FP16 copies in A, E, the BN
+   * statistics in B) may have changed by anything other than the kernel's
+   * own outputs: after every optimizer update, checkpoint load, EMA swap
+   * and initialization. A kernel that caches something derived from its
+   * inputs (packed weights) keeps the generation it packed at in its state
+   * and repacks when it differs. Never NULL in run(); NULL elsewhere. */
+  const uint64_t *params_generation;
+  /* Where run() and prepare() write why they failed (NUL-terminated,
+   * truncated to reason_size); the host prints it with the rank, variant,
+   * node, op and implementation. NULL in supports/workspace_size. */
+  char *reason;
+  size_t reason_size;
+  /* The threads lent to this rank (never NULL in run() and prepare()). */
+  const bp_abi_threads *threads;
 } bp_abi_kernel_args;
+
+/* Priority scale (1.4): higher wins among kernels whose supports() holds
+ * (after pins and autotune). Leave gaps so a module can place itself
+ * between two tiers.
+ *    0  reference: plain C, every case, the oracle (flag REFERENCE)
+ *    5  portable C: hand-vectorized kernels of this project (ops/cpu)
+ *   10  library: a general library (OpenBLAS 10, oneDNN 12, XNNPACK 15)
+ *   20  vendor: a device vendor's library on its device (cuDNN, cuBLAS)
+ *   30  user: kernels a user drops in to override everything above */
+enum {
+  BP_ABI_PRIORITY_REFERENCE = 0,
+  BP_ABI_PRIORITY_PORTABLE = 5,
+  BP_ABI_PRIORITY_LIBRARY = 10,
+  BP_ABI_PRIORITY_VENDOR = 20,
+  BP_ABI_PRIORITY_USER = 30,
+};
 
 /* Kernel flags. */
 enum {
@@ -167,6 +220,20 @@ typedef struct bp_abi_kernel {
   /* Runs the kernel; BP_ABI_OK or an error. Never aborts on its inputs. */
   int (*run)(void *user, const bp_abi_kernel_args *args);
   void *user;            /* passed back to the functions above */
+  /* (1.4, optional; NULL: no state) Called once at bind for every
+   * (variant, node, rank) the kernel serves, with the node's args
+   * (pointers, workspace, threads, params_generation and reason set;
+   * state NULL). Creates what the kernel keeps for that node (XNNPACK
+   * operators, cuDNN descriptors and algorithms, cuBLASLt plans) in
+   * *state_out, which every later run() of that node receives as
+   * args->state. BP_ABI_OK, or an error with args->reason written: the
+   * bind fails and names the node. It may not assume the inputs hold data
+   * yet (parameters are written after bind); pack on the first run() and
+   * whenever *params_generation changes. */
+  int (*prepare)(void *user, const bp_abi_kernel_args *args, void **state_out);
+  /* (1.4, optional) Frees a state prepare() made. Called once per state,
+   * on the thread that destroys the binding; NULL states are not passed. */
+  void (*release)(void *user, void *state);
 } bp_abi_kernel;
 
 /* A new op kind. Built-in ops are registered by the host the same way. */
@@ -184,6 +251,48 @@ typedef struct bp_abi_op {
 
 struct bp_abi_device; /* bp_abi_device.h */
 
+/* (1.4) Layer types from modules.
+ * A model file names a layer by `type:`; besides the built-in types, a
+ * module may register one. The host then compiles it like a built-in
+ * parameter-free layer: an output feature and its gradient slot of the
+ * output shape in the feature dtype, one forward node and (unless
+ * backward_op is NULL) one backward node, both running ops the module
+ * registered (with kernels for them).
+ *   forward_op   in: x0 [, x1]          out: y
+ *   backward_op  in: x0 [, x1], y, dy   out: dx0 [, dx1]   (accumulate)
+ * The output shape is the forward op's infer_shape (bp_abi_op), or x0's
+ * shape when the op has none. The YAML keys of the layer fill the op's
+ * attribute block (the same block goes to both ops) through `attrs`; the
+ * host writes the accumulate flag of the backward node at
+ * accumulate_offset. */
+enum {
+  BP_ABI_LAYER_ATTR_INT = 0,   /* int32_t at offset */
+  BP_ABI_LAYER_ATTR_FLOAT = 1, /* float at offset */
+  BP_ABI_LAYER_ATTR_BOOL = 2,  /* int32_t 0/1 at offset; YAML true/false */
+};
+
+typedef struct bp_abi_layer_attr {
+  uint32_t struct_size;
+  const char *key;      /* YAML key, e.g. "slope" */
+  int32_t type;         /* BP_ABI_LAYER_ATTR_* */
+  uint32_t offset;      /* byte offset in the attribute block */
+  double default_value; /* used when the key is absent */
+  double min, max;      /* accepted range (inclusive) */
+  int32_t required;     /* 1: the key must be present */
+} bp_abi_layer_attr;
+
+typedef struct bp_abi_layer {
+  uint32_t struct_size;
+  const char *type;        /* YAML type name, e.g. "leaky_relu"; not a built-in one */
+  const char *forward_op;  /* a registered op */
+  const char *backward_op; /* (optional) a registered op; NULL: no gradient flows back */
+  int32_t num_inputs;      /* 1 or 2 */
+  uint32_t attr_size;      /* bytes of the attribute block (0: none) */
+  uint32_t accumulate_offset; /* int32_t accumulate flag in the block; UINT32_MAX: none */
+  const bp_abi_layer_attr *attrs; /* [num_attrs] */
+  int32_t num_attrs;
+} bp_abi_layer;
+
 /* Log levels for bp_abi_host.log. */
 enum { BP_ABI_LOG_ERROR = 0, BP_ABI_LOG_WARN = 1, BP_ABI_LOG_INFO = 2, BP_ABI_LOG_DEBUG = 3 };
 
@@ -200,6 +309,9 @@ typedef struct bp_abi_host {
   int (*register_op)(void *ctx, const bp_abi_op *op);
   int (*register_kernel)(void *ctx, const bp_abi_kernel *kernel);
   int (*register_device)(void *ctx, const struct bp_abi_device *device);
+  /* (1.4) Registers a layer type models may use (bp_abi_layer below); read
+   * only when struct_size covers it. Staged like the others. */
+  int (*register_layer)(void *ctx, const struct bp_abi_layer *layer);
 } bp_abi_host;
 
 /* What a module's entry returns. */

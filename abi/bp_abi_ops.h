@@ -4,14 +4,31 @@
  * block only grows at its end, with its BP_ABI_ATTR_VERSION bumped, and a
  * kernel reads it up to min(attr_size, sizeof its own definition).
  *
- * Conventions for every op:
- *  - Tensors are NHWC with device strides (bp_abi_tensor.stride); channel
- *    padding beyond shape[3] is neither read as data nor required to stay.
- *  - "accumulate" in an attribute block: 1 adds into the outputs it names
- *    (out += result; gradient slots reached by several consumers, and
- *    parameter gradients zeroed once per step), 0 overwrites.
- *  - Outputs never alias inputs unless the kernel has BP_ABI_KERNEL_IN_PLACE
- *    and the op says "may alias". */
+ * Conventions for every op (1.4 states them as rules; `blueprint validate`
+ * checks each one):
+ *  1. Tensors are NHWC with device strides (bp_abi_tensor.stride).
+ *  2. Channel padding (channels shape[3] .. padded_c-1 of a pixel) of an
+ *     input holds unspecified values and never changes a result. Channel
+ *     padding of an output must stay untouched: a kernel writes exactly
+ *     the elements of the logical extent (n < N, h < H, w < W, c < C).
+ *  3. The tail: a kernel may read up to slot_bytes from a tensor's pointer
+ *     (the 16 bytes past the last element included, XNNPACK-style), never
+ *     further, and never writes past the last element. Range ops work on
+ *     spans [1,1,1,E] whose E elements include every slot's padding and
+ *     tail inside the span: there every element is data.
+ *  4. "accumulate" in an attribute block: 1 adds into the outputs it names
+ *     (out += result; gradient slots reached by several consumers), 0
+ *     overwrites. Only backward ops have it: forward ops ignore an
+ *     accumulate field (the host sets it to 0 there).
+ *  5. Outputs never alias inputs unless the kernel has
+ *     BP_ABI_KERNEL_IN_PLACE and the op says "may alias".
+ *  6. Arrays of ABI structs (args->inputs, args->outputs, a layer's attrs)
+ *     are strided by the struct_size of their first element (the writer's
+ *     sizeof), which every element shares; readers step by it, never by
+ *     their own sizeof (bp_abi_sdk.h: bp_sdk_input, bp_sdk_output).
+ *  7. infer_shape (bp_abi_op) receives outputs zeroed with struct_size set
+ *     and fills dtype and shape[4] of each; the host derives padded_c,
+ *     strides and slot_bytes from the plan's rules. */
 #ifndef BP_ABI_OPS_H
 #define BP_ABI_OPS_H
 

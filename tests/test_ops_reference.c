@@ -93,8 +93,9 @@ START_TEST(selected_through_the_registry) {
   tt y = tt_new(BP_ABI_DTYPE_FP32, 2, 6, 6, 4, 0);
   bp_conv2d_attrs a = {3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0};
   bp_abi_tensor in[2] = {x.d, w.d}, out[1] = {y.d};
-  bp_abi_kernel_args args = {sizeof args, 2, 1, in, out, NULL, NULL, &a, sizeof a,
-                             BP_ABI_ATTR_VERSION, NULL, 0, NULL, 0, 1, NULL};
+  bp_abi_kernel_args args = {.struct_size = sizeof args, .num_inputs = 2, .num_outputs = 1,
+                             .inputs = in, .outputs = out, .attrs = &a, .attr_size = sizeof a,
+                             .attr_version = BP_ABI_ATTR_VERSION, .world_size = 1};
   bp_select_options opt = {"", 0, NULL, NULL, 0};
   const bp_registered_kernel *k = NULL;
   ck_assert_int_eq(bp_registry_select(r, "conv2d.fwd", "cpu", &args, &opt, &k), BP_OK);
@@ -130,8 +131,9 @@ START_TEST(init_reports_a_refused_registration) {
   const bp_abi_module *m;
   void *handle = open_module(&m);
   fake_host fh = {0, 4, ""};
-  bp_abi_host host = {sizeof host, BP_ABI_MAJOR, BP_ABI_MINOR, &fh, NULL, fake_error,
-                      NULL,        fake_register, NULL};
+  bp_abi_host host = {.struct_size = sizeof host, .abi_major = BP_ABI_MAJOR,
+                      .abi_minor = BP_ABI_MINOR, .ctx = &fh, .error = fake_error,
+                      .register_kernel = fake_register};
   ck_assert_int_eq(m->init(&host), BP_ABI_ERR_DUPLICATE);
   ck_assert_int_eq(fh.registered, 4);
   /* the fifth kernel of the table is fc.bwd_data */

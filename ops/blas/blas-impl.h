@@ -140,9 +140,10 @@ extern const bp_abi_kernel blas_fc_fwd, blas_fc_bwd_data, blas_fc_bwd_filter;
 
 #define BLAS_KERNEL(op_name, supports_fn, workspace_fn, run_fn)                                 \
   {                                                                                          \
-    sizeof(bp_abi_kernel), (op_name), BLAS_IMPL, BLAS_DEVICE,                                \
-        BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32), BLAS_PRIORITY, BLAS_FLAGS, (supports_fn),       \
-        (workspace_fn), (run_fn), NULL                                                       \
+    .struct_size = sizeof(bp_abi_kernel), .op = (op_name), .impl = BLAS_IMPL,               \
+    .device = BLAS_DEVICE, .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32),                    \
+    .priority = BLAS_PRIORITY, .flags = BLAS_FLAGS, .supports = (supports_fn),               \
+    .workspace_size = (workspace_fn), .run = (run_fn)                                        \
   }
 
 #endif

@@ -136,8 +136,9 @@ extern const bp_abi_kernel cpu_batchnorm_fwd_train, cpu_batchnorm_fwd_eval, cpu_
  * plus INT8 for the maxpool mask). */
 #define CPU_KERNEL_DT(op_name, supports_fn, run_fn, extra_flags, dtype_mask)                  \
   {                                                                                          \
-    sizeof(bp_abi_kernel), (op_name), CPU_IMPL, CPU_DEVICE, (dtype_mask), CPU_PRIORITY,      \
-        CPU_FLAGS | (extra_flags), (supports_fn), NULL, (run_fn), NULL                       \
+    .struct_size = sizeof(bp_abi_kernel), .op = (op_name), .impl = CPU_IMPL,                \
+    .device = CPU_DEVICE, .dtypes = (dtype_mask), .priority = CPU_PRIORITY,                  \
+    .flags = CPU_FLAGS | (extra_flags), .supports = (supports_fn), .run = (run_fn)           \
   }
 #define CPU_KERNEL(op_name, supports_fn, run_fn, extra_flags)                                 \
   CPU_KERNEL_DT(op_name, supports_fn, run_fn, extra_flags, BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32))

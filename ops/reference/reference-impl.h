@@ -132,8 +132,9 @@ extern const bp_abi_kernel ref_range_sgd, ref_range_adamw, ref_range_lars;
  * (REF_KERNEL_DT). */
 #define REF_KERNEL_DT(op_name, supports_fn, run_fn, extra_flags, dtype_mask)                  \
   {                                                                                          \
-    sizeof(bp_abi_kernel), (op_name), REF_IMPL, REF_DEVICE, (dtype_mask), 0,                 \
-        REF_FLAGS | (extra_flags), (supports_fn), NULL, (run_fn), NULL                       \
+    .struct_size = sizeof(bp_abi_kernel), .op = (op_name), .impl = REF_IMPL,                \
+    .device = REF_DEVICE, .dtypes = (dtype_mask), .priority = BP_ABI_PRIORITY_REFERENCE,     \
+    .flags = REF_FLAGS | (extra_flags), .supports = (supports_fn), .run = (run_fn)           \
   }
 #define REF_KERNEL(op_name, supports_fn, run_fn, extra_flags)                                 \
   REF_KERNEL_DT(op_name, supports_fn, run_fn, extra_flags, BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32))
