@@ -255,42 +255,63 @@ struct bp_abi_device; /* bp_abi_device.h */
  * A model file names a layer by `type:`; besides the built-in types, a
  * module may register one. The host then compiles it like a built-in
  * parameter-free layer: an output feature and its gradient slot of the
- * output shape in the feature dtype, one forward node and (unless
- * backward_op is NULL) one backward node, both running ops the module
- * registered (with kernels for them).
+ * output shape in the feature dtype (FP16 under AMP, else FP32), one
+ * forward node and (unless backward_op is NULL) one backward node, both
+ * running ops registered before the layer (by this module or an earlier
+ * one), with kernels for them.
  *   forward_op   in: x0 [, x1]          out: y
  *   backward_op  in: x0 [, x1], y, dy   out: dx0 [, dx1]   (accumulate)
- * The output shape is the forward op's infer_shape (bp_abi_op), or x0's
- * shape when the op has none. The YAML keys of the layer fill the op's
- * attribute block (the same block goes to both ops) through `attrs`; the
- * host writes the accumulate flag of the backward node at
- * accumulate_offset. */
+ * The output shape is the forward op's infer_shape (bp_abi_op; rule 7 of
+ * bp_abi_ops.h), or x0's shape when the op has none. The YAML keys of the
+ * layer fill the attribute block (the same block goes to both ops) through
+ * `attrs`: each key is type-checked and range-checked, takes its default
+ * when absent, and a key the schema does not list is an error. Bytes no
+ * key covers are 0. The host writes the backward node's accumulate flag
+ * (0 overwrite, 1 add: the gradient slot has several writers) at
+ * accumulate_offset, and 0 there in the forward node.
+ * Registration is refused (naming the module) when the type is a built-in
+ * one or another module's, an op is missing or has other tensor counts
+ * than above, the ops' attr_size differs from the layer's, or a key is
+ * invalid (a reserved key, a duplicate, outside the block, a default
+ * outside its range). */
+#define BP_ABI_LAYER_ATTR_SIZE_MAX 64 /* bytes of a layer's attribute block */
+#define BP_ABI_LAYER_ATTRS_MAX 32     /* keys of one layer type */
+
 enum {
-  BP_ABI_LAYER_ATTR_INT = 0,   /* int32_t at offset */
-  BP_ABI_LAYER_ATTR_FLOAT = 1, /* float at offset */
+  BP_ABI_LAYER_ATTR_INT = 0,   /* int32_t at offset; a plain YAML integer */
+  BP_ABI_LAYER_ATTR_FLOAT = 1, /* float at offset; a plain YAML decimal number */
   BP_ABI_LAYER_ATTR_BOOL = 2,  /* int32_t 0/1 at offset; YAML true/false */
 };
 
+/* One YAML key of a layer type. An array of them is strided by the first
+ * element's struct_size (bp_abi_ops.h rule 6). */
 typedef struct bp_abi_layer_attr {
   uint32_t struct_size;
-  const char *key;      /* YAML key, e.g. "slope" */
+  const char *key;      /* YAML key, e.g. "slope": 1..47 characters of [A-Za-z0-9_-],
+                           not type, name, input or inputs */
   int32_t type;         /* BP_ABI_LAYER_ATTR_* */
-  uint32_t offset;      /* byte offset in the attribute block */
-  double default_value; /* used when the key is absent */
-  double min, max;      /* accepted range (inclusive) */
-  int32_t required;     /* 1: the key must be present */
+  uint32_t offset;      /* byte offset of its value in the attribute block (multiple of 4) */
+  double default_value; /* the value when the key is absent (inside [min, max]) */
+  double min, max;      /* accepted range, inclusive (ignored for BOOL) */
+  int32_t required;     /* 1: the key must be present (default_value unused) */
 } bp_abi_layer_attr;
 
+/* A layer type (host->register_layer). Strings and the attrs array stay
+ * valid while the module is loaded (static storage). */
 typedef struct bp_abi_layer {
   uint32_t struct_size;
-  const char *type;        /* YAML type name, e.g. "leaky_relu"; not a built-in one */
-  const char *forward_op;  /* a registered op */
-  const char *backward_op; /* (optional) a registered op; NULL: no gradient flows back */
-  int32_t num_inputs;      /* 1 or 2 */
-  uint32_t attr_size;      /* bytes of the attribute block (0: none) */
-  uint32_t accumulate_offset; /* int32_t accumulate flag in the block; UINT32_MAX: none */
-  const bp_abi_layer_attr *attrs; /* [num_attrs] */
-  int32_t num_attrs;
+  const char *type;        /* YAML type name, e.g. "leaky_relu"; 1..47 characters of
+                              [A-Za-z0-9_-]; not a built-in type nor another module's */
+  const char *forward_op;  /* a registered op: num_inputs inputs, 1 output */
+  const char *backward_op; /* (optional) a registered op: num_inputs + 2 inputs, num_inputs
+                              outputs; NULL: no gradient flows back through the layer */
+  int32_t num_inputs;      /* 1 (`input: a`) or 2 (`inputs: [a, b]`) */
+  uint32_t attr_size;      /* bytes of the attribute block (0..BP_ABI_LAYER_ATTR_SIZE_MAX);
+                              equal to both ops' attr_size */
+  uint32_t accumulate_offset; /* byte offset of the int32_t accumulate flag in the block
+                                 (multiple of 4); UINT32_MAX: none (only without backward_op) */
+  const bp_abi_layer_attr *attrs; /* [num_attrs] the YAML keys */
+  int32_t num_attrs;       /* 0..BP_ABI_LAYER_ATTRS_MAX */
 } bp_abi_layer;
 
 /* Log levels for bp_abi_host.log. */

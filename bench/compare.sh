@@ -7,7 +7,7 @@
 #   MODELS   comma-separated model names (models/NAME.yaml) or paths; default mlp,cnn
 #   EPOCHS   default 3
 #   THREADS  the twin's --threads (torch's OpenMP/oneDNN pool and OpenBLAS's);
-#            blueprint's BLAS pool (BP_BLAS_THREADS, OPENBLAS_NUM_THREADS,
+#            blueprint's threads per rank (BP_THREADS, OPENBLAS_NUM_THREADS,
 #            OMP_NUM_THREADS); default: nproc
 #   COMMON   `blueprint train` options passed to both sides; the twin takes the
 #            same names: --train-limit N, --test-limit N, --batch B,
@@ -29,7 +29,7 @@
 #                  (every rank updates every parameter: the update not
 #                  sharded);
 #                  EPOCHS defaults to 1 there. Every blueprint rank gets one
-#                  BLAS thread (BP_BLAS_THREADS=1), so 2 ranks use the 2 cores
+#                  BLAS thread (BP_THREADS=1), so 2 ranks use the 2 cores
 #                  that 1 rank leaves half idle. "n/a" where blueprint lacks
 #                  `train` or refuses `--ranks 2`.
 #   --repeat N     ranks mode: N interleaved rounds of every blueprint kind,
@@ -110,12 +110,12 @@ run_bp() {
   [ -z "$ranks" ] || args+=(--ranks "$ranks")
   args+=("${common[@]}" "${extra_bp[@]}" "$@")
   [ -z "$batch" ] || args+=(--batch "$batch")
-  local env=(BP_BLAS_THREADS="$t" OPENBLAS_NUM_THREADS="$t" OMP_NUM_THREADS="$t")
+  local env=(BP_THREADS="$t" OPENBLAS_NUM_THREADS="$t" OMP_NUM_THREADS="$t")
   local launch=()
   if [ "$procs" -gt 0 ]; then
     env+=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
           OMPI_MCA_btl_vader_single_copy_mechanism=none)
-    launch=(mpirun --oversubscribe -np "$procs" -x BP_BLAS_THREADS -x OPENBLAS_NUM_THREADS
+    launch=(mpirun --oversubscribe -np "$procs" -x BP_THREADS -x OPENBLAS_NUM_THREADS
             -x OMP_NUM_THREADS)
   fi
   rm -f "$out/bp-$tag.jsonl"

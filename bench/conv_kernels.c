@@ -9,8 +9,9 @@
  * for at least S seconds (default 1, at least 2 runs); the best run counts.
  * FLOPs of one pass: 2 * N * OH * OW * K * kh * kw * C/groups. The last
  * column is max|blas - reference| / max(1, max|reference|) over the pass's
- * output. The BLAS thread count is OpenBLAS's (BP_BLAS_THREADS, see
- * ops/blas/module.c). */
+ * output. The kernels get one rank's threads, as in training: every core
+ * this process may use, or BP_THREADS (core/include/blueprint/threads.h);
+ * the BLAS module applies that count to OpenBLAS (ops/blas/module.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <time.h>
 
 #include "blueprint/registry.h"
+#include "blueprint/threads.h"
 #include "bp_abi.h"
 #include "bp_abi_ops.h"
 
@@ -90,6 +92,8 @@ typedef struct call {
   void *ws;
 } call;
 
+static const bp_abi_threads *bench_threads; /* one rank's, lent to every call */
+
 static int call_init(call *c, const bp_abi_kernel *k, const buf *in0, const buf *in1, buf *out,
                      const bp_conv2d_attrs *attrs) {
   memset(c, 0, sizeof *c);
@@ -102,6 +106,7 @@ static int call_init(call *c, const bp_abi_kernel *k, const buf *in0, const buf 
   c->args.attrs = attrs, c->args.attr_size = sizeof *attrs;
   c->args.attr_version = BP_ABI_ATTR_VERSION;
   c->args.world_size = 1;
+  c->args.threads = bench_threads;
   char reason[256] = "";
   if (k->supports && !k->supports(k->user, &c->args, reason, sizeof reason)) {
     fprintf(stderr, "%s/%s refuses: %s\n", k->op, k->impl, reason);
@@ -169,9 +174,15 @@ int main(int argc, char **argv) {
     bp_registry_destroy(r);
     return 1;
   }
-  const char *threads = getenv("BP_BLAS_THREADS");
-  printf("conv2d 3x3 stride 1 pad 1, batch %lld, FP32; BLAS threads: %s\n", (long long)batch,
-         threads ? threads : "OpenBLAS default");
+  bp_threads *pool = NULL;
+  if (bp_threads_create(bp_threads_share(1), &pool) != BP_OK) {
+    fprintf(stderr, "bench_conv_kernels: %s\n", bp_last_error());
+    bp_registry_destroy(r);
+    return 1;
+  }
+  bench_threads = bp_threads_abi(pool);
+  printf("conv2d 3x3 stride 1 pad 1, batch %lld, FP32; threads: %d\n", (long long)batch,
+         bench_threads->count);
   printf("%-20s %-11s %12s %12s %8s %9s\n", "shape", "pass", "ref GFLOP/s", "blas GFLOP/s",
          "speedup", "norm err");
 
@@ -225,5 +236,6 @@ int main(int argc, char **argv) {
     free(x.p), free(w.p), free(y.p);
   }
   bp_registry_destroy(r);
+  bp_threads_destroy(pool);
   return rc;
 }

@@ -36,7 +36,7 @@ static void *work(void *arg) {
 }
 
 int main(void) {
-  openblas_set_num_threads(1); /* one BLAS thread per caller, as BP_BLAS_THREADS=1 */
+  openblas_set_num_threads(1); /* one BLAS thread per caller, as BP_THREADS=1 gives a rank */
   for (int round = 1; round <= ROUNDS; round++) {
     double t0 = now();
     work(NULL);

@@ -22,7 +22,7 @@
  * batch B (each rank B / R). Weak scaling: the R ranks run a global batch
  * of R * B, each rank B, as each of the R jobs does (the usual measure of
  * data-parallel scaling: a fixed batch per worker). Every rank runs one
- * BLAS thread (BP_BLAS_THREADS=1 unless set), as bench/compare.sh --ranks
+ * thread, its GEMMs included (BP_THREADS=1 unless set, threads.h), as bench/compare.sh --ranks
  * does. */
 #include <pthread.h>
 #include <stdio.h>
@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ranks_interleaved: at most %d ranks\n", MAX_JOBS);
     return 2;
   }
-  setenv("BP_BLAS_THREADS", "1", 0);
+  setenv("BP_THREADS", "1", 0);
   bp_model *m = NULL;
   bp_registry *registry = NULL;
   if (bp_model_load(argv[1], &m) != BP_OK || bp_registry_create(&registry) != BP_OK ||

@@ -215,7 +215,7 @@ START_TEST(selection_follows_the_backend) {
   float data[4] = {0};
   ar_node n;
   ar_node_init(&n, data, 4, 1.0f, &c);
-  bp_select_options o = {"", 1, NULL, NULL, 0}; /* autotune on: a collective is never timed */
+  bp_select_options o = {.pins = "", .autotune = 1}; /* autotune on: a collective is never timed */
   const bp_registered_kernel *k = NULL;
   ck_assert_msg(bp_registry_select(r, "allreduce.sum", "cpu", &n.args, &o, &k) == BP_OK, "%s",
                 bp_last_error());

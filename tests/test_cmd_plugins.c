@@ -120,6 +120,24 @@ START_TEST(works_with_no_module_given) {
 }
 END_TEST
 
+START_TEST(kernels_for_a_device_no_plugin_provides_are_reported) {
+  unsetenv("BP_PLUGIN_PATH");
+  /* tests/modules/plugins/nodev.so: two kernels on "npu", one on cpu */
+  ck_assert_int_eq(run("--plugin '%s/plugins'", BP_TEST_MODULES), 0);
+  has("device kinds with kernels but no device plugin: 1\n");
+  has("  npu        2 kernels, no device plugin of this kind loaded\n");
+  /* (cpu is not counted: its plugin loads from beside the library) */
+  ck_assert_int_eq(run("--json --plugin '%s/plugins'", BP_TEST_MODULES), 0);
+  has("\"devices_without_plugin\": [\n    {\"kind\": \"npu\", \"kernels\": 2}\n  ]");
+  has("\"source\": \"explicit\"");
+  /* every kind has a plugin: the section is absent, the JSON list empty */
+  ck_assert_int_eq(run("--json --plugin '%s/select/sel.so'", BP_TEST_MODULES), 0);
+  has("\"devices_without_plugin\": []");
+  ck_assert_int_eq(run("--plugin '%s/select/sel.so'", BP_TEST_MODULES), 0);
+  ck_assert_ptr_null(strstr(out_text, "no device plugin"));
+}
+END_TEST
+
 START_TEST(refused_explicit_module_fails_after_listing) {
   ck_assert_int_eq(run("--plugin '%s/registry/bad.so'", BP_TEST_MODULES), 1);
   has("refused");
@@ -147,6 +165,7 @@ int main(void) {
   tcase_add_test(tc, lists_modules_kernels_and_default_picks);
   tcase_add_test(tc, json_is_valid_and_complete);
   tcase_add_test(tc, works_with_no_module_given);
+  tcase_add_test(tc, kernels_for_a_device_no_plugin_provides_are_reported);
   tcase_add_test(tc, refused_explicit_module_fails_after_listing);
   tcase_add_test(tc, bad_command_lines_exit_2);
   suite_add_tcase(s, tc);

@@ -115,7 +115,7 @@ static void assert_tiled(const bp_plan *p) {
 /* ---- totals by hand ------------------------------------------------------- */
 
 /* One fc layer: input 8x8x3, 5 classes; batch 4, train_size 6 (a last batch
- * of 2), eval batch 10. Slots by DESIGN.md section 3, e = elements:
+ * of 2), eval batch 10. Slots by docs/architecture.md "DTensor rules", e = elements:
  *   FP16: align256(2e+16); INT8: align256(e+16); FP32/INT32: 2*align256(2e+16). */
 static const char *tiny_fc = "name: tiny\n"
                              "input: {height: 8, width: 8, channels: 3, classes: 5}\n"

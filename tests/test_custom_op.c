@@ -1,7 +1,8 @@
 /* examples/custom-op end to end: install blueprint into a temporary prefix,
  * build the example there (CMake package and pkg-config), install it, load
  * it through BP_PLUGIN_PATH, pin its relu.fwd kernel with BP_KERNELS and
- * run it, and run the kernel of the op kind it adds (scale_shift.fwd). */
+ * run it, run the kernel of the op kind it adds (scale_shift.fwd), and
+ * train and plan a model that uses the layer type it adds (leaky_relu). */
 #include <check.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -135,7 +136,7 @@ START_TEST(pinned_relu_kernel_is_selected_and_runs) {
   void *out[1] = {yb};
   bp_abi_kernel_args args = unary_args(&x, &y, in, out);
   char report[2048] = "";
-  bp_select_options options = {NULL, 0, NULL, report, sizeof report}; /* pins from BP_KERNELS */
+  bp_select_options options = {.report = report, .report_size = sizeof report}; /* pins from BP_KERNELS */
   const bp_registered_kernel *k = NULL;
   ck_assert_msg(bp_registry_select(r, "relu.fwd", "cpu", &args, &options, &k) == BP_OK, "%s",
                 bp_last_error());
@@ -179,7 +180,7 @@ START_TEST(new_op_kind_runs) {
   args.attrs = attrs;
   args.attr_size = sizeof attrs;
   args.attr_version = 1;
-  bp_select_options options = {"", 0, NULL, NULL, 0}; /* no pins */
+  bp_select_options options = {.pins = ""}; /* no pins */
   const bp_registered_kernel *k = NULL;
   ck_assert_msg(bp_registry_select(r, "scale_shift.fwd", "cpu", &args, &options, &k) == BP_OK,
                 "%s", bp_last_error());
@@ -209,6 +210,165 @@ START_TEST(new_op_kind_runs) {
 }
 END_TEST
 
+/* ---- the leaky_relu layer type and a model that uses it ------------------------ */
+
+/* examples/custom-op/<file>, malloc'ed. */
+static char *example_file(const char *file) {
+  char *dir = path_in(getenv("BP_SOURCE_DIR"), "examples/custom-op");
+  char *p = path_in(dir, file);
+  free(dir);
+  return p;
+}
+
+START_TEST(leaky_relu_kernels_handle_strides_and_accumulate) {
+  bp_registry *r = open_registry();
+  const bp_registered_layer *l = bp_registry_find_layer(r, "leaky_relu");
+  ck_assert_ptr_nonnull(l);
+  ck_assert_str_eq(l->layer.forward_op, "leaky_relu.fwd");
+  ck_assert_str_eq(l->layer.backward_op, "leaky_relu.bwd");
+  ck_assert_int_eq(l->layer.num_attrs, 1);
+  ck_assert_str_eq(l->attrs[0].key, "slope");
+  bp_abi_tensor t[3] = {padded_tensor(), padded_tensor(), padded_tensor()}, out = padded_tensor();
+  float xb[ELEMS], yb[ELEMS], dyb[ELEMS], dxb[ELEMS];
+  for (int i = 0; i < ELEMS; i++)
+    xb[i] = input_value(i), dyb[i] = 0.5f * input_value(i + 3), yb[i] = dxb[i] = SENTINEL;
+  const float attrs[2] = {0.25f, 0.0f}; /* slope, accumulate (int 0 has the bits of 0.0f) */
+  const void *in[3] = {xb, yb, dyb};
+  void *outs[1] = {yb};
+  bp_abi_kernel_args args = unary_args(&t[0], &out, in, outs);
+  args.attrs = attrs;
+  args.attr_size = sizeof attrs;
+  args.attr_version = 1;
+  bp_select_options options = {.pins = ""};
+  const bp_registered_kernel *k = NULL;
+  ck_assert_msg(bp_registry_select(r, "leaky_relu.fwd", "cpu", &args, &options, &k) == BP_OK,
+                "%s", bp_last_error());
+  ck_assert_int_eq(k->kernel.run(k->kernel.user, &args), BP_ABI_OK);
+  for (int i = 0; i < ELEMS; i++) {
+    const float x = input_value(i);
+    ck_assert_float_eq(yb[i], i % PC == C ? SENTINEL : (x > 0 ? x : 0.25f * x));
+  }
+  /* backward, overwrite then accumulate: dx = dy * (x > 0 ? 1 : slope) */
+  args.num_inputs = 3;
+  args.inputs = t;
+  outs[0] = dxb;
+  ck_assert_msg(bp_registry_select(r, "leaky_relu.bwd", "cpu", &args, &options, &k) == BP_OK,
+                "%s", bp_last_error());
+  ck_assert_int_eq(k->kernel.run(k->kernel.user, &args), BP_ABI_OK);
+  int32_t acc_attrs[2];
+  memcpy(acc_attrs, attrs, sizeof attrs);
+  acc_attrs[1] = 1;
+  args.attrs = acc_attrs;
+  ck_assert_int_eq(k->kernel.run(k->kernel.user, &args), BP_ABI_OK);
+  for (int i = 0; i < ELEMS; i++) {
+    const float x = input_value(i), g = 0.5f * input_value(i + 3) * (x > 0 ? 1.0f : 0.25f);
+    ck_assert_float_eq(dxb[i], i % PC == C ? SENTINEL : 2.0f * g);
+  }
+  bp_registry_destroy(r);
+}
+END_TEST
+
+START_TEST(model_with_leaky_relu_trains_and_plans) {
+  bp_registry_destroy(open_registry()); /* sets BP_PLUGIN_PATH for the runs below */
+  char *model = example_file("mlp_leaky.yaml"), *dir = tmp_dir_create();
+  char *metrics = path_in(dir, "m.jsonl"), *data = path_in(dir, "data");
+  /* Fashion-MNIST where the dataset package is installed, else toy data */
+  const char *data_args[2] = {"--train-limit", "12800"};
+  if (!have_fashion_mnist()) {
+    ck_assert_int_eq(sh("mkdir -p '%s'", data), 0);
+    write_toy_mnist(data, 2048, 512, 7);
+    data_args[0] = "--data";
+    data_args[1] = data;
+  }
+  run_result r = RUN("train", model, data_args[0], data_args[1], "--test-limit", "1000",
+                     "--batch", "64", "--epochs", "1", "--metrics", metrics, "--log-every", "20");
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  ck_assert_msg(strstr(r.out, "leaky_relu.fwd") && strstr(r.out, "leaky_relu.bwd"),
+                "the kernel table lacks the layer's ops: %s", r.out);
+  int steps = 0;
+  const double first = jsonl_number(metrics, "step", 0, "train_loss", &steps);
+  const double last = jsonl_number(metrics, "step", steps - 1, "train_loss", NULL);
+  const double acc = jsonl_number(metrics, "epoch", 0, "test_accuracy", NULL);
+  ck_assert_int_ge(steps, 5);
+  ck_assert_msg(last < first, "loss does not fall: %g -> %g", first, last);
+  ck_assert_msg(acc > 0.5, "test accuracy %g is not well above chance (10%%)", acc);
+  run_free(&r);
+
+  r = RUN("plan", model);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  ck_assert_ptr_nonnull(strstr(r.out, "plan of model mlp_leaky"));
+  run_free(&r);
+  r = RUN("plan", model, "--json");
+  ck_assert_msg(r.status == 0 && strstr(r.out, "\"act1.out\"") && strstr(r.out, "\"act1.dout\""),
+                "status %d: %s", r.status, r.out);
+  run_free(&r);
+  free(metrics);
+  free(data);
+  free(model);
+  tmp_dir_remove(dir);
+}
+END_TEST
+
+START_TEST(plugins_lists_the_layer_type) {
+  bp_registry_destroy(open_registry()); /* sets BP_PLUGIN_PATH */
+  run_result r = RUN("plugins");
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  ck_assert_msg(strstr(r.out, "layer types: 1 from modules") &&
+                    strstr(r.out, "leaky_relu.fwd / leaky_relu.bwd") &&
+                    strstr(r.out, "slope (float, default 0.01, [0, 1])"),
+                "%s", r.out);
+  run_free(&r);
+  r = RUN("plugins", "--json");
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_msg(strstr(r.out, "\"layers\": [") && strstr(r.out, "{\"type\": \"leaky_relu\"") &&
+                    strstr(r.out, "\"backward_op\": \"leaky_relu.bwd\"") &&
+                    strstr(r.out, "{\"key\": \"slope\", \"type\": \"float\", \"default\": 0.01"),
+                "%s", r.out);
+  run_free(&r);
+}
+END_TEST
+
+START_TEST(leaky_relu_without_the_module_is_one_clear_error) {
+  char *model = example_file("mlp_leaky.yaml");
+  const char *saved = getenv("BP_PLUGIN_PATH");
+  char *keep = saved ? strdup(saved) : NULL;
+  unsetenv("BP_PLUGIN_PATH");
+  run_result r = RUN("plan", model);
+  expect_one_line_error(&r, "blueprint plan: ", "mlp_leaky.yaml:9:12: unknown layer type "
+                                                "'leaky_relu'");
+  ck_assert_ptr_nonnull(strstr(r.err, "no loaded op module registers it"));
+  run_free(&r);
+  r = RUN("train", model, "--epochs", "1");
+  expect_one_line_error(&r, "blueprint train: ", "unknown layer type 'leaky_relu'");
+  run_free(&r);
+  if (keep) setenv("BP_PLUGIN_PATH", keep, 1);
+  free(keep);
+  free(model);
+}
+END_TEST
+
+START_TEST(bad_slope_is_refused_at_its_line_and_column) {
+  bp_registry_destroy(open_registry()); /* sets BP_PLUGIN_PATH */
+  char *dir = tmp_dir_create(), *model = path_in(dir, "bad.yaml");
+  FILE *f = fopen(model, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("input: {height: 28, width: 28, channels: 1, classes: 10}\n"
+        "layers:\n"
+        "  - {type: fc, units: 32}\n"
+        "  - {type: leaky_relu, slope: 1.5}\n"
+        "  - {type: fc, units: 10}\n"
+        "  - {type: softmax_ce}\n",
+        f);
+  ck_assert_int_eq(fclose(f), 0);
+  run_result r = RUN("plan", model);
+  expect_one_line_error(&r, "blueprint plan: ", "bad.yaml:4:31: 'slope' of leaky_relu layer "
+                                                "'leaky_relu1' must be <= 1, got 1.5");
+  run_free(&r);
+  free(model);
+  tmp_dir_remove(dir);
+}
+END_TEST
+
 START_TEST(pkg_config_build_works_too) {
   ck_assert_int_eq(build_example("build-pc", 1), 0);
   /* only the entry symbol leaves the module */
@@ -228,6 +388,11 @@ int main(void) {
   tcase_add_test(tc, module_loads_through_bp_plugin_path);
   tcase_add_test(tc, pinned_relu_kernel_is_selected_and_runs);
   tcase_add_test(tc, new_op_kind_runs);
+  tcase_add_test(tc, leaky_relu_kernels_handle_strides_and_accumulate);
+  tcase_add_test(tc, model_with_leaky_relu_trains_and_plans);
+  tcase_add_test(tc, plugins_lists_the_layer_type);
+  tcase_add_test(tc, leaky_relu_without_the_module_is_one_clear_error);
+  tcase_add_test(tc, bad_slope_is_refused_at_its_line_and_column);
   tcase_add_test(tc, pkg_config_build_works_too);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

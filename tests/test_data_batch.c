@@ -375,7 +375,7 @@ START_TEST(fill_fp32_matches_hand_computed_values) {
 END_TEST
 
 START_TEST(fill_fp16_writes_padded_channels) {
-  /* FP16 in I_A pads 3 channels to 4 (DESIGN.md section 3) */
+  /* FP16 in I_A pads 3 channels to 4 (docs/architecture.md, "DTensor rules") */
   bp_dataset *d = make_dataset(3);
   bp_dtensor img;
   ck_assert_int_eq(bp_dtensor_make(&img, 0, "image", (bp_shape){2, H, W, 3}, BP_DTYPE_FP16,

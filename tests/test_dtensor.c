@@ -1,4 +1,4 @@
-/* DTensor rules with values computed by hand (DESIGN.md section 3). */
+/* DTensor rules with values computed by hand (docs/architecture.md). */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>

@@ -56,6 +56,7 @@ START_TEST(installed_cli_and_models_work) {
   /* the ABI headers a module builds against, and `plugins` with what is installed */
   ck_assert_int_eq(sh("test -f '%1$s/include/blueprint/abi/bp_abi.h' && "
                       "test -f '%1$s/include/blueprint/abi/bp_abi_device.h' && "
+                      "test -f '%1$s/include/blueprint/abi/bp_abi_sdk.h' && "
                       "env -u BP_PLUGIN_PATH '%1$s/bin/blueprint' plugins >/dev/null",
                       prefix),
                    0);
@@ -68,6 +69,46 @@ START_TEST(installed_cli_and_models_work) {
 }
 END_TEST
 
+/* A module needs only the headers: blueprint-abi.pc gives them and says
+ * where modules go (moduledir); the module links nothing from blueprint. */
+START_TEST(headers_only_pkg_config_builds_a_module) {
+  ck_assert_int_eq(sh(
+           "PKG_CONFIG_PATH='%1$s/lib/pkgconfig' && export PKG_CONFIG_PATH && "
+           "pkg-config --exists 'blueprint-abi >= 0.1' && "
+           "! pkg-config --libs blueprint-abi | grep -q lblueprint && "
+           "test \"$(realpath \"$(pkg-config --variable=moduledir blueprint-abi)\")\" = "
+           "\"$(realpath '%1$s/lib')/blueprint/modules\" && "
+           "test \"$(pkg-config --variable=moduledir blueprint)\" = "
+           "\"$(pkg-config --variable=moduledir blueprint-abi)\" && "
+           "%2$s %3$s -shared -fPIC -Wl,--no-undefined -DABI_MODULE_IMPL='\"pc\"' "
+           "'%4$s/tests/install/module/abi_module.c' -o '%1$s/pc_module.so' "
+           "$(pkg-config --cflags --libs blueprint-abi) && "
+           "'%1$s/bin/blueprint' plugins --plugin '%1$s/pc_module.so' | "
+           "grep -q 'loaded  *%1$s/pc_module.so'",
+           prefix, BP_TEST_CC, BP_TEST_CFLAGS, getenv("BP_SOURCE_DIR")),
+                   0);
+}
+END_TEST
+
+/* blueprint::abi in the CMake package, and BLUEPRINT_MODULE_DIR: a module
+ * installed there is found by the installed blueprint without
+ * BP_PLUGIN_PATH. */
+START_TEST(headers_only_cmake_target_and_module_dir) {
+  ck_assert_int_eq(sh(
+           "cmake -S '%2$s/tests/install/module' -B '%1$s/module-build' "
+           "-DCMAKE_PREFIX_PATH='%1$s' -DCMAKE_C_COMPILER=%3$s -DCMAKE_C_FLAGS='%4$s' "
+           "-DCMAKE_MODULE_LINKER_FLAGS='%4$s' >/dev/null && "
+           "cmake --build '%1$s/module-build' >/dev/null && "
+           "test \"$(realpath \"$(cat '%1$s/module-build/module_dir.txt')\")\" = "
+           "\"$(realpath '%1$s/lib')/blueprint/modules\" && "
+           "cmake --install '%1$s/module-build' >/dev/null && "
+           "env -u BP_PLUGIN_PATH '%1$s/bin/blueprint' plugins | "
+           "grep -q 'loaded  *%1$s/lib/blueprint/modules/abi_module.so'",
+           prefix, getenv("BP_SOURCE_DIR"), BP_TEST_CC, BP_TEST_CFLAGS),
+                   0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("install");
   TCase *tc = tcase_create("install");
@@ -76,6 +117,8 @@ int main(void) {
   tcase_add_test(tc, pkg_config_consumer_builds_and_runs);
   tcase_add_test(tc, cmake_package_consumer_builds_and_runs);
   tcase_add_test(tc, installed_cli_and_models_work);
+  tcase_add_test(tc, headers_only_pkg_config_builds_a_module);
+  tcase_add_test(tc, headers_only_cmake_target_and_module_dir);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -96,7 +96,7 @@ START_TEST(selected_through_the_registry) {
   bp_abi_kernel_args args = {.struct_size = sizeof args, .num_inputs = 2, .num_outputs = 1,
                              .inputs = in, .outputs = out, .attrs = &a, .attr_size = sizeof a,
                              .attr_version = BP_ABI_ATTR_VERSION, .world_size = 1};
-  bp_select_options opt = {"", 0, NULL, NULL, 0};
+  bp_select_options opt = {.pins = ""};
   const bp_registered_kernel *k = NULL;
   ck_assert_int_eq(bp_registry_select(r, "conv2d.fwd", "cpu", &args, &opt, &k), BP_OK);
   ck_assert_str_eq(k->kernel.impl, "reference");

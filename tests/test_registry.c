@@ -1,5 +1,5 @@
-/* Loader and registry: every rule of DESIGN.md sec. 5 that a module can
- * break, one purpose-built module each (tests/modules/), and discovery. */
+/* Loader and registry: every ABI rule (docs/architecture.md, "ABI and
+ * discovery") that a module can break, one purpose-built module each (tests/modules/), and discovery. */
 #include <check.h>
 #include <limits.h>
 #include <stddef.h>

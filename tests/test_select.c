@@ -139,15 +139,17 @@ END_TEST
 
 START_TEST(pins_from_environment_and_options_with_globs) {
   bp_registry *r = load("select", "sel", NULL);
-  setenv("BP_KERNELS", "conv2d.*=none, r?lu.f*=mid", 1);
+  setenv("BP_KERNELS", " r?lu.f*=mid,", 1);
   ck_assert_str_eq(pick(r, "relu.fwd", FP32, 8, 16, NULL, BP_OK), "mid");
   /* a pinned REFERENCE kernel is taken: the user asked for it */
   bp_select_options o = {.pins = "relu.fwd@cpu=ref"};
   ck_assert_str_eq(pick(r, "relu.fwd", FP32, 8, 16, &o, BP_OK), "ref");
   /* options replace the environment; "" means no pins */
   ck_assert_str_eq(pick(r, "relu.fwd", FP32, 8, 16, &no_pins, BP_OK), "fast");
-  /* a pin for another device does not apply; the first match wins */
-  o.pins = "relu.fwd@cuda=ref,*=mid,relu.fwd=fast";
+  /* a pin for another device does not apply; the first match wins
+   * (plugins/nodev.so has relu.fwd kernels on "npu") */
+  ck_assert_int_eq(bp_registry_load(r, module_path("plugins", "nodev")), BP_OK);
+  o.pins = "relu.fwd@npu=npu,*=mid,relu.fwd=fast";
   ck_assert_str_eq(pick(r, "relu.fwd", FP32, 8, 16, &o, BP_OK), "mid");
   unsetenv("BP_KERNELS");
   ck_assert_str_eq(pick(r, "relu.fwd", FP32, 8, 16, NULL, BP_OK), "fast");
@@ -173,6 +175,80 @@ START_TEST(pinned_kernel_that_cannot_run_the_node_is_an_error) {
     ck_assert_ptr_nonnull(strstr(bp_last_error(), "OP_GLOB=IMPL"));
   }
   bp_registry_destroy(r);
+}
+END_TEST
+
+/* Every pin list is checked against every registered kernel, whichever
+ * node asks: nothing a user pins is silently ignored (registry.h). */
+START_TEST(pins_that_match_nothing_are_errors_and_dead_pins_warnings) {
+  unsetenv("BP_KERNELS");
+  bp_registry *r = load("select", "sel", NULL);
+  char w[1024];
+  /* a glob that matches no op with a kernel, on any device */
+  static const char *const nothing[] = {"conv2d.*=ref", "relu.fwd@cuda=ref", "rleu.fwd=fast"};
+  for (size_t i = 0; i < sizeof nothing / sizeof nothing[0]; i++) {
+    ck_assert_int_eq(bp_registry_check_pins(r, nothing[i], "test", w, sizeof w), BP_ERR_INVALID);
+    ck_assert_msg(strstr(bp_last_error(), "matches no op that has a kernel") &&
+                      strstr(bp_last_error(), nothing[i]) && strstr(bp_last_error(), "(test)"),
+                  "%s: %s", nothing[i], bp_last_error());
+    /* selecting any node, even one the pin is not about, fails the same way */
+    bp_select_options o = {.pins = nothing[i]};
+    ck_assert_ptr_null(pick(r, "add.fwd", FP32, 8, 16, &o, BP_ERR_INVALID));
+    ck_assert_ptr_nonnull(strstr(bp_last_error(), "matches no op that has a kernel"));
+  }
+  /* an impl that no matched op has: named, with the impls there are */
+  ck_assert_int_eq(bp_registry_check_pins(r, "relu.*=nope", "test", w, sizeof w),
+                   BP_ERR_UNSUPPORTED);
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "names no registered kernel 'nope'"));
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "there are: ref, fast, mid, half"));
+  /* a pin that never applies: earlier pins with another impl cover it */
+  ck_assert_int_eq(bp_registry_check_pins(r, "relu.*=mid, relu.fwd@cpu=fast", "test", w, sizeof w),
+                   BP_OK);
+  ck_assert_msg(strstr(w, "pin 'relu.fwd@cpu=fast' (test) never applies") &&
+                    strstr(w, "pinned first by 'relu.*=mid'"),
+                "warnings: %s", w);
+  ck_assert_ptr_eq(strchr(w, '\n'), w + strlen(w) - 1); /* one line */
+  /* fine: a broader pin that still applies somewhere, a repeat of the
+   * same impl, and no pins at all */
+  static const char *const fine[] = {"relu.fwd=fast,*=ref", "relu.*=mid,relu.fwd=mid", "",
+                                     "add.fwd=ref,,"};
+  for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+    ck_assert_msg(bp_registry_check_pins(r, fine[i], "test", w, sizeof w) == BP_OK, "%s: %s",
+                  fine[i], bp_last_error());
+    ck_assert_msg(w[0] == '\0', "%s warned: %s", fine[i], w);
+  }
+  /* malformed, and too many */
+  ck_assert_int_eq(bp_registry_check_pins(r, "relu.fwd", "test", NULL, 0), BP_ERR_INVALID);
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "OP_GLOB=IMPL"));
+  char many[2048] = "";
+  for (int i = 0; i < 33; i++) strcat(many, "relu.fwd=ref,");
+  ck_assert_int_eq(bp_registry_check_pins(r, many, "test", NULL, 0), BP_ERR_INVALID);
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "more than 32 pins"));
+  bp_registry_destroy(r);
+}
+END_TEST
+
+/* One place decides where pins come from: option > BP_KERNELS > model. */
+START_TEST(pin_precedence_is_option_then_environment_then_model) {
+  bp_pin_source src = BP_PINS_MODEL;
+  unsetenv("BP_KERNELS");
+  ck_assert_str_eq(bp_pins_resolve(NULL, NULL, &src), "");
+  ck_assert_int_eq(src, BP_PINS_NONE);
+  ck_assert_str_eq(bp_pins_resolve(NULL, "", &src), "");
+  ck_assert_int_eq(src, BP_PINS_NONE);
+  ck_assert_str_eq(bp_pins_resolve(NULL, "fc.*=m", &src), "fc.*=m");
+  ck_assert_int_eq(src, BP_PINS_MODEL);
+  ck_assert_str_eq(bp_pin_source_name(src), "model file");
+  setenv("BP_KERNELS", "fc.*=e", 1);
+  ck_assert_str_eq(bp_pins_resolve(NULL, "fc.*=m", &src), "fc.*=e");
+  ck_assert_int_eq(src, BP_PINS_ENV);
+  ck_assert_str_eq(bp_pin_source_name(src), "BP_KERNELS");
+  ck_assert_str_eq(bp_pins_resolve("fc.*=o", "fc.*=m", &src), "fc.*=o");
+  ck_assert_int_eq(src, BP_PINS_OPTION);
+  /* an empty option means "no pins", hiding the environment */
+  ck_assert_str_eq(bp_pins_resolve("", "fc.*=m", &src), "");
+  ck_assert_int_eq(src, BP_PINS_OPTION);
+  unsetenv("BP_KERNELS");
 }
 END_TEST
 
@@ -356,6 +432,8 @@ int main(void) {
   tcase_add_test(tc, unsupported_node_names_op_shapes_and_every_reason);
   tcase_add_test(tc, pins_from_environment_and_options_with_globs);
   tcase_add_test(tc, pinned_kernel_that_cannot_run_the_node_is_an_error);
+  tcase_add_test(tc, pins_that_match_nothing_are_errors_and_dead_pins_warnings);
+  tcase_add_test(tc, pin_precedence_is_option_then_environment_then_model);
   tcase_add_test(tc, equal_priorities_break_by_load_order);
   tcase_add_test(tc, default_kernel_follows_priority_and_reference_rules);
   tcase_add_test(tc, autotune_picks_the_faster_kernel_and_writes_the_cache);

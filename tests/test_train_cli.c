@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "json_mini.h"
 #include "run_util.h"
 
 static char *dir, *data, *mlp;
@@ -127,6 +128,130 @@ START_TEST(help_and_success) {
 }
 END_TEST
 
+START_TEST(help_prints_options_as_written) {
+  run_result r = RUN("train", "--help");
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_msg(strstr(r.out, "the first B % R ranks one more") != NULL, "%s", r.out);
+  ck_assert_msg(strstr(r.out, "%%") == NULL, "a printf escape printed literally:\n%s", r.out);
+  ck_assert_ptr_nonnull(strstr(r.out, "--verbose"));
+  run_free(&r);
+  r = RUN("eval", "--help");
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_ptr_null(strstr(r.out, "%%"));
+  ck_assert_ptr_nonnull(strstr(r.out, "--verbose"));
+  run_free(&r);
+}
+END_TEST
+
+/* The string member `key` of object o ("" when absent or not a string). */
+static const char *str_of(const jm_value *o, const char *key) {
+  const jm_value *v = jm_get(o, key);
+  return v && v->kind == JM_STRING ? v->text : "";
+}
+
+START_TEST(kernel_report_in_table_metrics_and_eval) {
+  char *metrics = path_in(dir, "k.jsonl"), *ckpt = path_in(dir, "k.ckpt");
+  run_result r = RUN("train", mlp, "--data", data, "--epochs", "1", "--batch", "32", "--metrics",
+                     metrics, "--checkpoint", ckpt, "--kernels", "fc.*=reference");
+  ck_assert_msg(r.status == 0, "%s", r.err);
+  /* the table: one line per (op, impl, device) with its node count */
+  ck_assert_msg(strstr(r.out, "kernels (pins from --kernels: fc.*=reference):\n") != NULL, "%s",
+                r.out);
+  ck_assert_msg(strstr(r.out, "  fc.fwd ") && strstr(r.out, " reference ") &&
+                    strstr(r.out, " nodes") && !strstr(r.out, "kernel of each node"),
+                "%s", r.out);
+  run_free(&r);
+
+  /* the metrics file starts with the kernels line, whatever the printing */
+  size_t size = 0;
+  char *text = (char *)read_file(metrics, &size);
+  ck_assert_ptr_nonnull(text);
+  char *nl = strchr(text, '\n');
+  ck_assert_ptr_nonnull(nl);
+  char err[256];
+  jm_value *k = jm_parse(text, (size_t)(nl - text), err, sizeof err);
+  ck_assert_msg(k != NULL, "%s: %.200s", err, text);
+  ck_assert_str_eq(str_of(k, "event"), "kernels");
+  ck_assert_str_eq(str_of(k, "device"), "cpu");
+  ck_assert_str_eq(str_of(k, "pins"), "fc.*=reference");
+  ck_assert_str_eq(str_of(k, "pins_source"), "option");
+  ck_assert_int_eq(jm_get(k, "autotune")->kind, JM_BOOL);
+  ck_assert_uint_eq(jm_get(k, "warnings")->count, 0);
+  const jm_value *nodes = jm_get(k, "nodes"), *ops = jm_get(k, "ops");
+  ck_assert(nodes && nodes->kind == JM_ARRAY && nodes->count > 4);
+  int fc = 0, forward = 0;
+  for (size_t i = 0; i < nodes->count; i++) {
+    const jm_value *n = jm_at(nodes, i);
+    static const char *const keys[] = {"variant", "segment", "node", "op", "impl", "device"};
+    for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++)
+      ck_assert_msg(str_of(n, keys[j])[0], "node %zu lacks %s", i, keys[j]);
+    ck_assert_ptr_nonnull(jm_get(n, "rank"));
+    if (!strncmp(str_of(n, "op"), "fc.", 3)) {
+      ck_assert_str_eq(str_of(n, "impl"), "reference");
+      fc++;
+    }
+    forward += !strcmp(str_of(n, "variant"), "train") && !strcmp(str_of(n, "segment"), "forward");
+  }
+  ck_assert_int_gt(fc, 0);
+  ck_assert_int_gt(forward, 0);
+  uint64_t total = 0;
+  for (size_t i = 0; i < ops->count; i++) {
+    uint64_t c = 0;
+    ck_assert_int_eq(jm_u64(jm_get(jm_at(ops, i), "nodes"), &c), 0);
+    ck_assert_str_ne(str_of(jm_at(ops, i), "module"), "");
+    total += c;
+  }
+  ck_assert_uint_eq(total, nodes->count);
+  jm_free(k);
+  ck_assert_ptr_nonnull(strstr(nl, "\"event\":\"epoch\"")); /* the other lines follow */
+  free(text);
+
+  /* --verbose: every node; --quiet: no table; eval: only its variants */
+  r = RUN("eval", mlp, "--data", data, "--batch", "32", "--checkpoint", ckpt, "--verbose");
+  ck_assert_msg(r.status == 0, "%s", r.err);
+  ck_assert_msg(strstr(r.out, "kernels (no pins):\n") && strstr(r.out, "kernel of each node:\n") &&
+                    strstr(r.out, " eval/eval ") && !strstr(r.out, "train/") &&
+                    !strstr(r.out, ".bwd"),
+                "%s", r.out);
+  run_free(&r);
+  r = RUN("eval", mlp, "--data", data, "--batch", "32", "--checkpoint", ckpt, "--quiet");
+  ck_assert_msg(r.status == 0 && !strstr(r.out, "kernels ("), "%s%s", r.out, r.err);
+  run_free(&r);
+  free(metrics);
+  free(ckpt);
+}
+END_TEST
+
+START_TEST(dead_pins_and_refused_modules_are_mentioned) {
+  char *metrics = path_in(dir, "w.jsonl");
+  /* relu.fwd=cpu can never apply: relu.*=reference is matched first */
+  run_result r = RUN("train", mlp, "--data", data, "--epochs", "1", "--quiet", "--metrics",
+                     metrics, "--kernels", "relu.*=reference,relu.fwd=cpu");
+  ck_assert_msg(r.status == 0, "%s", r.err);
+  ck_assert_msg(strstr(r.err, "blueprint train: warning: pin 'relu.fwd=cpu' (--kernels) never "
+                              "applies") &&
+                    strstr(r.err, "'relu.*=reference'"),
+                "%s", r.err);
+  run_free(&r);
+  size_t size = 0;
+  char *text = (char *)read_file(metrics, &size);
+  ck_assert_ptr_nonnull(strstr(text, "\"warnings\":[\"pin 'relu.fwd=cpu' (--kernels) never"));
+  free(text);
+  free(metrics);
+  /* a module found through BP_PLUGIN_PATH that is refused: one note */
+  char path[1024];
+  snprintf(path, sizeof path, "%s/refused", BP_TEST_MODULES);
+  setenv("BP_PLUGIN_PATH", path, 1);
+  r = RUN("train", mlp, "--data", data, "--epochs", "1", "--quiet");
+  unsetenv("BP_PLUGIN_PATH");
+  ck_assert_msg(r.status == 0, "%s", r.err);
+  ck_assert_msg(strstr(r.err, "blueprint train: note: 1 module on BP_PLUGIN_PATH was refused; "
+                              "see `blueprint plugins`\n") != NULL,
+                "%s", r.err);
+  run_free(&r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("train_cli");
   TCase *tc = tcase_create("train_cli");
@@ -134,6 +259,9 @@ int main(void) {
   tcase_add_test(tc, command_line_errors);
   tcase_add_test(tc, run_time_errors);
   tcase_add_test(tc, help_and_success);
+  tcase_add_test(tc, help_prints_options_as_written);
+  tcase_add_test(tc, kernel_report_in_table_metrics_and_eval);
+  tcase_add_test(tc, dead_pins_and_refused_modules_are_mentioned);
   tcase_set_timeout(tc, 300);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -186,7 +186,7 @@ int main(void) {
   if (!mpirun_ready()) return 77;
   if (!shm_usable(64u << 20))
     printf("note: /dev/shm has less than 64 MiB free: mpirun may fall back to messages\n");
-  setenv("BP_BLAS_THREADS", "1", 0); /* one GEMM thread per rank in both runs */
+  setenv("BP_THREADS", "1", 0); /* one thread per rank (GEMMs included) in both runs */
   Suite *s = suite_create("train_mpi");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 600);

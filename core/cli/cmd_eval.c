@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "kernel_report.h"
 #include "train_args.h"
 
 static const char usage_text[] =
@@ -27,6 +28,7 @@ static const char usage_text[] =
     "  --batch B, --eval-batch B, --ranks R, --optimizer NAME, --ema, --amp\n"
     "                      as in the training run, when not the model file's\n"
     "  --device cpu|cuda, --kernels PINS, --plugin PATH   as for train\n"
+    "  --quiet             no kernel table; --verbose: the kernel of every node\n"
     "  -h, --help          print this help\n"
     "\n"
     "Exit status: 0 ok, 1 evaluation failed, 2 bad command line.\n";
@@ -44,8 +46,13 @@ int bp_cmd_eval(int argc, char **argv) {
   a.options.eval_only = 1;
   bp_trainer *t = NULL;
   bp_eval_report r;
-  if (bp_trainer_create_from_file(a.model_path, &a.options, &t) != BP_OK ||
-      bp_trainer_evaluate(t, &r) != BP_OK) {
+  bp_status st = bp_trainer_create_from_file(a.model_path, &a.options, &t);
+  if (st == BP_OK) {
+    bp_cli_kernel_notes("eval", t);
+    if (!a.quiet || a.verbose) bp_cli_kernel_table(stdout, t, "eval", a.verbose);
+    st = bp_trainer_evaluate(t, &r);
+  }
+  if (st != BP_OK) {
     bp_cli_report("eval", "%s", bp_last_error());
     bp_trainer_destroy(t);
     return BP_CLI_EXIT_RUN;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "blueprint/model.h"
+#include "blueprint/registry.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "plan_print.h"
@@ -36,6 +37,9 @@ static const char usage_text[] =
     "                       defaults to the model's), e.g. hires:64:32x32,small:16\n"
     "  --json               print the plan as JSON (docs/plan-json.md) instead\n"
     "  --svg FILE           also draw the arena as an SVG picture into FILE\n"
+    "  --plugin PATH        load this op module (file or directory) too: a model may\n"
+    "                       use the layer types op modules register (BP_PLUGIN_PATH\n"
+    "                       and the install directory are searched as for train)\n"
     "  -h, --help           print this help\n"
     "\n"
     "Exit status: 0 ok, 1 bad model or plan or unwritable file, 2 bad command line.\n";
@@ -50,6 +54,8 @@ typedef struct plan_args {
   int extra_count;
   int json;
   const char *svg_path;
+  const char *plugins[16]; /* --plugin paths */
+  int plugin_count;
   int help;
 } plan_args;
 
@@ -169,7 +175,7 @@ static int parse_variants(const char *spec, plan_args *a) {
 
 /* Options that take a value; `--opt VALUE` and `--opt=VALUE` both work. */
 static const char *const valued[] = {"--batch", "--eval-batch", "--train-size",
-                                     "--optimizer", "--variants", "--svg"};
+                                     "--optimizer", "--variants", "--svg", "--plugin"};
 
 /* Parses argv (argv[0] is "plan"). Returns 0, or -1 after reporting. */
 static int parse_args(int argc, char **argv, plan_args *a) {
@@ -233,6 +239,13 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         return -1;
       }
       a->optimizer = (int)opt;
+    } else if (strcmp(option, "--plugin") == 0) {
+      if (a->plugin_count == (int)(sizeof a->plugins / sizeof a->plugins[0])) {
+        bp_cli_report("plan", "--plugin: more than %d plugin paths",
+                      (int)(sizeof a->plugins / sizeof a->plugins[0]));
+        return -1;
+      }
+      a->plugins[a->plugin_count++] = value;
     } else if (strcmp(option, "--variants") == 0) {
       if (parse_variants(value, a)) return -1;
     } else { /* --svg */
@@ -261,9 +274,13 @@ static const char *model_title(const bp_model *m, const char *path) {
 static int run(const plan_args *a) {
   bp_model *model = NULL;
   bp_plan *plan = NULL;
+  bp_registry *registry = NULL; /* the layer types of op modules */
   int rc = EXIT_INPUT;
-  if (bp_model_load(a->model_path, &model) != BP_OK) {
+  if (bp_registry_create(&registry) != BP_OK ||
+      bp_registry_discover(registry, a->plugins, a->plugin_count) != BP_OK ||
+      bp_model_load_with_registry(a->model_path, registry, &model) != BP_OK) {
     bp_cli_report("plan", "%s", bp_last_error());
+    bp_registry_destroy(registry);
     return EXIT_INPUT;
   }
   bp_compile_options opt = bp_compile_options_from_model(model);
@@ -306,6 +323,7 @@ static int run(const plan_args *a) {
 done:
   bp_plan_destroy(plan);
   bp_model_destroy(model);
+  bp_registry_destroy(registry); /* last: the model borrows its layer types */
   return rc;
 }
 

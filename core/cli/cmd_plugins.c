@@ -20,8 +20,9 @@ static const char usage_text[] =
     "usage: blueprint plugins [--json] [--plugin PATH]...\n"
     "\n"
     "Finds op modules and device plugins and lists every load attempt (loaded,\n"
-    "skipped or refused, with the stage and the reason), the kernels, and the\n"
-    "kernel each op gets on each device when nothing is pinned or tuned.\n"
+    "skipped or refused, with the stage and the reason), the kernels, the device\n"
+    "kinds that have kernels but no device plugin, and the kernel each op gets\n"
+    "on each device when nothing is pinned or tuned.\n"
     "Search order: --plugin paths (files or directories), BP_PLUGIN_PATH\n"
     "(absolute directories, colon-separated), the install directory, and\n"
     "blueprint/modules/ beside libblueprint.so; never the current directory.\n"
@@ -91,6 +92,49 @@ static const char *module_name(const bp_registry *r, const char *path) {
   return path;
 }
 
+/* Kernels whose device kind no loaded device plugin provides: calls fn for
+ * each such kind (in first-registration order) with its kernel count. Such
+ * kernels can only run where a plugin of that kind loads (the cpu device
+ * falls back to host memory without one). */
+static void for_unserved_devices(const bp_registry *r, void (*fn)(void *, const char *, int),
+                                 void *user) {
+  const int nk = bp_registry_kernel_count(r);
+  for (int i = 0; i < nk; i++) {
+    const char *kind = bp_registry_kernel(r, i)->kernel.device;
+    if (bp_registry_find_device(r, kind)) continue;
+    int first = 1, count = 0;
+    for (int j = 0; j < nk; j++) {
+      if (strcmp(bp_registry_kernel(r, j)->kernel.device, kind) != 0) continue;
+      if (j < i) first = 0;
+      count++;
+    }
+    if (first) fn(user, kind, count);
+  }
+}
+
+static void unserved_text(void *user, const char *kind, int count) {
+  fprintf(user, "  %-10s %d kernel%s, no device plugin of this kind loaded\n", kind, count,
+          count == 1 ? "" : "s");
+}
+
+static void count_unserved(void *user, const char *kind, int count) {
+  (void)kind;
+  (void)count;
+  ++*(int *)user;
+}
+
+typedef struct json_list {
+  FILE *out;
+  int listed;
+} json_list;
+
+static void unserved_json(void *user, const char *kind, int count) {
+  json_list *l = user;
+  fprintf(l->out, "%s\n    {\"kind\": ", l->listed++ ? "," : "");
+  json_str(l->out, kind);
+  fprintf(l->out, ", \"kernels\": %d}", count);
+}
+
 /* Distinct devices of kernels, in first-registration order: calls fn for
  * each (op, device) that has a kernel. */
 static int first_of_pair(const bp_registry *r, int index) {
@@ -101,6 +145,35 @@ static int first_of_pair(const bp_registry *r, int index) {
       return 0;
   }
   return 1;
+}
+
+static const char *attr_type_name(int32_t type) {
+  return type == BP_ABI_LAYER_ATTR_INT     ? "int"
+         : type == BP_ABI_LAYER_ATTR_FLOAT ? "float"
+         : type == BP_ABI_LAYER_ATTR_BOOL  ? "bool"
+                                           : "?";
+}
+
+/* "slope (float, default 0.01, [0, 1]), ..." or "-". */
+static void layer_keys(const bp_registered_layer *l, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int k = 0; k < l->layer.num_attrs && used < size; k++) {
+    const bp_abi_layer_attr *a = &l->attrs[k];
+    int n = a->required ? snprintf(buf + used, size - used, "%s%s (%s, required", k ? ", " : "",
+                                   a->key, attr_type_name(a->type))
+                        : snprintf(buf + used, size - used, "%s%s (%s, default %g", k ? ", " : "",
+                                   a->key, attr_type_name(a->type), a->default_value);
+    if (n < 0) break;
+    used += (size_t)n;
+    if (used < size)
+      n = a->type == BP_ABI_LAYER_ATTR_BOOL
+              ? snprintf(buf + used, size - used, ")")
+              : snprintf(buf + used, size - used, ", [%g, %g])", a->min, a->max);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+  if (!buf[0]) snprintf(buf, size, "-");
 }
 
 static void print_text(const bp_registry *r, FILE *out) {
@@ -147,10 +220,28 @@ static void print_text(const bp_registry *r, FILE *out) {
             module_name(r, path));
   }
 
+  fprintf(out, "\nlayer types: %d from modules\n", bp_registry_layer_count(r));
+  for (int i = 0; i < bp_registry_layer_count(r); i++) {
+    const bp_registered_layer *l = bp_registry_layer(r, i);
+    char keys[512];
+    layer_keys(l, keys, sizeof keys);
+    fprintf(out, "  %-16s %d in   %s / %s   keys: %s   %s\n", l->layer.type,
+            (int)l->layer.num_inputs, l->layer.forward_op,
+            l->layer.backward_op ? l->layer.backward_op : "(no backward)", keys,
+            module_name(r, l->path));
+  }
+
   fprintf(out, "\ndevices: %d\n", bp_registry_device_count(r));
   for (int i = 0; i < bp_registry_device_count(r); i++)
     fprintf(out, "  %-10s %s\n", bp_registry_device(r, i)->kind,
             module_name(r, bp_registry_device_path(r, i)));
+
+  int unserved = 0;
+  for_unserved_devices(r, count_unserved, &unserved);
+  if (unserved) {
+    fprintf(out, "\ndevice kinds with kernels but no device plugin: %d\n", unserved);
+    for_unserved_devices(r, unserved_text, out);
+  }
 
   int nk = bp_registry_kernel_count(r);
   fprintf(out, "\nkernels: %d\n", nk);
@@ -210,6 +301,8 @@ static void print_json(const bp_registry *r, FILE *out) {
             rec->abi_major, rec->abi_minor_built, rec->abi_minor_required, rec->host_abi_major,
             rec->host_abi_minor);
     json_str(out, rec->message);
+    fprintf(out, ", \"source\": ");
+    json_str(out, rec->source);
     fputc('}', out);
   }
   fprintf(out, "%s],\n  \"ops\": [", bp_registry_record_count(r) ? "\n  " : "");
@@ -223,7 +316,33 @@ static void print_json(const bp_registry *r, FILE *out) {
     json_str(out, bp_registry_op_path(r, i));
     fputc('}', out);
   }
-  fprintf(out, "%s],\n  \"devices\": [", bp_registry_op_count(r) ? "\n  " : "");
+  fprintf(out, "%s],\n  \"layers\": [", bp_registry_op_count(r) ? "\n  " : "");
+  for (int i = 0; i < bp_registry_layer_count(r); i++) {
+    const bp_registered_layer *l = bp_registry_layer(r, i);
+    fprintf(out, "%s\n    {\"type\": ", i ? "," : "");
+    json_str(out, l->layer.type);
+    fprintf(out, ", \"inputs\": %d, \"forward_op\": ", (int)l->layer.num_inputs);
+    json_str(out, l->layer.forward_op);
+    fprintf(out, ", \"backward_op\": ");
+    if (l->layer.backward_op)
+      json_str(out, l->layer.backward_op);
+    else
+      fprintf(out, "null");
+    fprintf(out, ", \"attr_size\": %u, \"keys\": [", (unsigned)l->layer.attr_size);
+    for (int k = 0; k < l->layer.num_attrs; k++) {
+      const bp_abi_layer_attr *a = &l->attrs[k];
+      fprintf(out, "%s{\"key\": ", k ? ", " : "");
+      json_str(out, a->key);
+      fprintf(out, ", \"type\": \"%s\", \"default\": %.15g, \"min\": %.15g, \"max\": %.15g"
+                   ", \"required\": %s}",
+              attr_type_name(a->type), a->default_value, a->min, a->max,
+              a->required ? "true" : "false");
+    }
+    fprintf(out, "], \"module\": ");
+    json_str(out, l->path);
+    fputc('}', out);
+  }
+  fprintf(out, "%s],\n  \"devices\": [", bp_registry_layer_count(r) ? "\n  " : "");
   for (int i = 0; i < bp_registry_device_count(r); i++) {
     fprintf(out, "%s\n    {\"kind\": ", i ? "," : "");
     json_str(out, bp_registry_device(r, i)->kind);
@@ -231,7 +350,11 @@ static void print_json(const bp_registry *r, FILE *out) {
     json_str(out, bp_registry_device_path(r, i));
     fputc('}', out);
   }
-  fprintf(out, "%s],\n  \"kernels\": [", bp_registry_device_count(r) ? "\n  " : "");
+  fprintf(out, "%s],\n  \"devices_without_plugin\": [",
+          bp_registry_device_count(r) ? "\n  " : "");
+  json_list unserved = {out, 0};
+  for_unserved_devices(r, unserved_json, &unserved);
+  fprintf(out, "%s],\n  \"kernels\": [", unserved.listed ? "\n  " : "");
   int nk = bp_registry_kernel_count(r);
   for (int i = 0; i < nk; i++) {
     const bp_registered_kernel *k = bp_registry_kernel(r, i);

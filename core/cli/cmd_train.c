@@ -7,11 +7,9 @@
  * the data, a kernel, a checkpoint or a file failed; 2 the command line is
  * wrong. Every failure is one line on stderr, "blueprint train: ...".
  *
- * Ranks share the cores: with --ranks R > 1 (or P processes of mpirun on
- * this machine) and none of BP_BLAS_THREADS, OPENBLAS_NUM_THREADS and
- * OMP_NUM_THREADS in the environment, the command sets BP_BLAS_THREADS to
- * max(1, cores / R) (cores / P) before any op module (and its GEMM
- * library) is loaded, so ranks do not each start a GEMM thread per core.
+ * Ranks share the cores: the trainer lends each rank's kernels cores / R
+ * threads (R ranks, or P processes of mpirun on this machine; BP_THREADS
+ * overrides; core/include/blueprint/threads.h).
  *
  * Under mpirun (one rank per process) only rank 0 prints; every process
  * reports its own failure on stderr, and a failure after the processes met
@@ -25,6 +23,7 @@
 
 #include "blueprint/comm.h"
 #include "commands.h"
+#include "kernel_report.h"
 #include "train_args.h"
 
 static const char usage_text[] =
@@ -38,7 +37,7 @@ static const char usage_text[] =
     "  --epochs N            epochs to train (in all, when resuming)\n"
     "  --batch B             training batch; --eval-batch B: evaluation batch\n"
     "  --ranks R             ranks as threads (1); rank r takes B/R images of a\n"
-    "                        batch B, the first B %% R ranks one more; under\n"
+    "                        batch B, the first B % R ranks one more; under\n"
     "                        `mpirun -np N blueprint train ...` each process is one\n"
     "                        rank of N (no --ranks there)\n"
     "  --replicate-update    with several ranks, every rank updates every parameter\n"
@@ -64,7 +63,8 @@ static const char usage_text[] =
     "  --plugin PATH         load this op module (file or directory) too\n"
     "  --autotune            time the kernels that support a node, keep the fastest\n"
     "  --autotune-cache FILE --autotune, reusing and updating the winners kept in FILE\n"
-    "  --quiet               no progress bar\n"
+    "  --quiet               no progress bar and no kernel table\n"
+    "  --verbose             list the kernel of every node at start\n"
     "  -h, --help            print this help\n"
     "\n"
     "Exit status: 0 ok, 1 training failed, 2 bad command line.\n";
@@ -126,17 +126,6 @@ static int run(bp_cli_train_args *a) {
     a->options.progress_user = &bar;
     a->options.progress_interval = 0.5;
   }
-  /* ranks sharing this machine's cores share them out for their GEMMs too
-   * (both GEMM modules read BP_BLAS_THREADS), unless the user said how */
-  const int sharing = a->options.ranks > 1 ? a->options.ranks : bp_mpi_launched_local();
-  if (sharing > 1 && !getenv("BP_BLAS_THREADS") && !getenv("OPENBLAS_NUM_THREADS") &&
-      !getenv("OMP_NUM_THREADS")) {
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const long per_rank = cores > sharing ? cores / sharing : 1;
-    char text[32];
-    snprintf(text, sizeof text, "%ld", per_rank);
-    setenv("BP_BLAS_THREADS", text, 0);
-  }
   bp_trainer *t = NULL;
   if (bp_trainer_create_from_file(a->model_path, &a->options, &t) != BP_OK) {
     bp_cli_report("train", "%s", bp_last_error());
@@ -164,7 +153,9 @@ static int run(bp_cli_train_args *a) {
     printf(", resumed at epoch %llu step %llu", (unsigned long long)s.epoch + 1,
            (unsigned long long)s.step);
   printf("\n");
+  if (!a->quiet || a->verbose) bp_cli_kernel_table(stdout, t, NULL, a->verbose);
   fflush(stdout);
+  if (bp_trainer_rank(t) == 0) bp_cli_kernel_notes("train", t);
   int rc = 0;
   double last_test = NAN;
   if (bp_trainer_done(t))

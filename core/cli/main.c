@@ -1,4 +1,5 @@
-/* The blueprint command: dispatches to one subcommand (DESIGN.md sec. 8). */
+/* The blueprint command: dispatches to one subcommand (docs/architecture.md,
+ * "Command line"). */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@ static const struct {
     {"plugins", bp_cmd_plugins, "list op modules, kernels and which kernel each op gets"},
     {"train", bp_cmd_train, "train a model on Fashion-MNIST (or MNIST-format data)"},
     {"eval", bp_cmd_eval, "evaluate a checkpoint on the test set"},
+    {"validate", bp_cmd_validate, "check every kernel against the reference kernel of its op"},
 };
 
 static void usage(FILE *out) {

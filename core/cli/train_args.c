@@ -30,7 +30,7 @@ typedef enum {
   O_OPTIMIZER, O_EMA, O_AMP, O_QUIET, O_EPOCHS, O_RANKS, O_SEED, O_RESUME, O_METRICS,
   O_LOG_EVERY, O_LR, O_MOMENTUM, O_WEIGHT_DECAY, O_NESTEROV, O_SCHEDULE, O_WARMUP,
   O_STEP_GAMMA, O_STEP_EVERY, O_TRAIN_LIMIT, O_STOP_AFTER, O_CROP_PAD, O_FLIP, O_EMA_DECAY,
-  O_AUTOTUNE, O_AUTOTUNE_CACHE, O_REPLICATE
+  O_AUTOTUNE, O_AUTOTUNE_CACHE, O_REPLICATE, O_VERBOSE
 } option_id;
 
 /* Every option: its name, what its value is, and whether eval takes it. */
@@ -52,6 +52,7 @@ static const struct option_spec {
     {O_EMA, "--ema", V_NONE, 1},
     {O_AMP, "--amp", V_NONE, 1},
     {O_QUIET, "--quiet", V_NONE, 1},
+    {O_VERBOSE, "--verbose", V_NONE, 1},
     {O_EPOCHS, "--epochs", V_COUNT, 0},
     {O_RANKS, "--ranks", V_COUNT, 1},
     {O_REPLICATE, "--replicate-update", V_NONE, 0},
@@ -141,6 +142,7 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_EMA: o->ema = 1; break;
   case O_AMP: o->amp = 1; break;
   case O_QUIET: a->quiet = 1; break;
+  case O_VERBOSE: a->verbose = 1; break;
   case O_EPOCHS: o->epochs = i; break;
   case O_SEED: o->seed = (uint64_t)i; break;
   case O_RESUME: o->resume_path = value; break;

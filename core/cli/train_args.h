@@ -16,7 +16,8 @@ typedef struct bp_cli_train_args {
   bp_train_options options; /* strings borrowed from argv */
   const char *plugins[BP_CLI_MAX_PLUGINS];
   int help;
-  int quiet; /* no progress bar */
+  int quiet;   /* no progress bar, no kernel table */
+  int verbose; /* the kernel of every node too */
 } bp_cli_train_args;
 
 /* Parses argv (argv[0] is the command). eval: 1 for `blueprint eval`.

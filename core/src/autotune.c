@@ -11,7 +11,17 @@
  * equals the recorded one; otherwise the node is timed again and the line
  * replaced. The file is rewritten whole (merged with what other processes
  * wrote meanwhile) through a temporary file and rename(), so readers never
- * see half a file. */
+ * see half a file.
+ *
+ * Before any timing, every candidate runs validate's checks on the node's
+ * own shapes and attributes, against the reference kernel of the op, in
+ * scratch buffers of its own (never the arena; no guard pages, no child
+ * process: docs/validate.md). A candidate that fails is excluded, named in
+ * the report and in a warning on stderr, and never timed or picked (a
+ * cached winner included); when every candidate fails, the reference
+ * kernel runs. Verdicts are remembered per (signature, impl, build id)
+ * for the registry's lifetime. Nodes on other devices than "cpu", and ops
+ * without a reference kernel, are not checked. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -21,7 +31,10 @@
 #include <unistd.h>
 
 #include "blueprint/dtype.h"
+#include "blueprint/threads.h"
 #include "registry-impl.h"
+#include "validate-impl.h"
+#include "strutil-impl.h"
 
 #define TUNE_REPS 5          /* timed runs per kernel after one warm-up; the minimum counts */
 #define TUNE_FIELD_MAX 4096  /* longest field of a cache line */
@@ -31,10 +44,18 @@ typedef struct tune_entry {
   char *sig, *impl, *build;
 } tune_entry;
 
+/* A check verdict: sig and impl as in the cache, build the encoded id,
+ * why empty when the candidate passed. */
+typedef struct tune_check {
+  char *sig, *impl, *build, *why;
+} tune_check;
+
 struct bp_autotune_cache {
   char *path; /* the file the entries mirror; "" for an in-memory cache */
   tune_entry *entries;
   int count, cap;
+  tune_check *checks; /* never written to the file */
+  int check_count, check_cap;
 };
 
 static void cache_clear(bp_autotune_cache *c) {
@@ -51,6 +72,13 @@ static void cache_clear(bp_autotune_cache *c) {
 void bp_autotune_cache_free(bp_autotune_cache *c) {
   if (!c) return;
   cache_clear(c);
+  for (int i = 0; i < c->check_count; i++) {
+    free(c->checks[i].sig);
+    free(c->checks[i].impl);
+    free(c->checks[i].build);
+    free(c->checks[i].why);
+  }
+  free(c->checks);
   free(c->path);
   free(c);
 }
@@ -278,6 +306,90 @@ static double time_kernel(const tune_timer *t, const char *device,
   return best;
 }
 
+/* ---- checks before timing ----------------------------------------------------- */
+
+enum { CHECK_PASSED = 0, CHECK_EXCLUDED = 1, CHECK_NONE = 2 };
+
+static const bp_registered_kernel *reference_kernel(const bp_registry *r, const char *op) {
+  for (int i = 0; i < r->kernels.count; i++) {
+    const bp_registered_kernel *k = r->kernels.items[i];
+    if ((k->kernel.flags & BP_ABI_KERNEL_REFERENCE) && strcmp(k->kernel.op, op) == 0 &&
+        strcmp(k->kernel.device, "cpu") == 0)
+      return k;
+  }
+  return NULL;
+}
+
+/* Runs validate's checks of candidate k on the node; why says what failed. */
+static int run_checks(const bp_registry *r, const char *op, const char *device,
+                      const bp_abi_kernel_args *args, const bp_registered_kernel *k, char *why,
+                      size_t size) {
+  const bp_registered_kernel *ref = reference_kernel(r, op);
+  if (strcmp(device, "cpu") != 0 || !ref || ref == k) return CHECK_NONE;
+  vc_case *c = malloc(sizeof *c);
+  if (!c || vc_case_from_args(op, args, c) != 0 || c->collective) {
+    free(c);
+    return CHECK_NONE;
+  }
+  const bp_abi_threads *lent =
+      args->struct_size >= BP_ABI_END(bp_abi_kernel_args, threads) ? args->threads : NULL;
+  bp_threads *own = NULL;
+  if (!lent && bp_threads_create(1, &own) == BP_OK) lent = bp_threads_abi(own);
+  int verdict = CHECK_NONE;
+  if (lent) {
+    const vc_check_options o = {.seed = 1, .guard = 0, .threads = lent};
+    vc_outcome out;
+    vc_check(&k->kernel, &ref->kernel, c, &o, &out);
+    if (out.verdict == BP_VALIDATE_FAIL) {
+      snprintf(why, size, "%s", out.detail);
+      verdict = CHECK_EXCLUDED;
+    } else if (out.verdict == BP_VALIDATE_PASS) {
+      verdict = CHECK_PASSED;
+    }
+  }
+  bp_threads_destroy(own);
+  free(c);
+  return verdict;
+}
+
+/* The remembered verdict of k on sig, or the checks run now (remembered). */
+static int check_candidate(bp_registry *r, const char *sig, const char *op, const char *device,
+                           const bp_abi_kernel_args *args, const bp_registered_kernel *k,
+                           char *why, size_t size) {
+  bp_autotune_cache *c = r->tune;
+  char build[TUNE_FIELD_MAX];
+  encode_field(k->build_id, build, sizeof build);
+  for (int i = 0; i < c->check_count; i++) {
+    const tune_check *e = &c->checks[i];
+    if (strcmp(e->sig, sig) == 0 && strcmp(e->impl, k->kernel.impl) == 0 &&
+        strcmp(e->build, build) == 0) {
+      snprintf(why, size, "%s", e->why);
+      return e->why[0] ? CHECK_EXCLUDED : CHECK_PASSED;
+    }
+  }
+  why[0] = '\0';
+  const int verdict = run_checks(r, op, device, args, k, why, size);
+  if (verdict == CHECK_NONE) return verdict;
+  if (c->check_count == c->check_cap) {
+    const int cap = c->check_cap ? 2 * c->check_cap : 16;
+    tune_check *grown = realloc(c->checks, (size_t)cap * sizeof *grown);
+    if (!grown) return verdict; /* not remembered: checked again next time */
+    c->checks = grown;
+    c->check_cap = cap;
+  }
+  tune_check e = {bp_strdup(sig), bp_strdup(k->kernel.impl), bp_strdup(build),
+                  bp_strdup(verdict == CHECK_EXCLUDED ? why : "")};
+  if (e.sig && e.impl && e.build && e.why) {
+    c->checks[c->check_count++] = e;
+  } else {
+    free(e.sig);
+    free(e.impl);
+    free(e.build);
+    free(e.why);
+  }
+  return verdict;
+}
+
 /* The cache for `path`, loaded from the file when it is not the one held. */
 static bp_status cache_for(bp_registry *r, const char *path) {
   if (r->tune && strcmp(r->tune->path, path) == 0) return BP_OK;
@@ -297,22 +409,58 @@ static bp_status cache_for(bp_registry *r, const char *path) {
 static bp_status pick_locked(bp_registry *r, const char *op, const char *device,
                              const bp_abi_kernel_args *args,
                              const bp_registered_kernel *const *cands, int n, const char *path,
-                             int *winner_out, char *report, size_t report_size) {
+                             const char *node, int *winner_out, char *report,
+                             size_t report_size) {
   char *sig = malloc(TUNE_FIELD_MAX);
   char *build = malloc(TUNE_FIELD_MAX);
+  int *passed = calloc((size_t)(n > 0 ? n : 1), sizeof *passed);
   char reason[BP_REASON_MAX];
   bp_status st = BP_OK;
-  if (!sig || !build) {
+  if (!sig || !build || !passed) {
     st = bp_fail(BP_ERR_NOMEM, "out of memory autotuning %s", op);
     goto out;
   }
   signature(op, device, args, sig, TUNE_FIELD_MAX);
   if ((st = cache_for(r, path)) != BP_OK) goto out;
+  /* validate's checks before any timing: a candidate that disagrees with
+   * the reference is never timed nor picked */
+  int alive = 0, last = -1;
+  for (int i = 0; i < n; i++) {
+    const int v = check_candidate(r, sig, op, device, args, cands[i], reason, sizeof reason);
+    passed[i] = v != CHECK_EXCLUDED;
+    if (passed[i]) {
+      alive++;
+      last = i;
+      continue;
+    }
+    char line[BP_REASON_MAX + 256];
+    snprintf(line, sizeof line, "autotune: excluded %s/%s for node '%s': %s\n", op,
+             cands[i]->kernel.impl, node && node[0] ? node : "?", reason);
+    bp_strcatf(report, report_size, "%s", line);
+    fprintf(stderr, "blueprint: warning: %s", line);
+  }
+  if (alive == 0) {
+    bp_strcatf(report, report_size,
+               "autotune: every candidate was excluded; the reference kernel runs\n");
+    *winner_out = -1;
+    goto out;
+  }
+  if (alive == 1 && n > 1) {
+    bp_strcatf(report, report_size, "autotune: %s is the only candidate that passed the checks\n",
+               cands[last]->kernel.impl);
+    *winner_out = last;
+    goto out;
+  }
+  if (n == 1) {
+    bp_strcatf(report, report_size, "autotune: %s passed the checks\n", cands[0]->kernel.impl);
+    *winner_out = 0;
+    goto out;
+  }
   int at = cache_find(r->tune, sig);
   if (at >= 0) {
     const tune_entry *e = &r->tune->entries[at];
     for (int i = 0; i < n; i++) {
-      if (strcmp(cands[i]->kernel.impl, e->impl) != 0) continue;
+      if (strcmp(cands[i]->kernel.impl, e->impl) != 0 || !passed[i]) continue;
       encode_field(cands[i]->build_id, build, TUNE_FIELD_MAX);
       if (strcmp(build, e->build) == 0) {
         bp_strcatf(report, report_size, "autotune: %s from the cache%s%s\n", e->impl,
@@ -332,6 +480,7 @@ static bp_status pick_locked(bp_registry *r, const char *op, const char *device,
   int winner = -1;
   double best = 0;
   for (int i = 0; i < n; i++) {
+    if (!passed[i]) continue;
     double ms = time_kernel(&timer, device, cands[i], args, reason, sizeof reason);
     if (ms < 0) {
       bp_strcatf(report, report_size, "autotune: %s excluded: %s\n", cands[i]->kernel.impl,
@@ -362,15 +511,16 @@ static bp_status pick_locked(bp_registry *r, const char *op, const char *device,
 out:
   free(sig);
   free(build);
+  free(passed);
   return st;
 }
 
 bp_status bp_autotune_pick(bp_registry *r, const char *op, const char *device,
                            const bp_abi_kernel_args *args,
                            const bp_registered_kernel *const *cands, int n, const char *cache_path,
-                           int *winner_out, char *report, size_t report_size) {
+                           const char *node, int *winner_out, char *report, size_t report_size) {
   pthread_mutex_lock(&r->tune_lock);
-  bp_status st = pick_locked(r, op, device, args, cands, n, cache_path ? cache_path : "",
+  bp_status st = pick_locked(r, op, device, args, cands, n, cache_path ? cache_path : "", node,
                              winner_out, report, report_size);
   pthread_mutex_unlock(&r->tune_lock);
   return st;

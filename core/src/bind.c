@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "blueprint/exec.h"
+#include "blueprint/threads.h"
 
 #define EXEC_ASSERT(cond)                                                                      \
   do {                                                                                         \
@@ -28,6 +29,7 @@ typedef struct bound_node {
   const bp_node *node;                /* borrowed from the graph */
   const bp_registered_kernel *kernel; /* borrowed from the registry */
   uint64_t workspace_bytes;
+  void *state; /* what the kernel's prepare() made, or NULL; released at destroy */
 } bound_node;
 
 typedef struct bound_segment {
@@ -48,6 +50,10 @@ struct bp_exec {
   uint64_t workspace_bytes;
   const bp_abi_device *dev; /* the device plugin that allocated the workspace, or NULL */
   bp_span ia, ib;
+  const bp_abi_threads *threads; /* options.threads, or own_threads' */
+  bp_threads *own_threads;       /* made when options.threads is NULL */
+  uint64_t params_generation;    /* args->params_generation points here */
+  char reason[BP_EXEC_REASON_BYTES]; /* args->reason of every node */
 };
 
 /* ---- descriptors ------------------------------------------------------------ */
@@ -103,7 +109,7 @@ static char *pointer(const bp_exec *x, uint64_t offset, int buffer) {
 
 /* ---- binding ------------------------------------------------------------------ */
 
-static void fill_args(const bp_exec *x, bound_node *b, int buffer) {
+static void fill_args(bp_exec *x, bound_node *b, int buffer) {
   bp_abi_kernel_args *a = &b->args[buffer];
   memset(a, 0, sizeof *a);
   a->struct_size = sizeof *a;
@@ -115,11 +121,16 @@ static void fill_args(const bp_exec *x, bound_node *b, int buffer) {
   a->output_ptrs = b->out_ptrs[buffer];
   a->attrs = b->node->attr_size ? (const void *)&b->node->attrs : NULL;
   a->attr_size = b->node->attr_size;
-  a->attr_version = BP_ABI_ATTR_VERSION;
+  a->attr_version = b->node->attr_version ? b->node->attr_version : BP_ABI_ATTR_VERSION;
   a->stream = NULL; /* cpu: kernels run synchronously on the rank's thread */
   a->rank = x->options.rank;
   a->world_size = x->options.world;
   a->comm = x->options.comm;
+  a->state = NULL; /* set once prepare() ran */
+  a->params_generation = &x->params_generation;
+  a->reason = x->reason;
+  a->reason_size = sizeof x->reason;
+  a->threads = x->threads;
 }
 
 /* The elements [*first, *end) of a sharded node's spans that lie in this
@@ -173,8 +184,10 @@ static bp_status bind_node(bp_exec *x, bp_registry *r, int v, const bp_node *n, 
   so.pins = x->options.pins;
   so.autotune = x->options.autotune;
   so.autotune_cache = x->options.autotune_cache;
+  so.node = n->name;
   const bp_registered_kernel *k = NULL;
   bp_status st = bp_registry_select(r, n->op, x->device, &b->args[0], &so, &k);
+  x->reason[0] = '\0'; /* what autotune's runs may have left */
   if (st != BP_OK) {
     char why[3072];
     snprintf(why, sizeof why, "%s", bp_last_error()); /* copied: bp_fail rewrites it */
@@ -191,6 +204,9 @@ static bp_status bind_node(bp_exec *x, bp_registry *r, int v, const bp_node *n, 
     bp_abi_kernel_args meta = b->args[0];
     meta.input_ptrs = NULL;
     meta.output_ptrs = NULL;
+    meta.params_generation = NULL;
+    meta.reason = NULL;
+    meta.reason_size = 0;
     b->workspace_bytes = k->kernel.workspace_size(k->kernel.user, &meta);
   }
   if (b->workspace_bytes > x->workspace_bytes) x->workspace_bytes = b->workspace_bytes;
@@ -220,6 +236,45 @@ static bp_status alloc_workspace(bp_exec *x) {
   return BP_OK;
 }
 
+/* The kernel's reason, or `fallback` when it wrote none; then clears the
+ * buffer for the next failure. */
+static void take_reason(bp_exec *x, char *out, size_t size, const char *fallback) {
+  x->reason[sizeof x->reason - 1] = '\0'; /* a kernel that ignored reason_size */
+  snprintf(out, size, "%s", x->reason[0] ? x->reason : fallback);
+  x->reason[0] = '\0';
+}
+
+static bp_status status_of_abi(int rc) {
+  switch (rc) {
+  case BP_ABI_ERR_NOMEM: return BP_ERR_NOMEM;
+  case BP_ABI_ERR_UNSUPPORTED: return BP_ERR_UNSUPPORTED;
+  case BP_ABI_ERR_DEVICE: return BP_ERR_DEVICE;
+  default: return BP_ERR_INVALID;
+  }
+}
+
+/* Calls the kernel's prepare() for bound node b of variant v (its
+ * workspace set) and stores the state in both argument blocks. */
+static bp_status prepare_node(bp_exec *x, int v, bound_node *b) {
+  int (*prepare)(void *, const bp_abi_kernel_args *, void **) = b->kernel->kernel.prepare;
+  if (!prepare) return BP_OK;
+  void *state = NULL;
+  const int rc = prepare(b->user, &b->args[0], &state);
+  if (rc != BP_ABI_OK) {
+    char why[BP_EXEC_REASON_BYTES];
+    take_reason(x, why, sizeof why, bp_status_str(status_of_abi(rc)));
+    /* a state made despite the failure is still the kernel's to free */
+    if (state && b->kernel->kernel.release) b->kernel->kernel.release(b->user, state);
+    return bp_fail(status_of_abi(rc),
+                   "bind: rank %d, variant '%s': prepare() of node '%s' (%s/%s) failed: %s",
+                   x->options.rank, bp_plan_variant(x->plan, v)->name, b->node->name,
+                   b->kernel->kernel.op, b->kernel->kernel.impl, why);
+  }
+  b->state = state;
+  b->args[0].state = b->args[1].state = state;
+  return BP_OK;
+}
+
 bp_status bp_exec_create(const bp_graph *graph, bp_registry *registry, void *arena_base,
                          const bp_exec_options *options, bp_exec **exec_out) {
   if (!graph || !registry || !arena_base || !options || !exec_out || !options->device)
@@ -234,6 +289,16 @@ bp_status bp_exec_create(const bp_graph *graph, bp_registry *registry, void *are
   x->graph = graph;
   x->plan = bp_graph_plan(graph);
   x->options = *options;
+  x->params_generation = 1;
+  x->threads = options->threads;
+  if (!x->threads) {
+    bp_status ts = bp_threads_create(1, &x->own_threads);
+    if (ts != BP_OK) {
+      free(x);
+      return ts;
+    }
+    x->threads = bp_threads_abi(x->own_threads);
+  }
   snprintf(x->device, sizeof x->device, "%s", options->device);
   x->options.device = x->device;
   x->base = arena_base;
@@ -277,6 +342,14 @@ bp_status bp_exec_create(const bp_graph *graph, bp_registry *registry, void *are
           b->args[buf].workspace_bytes = b->workspace_bytes;
         }
       }
+  for (int v = 0; st == BP_OK && v < x->variant_count; v++)
+    for (int s = 0; st == BP_OK && s < BP_SEGMENT_COUNT; s++)
+      for (int k = 0; st == BP_OK && k < x->segments[v][s].count; k++)
+        st = prepare_node(x, v, &x->segments[v][s].nodes[k]);
+  if (st != BP_OK) {
+    bp_exec_destroy(x);
+    return st;
+  }
   *exec_out = x;
   return BP_OK;
 }
@@ -285,7 +358,13 @@ void bp_exec_destroy(bp_exec *x) {
   if (!x) return;
   if (x->segments)
     for (int v = 0; v < x->variant_count; v++)
-      for (int s = 0; s < BP_SEGMENT_COUNT; s++) free(x->segments[v][s].nodes);
+      for (int s = 0; s < BP_SEGMENT_COUNT; s++) {
+        const bound_segment *bs = &x->segments[v][s];
+        for (int k = 0; k < bs->count; k++)
+          if (bs->nodes[k].state && bs->nodes[k].kernel->kernel.release)
+            bs->nodes[k].kernel->kernel.release(bs->nodes[k].user, bs->nodes[k].state);
+        free(bs->nodes);
+      }
   free(x->segments);
   if (x->workspace) {
     if (x->dev && x->dev->arena_free)
@@ -293,18 +372,22 @@ void bp_exec_destroy(bp_exec *x) {
     else
       free(x->workspace);
   }
+  bp_threads_destroy(x->own_threads);
   free(x);
 }
 
 /* ---- running ---------------------------------------------------------------- */
 
-static bp_status node_failed(const bp_exec *x, int v, const bound_node *b, int rc) {
-  return bp_fail(rc == BP_ABI_ERR_NOMEM         ? BP_ERR_NOMEM
-                 : rc == BP_ABI_ERR_UNSUPPORTED ? BP_ERR_UNSUPPORTED
-                                                : BP_ERR_INVALID,
-                 "rank %d, variant '%s': node '%s' (%s/%s) failed with ABI status %d",
+/* Off the hot path: the message of a failed run, then the reason buffer
+ * cleared for the next one. */
+static bp_status node_failed(bp_exec *x, int v, const bound_node *b, int rc) {
+  char why[BP_EXEC_REASON_BYTES + 32];
+  char fallback[64];
+  snprintf(fallback, sizeof fallback, "%s (ABI status %d)", bp_status_str(status_of_abi(rc)), rc);
+  take_reason(x, why, sizeof why, fallback);
+  return bp_fail(status_of_abi(rc), "rank %d, variant '%s': node '%s' (%s/%s) failed: %s",
                  x->options.rank, bp_plan_variant(x->plan, v)->name, b->node->name,
-                 b->kernel->kernel.op, b->kernel->kernel.impl, rc);
+                 b->kernel->kernel.op, b->kernel->kernel.impl, why);
 }
 
 bp_status bp_exec_run(bp_exec *x, int variant, bp_segment segment, int buffer) {
@@ -329,4 +412,17 @@ const bp_registered_kernel *bp_exec_kernel(const bp_exec *x, int variant, bp_seg
   return x->segments[variant][segment].nodes[index].kernel;
 }
 
+const bp_node *bp_exec_node(const bp_exec *x, int variant, bp_segment segment, int index) {
+  if (!x || variant < 0 || variant >= x->variant_count || (int)segment < 0 ||
+      segment >= BP_SEGMENT_COUNT || index < 0 || index >= x->segments[variant][segment].count)
+    return NULL;
+  return x->segments[variant][segment].nodes[index].node;
+}
+
 uint64_t bp_exec_workspace_bytes(const bp_exec *x) { return x ? x->workspace_bytes : 0; }
+
+void bp_exec_params_changed(bp_exec *x) {
+  if (x) x->params_generation++;
+}
+
+uint64_t bp_exec_params_generation(const bp_exec *x) { return x ? x->params_generation : 0; }

@@ -1,5 +1,8 @@
 /* Compiling a model into a MemoryPlan: one variant per shape configuration,
- * every tensor through the plan's semantic allocators.
+ * every tensor through the plan's semantic allocators. What each layer
+ * type allocates is its descriptor's (layer-impl.h, core/src/layer_*.c);
+ * this file runs them in order, and records every id it gets in a
+ * bp_model_tensors it keeps with the plan, which the graph build reads.
  *
  * Variants, in this order (model.h states the rule): the per-rank training
  * batches of R = options->world ranks, "train" ceil(B/R), "train_small"
@@ -44,6 +47,8 @@
  *               or F16): the feature and its gradient slot.
  *   softmax_ce  <l>.prob [N,1,1,classes] FP32 (T); results loss and
  *               correct [1,1,1,1] (R).
+ *   a type from an op module: only <l>.out and <l>.dout, of the shape its
+ *               forward op infers (layer_module.c).
  * Parameter seeds are a hash of the tensor name, so editing one layer does
  * not reshuffle the initial values of the others. */
 #include <stdarg.h>
@@ -51,7 +56,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model-impl.h"
+#include "layer-impl.h"
+#include "plan-impl.h"
 
 typedef struct compile_ctx {
   const bp_model *model;
@@ -61,6 +67,7 @@ typedef struct compile_ctx {
   int64_t batch, height, width;
   bp_shape *shapes; /* [layer_count] output shape of each layer, this variant */
   bp_dtype fx; /* feature dtype */
+  bp_model_tensors *record; /* the ids of every tensor, kept with the plan */
 } compile_ctx;
 
 /* ---- messages ---------------------------------------------------------- */
@@ -94,95 +101,26 @@ static bp_status plan_fail(const compile_ctx *x, int layer, bp_status st) {
   return layer_fail(x, layer, st, "%s", why);
 }
 
-static const char *shape_str(bp_shape s, char *buf, size_t size) {
+bp_status bp_layer_fail(const bp_layer_compile *c, bp_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  st = vfail(c->impl, c->index, st, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+bp_status bp_layer_plan_fail(const bp_layer_compile *c, bp_status st) {
+  return plan_fail(c->impl, c->index, st);
+}
+
+const char *bp_shape_str(bp_shape s, char *buf, size_t size) {
   snprintf(buf, size, "[%lld,%lld,%lld,%lld]", (long long)s.n, (long long)s.h, (long long)s.w,
            (long long)s.c);
   return buf;
 }
 
-static const char *producer_name(const compile_ctx *x, int p) {
-  return p == BP_MODEL_INPUT ? BP_MODEL_INPUT_NAME : x->model->layers[p].name;
-}
-
-/* ---- shapes ---------------------------------------------------------- */
-
-/* One spatial extent of a sliding window: checks the kernel fits its padded
- * input and returns (in + 2*pad - extent) / stride + 1. Cannot overflow:
- * every term is at most BP_MODEL_DIM_MAX (2^31). */
-static bp_status window_shape(const compile_ctx *x, int i, bp_shape in, int64_t dilation,
-                              bp_shape *out) {
-  const bp_layer *l = &x->model->layers[i];
-  int64_t eh = dilation * (l->kernel_h - 1) + 1, ew = dilation * (l->kernel_w - 1) + 1;
-  int64_t ph = in.h + 2 * l->pad, pw = in.w + 2 * l->pad;
-  if (eh > ph || ew > pw)
-    return layer_fail(x, i, BP_ERR_SHAPE,
-                      "%lldx%lld kernel (dilation %lld) is larger than its padded input "
-                      "%lldx%lld (pad %lld)",
-                      (long long)l->kernel_h, (long long)l->kernel_w, (long long)dilation,
-                      (long long)ph, (long long)pw, (long long)l->pad);
-  out->n = in.n;
-  out->h = (ph - eh) / l->stride + 1;
-  out->w = (pw - ew) / l->stride + 1;
-  out->c = in.c;
-  if (out->h < 1 || out->w < 1) /* kept as a guard; the check above implies it */
-    return layer_fail(x, i, BP_ERR_SHAPE, "output extent %lldx%lld is below 1", (long long)out->h,
-                      (long long)out->w);
-  return BP_OK;
-}
-
-/* Output shape of layer i in this variant, from its producers' shapes. */
-static bp_status layer_shape(const compile_ctx *x, int i, bp_shape *out) {
-  const bp_model *m = x->model;
-  const bp_layer *l = &m->layers[i];
-  bp_shape input = {x->batch, x->height, x->width, m->channels};
-  bp_shape in = l->inputs[0] == BP_MODEL_INPUT ? input : x->shapes[l->inputs[0]];
-  char a[96], b[96];
-  switch (l->type) {
-  case BP_LAYER_CONV: {
-    if (in.c % l->groups || l->units % l->groups)
-      return layer_fail(x, i, BP_ERR_SHAPE,
-                        "groups %lld must divide both its %lld input channels and its %lld filters",
-                        (long long)l->groups, (long long)in.c, (long long)l->units);
-    bp_status st = window_shape(x, i, in, l->dilation, out);
-    out->c = l->units;
-    return st;
-  }
-  case BP_LAYER_MAXPOOL:
-  case BP_LAYER_AVGPOOL: return window_shape(x, i, in, 1, out);
-  case BP_LAYER_GLOBAL_AVGPOOL: *out = (bp_shape){in.n, 1, 1, in.c}; return BP_OK;
-  case BP_LAYER_FC: {
-    int64_t flat;
-    if (__builtin_mul_overflow(in.h, in.w, &flat) || __builtin_mul_overflow(flat, in.c, &flat))
-      return layer_fail(x, i, BP_ERR_OVERFLOW, "flattening input %s overflows 64 bits",
-                        shape_str(in, a, sizeof a));
-    (void)flat;
-    *out = (bp_shape){in.n, 1, 1, l->units};
-    return BP_OK;
-  }
-  case BP_LAYER_ADD: {
-    bp_shape other = l->inputs[1] == BP_MODEL_INPUT ? input : x->shapes[l->inputs[1]];
-    if (in.n != other.n || in.h != other.h || in.w != other.w || in.c != other.c)
-      return layer_fail(x, i, BP_ERR_SHAPE, "inputs '%s' %s and '%s' %s must have the same shape",
-                        producer_name(x, l->inputs[0]), shape_str(in, a, sizeof a),
-                        producer_name(x, l->inputs[1]), shape_str(other, b, sizeof b));
-    *out = in;
-    return BP_OK;
-  }
-  case BP_LAYER_SOFTMAX_CE:
-    if (in.h != 1 || in.w != 1 || in.c != m->classes)
-      return layer_fail(x, i, BP_ERR_SHAPE,
-                        "its input '%s' is %s; softmax_ce needs [N,1,1,%lld] (one score per "
-                        "class; add an fc or global_avgpool layer)",
-                        producer_name(x, l->inputs[0]), shape_str(in, a, sizeof a),
-                        (long long)m->classes);
-    *out = in;
-    return BP_OK;
-  case BP_LAYER_BATCHNORM:
-  case BP_LAYER_RELU:
-  case BP_LAYER_TYPE_COUNT: break;
-  }
-  *out = in;
-  return BP_OK;
+const char *bp_layer_producer_name(const bp_model *m, int p) {
+  return p == BP_MODEL_INPUT ? BP_MODEL_INPUT_NAME : m->layers[p].name;
 }
 
 /* ---- allocation ------------------------------------------------------ */
@@ -195,94 +133,66 @@ static uint64_t name_seed(const char *name) {
   return h;
 }
 
-/* "<layer>.<what>" into out. bp_model_check keeps layer names below
- * BP_LAYER_NAME_MAX, which leaves room for every suffix. */
-static const char *tensor_name(char out[BP_NAME_MAX], const bp_layer *l, const char *what) {
+/* bp_model_check keeps layer names below BP_LAYER_NAME_MAX, which leaves
+ * room for every suffix. */
+const char *bp_layer_tensor_name(char *out, const bp_layer *l, const char *what) {
   snprintf(out, BP_NAME_MAX, "%.*s.%s", BP_LAYER_NAME_MAX - 1, l->name, what);
   return out;
 }
 
-static bp_status param(const compile_ctx *x, int i, bp_param_kind kind, const char *what,
-                       bp_shape shape, bp_init_kind rule) {
+bp_status bp_layer_param(const bp_layer_compile *c, bp_param_kind kind, const char *what,
+                         bp_shape shape, bp_init_kind rule, bp_param_ids *ids) {
   char name[BP_NAME_MAX];
-  tensor_name(name, &x->model->layers[i], what);
+  bp_layer_tensor_name(name, c->layer, what);
   bp_init init = {rule, 0.0f, 0.0f, name_seed(name)};
-  bp_status st = bp_plan_alloc_param(x->plan, kind, name, shape, init, NULL);
+  bp_status st = bp_plan_alloc_param(c->plan, kind, name, shape, init, ids);
   if (st == BP_OK) return BP_OK;
   if (st == BP_ERR_SHAPE && kind == BP_PARAM_FC_WEIGHT) {
     char why[640];
     snprintf(why, sizeof why, "%s", bp_last_error());
-    return layer_fail(x, i, st,
-                      "%s (an fc layer's weights follow its input's resolution; put a "
-                      "global_avgpool before it to allow resolution variants)",
-                      why);
+    return bp_layer_fail(c, st,
+                         "%s (an fc layer's weights follow its input's resolution; put a "
+                         "global_avgpool before it to allow resolution variants)",
+                         why);
   }
-  return plan_fail(x, i, st);
+  return bp_layer_plan_fail(c, st);
 }
 
-static bp_status feature(const compile_ctx *x, int i, const char *what, bp_shape shape,
-                         bp_dtype dtype) {
+bp_status bp_layer_feature(const bp_layer_compile *c, const char *what, bp_shape shape,
+                           bp_dtype dtype, int32_t *id) {
   char name[BP_NAME_MAX];
-  bp_status st = bp_plan_alloc_feature(x->plan, tensor_name(name, &x->model->layers[i], what),
-                                       shape, dtype, NULL);
-  return st == BP_OK ? BP_OK : plan_fail(x, i, st);
+  bp_status st =
+      bp_plan_alloc_feature(c->plan, bp_layer_tensor_name(name, c->layer, what), shape, dtype, id);
+  return st == BP_OK ? BP_OK : bp_layer_plan_fail(c, st);
 }
 
-static bp_status alloc_layer(const compile_ctx *x, int i, bp_shape out) {
+/* Shape, then tensors of layer i in this variant: the type's own, then its
+ * feature and gradient slot (unless it has none). */
+static bp_status compile_layer(compile_ctx *x, int i) {
   const bp_model *m = x->model;
   const bp_layer *l = &m->layers[i];
-  bp_shape in = l->inputs[0] == BP_MODEL_INPUT
-                    ? (bp_shape){x->batch, x->height, x->width, m->channels}
-                    : x->shapes[l->inputs[0]];
-  bp_shape channel = {1, 1, 1, out.c};
-  char name[BP_NAME_MAX];
-  bp_status st = BP_OK;
-  int32_t ids[2];
-  switch (l->type) {
-  case BP_LAYER_CONV: {
-    bp_param_kind kind = l->inputs[0] == BP_MODEL_INPUT ? BP_PARAM_CONV_FIRST : BP_PARAM_CONV_DEEP;
-    bp_shape w = {l->units, l->kernel_h, l->kernel_w, in.c / l->groups};
-    if ((st = param(x, i, kind, "w", w, BP_INIT_KAIMING_NORMAL)) != BP_OK) return st;
-    if (l->bias && (st = param(x, i, BP_PARAM_FC_BIAS, "b", channel, BP_INIT_ZEROS)) != BP_OK)
-      return st;
-    break;
-  }
-  case BP_LAYER_BATCHNORM:
-    if ((st = param(x, i, BP_PARAM_BN_BIAS, "bias", channel, BP_INIT_ZEROS)) != BP_OK ||
-        (st = param(x, i, BP_PARAM_BN_WEIGHT, "weight", channel, BP_INIT_ONES)) != BP_OK)
-      return st;
-    if ((st = bp_plan_alloc_bn_stats(x->plan, l->name, out.c, ids)) != BP_OK)
-      return plan_fail(x, i, st);
-    if ((st = feature(x, i, "save_mean", channel, BP_DTYPE_FP32)) != BP_OK ||
-        (st = feature(x, i, "save_invstd", channel, BP_DTYPE_FP32)) != BP_OK)
-      return st;
-    break;
-  case BP_LAYER_MAXPOOL:
-    if ((st = bp_plan_alloc_mask(x->plan, tensor_name(name, l, "mask"), out, NULL)) != BP_OK)
-      return plan_fail(x, i, st);
-    break;
-  case BP_LAYER_FC: {
-    bp_shape w = {l->units, 1, 1, in.h * in.w * in.c}; /* checked in layer_shape */
-    if ((st = param(x, i, BP_PARAM_FC_WEIGHT, "w", w, BP_INIT_KAIMING_NORMAL)) != BP_OK) return st;
-    if (l->bias && (st = param(x, i, BP_PARAM_FC_BIAS, "b", channel, BP_INIT_ZEROS)) != BP_OK)
-      return st;
-    break;
-  }
-  case BP_LAYER_SOFTMAX_CE:
-    if ((st = bp_plan_alloc_temp(x->plan, tensor_name(name, l, "prob"), out, BP_DTYPE_FP32,
-                                 NULL)) != BP_OK ||
-        (st = bp_plan_alloc_result(x->plan, "loss", (bp_shape){1, 1, 1, 1}, NULL)) != BP_OK ||
-        (st = bp_plan_alloc_result(x->plan, "correct", (bp_shape){1, 1, 1, 1}, NULL)) != BP_OK)
-      return plan_fail(x, i, st);
-    return BP_OK; /* the loss has no feature of its own */
-  case BP_LAYER_RELU:
-  case BP_LAYER_AVGPOOL:
-  case BP_LAYER_GLOBAL_AVGPOOL:
-  case BP_LAYER_ADD:
-  case BP_LAYER_TYPE_COUNT: break;
-  }
-  if ((st = feature(x, i, "out", out, x->fx)) != BP_OK ||
-      (st = feature(x, i, "dout", out, x->fx)) != BP_OK)
+  const bp_layer_desc *d = bp_layer_desc_for(l);
+  bp_layer_compile c = {
+      .model = m,
+      .layer = l,
+      .index = i,
+      .plan = x->plan,
+      .variant = x->variant,
+      .fx = x->fx,
+      .t = &x->record->layers[i],
+      .globals = &x->record->globals,
+      .impl = x,
+  };
+  const bp_shape input = {x->batch, x->height, x->width, m->channels};
+  for (int k = 0; k < l->input_count; k++)
+    c.in[k] = l->inputs[k] == BP_MODEL_INPUT ? input : x->shapes[l->inputs[k]];
+  bp_status st = d->shape(&c);
+  if (st != BP_OK) return st;
+  x->shapes[i] = c.out;
+  if (d->alloc && (st = d->alloc(&c)) != BP_OK) return st;
+  if (d->no_feature) return BP_OK;
+  if ((st = bp_layer_feature(&c, "out", c.out, x->fx, &c.t->out)) != BP_OK ||
+      (st = bp_layer_feature(&c, "dout", c.out, x->fx, &c.t->dout)) != BP_OK)
     return st;
   return BP_OK;
 }
@@ -290,34 +200,33 @@ static bp_status alloc_layer(const compile_ctx *x, int i, bp_shape out) {
 /* Weights in the decayed span FC_WEIGHT..CONV_DEEP: one per conv and fc. */
 static int64_t decayed_weights(const bp_model *m) {
   int64_t s = 0;
-  for (int i = 0; i < m->layer_count; i++)
-    s += m->layers[i].type == BP_LAYER_CONV || m->layers[i].type == BP_LAYER_FC;
+  for (int i = 0; i < m->layer_count; i++) s += bp_layer_desc_for(&m->layers[i])->decayed_weights;
   return s;
 }
 
 static bp_status alloc_globals(const compile_ctx *x) {
   const bp_model *m = x->model;
-  int32_t ids[2];
+  bp_global_tensors *g = &x->record->globals;
   bp_status st;
   const int64_t lars = x->options->plan.optimizer == BP_OPT_LARS ? decayed_weights(m) : 0;
   if (lars > 0 &&
       ((st = bp_plan_alloc_temp(x->plan, "lars.segments", (bp_shape){1, 1, 1, lars + 1},
-                                BP_DTYPE_INT32, NULL)) != BP_OK ||
+                                BP_DTYPE_INT32, &g->lars_segments)) != BP_OK ||
        (st = bp_plan_alloc_temp(x->plan, "lars.norms", (bp_shape){1, 1, 1, 2 * lars},
-                                BP_DTYPE_FP32, NULL)) != BP_OK))
+                                BP_DTYPE_FP32, &g->lars_norms)) != BP_OK))
     return plan_fail(x, -1, st);
   if ((st = bp_plan_alloc_input(x->plan, "input",
                                 (bp_shape){x->batch, x->height, x->width, m->channels}, x->fx,
-                                ids)) != BP_OK ||
+                                g->input)) != BP_OK ||
       (st = bp_plan_alloc_input(x->plan, "label", (bp_shape){x->batch, 1, 1, 1}, BP_DTYPE_INT32,
-                                ids)) != BP_OK ||
+                                g->label)) != BP_OK ||
       (st = bp_plan_alloc_scalar(x->plan, "lr", BP_DTYPE_FP32,
-                                 (bp_init){BP_INIT_CONSTANT, (float)m->train.lr, 0.0f, 0}, NULL)) !=
-          BP_OK ||
+                                 (bp_init){BP_INIT_CONSTANT, (float)m->train.lr, 0.0f, 0},
+                                 &g->lr)) != BP_OK ||
       (st = bp_plan_alloc_scalar(x->plan, "loss_scale", BP_DTYPE_FP32,
-                                 (bp_init){BP_INIT_ONES, 0.0f, 0.0f, 0}, NULL)) != BP_OK ||
+                                 (bp_init){BP_INIT_ONES, 0.0f, 0.0f, 0}, &g->loss_scale)) != BP_OK ||
       (st = bp_plan_alloc_scalar(x->plan, "step", BP_DTYPE_FP32,
-                                 (bp_init){BP_INIT_ZEROS, 0.0f, 0.0f, 0}, NULL)) != BP_OK)
+                                 (bp_init){BP_INIT_ZEROS, 0.0f, 0.0f, 0}, &g->step)) != BP_OK)
     return plan_fail(x, -1, st);
   return BP_OK;
 }
@@ -331,13 +240,50 @@ static bp_status compile_variant(compile_ctx *x, const char *name, int64_t batch
   bp_status st = bp_plan_begin_variant(x->plan, name, batch, height, width);
   if (st != BP_OK) return plan_fail(x, -1, st);
   if ((st = alloc_globals(x)) != BP_OK) return st;
-  for (int i = 0; i < x->model->layer_count; i++) {
-    if ((st = layer_shape(x, i, &x->shapes[i])) != BP_OK ||
-        (st = alloc_layer(x, i, x->shapes[i])) != BP_OK)
-      return st;
-  }
+  for (int i = 0; i < x->model->layer_count; i++)
+    if ((st = compile_layer(x, i)) != BP_OK) return st;
   if ((st = bp_plan_end_variant(x->plan)) != BP_OK) return plan_fail(x, -1, st);
   return BP_OK;
+}
+
+/* ---- the record of ids ------------------------------------------------- */
+
+static void record_free(void *p) {
+  bp_model_tensors *r = p;
+  if (!r) return;
+  free(r->layers);
+  free(r->names);
+  free(r->types);
+  free(r);
+}
+
+/* Every id -1 (absent) until an allocation writes it; the model's layer
+ * names and types, to refuse a graph of another model. */
+static bp_model_tensors *record_new(const bp_model *m) {
+  bp_model_tensors *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  const size_t n = (size_t)m->layer_count;
+  r->layer_count = m->layer_count;
+  r->layers = malloc(n * sizeof *r->layers);
+  r->names = calloc(n, sizeof *r->names);
+  r->types = calloc(n, sizeof *r->types);
+  if (!r->layers || !r->names || !r->types) {
+    record_free(r);
+    return NULL;
+  }
+  const bp_param_ids none = {-1, -1, -1, -1, -1, -1, -1, -1};
+  for (size_t i = 0; i < n; i++) {
+    r->layers[i] = (bp_layer_tensors){-1, -1, none, none, {-1, -1}, {-1, -1}, -1, -1};
+    memcpy(r->names[i], m->layers[i].name, BP_NAME_MAX);
+    r->names[i][BP_NAME_MAX - 1] = '\0';
+    r->types[i] = m->layers[i].type;
+  }
+  r->globals = (bp_global_tensors){{-1, -1}, {-1, -1}, -1, -1, -1, -1, -1, -1, -1};
+  return r;
+}
+
+const bp_model_tensors *bp_model_tensors_of(const bp_plan *plan) {
+  return bp_plan_attachment(plan);
 }
 
 /* ---- entry points ------------------------------------------------------ */
@@ -397,10 +343,14 @@ bp_status bp_model_compile(const bp_model *model, const bp_compile_options *opti
   if ((st = check_options(&x)) != BP_OK) return st;
   if ((st = bp_plan_create(&options->plan, &x.plan)) != BP_OK) return plan_fail(&x, -1, st);
   x.shapes = calloc((size_t)model->layer_count, sizeof *x.shapes);
-  if (!x.shapes) {
+  x.record = record_new(model);
+  if (!x.shapes || !x.record) {
+    free(x.shapes);
+    record_free(x.record);
     bp_plan_destroy(x.plan);
     return layer_fail(&x, -1, BP_ERR_NOMEM, "out of memory");
   }
+  bp_plan_attach(x.plan, x.record, record_free); /* the plan owns it from here */
 
   const int64_t h = model->height, w = model->width;
   const int64_t world = options->world > 1 ? options->world : 1;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bp_abi_sdk.h"
 #include "data-impl.h"
 
 #define GOLDEN 0x9E3779B97F4A7C15ULL
@@ -176,60 +177,11 @@ void bp_data_augment_params(uint64_t seed, uint64_t epoch, int64_t index,
 
 /* ---- FP16 --------------------------------------------------------------- */
 
-uint16_t bp_fp16_from_fp32(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) /* Inf stays Inf; NaN becomes a quiet NaN, top payload kept */
-    return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7e00u | ((ax >> 13) & 0x3ffu) : 0x7c00u));
-  if (ax >= 0x477ff000u) /* >= 65520 = 65504 + half an ulp: ties to even go to Inf */
-    return (uint16_t)(sign | 0x7c00u);
-  if (ax >= 0x38800000u) { /* >= 2^-14: a normal half */
-    /* rebias the exponent (127 -> 15), keep 10 mantissa bits, round the 13
-     * dropped bits to nearest even; a carry into the exponent is correct */
-    uint32_t h = (ax >> 13) - ((127u - 15u) << 10);
-    uint32_t rest = ax & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-  }
-  if (ax <= 0x33000000u) /* <= 2^-25, half the smallest subnormal: ties to 0 */
-    return (uint16_t)sign;
-  /* subnormal half m * 2^-24: the float is mant * 2^(e - 150) with the
-   * implicit bit, so m = mant >> (126 - e), rounded to nearest even
-   * (e in 102..112 here, the shift in 14..24); m may round up to 0x400, the
-   * smallest normal, which is its correct encoding */
-  uint32_t e = ax >> 23;
-  uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
-  uint32_t shift = 126u - e;
-  uint32_t m = mant >> shift;
-  uint32_t rest = mant & ((1u << shift) - 1u);
-  uint32_t halfway = 1u << (shift - 1u);
-  if (rest > halfway || (rest == halfway && (m & 1u))) m++;
-  return (uint16_t)(sign | m);
-}
+/* The project's one conversion (abi/bp_abi_sdk.h states the rounding and
+ * NaN rules); range.cast uses the same functions. */
+uint16_t bp_fp16_from_fp32(float f) { return bp_sdk_fp32_to_fp16(f); }
 
-float bp_fp16_to_fp32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-  if (e == 0x1f) {
-    x = sign | 0x7f800000u | (m << 13);
-  } else if (e != 0) {
-    x = sign | ((e + 112u) << 23) | (m << 13);
-  } else if (m == 0) {
-    x = sign;
-  } else { /* subnormal m * 2^-24: normalize */
-    e = 113;
-    while (!(m & 0x400u)) {
-      m <<= 1;
-      e--;
-    }
-    x = sign | (e << 23) | ((m & 0x3ffu) << 13);
-  }
-  float f;
-  memcpy(&f, &x, sizeof f);
-  return f;
-}
+float bp_fp16_to_fp32(uint16_t h) { return bp_sdk_fp16_to_fp32(h); }
 
 /* ---- normalization statistics ------------------------------------------- */
 

@@ -159,6 +159,7 @@ bp_status bp_registry_discover(bp_registry *r, const char *const *paths, int pat
     return bp_fail(BP_ERR_INVALID, "bp_registry_discover: bad arguments");
   bp_status first = BP_OK;
   char first_msg[BP_REASON_MAX * 2] = "";
+  r->loading_source = "explicit"; /* every record says where it was found */
   for (int i = 0; i < path_count; i++) {
     if (!paths[i]) continue;
     bp_status st = load_path(r, paths[i], "explicit", 0);
@@ -167,13 +168,17 @@ bp_status bp_registry_discover(bp_registry *r, const char *const *paths, int pat
       snprintf(first_msg, sizeof first_msg, "%s", bp_last_error());
     }
   }
+  r->loading_source = "BP_PLUGIN_PATH";
   load_env_path(r);
 #ifdef BP_MODULE_INSTALL_DIR
+  r->loading_source = "install";
   (void)load_path(r, BP_MODULE_INSTALL_DIR, "install", 1);
 #endif
+  r->loading_source = "library";
   char *beside = beside_library();
   if (beside) (void)load_path(r, beside, "library", 1);
   free(beside);
+  r->loading_source = NULL;
   if (first != BP_OK) return bp_fail(first, "%s", first_msg);
   return BP_OK;
 }

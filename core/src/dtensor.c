@@ -1,4 +1,4 @@
-/* DTensor descriptors: alignment, slot sizes and strides (DESIGN.md sec. 3). */
+/* DTensor descriptors: alignment, slot sizes and strides (dtensor.h). */
 #include "blueprint/dtensor.h"
 
 #include <string.h>

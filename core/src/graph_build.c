@@ -1,9 +1,10 @@
 /* Graph building: from a model and its compiled plan, the nodes of every
  * segment of every variant (graph.h says what each segment holds).
  *
- * Tensors are found by the names compile.c gives them ("<layer>.out",
- * "<layer>.dout", "<layer>.w", "<param>.grad", ...); a name the plan lacks
- * means the plan was not compiled from this model (BP_ERR_STATE).
+ * Tensors are the ids compile.c recorded with the plan (layer-impl.h,
+ * bp_model_tensors); a plan without that record, or with another model's,
+ * is BP_ERR_STATE. What each layer type adds is its descriptor's
+ * (layer-impl.h); this file runs them in order and decides accumulation.
  *
  * The backward pass is planned in two steps. First every backward node is
  * generated in run order (layers in reverse) with the gradient slots it
@@ -15,6 +16,10 @@
  * The zero sits just before the first writer, not at the top of the
  * segment, because a "sink" slot (below) may still be read by later
  * backward nodes before it.
+ *
+ * A layer type from a module without a backward op stops the gradient:
+ * layers upstream of it (on that path only) get none, and their backward
+ * nodes are left out.
  *
  * Sinks: batch norm and add always write their data gradients, even where
  * the producer is the model's input, which has no gradient slot. Such a
@@ -28,7 +33,7 @@
 #include <string.h>
 
 #include "blueprint/graph.h"
-#include "model-impl.h"
+#include "layer-impl.h"
 
 #define GRAPH_ASSERT(cond)                                                                  \
   do {                                                                                      \
@@ -56,6 +61,7 @@ struct bp_graph {
   bp_graph_options options;
   int variant_count;
   variant_graph *variants;
+  bp_graph_tensors tensors;      /* from the compiler's record */
   bp_graph_constant constants[1]; /* the LARS segment table, when present */
   int constant_count;
 };
@@ -87,117 +93,91 @@ void bp_graph_options_init(bp_graph_options *o) {
   o->ema_decay = 0.999f;
 }
 
-/* ---- ids of the model's tensors ------------------------------------------ */
+/* ---- context ---------------------------------------------------------------- */
 
-/* One parameter's family; -1 where a region is off. */
-typedef struct param_ids {
-  int32_t w, g, a, e, g16;
-} param_ids;
-
-typedef struct layer_ids {
-  int32_t out, dout;
-  param_ids weight, bias; /* conv/fc: "w", "b"; batchnorm: "weight" (gamma), "bias" (beta) */
-  int32_t rmean, rvar, smean, sinvstd, mask;
-} layer_ids;
+/* A backward node before its accumulate flag is known: which outputs are
+ * gradient slots (counted), and where its block keeps the flag. */
+typedef struct pending {
+  bp_node node;
+  int slot_outputs[3]; /* output indices that are gradient slots */
+  int slot_count;
+  size_t accumulate_offset; /* of the int32 flag in node.attrs */
+} pending;
 
 typedef struct build_ctx {
   bp_graph *g;
   const bp_model *m;
   const bp_plan *plan;
   int amp, ema;
-  layer_ids *ids; /* [layer_count] */
+  const bp_layer_tensors *ids; /* [layer_count] the compiler's record */
+  const bp_global_tensors *globals;
   int *needs;     /* [layer_count] a parameter at or upstream: the gradient matters */
   int *reaches;   /* [layer_count] a path to the loss */
-  int32_t input, label, lr, step, loss, correct, lars_segments, lars_norms;
+  int *flows;     /* [layer_count] the loss's gradient flows back to it */
+  int32_t input, lr, step, lars_segments, lars_norms; /* from globals: input in I_A */
   int *writers; /* [tensor count] gradient-slot writers, per variant */
   int *written; /* [tensor count] a writer already ran */
   int variant;
   variant_graph *vg;
+  bp_segment seg;   /* where forward nodes go */
+  pending *pend;    /* backward nodes of the variant, in run order */
+  int pend_count, pend_cap;
 } build_ctx;
 
-static bp_status lookup(const build_ctx *x, int required, int32_t *out, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static bp_status lookup(const build_ctx *x, int required, int32_t *out, const char *fmt, ...) {
-  char name[2 * BP_NAME_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(name, sizeof name, fmt, ap);
-  va_end(ap);
-  *out = bp_plan_find_tensor(x->plan, name);
-  if (*out < 0 && required)
+/* The compiler's record of the plan's ids, if it was compiled from this
+ * model (same layers, same names and types). */
+static bp_status find_record(build_ctx *x) {
+  const bp_model_tensors *r = bp_model_tensors_of(x->plan);
+  int same = r && r->layer_count == x->m->layer_count;
+  for (int i = 0; same && i < r->layer_count; i++)
+    same = r->types[i] == x->m->layers[i].type &&
+           strncmp(r->names[i], x->m->layers[i].name, BP_NAME_MAX - 1) == 0;
+  if (!same)
     return bp_fail(BP_ERR_STATE,
-                   "graph of model '%s': the plan has no tensor '%s' (was it compiled from "
-                   "this model?)",
-                   x->m->name, name);
+                   "graph of model '%s': the plan %s (was it compiled from this model?)",
+                   x->m->name,
+                   r ? "holds the tensors of other layers" : "has no record of a model's tensors");
+  x->ids = r->layers;
+  x->globals = &r->globals;
+  const bp_global_tensors *gt = &r->globals;
+  x->g->tensors = (bp_graph_tensors){{gt->input[0], gt->input[1]}, {gt->label[0], gt->label[1]},
+                                     gt->lr, gt->loss_scale, gt->step, gt->loss, gt->correct};
+  x->input = r->globals.input[0];
+  x->lr = r->globals.lr;
+  x->step = r->globals.step;
+  x->lars_segments = r->globals.lars_segments;
+  x->lars_norms = r->globals.lars_norms;
   return BP_OK;
 }
 
-static bp_status lookup_param(const build_ctx *x, const char *layer, const char *what,
-                              param_ids *p) {
-  bp_status st;
-  if ((st = lookup(x, 1, &p->w, "%s.%s", layer, what)) != BP_OK ||
-      (st = lookup(x, 1, &p->g, "%s.%s.grad", layer, what)) != BP_OK ||
-      (st = lookup(x, x->amp, &p->a, "%s.%s.fp16", layer, what)) != BP_OK ||
-      (st = lookup(x, x->amp, &p->g16, "%s.%s.grad16", layer, what)) != BP_OK ||
-      (st = lookup(x, x->ema, &p->e, "%s.%s.ema", layer, what)) != BP_OK)
-    return st;
-  return BP_OK;
+/* Whether a gradient flows back through layer l to its inputs (a module
+ * type without a backward op stops it). */
+static int passes_grad(const bp_layer *l) {
+  const bp_layer_desc *d = bp_layer_desc_for(l);
+  return !d->passes_grad || d->passes_grad(l);
 }
 
-static bp_status lookup_layer(const build_ctx *x, int i) {
-  const bp_layer *l = &x->m->layers[i];
-  layer_ids *d = &x->ids[i];
-  const param_ids none = {-1, -1, -1, -1, -1};
-  d->weight = d->bias = none;
-  d->out = d->dout = d->rmean = d->rvar = d->smean = d->sinvstd = d->mask = -1;
-  bp_status st = BP_OK;
-  if (l->type == BP_LAYER_SOFTMAX_CE) return BP_OK; /* its tensors are the globals */
-  if ((st = lookup(x, 1, &d->out, "%s.out", l->name)) != BP_OK ||
-      (st = lookup(x, 1, &d->dout, "%s.dout", l->name)) != BP_OK)
-    return st;
-  switch (l->type) {
-  case BP_LAYER_CONV:
-  case BP_LAYER_FC:
-    if ((st = lookup_param(x, l->name, "w", &d->weight)) != BP_OK) return st;
-    if (l->bias && (st = lookup_param(x, l->name, "b", &d->bias)) != BP_OK) return st;
-    break;
-  case BP_LAYER_BATCHNORM:
-    if ((st = lookup_param(x, l->name, "weight", &d->weight)) != BP_OK ||
-        (st = lookup_param(x, l->name, "bias", &d->bias)) != BP_OK ||
-        (st = lookup(x, 1, &d->rmean, "%s.running_mean", l->name)) != BP_OK ||
-        (st = lookup(x, 1, &d->rvar, "%s.running_var", l->name)) != BP_OK ||
-        (st = lookup(x, 1, &d->smean, "%s.save_mean", l->name)) != BP_OK ||
-        (st = lookup(x, 1, &d->sinvstd, "%s.save_invstd", l->name)) != BP_OK)
-      return st;
-    break;
-  case BP_LAYER_MAXPOOL:
-    if ((st = lookup(x, 1, &d->mask, "%s.mask", l->name)) != BP_OK) return st;
-    break;
-  default: break;
-  }
-  return BP_OK;
-}
-
-static int has_params(const bp_layer *l) {
-  return l->type == BP_LAYER_CONV || l->type == BP_LAYER_FC || l->type == BP_LAYER_BATCHNORM;
-}
-
-/* needs[i]: layer i or one upstream has parameters (its output gradient
- * matters); reaches[i]: a path leads from layer i to the loss. */
+/* needs[i]: layer i or one upstream (through layers that pass gradients)
+ * has parameters: its output gradient matters. reaches[i]: a path leads
+ * from layer i to the loss. flows[i]: one that the gradient passes. */
 static void analyze(build_ctx *x) {
   const bp_model *m = x->m;
   for (int i = 0; i < m->layer_count; i++) {
     const bp_layer *l = &m->layers[i];
-    x->needs[i] = has_params(l);
+    x->needs[i] = bp_layer_desc_for(l)->has_params;
     for (int k = 0; k < l->input_count; k++)
-      if (l->inputs[k] != BP_MODEL_INPUT && x->needs[l->inputs[k]]) x->needs[i] = 1;
+      if (l->inputs[k] != BP_MODEL_INPUT && x->needs[l->inputs[k]] && passes_grad(l))
+        x->needs[i] = 1;
   }
   for (int i = m->layer_count - 1; i >= 0; i--) {
     const bp_layer *l = &m->layers[i];
-    if (i == m->layer_count - 1) x->reaches[i] = 1;
+    if (i == m->layer_count - 1) x->reaches[i] = x->flows[i] = 1;
     if (!x->reaches[i]) continue;
-    for (int k = 0; k < l->input_count; k++)
-      if (l->inputs[k] != BP_MODEL_INPUT) x->reaches[l->inputs[k]] = 1;
+    for (int k = 0; k < l->input_count; k++) {
+      if (l->inputs[k] == BP_MODEL_INPUT) continue;
+      x->reaches[l->inputs[k]] = 1;
+      if (x->flows[i] && passes_grad(l)) x->flows[l->inputs[k]] = 1;
+    }
   }
 }
 
@@ -218,11 +198,11 @@ static bp_node *node_add(build_ctx *x, bp_segment seg, const char *op, int layer
   return n;
 }
 
-static void in_id(bp_node *n, int32_t id) {
+void bp_node_in(bp_node *n, int32_t id) {
   GRAPH_ASSERT(n->num_inputs < BP_NODE_MAX_TENSORS && id >= 0);
   n->inputs[n->num_inputs++] = (bp_node_tensor){id, {0, 0}, BP_DTYPE_FP32};
 }
-static void out_id(bp_node *n, int32_t id) {
+void bp_node_out(bp_node *n, int32_t id) {
   GRAPH_ASSERT(n->num_outputs < BP_NODE_MAX_TENSORS && id >= 0);
   n->outputs[n->num_outputs++] = (bp_node_tensor){id, {0, 0}, BP_DTYPE_FP32};
 }
@@ -235,13 +215,7 @@ static void out_span(bp_node *n, bp_span s, bp_dtype dt) {
   n->outputs[n->num_outputs++] = (bp_node_tensor){-1, s, dt};
 }
 
-/* Sets a node's attribute block: member `m` of bp_node_attrs has the type
- * bp_<m>_attrs (bp_abi_ops.h). */
-#define SET_ATTRS(node, member, ...)                         \
-  do {                                                       \
-    (node)->attrs.member = (bp_##member##_attrs)__VA_ARGS__; \
-    (node)->attr_size = sizeof((node)->attrs.member);        \
-  } while (0)
+#define SET_ATTRS BP_SET_ATTRS
 
 static bp_span resolve(const build_ctx *x, bp_region first, bp_region last) {
   bp_span s = {0, 0};
@@ -263,251 +237,105 @@ static bp_span tensor_span(const build_ctx *x, int32_t id) {
   return (bp_span){t->offset, bp_dtensor_device_elems(t) * bp_dtype_size(t->dtype)};
 }
 
-/* The id a layer's input k reads in the forward pass. */
-static int32_t producer_out(const build_ctx *x, const bp_layer *l, int k) {
-  return l->inputs[k] == BP_MODEL_INPUT ? x->input : x->ids[l->inputs[k]].out;
+/* ---- what the layer descriptors build with (layer-impl.h) ------------------------ */
+
+static build_ctx *ctx_of(const bp_layer_graph *g) { return g->impl; }
+
+static bp_layer_graph layer_graph(build_ctx *x, int i, int eval) {
+  return (bp_layer_graph){
+      .model = x->m,
+      .layer = &x->m->layers[i],
+      .index = i,
+      .t = &x->ids[i],
+      .globals = x->globals,
+      .eval = eval,
+      .global_batch = x->vg->global_batch,
+      .impl = x,
+  };
 }
 
-/* The parameter tensor the forward reads: A under AMP, E in an EMA eval. */
-static int32_t fwd_param(const build_ctx *x, const param_ids *p, int eval) {
-  if (x->amp) return p->a;
-  if (eval && x->g->options.eval_ema) return p->e;
-  return p->w;
-}
-static int32_t grad_param(const build_ctx *x, const param_ids *p) { return x->amp ? p->g16 : p->g; }
-
-/* ---- forward ---------------------------------------------------------------- */
-
-static void conv_attrs(bp_node *n, const bp_layer *l, int accumulate) {
-  SET_ATTRS(n, conv2d,
-            {(int32_t)l->kernel_h, (int32_t)l->kernel_w, (int32_t)l->stride, (int32_t)l->stride,
-             (int32_t)l->pad, (int32_t)l->pad, (int32_t)l->dilation, (int32_t)l->dilation,
-             (int32_t)l->groups, l->bias, accumulate});
+bp_node *bp_layer_node(bp_layer_graph *g, const char *op, const char *what) {
+  build_ctx *x = ctx_of(g);
+  return node_add(x, x->seg, op, g->index, what);
 }
 
-static void pool_attrs(bp_node *n, const bp_layer *l, int accumulate) {
-  /* average pools count the padding, as PyTorch's AvgPool2d by default */
-  SET_ATTRS(n, pool,
-            {(int32_t)l->kernel_h, (int32_t)l->kernel_w, (int32_t)l->stride, (int32_t)l->stride,
-             (int32_t)l->pad, (int32_t)l->pad, l->type == BP_LAYER_AVGPOOL, accumulate});
-}
-
-/* The forward node of layer i into `seg` (training or evaluation mode). */
-static void forward_layer(build_ctx *x, bp_segment seg, int i, int eval) {
-  const bp_layer *l = &x->m->layers[i];
-  const layer_ids *d = &x->ids[i];
-  bp_node *n;
-  switch (l->type) {
-  case BP_LAYER_CONV:
-  case BP_LAYER_FC:
-    n = node_add(x, seg, l->type == BP_LAYER_CONV ? "conv2d.fwd" : "fc.fwd", i, "fwd");
-    in_id(n, producer_out(x, l, 0));
-    in_id(n, fwd_param(x, &d->weight, eval));
-    if (l->bias) in_id(n, fwd_param(x, &d->bias, eval));
-    out_id(n, d->out);
-    if (l->type == BP_LAYER_CONV)
-      conv_attrs(n, l, 0);
-    else
-      SET_ATTRS(n, fc, {l->bias, 0});
-    break;
-  case BP_LAYER_BATCHNORM:
-    n = node_add(x, seg, eval ? "batchnorm.fwd_eval" : "batchnorm.fwd_train", i, "fwd");
-    in_id(n, producer_out(x, l, 0));
-    in_id(n, fwd_param(x, &d->weight, eval));
-    in_id(n, fwd_param(x, &d->bias, eval));
-    in_id(n, d->rmean);
-    in_id(n, d->rvar);
-    out_id(n, d->out);
-    if (!eval) { /* running statistics updated in place */
-      out_id(n, d->smean);
-      out_id(n, d->sinvstd);
-      out_id(n, d->rmean);
-      out_id(n, d->rvar);
-    }
-    SET_ATTRS(n, batchnorm, {l->eps, l->momentum, 0});
-    break;
-  case BP_LAYER_RELU:
-    n = node_add(x, seg, "relu.fwd", i, "fwd");
-    in_id(n, producer_out(x, l, 0));
-    out_id(n, d->out);
-    SET_ATTRS(n, elementwise, {0});
-    break;
-  case BP_LAYER_MAXPOOL:
-  case BP_LAYER_AVGPOOL:
-    n = node_add(x, seg, l->type == BP_LAYER_MAXPOOL ? "maxpool.fwd" : "avgpool.fwd", i, "fwd");
-    in_id(n, producer_out(x, l, 0));
-    out_id(n, d->out);
-    if (l->type == BP_LAYER_MAXPOOL) out_id(n, d->mask);
-    pool_attrs(n, l, 0);
-    break;
-  case BP_LAYER_GLOBAL_AVGPOOL:
-    n = node_add(x, seg, "global_avgpool.fwd", i, "fwd");
-    in_id(n, producer_out(x, l, 0));
-    out_id(n, d->out);
-    SET_ATTRS(n, elementwise, {0});
-    break;
-  case BP_LAYER_ADD:
-    n = node_add(x, seg, "add.fwd", i, "fwd");
-    in_id(n, producer_out(x, l, 0));
-    in_id(n, producer_out(x, l, 1));
-    out_id(n, d->out);
-    SET_ATTRS(n, elementwise, {0});
-    break;
-  case BP_LAYER_SOFTMAX_CE: {
-    const int p = l->inputs[0];
-    const int grad = !eval && p != BP_MODEL_INPUT && x->needs[p];
-    n = node_add(x, seg, "softmax_ce.fwd_bwd", i, eval ? "eval" : "fwd_bwd");
-    in_id(n, producer_out(x, l, 0));
-    in_id(n, x->label);
-    out_id(n, x->loss);
-    out_id(n, x->correct);
-    if (grad) out_id(n, x->ids[p].dout);
-    SET_ATTRS(n, softmax_ce,
-              {l->label_smoothing, (float)(1.0 / (double)x->vg->global_batch), grad});
-    break;
-  }
-  case BP_LAYER_TYPE_COUNT: GRAPH_ASSERT(0);
-  }
-}
-
-/* ---- backward ------------------------------------------------------------- */
-
-/* A backward node before its accumulate flag is known: which outputs are
- * gradient slots (counted). */
-typedef struct pending {
-  bp_node node;
-  int slot_outputs[3]; /* output indices that are gradient slots */
-  int slot_count;
-} pending;
-
-/* Where the data gradient of layer i's input k goes: the producer's slot,
- * or (model input) the layer's own output as a sink. */
-static int32_t grad_target(const build_ctx *x, int i, int k) {
-  const bp_layer *l = &x->m->layers[i];
-  return l->inputs[k] == BP_MODEL_INPUT ? x->ids[i].out : x->ids[l->inputs[k]].dout;
-}
-
-static int producer_needs(const build_ctx *x, const bp_layer *l, int k) {
-  return l->inputs[k] != BP_MODEL_INPUT && x->needs[l->inputs[k]];
-}
-
-static pending *pend(pending *list, int *count, int cap, const char *op, const build_ctx *x, int i,
-                     const char *what) {
-  GRAPH_ASSERT(*count < cap);
-  pending *p = &list[(*count)++];
+bp_node *bp_layer_backward_node(bp_layer_graph *g, const char *op, const char *what,
+                                size_t accumulate_offset) {
+  build_ctx *x = ctx_of(g);
+  GRAPH_ASSERT(x->pend_count < x->pend_cap && accumulate_offset + 4 <= sizeof(bp_node_attrs));
+  pending *p = &x->pend[x->pend_count++];
   memset(p, 0, sizeof *p);
   p->node.op = op;
-  p->node.layer = i;
-  snprintf(p->node.name, sizeof p->node.name, "%s.%s", x->m->layers[i].name, what);
-  return p;
+  p->node.layer = g->index;
+  p->accumulate_offset = accumulate_offset;
+  snprintf(p->node.name, sizeof p->node.name, "%s.%s", g->layer->name, what);
+  return &p->node;
 }
 
-static void pend_slot(pending *p, int32_t id) {
-  GRAPH_ASSERT(p->slot_count < 3);
-  p->slot_outputs[p->slot_count++] = p->node.num_outputs;
-  out_id(&p->node, id);
+void bp_layer_grad_out(bp_layer_graph *g, bp_node *n, int32_t id) {
+  build_ctx *x = ctx_of(g);
+  pending *p = &x->pend[x->pend_count - 1];
+  GRAPH_ASSERT(x->pend_count > 0 && n == &p->node && p->slot_count < 3);
+  p->slot_outputs[p->slot_count++] = n->num_outputs;
+  bp_node_out(n, id);
 }
 
-/* The backward nodes of layer i, appended to list in run order. */
-static void backward_layer(const build_ctx *x, int i, pending *list, int *count, int cap) {
-  const bp_layer *l = &x->m->layers[i];
-  const layer_ids *d = &x->ids[i];
-  pending *p;
-  switch (l->type) {
-  case BP_LAYER_CONV:
-  case BP_LAYER_FC: {
-    const int conv = l->type == BP_LAYER_CONV;
-    p = pend(list, count, cap, conv ? "conv2d.bwd_filter" : "fc.bwd_filter", x, i, "bwd_filter");
-    in_id(&p->node, producer_out(x, l, 0));
-    in_id(&p->node, d->dout);
-    pend_slot(p, grad_param(x, &d->weight));
-    if (l->bias) pend_slot(p, grad_param(x, &d->bias));
-    if (conv)
-      conv_attrs(&p->node, l, 0);
-    else
-      SET_ATTRS(&p->node, fc, {l->bias, 0});
-    if (!producer_needs(x, l, 0)) return;
-    p = pend(list, count, cap, conv ? "conv2d.bwd_data" : "fc.bwd_data", x, i, "bwd_data");
-    in_id(&p->node, d->dout);
-    in_id(&p->node, fwd_param(x, &d->weight, 0));
-    pend_slot(p, grad_target(x, i, 0));
-    if (conv)
-      conv_attrs(&p->node, l, 0);
-    else
-      SET_ATTRS(&p->node, fc, {l->bias, 0});
-    return;
-  }
-  case BP_LAYER_BATCHNORM:
-    p = pend(list, count, cap, "batchnorm.bwd", x, i, "bwd");
-    in_id(&p->node, producer_out(x, l, 0));
-    in_id(&p->node, d->dout);
-    in_id(&p->node, fwd_param(x, &d->weight, 0));
-    in_id(&p->node, d->smean);
-    in_id(&p->node, d->sinvstd);
-    pend_slot(p, grad_target(x, i, 0));
-    pend_slot(p, grad_param(x, &d->weight));
-    pend_slot(p, grad_param(x, &d->bias));
-    SET_ATTRS(&p->node, batchnorm, {l->eps, l->momentum, 0});
-    return;
-  case BP_LAYER_RELU:
-    if (!producer_needs(x, l, 0)) return;
-    p = pend(list, count, cap, "relu.bwd", x, i, "bwd");
-    in_id(&p->node, d->out);
-    in_id(&p->node, d->dout);
-    pend_slot(p, grad_target(x, i, 0));
-    SET_ATTRS(&p->node, elementwise, {0});
-    return;
-  case BP_LAYER_MAXPOOL:
-  case BP_LAYER_AVGPOOL:
-  case BP_LAYER_GLOBAL_AVGPOOL:
-    if (!producer_needs(x, l, 0)) return;
-    p = pend(list, count, cap,
-             l->type == BP_LAYER_MAXPOOL   ? "maxpool.bwd"
-             : l->type == BP_LAYER_AVGPOOL ? "avgpool.bwd"
-                                           : "global_avgpool.bwd",
-             x, i, "bwd");
-    in_id(&p->node, d->dout);
-    if (l->type == BP_LAYER_MAXPOOL) in_id(&p->node, d->mask);
-    pend_slot(p, grad_target(x, i, 0));
-    if (l->type == BP_LAYER_GLOBAL_AVGPOOL)
-      SET_ATTRS(&p->node, elementwise, {0});
-    else
-      pool_attrs(&p->node, l, 0);
-    return;
-  case BP_LAYER_ADD:
-    p = pend(list, count, cap, "add.bwd", x, i, "bwd");
-    in_id(&p->node, d->dout);
-    pend_slot(p, grad_target(x, i, 0));
-    pend_slot(p, grad_target(x, i, 1));
-    SET_ATTRS(&p->node, elementwise, {0});
-    return;
-  case BP_LAYER_SOFTMAX_CE: /* in the LOSS segment */
-  case BP_LAYER_TYPE_COUNT: return;
-  }
+int32_t bp_layer_input(const bp_layer_graph *g, int k) {
+  const build_ctx *x = ctx_of(g);
+  const int p = g->layer->inputs[k];
+  return p == BP_MODEL_INPUT ? x->input : x->ids[p].out;
 }
 
-/* Sets the accumulate flag of whatever block the node carries. */
-static void set_accumulate(bp_node *n, int accumulate) {
-  if (strncmp(n->op, "conv2d.", 7) == 0)
-    n->attrs.conv2d.accumulate = accumulate;
-  else if (strncmp(n->op, "fc.", 3) == 0)
-    n->attrs.fc.accumulate = accumulate;
-  else if (strncmp(n->op, "batchnorm.", 10) == 0)
-    n->attrs.batchnorm.accumulate = accumulate;
-  else if (strncmp(n->op, "maxpool.", 8) == 0 || strncmp(n->op, "avgpool.", 8) == 0)
-    n->attrs.pool.accumulate = accumulate;
-  else
-    n->attrs.elementwise.accumulate = accumulate;
+/* The model's input has no gradient slot: such a gradient goes into the
+ * layer's own ".out" (a sink; see the top of this file). */
+int32_t bp_layer_input_grad(const bp_layer_graph *g, int k) {
+  const build_ctx *x = ctx_of(g);
+  const int p = g->layer->inputs[k];
+  return p == BP_MODEL_INPUT ? g->t->out : x->ids[p].dout;
+}
+
+int bp_layer_input_needs_grad(const bp_layer_graph *g, int k) {
+  const build_ctx *x = ctx_of(g);
+  const int p = g->layer->inputs[k];
+  return p != BP_MODEL_INPUT && x->needs[p];
+}
+
+int32_t bp_layer_param_in(const bp_layer_graph *g, const bp_param_ids *p) {
+  const build_ctx *x = ctx_of(g);
+  if (x->amp) return p->a;
+  if (g->eval && x->g->options.eval_ema) return p->e;
+  return p->w;
+}
+
+int32_t bp_layer_param_grad(const bp_layer_graph *g, const bp_param_ids *p) {
+  return ctx_of(g)->amp ? p->g16 : p->g;
+}
+
+/* ---- forward and backward ------------------------------------------------------------ */
+
+/* The forward node(s) of layer i into `seg` (training or evaluation mode). */
+static void forward_layer(build_ctx *x, bp_segment seg, int i, int eval) {
+  bp_layer_graph g = layer_graph(x, i, eval);
+  x->seg = seg;
+  bp_layer_desc_for(g.layer)->forward(&g);
+}
+
+static void backward_layer(build_ctx *x, int i) {
+  bp_layer_graph g = layer_graph(x, i, 0);
+  const bp_layer_desc *d = bp_layer_desc_for(g.layer);
+  if (d->backward) d->backward(&g);
 }
 
 static bp_status build_backward(build_ctx *x) {
   const bp_model *m = x->m;
-  const int cap = 3 * m->layer_count + 4;
-  pending *list = calloc((size_t)cap, sizeof *list);
-  if (!list) return bp_fail(BP_ERR_NOMEM, "out of memory building the backward graph");
-  int count = 0;
+  x->pend_cap = 3 * m->layer_count + 4;
+  x->pend_count = 0;
+  x->pend = calloc((size_t)x->pend_cap, sizeof *x->pend);
+  if (!x->pend) return bp_fail(BP_ERR_NOMEM, "out of memory building the backward graph");
   for (int i = m->layer_count - 1; i >= 0; i--)
-    if (x->needs[i] && x->reaches[i]) backward_layer(x, i, list, &count, cap);
+    if (x->needs[i] && x->flows[i]) backward_layer(x, i);
+  pending *list = x->pend;
+  const int count = x->pend_count;
 
   const int32_t tensors = bp_plan_tensor_count(x->plan);
   memset(x->writers, 0, (size_t)tensors * sizeof *x->writers);
@@ -525,10 +353,11 @@ static bp_status build_backward(build_ctx *x) {
 
   for (int k = 0; k < count; k++) {
     pending *p = &list[k];
-    int accumulate = 0;
+    int32_t accumulate = 0;
     for (int s = 0; s < p->slot_count; s++)
       if (x->writers[p->node.outputs[p->slot_outputs[s]].id] > 1) accumulate = 1;
-    set_accumulate(&p->node, accumulate);
+    memcpy((unsigned char *)&p->node.attrs + p->accumulate_offset, &accumulate,
+           sizeof accumulate);
     for (int s = 0; s < p->slot_count; s++) {
       const int32_t id = p->node.outputs[p->slot_outputs[s]].id;
       if (x->written[id]) continue;
@@ -545,7 +374,8 @@ static bp_status build_backward(build_ctx *x) {
     GRAPH_ASSERT(b->count < b->cap);
     b->nodes[b->count++] = p->node;
   }
-  free(list);
+  free(x->pend);
+  x->pend = NULL;
   return BP_OK;
 }
 
@@ -583,13 +413,13 @@ static void update_node(build_ctx *x, const char *name, bp_param_kind k0, bp_par
   const char *op = opt == BP_OPT_ADAMW ? "range.adamw" : lars ? "range.lars" : "range.sgd";
   bp_node *n = node_add(x, BP_SEGMENT_UPDATE, op, -1, name);
   in_span(n, family_span(x, BP_FAMILY_G, k0, k1), BP_DTYPE_FP32);
-  in_id(n, x->lr);
-  if (opt == BP_OPT_ADAMW) in_id(n, x->step);
-  if (lars) in_id(n, x->lars_segments);
+  bp_node_in(n, x->lr);
+  if (opt == BP_OPT_ADAMW) bp_node_in(n, x->step);
+  if (lars) bp_node_in(n, x->lars_segments);
   out_span(n, w, BP_DTYPE_FP32);
   out_span(n, family_span(x, BP_FAMILY_M, k0, k1), BP_DTYPE_FP32);
   if (opt == BP_OPT_ADAMW) out_span(n, family_span(x, BP_FAMILY_V, k0, k1), BP_DTYPE_FP32);
-  if (lars) out_id(n, x->lars_norms);
+  if (lars) bp_node_out(n, x->lars_norms);
   SET_ATTRS(n, optimizer,
             {o->momentum, decayed ? o->weight_decay : 0.0f, o->nesterov, o->beta1, o->beta2, o->eps,
              o->eta});
@@ -808,6 +638,16 @@ static bp_status check_options(const bp_model *m, const bp_plan *plan, const bp_
                      "slot (scale that layer instead)",
                      l->name,
                      l->inputs[0] == BP_MODEL_INPUT ? "input" : m->layers[l->inputs[0]].name);
+    /* a module's backward reads y: its own ".out" cannot be a gradient sink */
+    if (l->type == BP_LAYER_MODULE && l->input_count == 2 && l->module &&
+        l->module->layer.backward_op &&
+        (l->inputs[0] == l->inputs[1] || l->inputs[0] == BP_MODEL_INPUT ||
+         l->inputs[1] == BP_MODEL_INPUT))
+      return bp_fail(BP_ERR_UNSUPPORTED,
+                     "graph: %s layer '%s' reads %s; a two-input layer from a module needs two "
+                     "different layers as inputs (put a layer between)",
+                     l->module->layer.type, l->name,
+                     l->inputs[0] == l->inputs[1] ? "the same input twice" : "the model's input");
   }
   return BP_OK;
 }
@@ -880,16 +720,16 @@ bp_status bp_graph_build(const bp_model *model, const bp_plan *plan,
   x.ema = bp_plan_get_options(plan)->ema;
   const int32_t tensors = bp_plan_tensor_count(plan);
   x.g = calloc(1, sizeof *x.g);
-  x.ids = calloc((size_t)model->layer_count, sizeof *x.ids);
   x.needs = calloc((size_t)model->layer_count, sizeof *x.needs);
   x.reaches = calloc((size_t)model->layer_count, sizeof *x.reaches);
+  x.flows = calloc((size_t)model->layer_count, sizeof *x.flows);
   x.writers = calloc((size_t)tensors + 1, sizeof *x.writers);
   x.written = calloc((size_t)tensors + 1, sizeof *x.written);
   if (x.g) {
     x.g->variant_count = bp_plan_variant_count(plan);
     x.g->variants = calloc((size_t)x.g->variant_count, sizeof *x.g->variants);
   }
-  if (!x.g || !x.g->variants || !x.ids || !x.needs || !x.reaches || !x.writers || !x.written) {
+  if (!x.g || !x.g->variants || !x.needs || !x.reaches || !x.flows || !x.writers || !x.written) {
     st = bp_fail(BP_ERR_NOMEM, "out of memory building a graph");
     goto done;
   }
@@ -897,33 +737,22 @@ bp_status bp_graph_build(const bp_model *model, const bp_plan *plan,
   x.g->plan = plan;
   x.g->options = *options;
 
-  if ((st = lookup(&x, 1, &x.input, "input.a")) != BP_OK ||
-      (st = lookup(&x, 1, &x.label, "label.a")) != BP_OK ||
-      (st = lookup(&x, 1, &x.lr, "lr")) != BP_OK ||
-      (st = lookup(&x, 1, &x.step, "step")) != BP_OK ||
-      (st = lookup(&x, 1, &x.loss, "loss")) != BP_OK ||
-      (st = lookup(&x, 1, &x.correct, "correct")) != BP_OK)
-    goto done;
+  if ((st = find_record(&x)) != BP_OK) goto done;
   const int lars = bp_plan_get_options(plan)->optimizer == BP_OPT_LARS;
-  if ((st = lookup(&x, 0, &x.lars_segments, "lars.segments")) != BP_OK ||
-      (st = lookup(&x, 0, &x.lars_norms, "lars.norms")) != BP_OK)
-    goto done;
   if (lars && family_span(&x, BP_FAMILY_W, BP_PARAM_FC_WEIGHT, BP_PARAM_CONV_DEEP).bytes &&
       (x.lars_segments < 0 || x.lars_norms < 0)) {
     st = bp_fail(BP_ERR_STATE, "graph: a LARS plan without lars.segments / lars.norms");
     goto done;
   }
-  for (int i = 0; i < model->layer_count; i++)
-    if ((st = lookup_layer(&x, i)) != BP_OK) goto done;
   analyze(&x);
   for (int v = 0; v < x.g->variant_count; v++)
     if ((st = build_variant(&x, v)) != BP_OK) goto done;
   if (lars && x.lars_segments >= 0 && (st = build_lars_table(&x)) != BP_OK) goto done;
   st = check_graph(&x);
 done:
-  free(x.ids);
   free(x.needs);
   free(x.reaches);
+  free(x.flows);
   free(x.writers);
   free(x.written);
   if (st != BP_OK) {
@@ -970,6 +799,8 @@ const bp_node *bp_graph_node(const bp_graph *g, int v, bp_segment s, int index) 
   if (index < 0 || index >= bp_graph_node_count(g, v, s)) return NULL;
   return &g->variants[v].segs[s].nodes[index];
 }
+
+const bp_graph_tensors *bp_graph_get_tensors(const bp_graph *g) { return g ? &g->tensors : NULL; }
 
 int bp_graph_constant_count(const bp_graph *g) { return g ? g->constant_count : 0; }
 

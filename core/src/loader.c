@@ -1,12 +1,68 @@
 /* Loader: one module file, from dlopen up to a descriptor the host can
- * trust (DESIGN.md sec. 5). Registration and init are the registry's. */
+ * trust (docs/architecture.md, "ABI and discovery"), and the record of the
+ * attempt. Registration and init are the registry's. */
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry-impl.h"
+#include "loader-impl.h"
+#include "strutil-impl.h"
+
+/* The "" of record fields that have no value; never freed. */
+static const char no_text[] = "";
+
+static void free_text(const char *s) {
+  if (s && s != no_text) free((char *)s);
+}
+
+bp_reg_record *bp_record_new(const char *path) {
+  bp_reg_record *rec = calloc(1, sizeof *rec);
+  if (!rec) return NULL;
+  rec->pub.path = bp_strdup(path);
+  if (!rec->pub.path) {
+    free(rec);
+    return NULL;
+  }
+  rec->pub.outcome = BP_LOAD_REFUSED;
+  rec->pub.stage = BP_LOAD_STAGE_OPEN;
+  rec->pub.abi_major = rec->pub.abi_minor_built = rec->pub.abi_minor_required = -1;
+  rec->pub.host_abi_major = BP_ABI_MAJOR;
+  rec->pub.host_abi_minor = BP_ABI_MINOR;
+  rec->status = BP_OK;
+  return rec;
+}
+
+void bp_record_free(bp_reg_record *rec) {
+  if (!rec) return;
+  free_text(rec->pub.path);
+  free_text(rec->pub.message);
+  free_text(rec->pub.name);
+  free_text(rec->pub.version);
+  free_text(rec->pub.build_id);
+  free(rec);
+}
+
+int bp_record_set_message(bp_reg_record *rec, const char *fmt, ...) {
+  char msg[BP_REASON_MAX * 2];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  char *copy = bp_strdup(msg);
+  if (!copy) return -1;
+  free_text(rec->pub.message);
+  rec->pub.message = copy;
+  return 0;
+}
+
+void bp_record_fill_empty(bp_reg_record *rec) {
+  if (!rec->pub.message) rec->pub.message = no_text;
+  if (!rec->pub.name) rec->pub.name = no_text;
+  if (!rec->pub.version) rec->pub.version = no_text;
+  if (!rec->pub.build_id) rec->pub.build_id = no_text;
+}
 
 uint32_t bp_abi_copy(void *dst, size_t dst_size, const void *src) {
   uint32_t size;

@@ -96,3 +96,92 @@ bp_status bp_metrics_write_step(bp_metrics *m, const bp_train_progress *p) {
   num(line, sizeof line, "seconds", p->seconds);
   return emit(m, line);
 }
+
+/* A JSON string literal: quotes, backslashes and control bytes escaped. */
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p < 0x20 || *p == 0x7f)
+      fprintf(f, "\\u%04x", *p);
+    else
+      fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+/* 1 when use i is the first of its (op, impl, device). */
+static int first_of_kind(const bp_trainer *t, int i) {
+  const bp_abi_kernel *k = &bp_trainer_kernel_use(t, i)->kernel->kernel;
+  for (int j = 0; j < i; j++) {
+    const bp_abi_kernel *o = &bp_trainer_kernel_use(t, j)->kernel->kernel;
+    if (o == k || (!strcmp(o->op, k->op) && !strcmp(o->impl, k->impl) &&
+                   !strcmp(o->device, k->device)))
+      return 0;
+  }
+  return 1;
+}
+
+bp_status bp_metrics_write_kernels(bp_metrics *m, const bp_trainer *t) {
+  FILE *f = m->file;
+  bp_pin_source source;
+  const char *pins = bp_trainer_pins(t, &source);
+  fputs("{\"event\":\"kernels\",\"device\":", f);
+  json_str(f, t->device);
+  fputs(",\"pins\":", f);
+  json_str(f, pins);
+  fputs(",\"pins_source\":", f);
+  json_str(f, bp_pin_source_name(source));
+  fprintf(f, ",\"autotune\":%s,\"warnings\":[", t->opt.autotune ? "true" : "false");
+  const char *w = bp_trainer_warnings(t);
+  for (int first = 1; *w; first = 0) { /* one string per line */
+    const char *nl = strchr(w, '\n');
+    const size_t len = nl ? (size_t)(nl - w) : strlen(w);
+    char line[1024];
+    snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), w);
+    if (!first) fputc(',', f);
+    json_str(f, line);
+    w += len + (nl ? 1 : 0);
+  }
+  fputs("],\"ops\":[", f);
+  const int n = bp_trainer_kernel_use_count(t);
+  for (int i = 0, listed = 0; i < n; i++) {
+    if (!first_of_kind(t, i)) continue;
+    const bp_registered_kernel *k = bp_trainer_kernel_use(t, i)->kernel;
+    int nodes = 0;
+    for (int j = i; j < n; j++) {
+      const bp_abi_kernel *o = &bp_trainer_kernel_use(t, j)->kernel->kernel;
+      nodes += !strcmp(o->op, k->kernel.op) && !strcmp(o->impl, k->kernel.impl) &&
+               !strcmp(o->device, k->kernel.device);
+    }
+    fputs(listed++ ? ",{\"op\":" : "{\"op\":", f);
+    json_str(f, k->kernel.op);
+    fputs(",\"impl\":", f);
+    json_str(f, k->kernel.impl);
+    fputs(",\"device\":", f);
+    json_str(f, k->kernel.device);
+    fputs(",\"module\":", f);
+    json_str(f, k->path);
+    fprintf(f, ",\"nodes\":%d}", nodes);
+  }
+  fputs("],\"nodes\":[", f);
+  for (int i = 0; i < n; i++) {
+    const bp_kernel_use *u = bp_trainer_kernel_use(t, i);
+    fprintf(f, "%s{\"rank\":%d,\"variant\":", i ? "," : "", u->rank);
+    json_str(f, u->variant);
+    fputs(",\"segment\":", f);
+    json_str(f, u->segment);
+    fputs(",\"node\":", f);
+    json_str(f, u->node);
+    fputs(",\"op\":", f);
+    json_str(f, u->kernel->kernel.op);
+    fputs(",\"impl\":", f);
+    json_str(f, u->kernel->kernel.impl);
+    fputs(",\"device\":", f);
+    json_str(f, u->kernel->kernel.device);
+    fputc('}', f);
+  }
+  fputs("]", f);
+  return emit(m, "");
+}

@@ -7,47 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model-impl.h"
-
-static const char *const layer_type_names[BP_LAYER_TYPE_COUNT] = {
-    [BP_LAYER_CONV] = "conv",
-    [BP_LAYER_BATCHNORM] = "batchnorm",
-    [BP_LAYER_RELU] = "relu",
-    [BP_LAYER_MAXPOOL] = "maxpool",
-    [BP_LAYER_AVGPOOL] = "avgpool",
-    [BP_LAYER_GLOBAL_AVGPOOL] = "global_avgpool",
-    [BP_LAYER_FC] = "fc",
-    [BP_LAYER_ADD] = "add",
-    [BP_LAYER_SOFTMAX_CE] = "softmax_ce",
-};
-
-const char *bp_layer_type_name(bp_layer_type type) {
-  return (int)type >= 0 && type < BP_LAYER_TYPE_COUNT ? layer_type_names[type] : "?";
-}
-
-int bp_layer_type_from_name(const char *name, bp_layer_type *out) {
-  for (int t = 0; t < BP_LAYER_TYPE_COUNT; t++) {
-    if (strcmp(name, layer_type_names[t]) == 0) {
-      *out = (bp_layer_type)t;
-      return 0;
-    }
-  }
-  return -1;
-}
-
-void bp_layer_set_defaults(bp_layer *l, bp_layer_type type) {
-  memset(l, 0, sizeof *l);
-  l->type = type;
-  l->inputs[0] = l->inputs[1] = BP_MODEL_INPUT;
-  l->input_count = type == BP_LAYER_ADD ? 2 : 1;
-  l->kernel_h = l->kernel_w = 1;
-  l->stride = 1;
-  l->dilation = 1;
-  l->groups = 1;
-  l->bias = 1; /* as in PyTorch; the shipped models say `bias:` explicitly */
-  l->eps = 1e-5f;
-  l->momentum = 0.1f;
-}
+#include "layer-impl.h"
 
 bp_train_settings bp_train_defaults(void) {
   bp_train_settings t;
@@ -103,69 +63,69 @@ static bp_status layer_invalid(const bp_model *m, const bp_layer *l, const char 
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   /* the name may come from C without its NUL: print at most BP_NAME_MAX-1 bytes */
-  return bp_fail(BP_ERR_INVALID, "%s: %s layer '%.*s': %s", where, bp_layer_type_name(l->type),
+  return bp_fail(BP_ERR_INVALID, "%s: %s layer '%.*s': %s", where,
+                 l->type == BP_LAYER_MODULE && !l->module ? "module" : bp_layer_kind(l),
                  BP_NAME_MAX - 1, l->name, what);
 }
 
-/* `field` of layer l must lie in [lo, hi]. */
-#define RANGE(field, lo, hi)                                                                       \
-  do {                                                                                             \
-    if (l->field < (lo) || l->field > (hi))                                                        \
-      return layer_invalid(m, l, "'%s' must be in [%lld, %lld], got %lld", #field,                 \
-                           (long long)(lo), (long long)(hi), (long long)l->field);                 \
-  } while (0)
-
-static bp_status check_layer_values(const bp_model *m, const bp_layer *l) {
-  const int64_t max = BP_MODEL_DIM_MAX;
-  switch (l->type) {
-  case BP_LAYER_CONV:
-    RANGE(units, 1, max);
-    RANGE(kernel_h, 1, max);
-    RANGE(kernel_w, 1, max);
-    RANGE(stride, 1, max);
-    RANGE(pad, 0, max);
-    RANGE(dilation, 1, max);
-    RANGE(groups, 1, max);
-    RANGE(bias, 0, 1);
-    break;
-  case BP_LAYER_MAXPOOL:
-  case BP_LAYER_AVGPOOL:
-    RANGE(kernel_h, 1, max);
-    RANGE(kernel_w, 1, max);
-    RANGE(stride, 1, max);
-    RANGE(pad, 0, max);
-    /* a window lying wholly in the padding would have no input to pool */
-    if (2 * l->pad > l->kernel_h || 2 * l->pad > l->kernel_w)
-      return layer_invalid(m, l, "pad %lld is more than half of the %lldx%lld kernel",
-                           (long long)l->pad, (long long)l->kernel_h, (long long)l->kernel_w);
-    break;
-  case BP_LAYER_FC:
-    RANGE(units, 1, max);
-    RANGE(bias, 0, 1);
-    break;
-  case BP_LAYER_BATCHNORM:
-    if (!(l->eps > 0.0f) || !isfinite(l->eps))
-      return layer_invalid(m, l, "'eps' must be a finite number > 0, got %g", (double)l->eps);
-    if (!(l->momentum >= 0.0f && l->momentum <= 1.0f))
-      return layer_invalid(m, l, "'momentum' must be in [0, 1], got %g", (double)l->momentum);
-    break;
-  case BP_LAYER_SOFTMAX_CE:
-    if (!(l->label_smoothing >= 0.0f && l->label_smoothing < 1.0f))
-      return layer_invalid(m, l, "'label_smoothing' must be in [0, 1), got %g",
-                           (double)l->label_smoothing);
-    break;
-  case BP_LAYER_RELU:
-  case BP_LAYER_GLOBAL_AVGPOOL:
-  case BP_LAYER_ADD:
-  case BP_LAYER_TYPE_COUNT: break;
+/* One key's field of layer l against the key's range. */
+static bp_status check_key(const bp_model *m, const bp_layer *l, const bp_layer_key *k) {
+  const char *p = (const char *)l + k->offset;
+  if (k->kind == BP_KEY_NUMBER) {
+    float v;
+    memcpy(&v, p, sizeof v);
+    const int ok = isfinite(v) && (k->lo_open ? v > k->lo : v >= k->lo) &&
+                   (k->hi_open ? v < k->hi : v <= k->hi);
+    if (!ok)
+      return layer_invalid(m, l, "'%s' must be a finite number in %c%g, %g%c, got %g", k->field,
+                           k->lo_open ? '(' : '[', k->lo, k->hi, k->hi_open ? ')' : ']',
+                           (double)v);
+    return BP_OK;
   }
+  int64_t values[2];
+  const char *names[2] = {k->field, NULL};
+  int count = 1;
+  if (k->kind == BP_KEY_KERNEL) {
+    values[0] = l->kernel_h;
+    values[1] = l->kernel_w;
+    names[0] = "kernel_h";
+    names[1] = "kernel_w";
+    count = 2;
+  } else if (k->kind == BP_KEY_BOOL) {
+    int v;
+    memcpy(&v, p, sizeof v);
+    values[0] = v;
+  } else {
+    memcpy(&values[0], p, sizeof values[0]);
+  }
+  for (int i = 0; i < count; i++)
+    if (values[i] < (int64_t)k->lo || values[i] > (int64_t)k->hi)
+      return layer_invalid(m, l, "'%s' must be in [%lld, %lld], got %lld", names[i],
+                           (long long)k->lo, (long long)k->hi, (long long)values[i]);
   return BP_OK;
 }
-#undef RANGE
+
+/* Every key of the layer's type in its range, then the type's own checks. */
+static bp_status check_layer_values(const bp_model *m, const bp_layer *l) {
+  const bp_layer_desc *d = bp_layer_desc_for(l);
+  for (int k = 0; k < d->key_count; k++) {
+    bp_status st = check_key(m, l, d->keys[k]);
+    if (st != BP_OK) return st;
+  }
+  char why[256];
+  if (d->check && d->check(l, why, sizeof why) != 0) return layer_invalid(m, l, "%s", why);
+  return BP_OK;
+}
+
+/* Inputs a layer takes: its type's, or its module type's. */
+static int layer_inputs(const bp_layer *l) {
+  if (l->type == BP_LAYER_MODULE) return l->module ? l->module->layer.num_inputs : 1;
+  return bp_layer_desc_for(l)->inputs;
+}
 
 static bp_status check_layer_inputs(const bp_model *m, int i) {
   const bp_layer *l = &m->layers[i];
-  int want = l->type == BP_LAYER_ADD ? 2 : 1;
+  int want = layer_inputs(l);
   if (l->input_count != want)
     return layer_invalid(m, l, "takes %d input%s, got %d", want, want == 1 ? "" : "s",
                          l->input_count);
@@ -254,6 +214,6 @@ bp_status bp_model_check(const bp_model *m) {
   const bp_layer *last = &m->layers[m->layer_count - 1];
   if (last->type != BP_LAYER_SOFTMAX_CE)
     return layer_invalid(m, last, "the last layer must be softmax_ce (the loss), not %s",
-                         bp_layer_type_name(last->type));
+                         bp_layer_kind(last));
   return BP_OK;
 }

@@ -17,7 +17,8 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "model-impl.h"
+#include "layer-impl.h"
+#include "strutil-impl.h"
 
 #define MODEL_FILE_MAX (64u << 20) /* a model file is small; refuse anything huge */
 
@@ -27,6 +28,7 @@ typedef struct parse_ctx {
   size_t length;
   yaml_document_t *doc;
   bp_model *model;
+  const bp_registry *registry; /* module layer types; NULL: built-in only */
   /* per layer: the scalar nodes naming its producers (unresolved) */
   const yaml_node_t *(*refs)[2];
   int *ref_count;
@@ -230,86 +232,39 @@ static bp_status expect_mapping(const parse_ctx *c, const yaml_node_t *n, const 
 
 /* ---- layers ------------------------------------------------------------ */
 
-typedef enum layer_field {
-  LF_TYPE,
-  LF_NAME,
-  LF_INPUT,
-  LF_INPUTS,
-  LF_FILTERS,
-  LF_UNITS,
-  LF_KERNEL,
-  LF_STRIDE,
-  LF_PAD,
-  LF_DILATION,
-  LF_GROUPS,
-  LF_BIAS,
-  LF_EPS,
-  LF_MOMENTUM,
-  LF_LABEL_SMOOTHING,
-  LF_COUNT
-} layer_field;
+/* Keys every layer has; the others are its type's (layer-impl.h). */
+static const char *const common_keys[] = {"type", "name", "input", "inputs"};
 
-static const char *const layer_field_names[LF_COUNT] = {
-    "type", "name",     "input",  "inputs", "filters", "units",    "kernel",          "stride",
-    "pad",  "dilation", "groups", "bias",   "eps",     "momentum", "label_smoothing",
-};
-
-#define T_(x) (1u << BP_LAYER_##x)
-#define T_ALL ((1u << BP_LAYER_TYPE_COUNT) - 1u)
-#define T_WINDOW (T_(CONV) | T_(MAXPOOL) | T_(AVGPOOL))
-/* Which layer types take each field, and which require it. */
-static const unsigned layer_field_types[LF_COUNT] = {
-    [LF_TYPE] = T_ALL,
-    [LF_NAME] = T_ALL,
-    [LF_INPUT] = T_ALL & ~T_(ADD),
-    [LF_INPUTS] = T_(ADD),
-    [LF_FILTERS] = T_(CONV),
-    [LF_UNITS] = T_(FC),
-    [LF_KERNEL] = T_WINDOW,
-    [LF_STRIDE] = T_WINDOW,
-    [LF_PAD] = T_WINDOW,
-    [LF_DILATION] = T_(CONV),
-    [LF_GROUPS] = T_(CONV),
-    [LF_BIAS] = T_(CONV) | T_(FC),
-    [LF_EPS] = T_(BATCHNORM),
-    [LF_MOMENTUM] = T_(BATCHNORM),
-    [LF_LABEL_SMOOTHING] = T_(SOFTMAX_CE),
-};
-static const unsigned layer_field_required[LF_COUNT] = {
-    [LF_TYPE] = T_ALL,   [LF_INPUTS] = T_(ADD),  [LF_FILTERS] = T_(CONV),
-    [LF_UNITS] = T_(FC), [LF_KERNEL] = T_WINDOW,
-};
-#undef T_
-#undef T_ALL
-#undef T_WINDOW
-
-static unsigned fields_of(bp_layer_type type) {
-  unsigned mask = 0;
-  for (int f = 0; f < LF_COUNT; f++)
-    if (layer_field_types[f] & (1u << type)) mask |= 1u << f;
-  return mask;
+/* "type, name, input(s), <the type's keys>" */
+static void list_keys(const bp_layer_desc *d, const bp_registered_layer *mod, char *out,
+                      size_t size) {
+  const int inputs = mod ? mod->layer.num_inputs : d->inputs;
+  snprintf(out, size, "type, name, %s", inputs == 2 ? "inputs" : "input");
+  const int count = mod ? mod->layer.num_attrs : d->key_count;
+  for (int i = 0; i < count; i++)
+    bp_strcatf(out, size, ", %s", mod ? mod->attrs[i].key : d->keys[i]->key);
 }
 
 /* `kernel: 3` or `kernel: [3, 5]` (height, width). */
 static bp_status read_kernel(const parse_ctx *c, const yaml_node_t *n, const char *what,
-                             bp_layer *l) {
+                             const bp_layer_key *k, bp_layer *l) {
   if (n->type == YAML_SEQUENCE_NODE) {
     int count = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
     if (count != 2)
       return fail_at(c, n, BP_ERR_INVALID,
                      "%s must be one integer or [height, width], got %d items", what, count);
-    bp_status st = read_int(c, node_at(c, n->data.sequence.items.start[0]), what, 1,
-                            BP_MODEL_DIM_MAX, &l->kernel_h);
+    bp_status st = read_int(c, node_at(c, n->data.sequence.items.start[0]), what,
+                            (int64_t)k->lo, (int64_t)k->hi, &l->kernel_h);
     if (st != BP_OK) return st;
-    return read_int(c, node_at(c, n->data.sequence.items.start[1]), what, 1, BP_MODEL_DIM_MAX,
-                    &l->kernel_w);
+    return read_int(c, node_at(c, n->data.sequence.items.start[1]), what, (int64_t)k->lo,
+                    (int64_t)k->hi, &l->kernel_w);
   }
-  bp_status st = read_int(c, n, what, 1, BP_MODEL_DIM_MAX, &l->kernel_h);
+  bp_status st = read_int(c, n, what, (int64_t)k->lo, (int64_t)k->hi, &l->kernel_h);
   l->kernel_w = l->kernel_h;
   return st;
 }
 
-/* `input: name` (one producer) or `inputs: [a, b]` (add): the name nodes
+/* `input: name` (one producer) or `inputs: [a, b]` (two): the name nodes
  * are kept and resolved once every layer is named. */
 static bp_status read_refs(parse_ctx *c, int index, const yaml_node_t *n, int many,
                            const char *what) {
@@ -342,47 +297,111 @@ static bp_status read_refs(parse_ctx *c, int index, const yaml_node_t *n, int ma
   return BP_OK;
 }
 
-static bp_status read_layer_field(parse_ctx *c, int index, layer_field f, const yaml_node_t *v,
-                                  const char *what) {
-  bp_layer *l = &c->model->layers[index];
-  const int64_t max = BP_MODEL_DIM_MAX;
-  double x = 0.0;
-  bp_status st = BP_OK;
-  switch (f) {
-  case LF_TYPE: /* read first, by read_layer */
-  case LF_NAME:
-  case LF_COUNT: return BP_OK;
-  case LF_INPUT: return read_refs(c, index, v, 0, what);
-  case LF_INPUTS: return read_refs(c, index, v, 1, what);
-  case LF_FILTERS:
-  case LF_UNITS: return read_int(c, v, what, 1, max, &l->units);
-  case LF_KERNEL: return read_kernel(c, v, what, l);
-  case LF_STRIDE: return read_int(c, v, what, 1, max, &l->stride);
-  case LF_PAD: return read_int(c, v, what, 0, max, &l->pad);
-  case LF_DILATION: return read_int(c, v, what, 1, max, &l->dilation);
-  case LF_GROUPS: return read_int(c, v, what, 1, max, &l->groups);
-  case LF_BIAS: return read_bool(c, v, what, &l->bias);
-  case LF_EPS:
-    st = read_number(c, v, what, (num_range){0.0, 1.0, 1, 0}, &x);
-    l->eps = (float)x;
-    break;
-  case LF_MOMENTUM:
-    st = read_number(c, v, what, (num_range){0.0, 1.0, 0, 0}, &x);
-    l->momentum = (float)x;
-    break;
-  case LF_LABEL_SMOOTHING:
-    st = read_number(c, v, what, (num_range){0.0, 1.0, 0, 1}, &x);
-    l->label_smoothing = (float)x;
-    break;
+/* One key of a built-in type into its bp_layer field. */
+static bp_status read_key(parse_ctx *c, bp_layer *l, const bp_layer_key *k, const yaml_node_t *v,
+                          const char *what) {
+  char *field = (char *)l + k->offset;
+  switch (k->kind) {
+  case BP_KEY_KERNEL: return read_kernel(c, v, what, k, l);
+  case BP_KEY_INT: {
+    int64_t x;
+    bp_status st = read_int(c, v, what, (int64_t)k->lo, (int64_t)k->hi, &x);
+    if (st == BP_OK) memcpy(field, &x, sizeof x);
+    return st;
   }
-  /* eps must stay > 0 once rounded to float */
-  if (st == BP_OK && f == LF_EPS && !(l->eps > 0.0f))
-    return fail_at(c, v, BP_ERR_INVALID, "%s is too small for a float", what);
+  case BP_KEY_BOOL: {
+    int x;
+    bp_status st = read_bool(c, v, what, &x);
+    if (st == BP_OK) memcpy(field, &x, sizeof x);
+    return st;
+  }
+  case BP_KEY_NUMBER: {
+    double x;
+    bp_status st = read_number(c, v, what, (num_range){k->lo, k->hi, k->lo_open, k->hi_open}, &x);
+    if (st != BP_OK) return st;
+    const float f = (float)x;
+    /* an open bound must still hold once rounded to float (eps > 0) */
+    if ((k->lo_open && !(f > k->lo)) || (k->hi_open && !(f < k->hi)))
+      return fail_at(c, v, BP_ERR_INVALID, "%s is too %s for a float", what,
+                     k->lo_open && !(f > k->lo) ? "small" : "large");
+    memcpy(field, &f, sizeof f);
+    return BP_OK;
+  }
+  }
+  return BP_OK;
+}
+
+/* One key of a module's type into the attribute block (bp_abi_layer_attr). */
+static bp_status read_attr(parse_ctx *c, bp_layer *l, const bp_abi_layer_attr *a,
+                           const yaml_node_t *v, const char *what) {
+  unsigned char *dst = l->attrs + a->offset;
+  if (a->type == BP_ABI_LAYER_ATTR_FLOAT) {
+    double x;
+    bp_status st = read_number(c, v, what, (num_range){a->min, a->max, 0, 0}, &x);
+    const float f = (float)x;
+    if (st == BP_OK) memcpy(dst, &f, sizeof f);
+    return st;
+  }
+  int32_t i;
+  bp_status st;
+  if (a->type == BP_ABI_LAYER_ATTR_BOOL) {
+    int b;
+    st = read_bool(c, v, what, &b);
+    i = b;
+  } else {
+    int64_t x;
+    st = read_int(c, v, what, (int64_t)a->min, (int64_t)a->max, &x);
+    i = (int32_t)x;
+  }
+  if (st == BP_OK) memcpy(dst, &i, sizeof i);
   return st;
 }
 
+/* The default of a module type's key into the attribute block. */
+static void attr_default(bp_layer *l, const bp_abi_layer_attr *a) {
+  unsigned char *dst = l->attrs + a->offset;
+  if (a->type == BP_ABI_LAYER_ATTR_FLOAT) {
+    const float f = (float)a->default_value;
+    memcpy(dst, &f, sizeof f);
+  } else {
+    const int32_t i = (int32_t)a->default_value;
+    memcpy(dst, &i, sizeof i);
+  }
+}
+
+/* "conv, batchnorm, ..." and the module types of the registry. */
+static void list_types(const parse_ctx *c, char *out, size_t size) {
+  out[0] = '\0';
+  for (int t = 0; t < BP_LAYER_TYPE_COUNT; t++)
+    if (t != BP_LAYER_MODULE)
+      bp_strcatf(out, size, "%s%s", out[0] ? ", " : "", bp_layer_type_name((bp_layer_type)t));
+  for (int i = 0; i < bp_registry_layer_count(c->registry); i++)
+    bp_strcatf(out, size, ", %s", bp_registry_layer(c->registry, i)->layer.type);
+}
+
+/* Why a type is unknown: which modules were searched for it. */
+static void modules_searched(const parse_ctx *c, char *out, size_t size) {
+  if (!c->registry) {
+    snprintf(out, size, "; no op modules were loaded to look for it");
+    return;
+  }
+  out[0] = '\0';
+  int loaded = 0;
+  for (int i = 0; i < bp_registry_record_count(c->registry); i++) {
+    const bp_load_record *r = bp_registry_record(c->registry, i);
+    if (r->outcome != BP_LOAD_LOADED) continue;
+    const char *base = strrchr(r->path, '/');
+    bp_strcatf(out, size, "%s%s", loaded++ ? ", " : "; no loaded op module registers it (",
+               base ? base + 1 : r->path);
+  }
+  if (loaded)
+    bp_strcatf(out, size, "); load the module that does with --plugin or BP_PLUGIN_PATH");
+  else
+    snprintf(out, size, "; no op module is loaded (--plugin, BP_PLUGIN_PATH)");
+}
+
 static bp_status read_layer(parse_ctx *c, int index, const yaml_node_t *n) {
-  char owner[160], pv[48], list[512];
+  char owner[160], pv[48], list[1024];
   snprintf(owner, sizeof owner, "layer %d", index);
   bp_status st = expect_mapping(c, n, owner, "{type: relu}");
   if (st != BP_OK) return st;
@@ -391,22 +410,35 @@ static bp_status read_layer(parse_ctx *c, int index, const yaml_node_t *n) {
   /* type first: it decides which fields the layer takes */
   const yaml_node_t *tn = map_get(c, n, "type");
   bp_layer_type type;
-  const char *types[BP_LAYER_TYPE_COUNT];
-  for (int t = 0; t < BP_LAYER_TYPE_COUNT; t++) types[t] = bp_layer_type_name((bp_layer_type)t);
-  join_names(types, BP_LAYER_TYPE_COUNT, (1u << BP_LAYER_TYPE_COUNT) - 1u, list, sizeof list);
+  const bp_registered_layer *mod = NULL;
+  list_types(c, list, sizeof list);
   if (!tn) return fail_at(c, n, BP_ERR_INVALID, "%s has no 'type' (one of: %s)", owner, list);
-  if (tn->type != YAML_SCALAR_NODE || strlen(scalar_text(tn)) != tn->data.scalar.length ||
-      bp_layer_type_from_name(scalar_text(tn), &type) != 0)
-    return fail_at(c, tn, BP_ERR_INVALID, "unknown layer type %s in %s (expected one of: %s)",
-                   node_preview(tn, pv, sizeof pv), owner, list);
+  const int text = tn->type == YAML_SCALAR_NODE && strlen(scalar_text(tn)) == tn->data.scalar.length;
+  if (text && bp_layer_type_from_name(scalar_text(tn), &type) == 0) {
+    /* built in */
+  } else if (text && (mod = bp_registry_find_layer(c->registry, scalar_text(tn))) != NULL) {
+    type = BP_LAYER_MODULE;
+  } else {
+    char searched[768];
+    modules_searched(c, searched, sizeof searched);
+    return fail_at(c, tn, BP_ERR_INVALID, "unknown layer type %s in %s (expected one of: %s%s)",
+                   node_preview(tn, pv, sizeof pv), owner, list, text ? searched : "");
+  }
+  const bp_layer_desc *d = bp_layer_desc_of(type);
+  const char *type_name = mod ? mod->layer.type : d->name;
   bp_layer_set_defaults(l, type);
+  l->module = mod;
+  if (mod) {
+    l->input_count = mod->layer.num_inputs;
+    for (int k = 0; k < mod->layer.num_attrs; k++) attr_default(l, &mod->attrs[k]);
+  }
   l->line = (int)n->start_mark.line + 1;
   l->column = (int)n->start_mark.column + 1;
 
   /* then the name, so later messages can use it */
   const yaml_node_t *nn = map_get(c, n, "name");
   if (nn) {
-    snprintf(owner, sizeof owner, "'name' of %s layer %d", bp_layer_type_name(type), index);
+    snprintf(owner, sizeof owner, "'name' of %s layer %d", type_name, index);
     if ((st = read_string(c, nn, owner, l->name, BP_LAYER_NAME_MAX)) != BP_OK) return st;
     if (!bp_layer_name_valid(l->name))
       return fail_at(c, nn, BP_ERR_INVALID,
@@ -414,7 +446,7 @@ static bp_status read_layer(parse_ctx *c, int index, const yaml_node_t *n) {
                      "for the model's input)",
                      node_preview(nn, pv, sizeof pv), BP_MODEL_INPUT_NAME);
   } else {
-    snprintf(l->name, sizeof l->name, "%s%d", bp_layer_type_name(type), index);
+    snprintf(l->name, sizeof l->name, "%s%d", type_name, index);
   }
   for (int j = 0; j < index; j++)
     if (strcmp(c->model->layers[j].name, l->name) == 0)
@@ -422,33 +454,52 @@ static bp_status read_layer(parse_ctx *c, int index, const yaml_node_t *n) {
                      "duplicate layer name '%s' (layer %d at line %d has it%s)", l->name, j,
                      c->model->layers[j].line,
                      nn ? "" : "; this layer is unnamed and got it by default");
-  snprintf(owner, sizeof owner, "%s layer '%s'", bp_layer_type_name(type), l->name);
+  snprintf(owner, sizeof owner, "%s layer '%s'", type_name, l->name);
 
-  /* every other field */
-  unsigned allowed = fields_of(type), seen = 0;
+  /* every other field: the type's keys, each at most once (check_keys) */
+  const int inputs = mod ? mod->layer.num_inputs : d->inputs;
+  const bp_layer_key *all[BP_LAYER_KEYS_MAX];
+  const int all_count = bp_layer_all_keys(all, BP_LAYER_KEYS_MAX);
+  unsigned seen = 0; /* bit i: key i of the type */
+  int stride_given = 0;
   for (const yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
        p++) {
-    const yaml_node_t *k = node_at(c, p->key);
-    int f = name_in(scalar_text(k), layer_field_names, LF_COUNT);
-    if (f < 0 || !(allowed & (1u << f))) {
-      join_names(layer_field_names, LF_COUNT, allowed, list, sizeof list);
-      return fail_at(c, k, BP_ERR_INVALID, "%s field '%s' in %s (a %s layer takes: %s)",
-                     f < 0 ? "unknown" : "inapplicable", scalar_text(k), owner,
-                     bp_layer_type_name(type), list);
-    }
+    const char *key = scalar_text(node_at(c, p->key));
+    const yaml_node_t *v = node_at(c, p->value);
     char what[224];
-    snprintf(what, sizeof what, "'%s' of %s", layer_field_names[f], owner);
-    if ((st = read_layer_field(c, index, (layer_field)f, node_at(c, p->value), what)) != BP_OK)
-      return st;
-    seen |= 1u << f;
+    snprintf(what, sizeof what, "'%s' of %s", key, owner);
+    if (strcmp(key, "type") == 0 || strcmp(key, "name") == 0) continue;
+    if (strcmp(key, inputs == 2 ? "inputs" : "input") == 0) {
+      if ((st = read_refs(c, index, v, inputs == 2, what)) != BP_OK) return st;
+      continue;
+    }
+    int found = -1;
+    const int count = mod ? mod->layer.num_attrs : d->key_count;
+    for (int i = 0; i < count && found < 0; i++)
+      if (strcmp(key, mod ? mod->attrs[i].key : d->keys[i]->key) == 0) found = i;
+    if (found < 0) {
+      int elsewhere = name_in(key, common_keys, 4) >= 0;
+      for (int i = 0; i < all_count && !elsewhere; i++) elsewhere = strcmp(key, all[i]->key) == 0;
+      list_keys(d, mod, list, sizeof list);
+      return fail_at(c, node_at(c, p->key), BP_ERR_INVALID,
+                     "%s field '%s' in %s (a %s layer takes: %s)",
+                     elsewhere ? "inapplicable" : "unknown", key, owner, type_name, list);
+    }
+    st = mod ? read_attr(c, l, &mod->attrs[found], v, what) : read_key(c, l, d->keys[found], v, what);
+    if (st != BP_OK) return st;
+    seen |= 1u << found;
+    if (!mod && d->keys[found] == &bp_key_stride) stride_given = 1;
   }
-  for (int f = 0; f < LF_COUNT; f++)
-    if ((layer_field_required[f] & (1u << type)) && !(seen & (1u << f)))
+  if (inputs == 2 && c->ref_count[index] == 0)
+    return fail_at(c, n, BP_ERR_INVALID, "%s is missing required field 'inputs'", owner);
+  const int count = mod ? mod->layer.num_attrs : d->key_count;
+  for (int i = 0; i < count; i++)
+    if ((mod ? mod->attrs[i].required : d->keys[i]->required) && !(seen & (1u << i)))
       return fail_at(c, n, BP_ERR_INVALID, "%s is missing required field '%s'", owner,
-                     layer_field_names[f]);
+                     mod ? mod->attrs[i].key : d->keys[i]->key);
 
   /* a pooling window moves by its own size unless told otherwise */
-  if ((type == BP_LAYER_MAXPOOL || type == BP_LAYER_AVGPOOL) && !(seen & (1u << LF_STRIDE))) {
+  if (d->stride_is_kernel && !stride_given) {
     if (l->kernel_h != l->kernel_w)
       return fail_at(c, n, BP_ERR_INVALID, "%s has a %lldx%lld kernel: give its 'stride'", owner,
                      (long long)l->kernel_h, (long long)l->kernel_w);
@@ -483,13 +534,13 @@ static bp_status resolve_refs(parse_ctx *c) {
         return fail_at(c, rn, BP_ERR_INVALID,
                        "unknown input %s for %s layer '%s' (no layer has that name; '%s' is the "
                        "model's input)",
-                       node_preview(rn, pv, sizeof pv), bp_layer_type_name(l->type), l->name,
+                       node_preview(rn, pv, sizeof pv), bp_layer_kind(l), l->name,
                        BP_MODEL_INPUT_NAME);
       if (j >= i)
         return fail_at(c, rn, BP_ERR_INVALID,
                        "%s layer '%s' reads '%s', which %s; layers are listed in the order "
                        "they run",
-                       bp_layer_type_name(l->type), l->name, ref,
+                       bp_layer_kind(l), l->name, ref,
                        j == i ? "is itself" : "comes later");
       l->inputs[k] = j;
     }
@@ -711,10 +762,16 @@ static bp_status yaml_error(const parse_ctx *c, const yaml_parser_t *p) {
 
 bp_status bp_model_parse(const char *text, size_t length, const char *display_name,
                          bp_model **model_out) {
+  return bp_model_parse_with_registry(text, length, display_name, NULL, model_out);
+}
+
+bp_status bp_model_parse_with_registry(const char *text, size_t length, const char *display_name,
+                                       const bp_registry *registry, bp_model **model_out) {
   if (!model_out || (!text && length > 0))
     return bp_fail(BP_ERR_INVALID, "bp_model_parse: NULL argument");
   parse_ctx c;
   memset(&c, 0, sizeof c);
+  c.registry = registry;
   c.file = display_name ? display_name : "<memory>";
   c.text = text ? text : "";
   c.length = length;
@@ -768,6 +825,11 @@ bp_status bp_model_parse(const char *text, size_t length, const char *display_na
 }
 
 bp_status bp_model_load(const char *path, bp_model **model_out) {
+  return bp_model_load_with_registry(path, NULL, model_out);
+}
+
+bp_status bp_model_load_with_registry(const char *path, const bp_registry *registry,
+                                      bp_model **model_out) {
   if (!path || !model_out) return bp_fail(BP_ERR_INVALID, "bp_model_load: NULL argument");
   FILE *f = fopen(path, "rb");
   if (!f) return bp_fail(BP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -797,7 +859,7 @@ bp_status bp_model_load(const char *path, bp_model **model_out) {
   else if (st == BP_OK && ferror(f))
     st = bp_fail(BP_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
   fclose(f);
-  if (st == BP_OK) st = bp_model_parse(text, size, path, model_out);
+  if (st == BP_OK) st = bp_model_parse_with_registry(text, size, path, registry, model_out);
   free(text);
   return st;
 }

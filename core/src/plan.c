@@ -1,6 +1,7 @@
 /* MemoryPlan: semantic allocation per variant, then one layout for all.
  * Invariants are listed in plan.h and verified by bp_plan_check. */
 #include "blueprint/plan.h"
+#include "plan-impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,8 @@ struct bp_plan {
   bp_span regions[BP_REGION_COUNT];
   int32_t region_tensors[BP_REGION_COUNT];
   uint64_t total_bytes;
+  void *attachment; /* plan-impl.h: owned, freed by attachment_free */
+  void (*attachment_free)(void *);
 };
 
 const char *bp_optimizer_name(bp_optimizer opt) {
@@ -63,8 +66,17 @@ bp_status bp_plan_create(const bp_plan_options *options, bp_plan **plan_out) {
   return BP_OK;
 }
 
+void bp_plan_attach(bp_plan *plan, void *data, void (*free_fn)(void *)) {
+  if (plan->attachment && plan->attachment_free) plan->attachment_free(plan->attachment);
+  plan->attachment = data;
+  plan->attachment_free = free_fn;
+}
+
+const void *bp_plan_attachment(const bp_plan *plan) { return plan ? plan->attachment : NULL; }
+
 void bp_plan_destroy(bp_plan *plan) {
   if (!plan) return;
+  bp_plan_attach(plan, NULL, NULL);
   for (int v = 0; v < plan->variant_count; v++) free(plan->tensors[v]);
   free(plan->tensors);
   free(plan->variants);

@@ -1,7 +1,9 @@
-/* Internals shared by the loader (loader.c), the registry (registry.c),
- * staged registration (registry_stage.c), discovery (discover.c), the
- * built-in op table (builtin_ops.c), selection (select.c) and autotuning
- * (autotune.c). Not installed.
+/* Internals shared by the registry (registry.c), staged registration
+ * (registry_stage.c), discovery (discover.c), the built-in op table
+ * (builtin_ops.c), selection (select.c, pins.c) and autotuning
+ * (autotune.c). It builds on loader-impl.h (one module file and its load
+ * record) and strutil-impl.h (string and list helpers), which include
+ * nothing of the registry. Not installed.
  *
  * Invariants (checked where they can break):
  *  1. Everything the registry hands out (ops, kernels, devices, records,
@@ -10,7 +12,9 @@
  *  2. A module's items reach the public lists only through bp_stage_commit,
  *     which cannot fail once it starts (capacity is reserved first).
  *  3. Every kernel's op exists in the op list; no two kernels share
- *     (op, impl, device); no two ops share a name; no two devices a kind.
+ *     (op, impl, device); no two ops share a name; no two devices a kind;
+ *     every layer type's ops exist, and no two layer types (nor a layer
+ *     type and a built-in one) share a name.
  *  4. Strings inside copied ABI structs point into a module that stays
  *     loaded until destroy; strings in records are the registry's copies. */
 #ifndef BLUEPRINT_REGISTRY_IMPL_H
@@ -21,15 +25,11 @@
 #include <sys/types.h>
 
 #include "blueprint/registry.h"
+#include "loader-impl.h"
+#include "strutil-impl.h"
 
 /* Path shown for what the host registers itself. */
 #define BP_BUILTIN_PATH "<builtin>"
-
-/* Largest struct_size the host believes; anything bigger is garbage. */
-#define BP_ABI_STRUCT_MAX 65536u
-
-/* Bytes a message buffer holds (reasons, refusals). */
-#define BP_REASON_MAX 512
 
 /* Aborts with file and line when an internal invariant breaks (STYLE.md 5). */
 #define BP_REG_ASSERT(cond)                                                               \
@@ -38,23 +38,6 @@
   } while (0)
 void bp_registry_assert_fail(const char *what, const char *file, int line)
     __attribute__((noreturn));
-
-/* A growable array of owned pointers. */
-typedef struct bp_ptr_list {
-  void **items;
-  int count, cap;
-} bp_ptr_list;
-/* Makes room for `extra` more items; 0 on success, -1 out of memory. */
-int bp_ptr_list_reserve(bp_ptr_list *list, int extra);
-/* Appends; 0 on success, -1 out of memory (list unchanged). */
-int bp_ptr_list_push(bp_ptr_list *list, void *item);
-
-/* Copies an ABI struct written by a module: zero-fills `dst_size` bytes,
- * then copies min(dst_size, src's struct_size) bytes from src. Returns the
- * writer's struct_size. Fields the writer lacks read as 0/NULL. */
-uint32_t bp_abi_copy(void *dst, size_t dst_size, const void *src);
-/* Bytes up to the end of `field`: the least struct_size that holds it. */
-#define BP_ABI_END(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
 
 /* An op and the file that registered it. `op` comes first, so a
  * bp_reg_op * is a valid const bp_abi_op *. */
@@ -76,15 +59,6 @@ typedef struct bp_reg_module {
   char *build_id;       /* owned copy ("" when the module gave none) */
 } bp_reg_module;
 
-/* One load attempt; `pub` comes first so it converts to bp_load_record. */
-typedef struct bp_reg_record {
-  bp_load_record pub;   /* strings below are owned through these pointers */
-  bp_status status;     /* what bp_registry_load returned for it */
-  dev_t dev;            /* identity of the file, when has_id */
-  ino_t ino;
-  int has_id;
-} bp_reg_record;
-
 /* Registrations of the module whose init is running. */
 typedef struct bp_stage {
   int active;               /* 1 only while a module's init runs */
@@ -92,6 +66,7 @@ typedef struct bp_stage {
   bp_ptr_list ops;          /* bp_reg_op *, owned until commit */
   bp_ptr_list kernels;      /* bp_registered_kernel *, owned until commit */
   bp_ptr_list devices;      /* bp_reg_device *, owned until commit */
+  bp_ptr_list layers;       /* bp_registered_layer * (one allocation each), owned until commit */
   int failed;               /* a registration was refused */
   char reason[BP_REASON_MAX];     /* the first refusal */
   char init_error[BP_REASON_MAX]; /* the last host->error() text */
@@ -107,29 +82,17 @@ struct bp_registry {
   bp_ptr_list ops;       /* bp_reg_op *, built-ins first */
   bp_ptr_list kernels;   /* bp_registered_kernel *, registration order */
   bp_ptr_list devices;   /* bp_reg_device * */
+  bp_ptr_list layers;    /* bp_registered_layer * (one allocation each, attrs inside) */
   bp_ptr_list dirs;      /* bp_search_dir *, with owned path strings */
   int next_load_index;
+  const char *loading_source; /* bp_registry_discover's current source (a literal), for
+                                 records; NULL outside discovery */
   pthread_mutex_t tune_lock; /* guards `tune` */
   bp_autotune_cache *tune;
 };
 
-/* ---- loader.c ------------------------------------------------------------ */
-
-/* Opens `path` (resolved, absolute) up to the module's descriptor: dlopen,
- * dlsym of the entry, struct_size sanity, major and minor checks. On
- * success *handle_out and *desc_out are set and rec's module fields filled.
- * On refusal the handle is closed, rec->pub.stage, message and versions say
- * why, and the status is returned. */
-bp_status bp_loader_open(const char *path, bp_reg_record *rec, void **handle_out,
-                         bp_abi_module *desc_out);
-
 /* ---- registry.c ------------------------------------------------------------ */
 
-/* Sets a record's message (copied). 0 on success, -1 out of memory. */
-int bp_record_set_message(bp_reg_record *rec, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* strdup that returns NULL for NULL. */
-char *bp_strdup(const char *s);
 /* Appends a record of a skipped or refused candidate that never reached
  * dlopen (a relative directory, an unreadable path). */
 bp_status bp_registry_note(bp_registry *r, const char *path, bp_load_outcome outcome,
@@ -145,6 +108,17 @@ int bp_registry_name_valid(const char *name);
  * (at most `cap` written). */
 int bp_registry_candidates(const bp_registry *r, const char *op, const char *device,
                            const bp_registered_kernel **out, int cap);
+
+/* ---- pins.c ------------------------------------------------------------------ */
+
+/* Longest pin entry ("glob=impl") accepted. */
+#define BP_PIN_MAX 256
+/* Looks `op` on `device` up in `pins` ("glob=impl,..."). Returns 1 and
+ * copies the first matching entry's impl (64 bytes) and text (BP_PIN_MAX),
+ * 0 when none matches, -1 with a message in err when an entry is
+ * malformed. */
+int bp_pins_find(const char *pins, const char *op, const char *device, char *impl, char *text,
+                 char *err, size_t err_size);
 
 /* ---- registry_stage.c ---------------------------------------------------- */
 
@@ -166,18 +140,19 @@ const bp_abi_op *bp_builtin_ops(int *count_out);
 /* ---- autotune.c ----------------------------------------------------------- */
 
 /* Picks the fastest of `cands` (all support args; ordered by preference, so
- * ties keep the earlier one) for args on `device`: a valid cache line
- * wins, else every candidate is timed and the cache rewritten (cache_path
- * NULL: kept in memory only). Writes *winner_out (index into cands) and
- * what it did, one line per candidate, into report (NUL-terminated). */
+ * ties keep the earlier one) for args on `device`: candidates that fail
+ * validate's checks on the node (validate-impl.h) are excluded first and
+ * named (node: the node's name for messages, or NULL); then a valid cache
+ * line wins, else every remaining candidate is timed and the cache
+ * rewritten (cache_path NULL: kept in memory only). Writes *winner_out
+ * (index into cands; -1 when every candidate was excluded: the caller
+ * falls back to the reference) and what it did, one line per candidate,
+ * into report (NUL-terminated). */
 bp_status bp_autotune_pick(bp_registry *r, const char *op, const char *device,
                            const bp_abi_kernel_args *args, const bp_registered_kernel *const *cands,
-                           int n, const char *cache_path, int *winner_out, char *report,
-                           size_t report_size);
+                           int n, const char *cache_path, const char *node, int *winner_out,
+                           char *report, size_t report_size);
 void bp_autotune_cache_free(bp_autotune_cache *cache); /* NULL is a no-op */
-
-/* Appends printf text to buf (size) after what it holds; truncates. */
-void bp_strcatf(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 
 #endif

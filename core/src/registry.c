@@ -10,46 +10,9 @@
 
 #include "registry-impl.h"
 
-/* The "" of record fields that have no value; never freed. */
-static const char no_text[] = "";
-
 void bp_registry_assert_fail(const char *what, const char *file, int line) {
   fprintf(stderr, "blueprint: %s:%d: registry invariant failed: %s\n", file, line, what);
   abort();
-}
-
-int bp_ptr_list_reserve(bp_ptr_list *list, int extra) {
-  if (list->count + extra <= list->cap) return 0;
-  int cap = list->cap ? list->cap : 8;
-  while (cap < list->count + extra) cap *= 2;
-  void **items = realloc(list->items, (size_t)cap * sizeof *items);
-  if (!items) return -1;
-  list->items = items;
-  list->cap = cap;
-  return 0;
-}
-
-int bp_ptr_list_push(bp_ptr_list *list, void *item) {
-  if (bp_ptr_list_reserve(list, 1) != 0) return -1;
-  list->items[list->count++] = item;
-  return 0;
-}
-
-char *bp_strdup(const char *s) {
-  if (!s) return NULL;
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
-}
-
-void bp_strcatf(char *buf, size_t size, const char *fmt, ...) {
-  size_t used = strnlen(buf, size);
-  if (used + 1 >= size) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf + used, size - used, fmt, ap);
-  va_end(ap);
 }
 
 int bp_registry_name_valid(const char *name) {
@@ -63,58 +26,11 @@ int bp_registry_name_valid(const char *name) {
   return n <= 63;
 }
 
-static void free_text(const char *s) {
-  if (s && s != no_text) free((char *)s);
-}
-
-static void record_free(bp_reg_record *rec) {
-  if (!rec) return;
-  free_text(rec->pub.path);
-  free_text(rec->pub.message);
-  free_text(rec->pub.name);
-  free_text(rec->pub.version);
-  free_text(rec->pub.build_id);
-  free(rec);
-}
-
-int bp_record_set_message(bp_reg_record *rec, const char *fmt, ...) {
-  char msg[BP_REASON_MAX * 2];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  char *copy = bp_strdup(msg);
-  if (!copy) return -1;
-  free_text(rec->pub.message);
-  rec->pub.message = copy;
-  return 0;
-}
-
-/* A record for `path` with nothing known yet. NULL when out of memory. */
-static bp_reg_record *record_new(const char *path) {
-  bp_reg_record *rec = calloc(1, sizeof *rec);
-  if (!rec) return NULL;
-  rec->pub.path = bp_strdup(path);
-  if (!rec->pub.path) {
-    free(rec);
-    return NULL;
-  }
-  rec->pub.outcome = BP_LOAD_REFUSED;
-  rec->pub.stage = BP_LOAD_STAGE_OPEN;
-  rec->pub.abi_major = rec->pub.abi_minor_built = rec->pub.abi_minor_required = -1;
-  rec->pub.host_abi_major = BP_ABI_MAJOR;
-  rec->pub.host_abi_minor = BP_ABI_MINOR;
-  rec->status = BP_OK;
-  return rec;
-}
-
 /* Appends a record (capacity reserved by the caller) with "" for every
  * string nothing was said about. */
 static void record_publish(bp_registry *r, bp_reg_record *rec) {
-  if (!rec->pub.message) rec->pub.message = no_text;
-  if (!rec->pub.name) rec->pub.name = no_text;
-  if (!rec->pub.version) rec->pub.version = no_text;
-  if (!rec->pub.build_id) rec->pub.build_id = no_text;
+  bp_record_fill_empty(rec);
+  if (!rec->pub.source) rec->pub.source = r->loading_source ? r->loading_source : "";
   BP_REG_ASSERT(r->records.count < r->records.cap);
   r->records.items[r->records.count++] = rec;
 }
@@ -126,10 +42,10 @@ bp_status bp_registry_note(bp_registry *r, const char *path, bp_load_outcome out
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  bp_reg_record *rec = record_new(path);
+  bp_reg_record *rec = bp_record_new(path);
   if (!rec || bp_ptr_list_reserve(&r->records, 1) != 0 ||
       bp_record_set_message(rec, "%s", msg) != 0) {
-    record_free(rec);
+    bp_record_free(rec);
     return bp_fail(BP_ERR_NOMEM, "out of memory recording %s", path);
   }
   rec->pub.outcome = outcome;
@@ -181,6 +97,7 @@ void bp_registry_destroy(bp_registry *r) {
   free_all(&r->kernels);
   free_all(&r->ops);
   free_all(&r->devices);
+  free_all(&r->layers);
   /* Reverse load order: a later module may rely on an earlier one. */
   for (int i = r->modules.count - 1; i >= 0; i--) {
     bp_reg_module *m = r->modules.items[i];
@@ -191,7 +108,7 @@ void bp_registry_destroy(bp_registry *r) {
     free(m);
   }
   free(r->modules.items);
-  for (int i = 0; i < r->records.count; i++) record_free(r->records.items[i]);
+  for (int i = 0; i < r->records.count; i++) bp_record_free(r->records.items[i]);
   free(r->records.items);
   for (int i = 0; i < r->dirs.count; i++) {
     bp_search_dir *d = r->dirs.items[i];
@@ -260,7 +177,7 @@ bp_status bp_registry_load(bp_registry *r, const char *path) {
   char *real = realpath(path, NULL);
   if (!real)
     return bp_registry_note(r, path, BP_LOAD_REFUSED, BP_ERR_IO, "%s", strerror(errno));
-  bp_reg_record *rec = record_new(real);
+  bp_reg_record *rec = bp_record_new(real);
   if (!rec) {
     free(real);
     return bp_fail(BP_ERR_NOMEM, "out of memory loading %s", path);
@@ -399,6 +316,18 @@ const bp_abi_device *bp_registry_find_device(const bp_registry *r, const char *k
   for (int i = 0; i < r->devices.count; i++) {
     const bp_reg_device *d = r->devices.items[i];
     if (strcmp(d->device.kind, kind) == 0) return &d->device;
+  }
+  return NULL;
+}
+int bp_registry_layer_count(const bp_registry *r) { return r ? r->layers.count : 0; }
+const bp_registered_layer *bp_registry_layer(const bp_registry *r, int index) {
+  return r ? BP_LIST_AT(r->layers, index) : NULL;
+}
+const bp_registered_layer *bp_registry_find_layer(const bp_registry *r, const char *type) {
+  if (!r || !type) return NULL;
+  for (int i = 0; i < r->layers.count; i++) {
+    const bp_registered_layer *l = r->layers.items[i];
+    if (strcmp(l->layer.type, type) == 0) return l;
   }
   return NULL;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model-impl.h"
 #include "registry-impl.h"
 
 /* Inputs or outputs an op may declare. */
@@ -221,6 +222,176 @@ static int host_register_device(void *ctx, const bp_abi_device *device) {
   return BP_ABI_OK;
 }
 
+/* ---- layer types (1.4) ------------------------------------------------------ */
+
+/* The layer type named `type`, committed or staged by this module, or NULL. */
+static const bp_registered_layer *find_layer(const bp_registry *r, const char *type) {
+  const bp_ptr_list *lists[2] = {&r->layers, &r->stage.layers};
+  for (int l = 0; l < 2; l++)
+    for (int i = 0; i < lists[l]->count; i++) {
+      const bp_registered_layer *o = lists[l]->items[i];
+      if (strcmp(o->layer.type, type) == 0) return o;
+    }
+  return NULL;
+}
+
+/* Keys every layer has; a module's schema may not use them. */
+static int reserved_key(const char *key) {
+  return strcmp(key, "type") == 0 || strcmp(key, "name") == 0 || strcmp(key, "input") == 0 ||
+         strcmp(key, "inputs") == 0;
+}
+
+/* One attribute of layer type `t` (copied into `a`): a valid, unique key,
+ * a known type, an aligned int32/float inside the block and clear of the
+ * accumulate flag, a range and a default inside it. */
+static int check_layer_attr(bp_registry *r, const bp_abi_layer *t, const bp_abi_layer_attr *a,
+                            const bp_abi_layer_attr *earlier, int index) {
+  const char *type = t->type, *key = str_or_null(a->key);
+  if (!bp_layer_name_valid(key) || reserved_key(key))
+    return refuse(r, BP_ABI_ERR_INVALID,
+                  "layer type '%s': attribute %d key '%s' is not valid (1..47 characters of "
+                  "[A-Za-z0-9_-]; not type, name, input or inputs)",
+                  type, index, key);
+  for (int j = 0; j < index; j++)
+    if (strcmp(earlier[j].key, key) == 0)
+      return refuse(r, BP_ABI_ERR_INVALID, "layer type '%s': key '%s' is declared twice", type,
+                    key);
+  if (a->type != BP_ABI_LAYER_ATTR_INT && a->type != BP_ABI_LAYER_ATTR_FLOAT &&
+      a->type != BP_ABI_LAYER_ATTR_BOOL)
+    return refuse(r, BP_ABI_ERR_INVALID, "layer type '%s': key '%s' has unknown type %d", type,
+                  key, (int)a->type);
+  if (a->offset % 4 != 0 || a->offset > t->attr_size || t->attr_size - a->offset < 4)
+    return refuse(r, BP_ABI_ERR_INVALID,
+                  "layer type '%s': key '%s' at offset %u does not fit a 4-byte aligned value "
+                  "in the %u-byte attribute block",
+                  type, key, (unsigned)a->offset, (unsigned)t->attr_size);
+  if (t->accumulate_offset != UINT32_MAX && a->offset == t->accumulate_offset)
+    return refuse(r, BP_ABI_ERR_INVALID, "layer type '%s': key '%s' overlaps the accumulate flag",
+                  type, key);
+  double lo = a->type == BP_ABI_LAYER_ATTR_BOOL ? 0.0 : a->min;
+  double hi = a->type == BP_ABI_LAYER_ATTR_BOOL ? 1.0 : a->max;
+  if (!(lo <= hi) || (a->type == BP_ABI_LAYER_ATTR_INT && (lo < INT32_MIN || hi > INT32_MAX)) ||
+      (a->type == BP_ABI_LAYER_ATTR_FLOAT && (lo < -3.4e38 || hi > 3.4e38)))
+    return refuse(r, BP_ABI_ERR_INVALID,
+                  "layer type '%s': key '%s' has the range [%g, %g] (min <= max, inside its "
+                  "type)",
+                  type, key, a->min, a->max);
+  if (!a->required && !(a->default_value >= lo && a->default_value <= hi))
+    return refuse(r, BP_ABI_ERR_INVALID,
+                  "layer type '%s': key '%s' defaults to %g, outside its range [%g, %g]", type,
+                  key, a->default_value, lo, hi);
+  return BP_ABI_OK;
+}
+
+/* The op `name` of layer type `type` must exist (committed or staged by
+ * this module) with the tensor counts a layer of `inputs` inputs needs. */
+static const bp_abi_op *layer_op(bp_registry *r, const char *type, const char *role,
+                                 const char *name, int inputs, int want_in, int want_out) {
+  const char *path = NULL;
+  const bp_abi_op *op = name ? find_op(r, name, &path) : NULL;
+  if (!op) {
+    refuse(r, BP_ABI_ERR_INVALID,
+           "layer type '%s': %s op '%s' is not registered (register it first, in this module "
+           "or an earlier one)",
+           type, role, str_or_null(name));
+    return NULL;
+  }
+  if (op->num_inputs != want_in || op->num_outputs != want_out) {
+    refuse(r, BP_ABI_ERR_INVALID,
+           "layer type '%s': %s op '%s' has %d inputs and %d outputs; a layer of %d input%s "
+           "needs %d and %d",
+           type, role, name, op->num_inputs, op->num_outputs, inputs, inputs == 1 ? "" : "s",
+           want_in, want_out);
+    return NULL;
+  }
+  return op;
+}
+
+static int host_register_layer(void *ctx, const bp_abi_layer *layer) {
+  bp_registry *r = staging(ctx, "register_layer");
+  if (!r) return BP_ABI_ERR_INVALID;
+  if (!layer) return refuse(r, BP_ABI_ERR_INVALID, "register_layer(NULL)");
+  if (!struct_size_ok(r, layer, BP_ABI_END(bp_abi_layer, num_attrs), "layer descriptor"))
+    return BP_ABI_ERR_INVALID;
+  bp_abi_layer t;
+  bp_abi_copy(&t, sizeof t, layer);
+  const char *type = str_or_null(t.type);
+  bp_layer_type builtin;
+  if (!bp_layer_name_valid(type))
+    return refuse(r, BP_ABI_ERR_INVALID,
+                  "layer type name '%s' is not valid (1..47 characters of [A-Za-z0-9_-])", type);
+  if (bp_layer_type_from_name(type, &builtin) == 0)
+    return refuse(r, BP_ABI_ERR_DUPLICATE,
+                  "duplicate layer type '%s': a built-in type of blueprint, refused from %s", type,
+                  r->stage.path);
+  const bp_registered_layer *other = find_layer(r, type);
+  if (other)
+    return refuse(r, BP_ABI_ERR_DUPLICATE,
+                  "duplicate layer type '%s': already registered by %s, refused from %s", type,
+                  other->path, r->stage.path);
+  if (t.num_inputs != 1 && t.num_inputs != 2)
+    return refuse(r, BP_ABI_ERR_INVALID, "layer type '%s': %d inputs (1 or 2)", type,
+                  (int)t.num_inputs);
+  if (t.attr_size > BP_ABI_LAYER_ATTR_SIZE_MAX)
+    return refuse(r, BP_ABI_ERR_INVALID,
+                  "layer type '%s': a %u-byte attribute block (at most %d)", type,
+                  (unsigned)t.attr_size, BP_ABI_LAYER_ATTR_SIZE_MAX);
+  if (t.num_attrs < 0 || t.num_attrs > BP_ABI_LAYER_ATTRS_MAX || (t.num_attrs > 0 && !t.attrs))
+    return refuse(r, BP_ABI_ERR_INVALID, "layer type '%s': %d attributes (0..%d, with their list)",
+                  type, (int)t.num_attrs, BP_ABI_LAYER_ATTRS_MAX);
+  const bp_abi_op *fwd = layer_op(r, type, "forward", t.forward_op, t.num_inputs, t.num_inputs, 1);
+  if (!fwd) return BP_ABI_ERR_INVALID;
+  const bp_abi_op *bwd = NULL;
+  if (t.backward_op) {
+    bwd = layer_op(r, type, "backward", t.backward_op, t.num_inputs, t.num_inputs + 2,
+                   t.num_inputs);
+    if (!bwd) return BP_ABI_ERR_INVALID;
+    if (t.accumulate_offset == UINT32_MAX || t.accumulate_offset % 4 != 0 ||
+        t.accumulate_offset > t.attr_size || t.attr_size - t.accumulate_offset < 4)
+      return refuse(r, BP_ABI_ERR_INVALID,
+                    "layer type '%s': a backward op needs its int32 accumulate flag inside the "
+                    "%u-byte attribute block (accumulate_offset %u)",
+                    type, (unsigned)t.attr_size, (unsigned)t.accumulate_offset);
+  }
+  if (fwd->attr_size != t.attr_size || (bwd && bwd->attr_size != t.attr_size))
+    return refuse(r, BP_ABI_ERR_INVALID,
+                  "layer type '%s': its %u-byte attribute block differs from its ops' (%s %u%s%s)",
+                  type, (unsigned)t.attr_size, fwd->name, (unsigned)fwd->attr_size,
+                  bwd ? ", " : "", bwd ? bwd->name : "");
+  /* one allocation: the copy, then its attributes (bp_abi_ops.h rule 6:
+   * strided by the writer's struct_size) */
+  const size_t n = (size_t)t.num_attrs;
+  bp_registered_layer *staged = calloc(1, sizeof *staged + n * sizeof(bp_abi_layer_attr));
+  if (!staged) return refuse(r, BP_ABI_ERR_NOMEM, "out of memory registering layer '%s'", type);
+  bp_abi_layer_attr *attrs = (bp_abi_layer_attr *)(staged + 1);
+  uint32_t stride = 0;
+  if (n) memcpy(&stride, t.attrs, sizeof stride);
+  if (n && (stride < BP_ABI_END(bp_abi_layer_attr, required) || stride > BP_ABI_STRUCT_MAX)) {
+    free(staged);
+    return refuse(r, BP_ABI_ERR_INVALID,
+                  "layer type '%s': attribute struct_size %u, outside %zu..%u bytes", type,
+                  (unsigned)stride, BP_ABI_END(bp_abi_layer_attr, required), BP_ABI_STRUCT_MAX);
+  }
+  for (size_t i = 0; i < n; i++) {
+    bp_abi_copy(&attrs[i], sizeof attrs[i], (const char *)t.attrs + i * stride);
+    if (check_layer_attr(r, &t, &attrs[i], attrs, (int)i) != BP_ABI_OK) {
+      free(staged);
+      return BP_ABI_ERR_INVALID;
+    }
+  }
+  if (bp_ptr_list_push(&r->stage.layers, staged) != 0) {
+    free(staged);
+    return refuse(r, BP_ABI_ERR_NOMEM, "out of memory registering layer '%s'", type);
+  }
+  staged->layer = t;
+  staged->layer.attrs = attrs;
+  staged->attrs = attrs;
+  staged->forward = fwd;
+  staged->backward = bwd;
+  staged->path = r->stage.path;
+  return BP_ABI_OK;
+}
+
 void bp_stage_host_init(bp_registry *r) {
   r->host = (bp_abi_host){
       .struct_size = sizeof(bp_abi_host),
@@ -232,12 +403,13 @@ void bp_stage_host_init(bp_registry *r) {
       .register_op = host_register_op,
       .register_kernel = host_register_kernel,
       .register_device = host_register_device,
+      .register_layer = host_register_layer,
   };
 }
 
 void bp_stage_begin(bp_registry *r, const char *path) {
   BP_REG_ASSERT(!r->stage.active && r->stage.ops.count == 0 && r->stage.kernels.count == 0 &&
-                r->stage.devices.count == 0);
+                r->stage.devices.count == 0 && r->stage.layers.count == 0);
   r->stage.active = 1;
   r->stage.path = path;
   r->stage.failed = 0;
@@ -249,7 +421,8 @@ bp_status bp_stage_commit(bp_registry *r, const bp_reg_module *module) {
   bp_stage *s = &r->stage;
   if (bp_ptr_list_reserve(&r->ops, s->ops.count) != 0 ||
       bp_ptr_list_reserve(&r->kernels, s->kernels.count) != 0 ||
-      bp_ptr_list_reserve(&r->devices, s->devices.count) != 0)
+      bp_ptr_list_reserve(&r->devices, s->devices.count) != 0 ||
+      bp_ptr_list_reserve(&r->layers, s->layers.count) != 0)
     return BP_ERR_NOMEM;
   /* From here nothing fails (invariant 2). */
   for (int i = 0; i < s->ops.count; i++) r->ops.items[r->ops.count++] = s->ops.items[i];
@@ -262,14 +435,19 @@ bp_status bp_stage_commit(bp_registry *r, const bp_reg_module *module) {
     k->load_index = r->next_load_index++;
     r->kernels.items[r->kernels.count++] = k;
   }
-  s->ops.count = s->kernels.count = s->devices.count = 0;
+  for (int i = 0; i < s->layers.count; i++) {
+    bp_registered_layer *l = s->layers.items[i];
+    l->path = module->path;
+    r->layers.items[r->layers.count++] = l;
+  }
+  s->ops.count = s->kernels.count = s->devices.count = s->layers.count = 0;
   return BP_OK;
 }
 
 void bp_stage_end(bp_registry *r) {
   bp_stage *s = &r->stage;
-  bp_ptr_list *lists[3] = {&s->ops, &s->kernels, &s->devices};
-  for (int l = 0; l < 3; l++) {
+  bp_ptr_list *lists[4] = {&s->ops, &s->kernels, &s->devices, &s->layers};
+  for (int l = 0; l < 4; l++) {
     for (int i = 0; i < lists[l]->count; i++) free(lists[l]->items[i]);
     free(lists[l]->items);
     lists[l]->items = NULL;

@@ -1,16 +1,12 @@
 /* Kernel selection for one node (registry.h): pins -> supports() ->
  * autotuned winner -> highest priority -> load order; REFERENCE kernels
  * only when nothing else supports the node. */
-#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "blueprint/dtype.h"
 #include "registry-impl.h"
-
-/* Longest pin entry ("glob=impl") accepted. */
-#define BP_PIN_MAX 256
 
 /* "fp32[8,1,1,16], ..." for each tensor into buf. */
 static void format_tensors(char *buf, size_t size, const bp_abi_tensor *t, int count) {
@@ -20,58 +16,6 @@ static void format_tensors(char *buf, size_t size, const bp_abi_tensor *t, int c
     bp_strcatf(buf, size, "%s%s[%lld,%lld,%lld,%lld]", i ? ", " : "",
                bp_dtype_name((bp_dtype)t[i].dtype), (long long)t[i].shape[0],
                (long long)t[i].shape[1], (long long)t[i].shape[2], (long long)t[i].shape[3]);
-}
-
-static char *trim(char *s) {
-  while (*s == ' ' || *s == '\t') s++;
-  size_t n = strlen(s);
-  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) s[--n] = '\0';
-  return s;
-}
-
-/* Looks `op` on `device` up in `pins` ("glob=impl,..."). Returns 1 and
- * copies the first matching entry's impl and text, 0 when none matches,
- * -1 with a message in err when any entry is malformed. */
-static int find_pin(const char *pins, const char *op, const char *device, char *impl,
-                    char *text, char *err, size_t err_size) {
-  char subject[160];
-  snprintf(subject, sizeof subject, "%s@%s", op, device);
-  int found = 0;
-  const char *p = pins;
-  while (*p) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    char entry[BP_PIN_MAX];
-    if (len >= sizeof entry) {
-      snprintf(err, err_size, "pin '%.40s...' is longer than %d bytes", p, BP_PIN_MAX - 1);
-      return -1;
-    }
-    memcpy(entry, p, len);
-    entry[len] = '\0';
-    p += len + (end ? 1 : 0);
-    char *e = trim(entry);
-    if (!e[0]) continue; /* "a=b,,c=d" and a trailing comma are fine */
-    char shown[BP_PIN_MAX];
-    snprintf(shown, sizeof shown, "%s", e);
-    char *eq = strchr(e, '=');
-    if (!eq) {
-      snprintf(err, err_size, "pin '%s' is not OP_GLOB=IMPL", shown);
-      return -1;
-    }
-    *eq = '\0';
-    char *glob = trim(e), *name = trim(eq + 1);
-    if (!glob[0] || !bp_registry_name_valid(name)) {
-      snprintf(err, err_size, "pin '%s' is not OP_GLOB=IMPL (IMPL: 1..63 of [A-Za-z0-9_.+-])",
-               shown);
-      return -1;
-    }
-    if (!found && fnmatch(glob, strchr(glob, '@') ? subject : op, 0) == 0) {
-      found = 1;
-      snprintf(impl, 64, "%s", name);
-      snprintf(text, BP_PIN_MAX, "%s", shown);
-    }
-  }
-  return found;
 }
 
 /* 1 when every tensor's dtype is in the kernel's mask; else 0 and why. */
@@ -171,11 +115,17 @@ static bp_status select_among(bp_registry *r, const char *op, const char *device
   meta.workspace = NULL;
   meta.workspace_bytes = 0;
 
-  /* 1. pins */
-  const char *pins = options && options->pins ? options->pins : getenv("BP_KERNELS");
-  const char *pin_source = options && options->pins ? "select options" : "BP_KERNELS";
+  /* 1. pins: a pin that matches nothing or names no kernel is an error
+   * here too, whichever node asks (registry.h) */
+  bp_pin_source source;
+  const char *pins = bp_pins_resolve(options ? options->pins : NULL, NULL, &source);
+  const char *pin_source = source == BP_PINS_OPTION ? "select options" : "BP_KERNELS";
   char impl[64], pin_text[BP_PIN_MAX], err[BP_REASON_MAX];
-  int pinned = pins ? find_pin(pins, op, device, impl, pin_text, err, sizeof err) : 0;
+  if (pins[0]) {
+    bp_status checked = bp_registry_check_pins(r, pins, pin_source, NULL, 0);
+    if (checked != BP_OK) return checked;
+  }
+  int pinned = bp_pins_find(pins, op, device, impl, pin_text, err, sizeof err);
   if (pinned < 0) return bp_fail(BP_ERR_INVALID, "%s: %s", pin_source, err);
   if (pinned) {
     for (int i = 0; i < n; i++) {
@@ -227,17 +177,27 @@ static bp_status select_among(bp_registry *r, const char *op, const char *device
   char tune_report[1024] = "";
   int collective = 0; /* a collective cannot be timed on one rank alone */
   for (int i = 0; i < m; i++) collective |= (pool[i]->kernel.flags & BP_ABI_KERNEL_COLLECTIVE) != 0;
-  if (options && options->autotune && m > 1 && !collective) {
+  /* autotune checks a lone candidate against the reference too */
+  const bp_registered_kernel *chosen = pool[0];
+  if (options && options->autotune && !collective && (m > 1 || (m == 1 && any_other && any_ref))) {
     if ((a->num_inputs && !a->input_ptrs) || (a->num_outputs && !a->output_ptrs))
       return bp_fail(BP_ERR_INVALID,
                      "autotune of %s on %s needs the node's real pointers in args", op, device);
-    bp_status st = bp_autotune_pick(r, op, device, a, pool, m, options->autotune_cache, &winner,
-                                    tune_report, sizeof tune_report);
+    bp_status st = bp_autotune_pick(r, op, device, a, pool, m, options->autotune_cache,
+                                    options->node, &winner, tune_report, sizeof tune_report);
     if (st != BP_OK) return st;
+    chosen = winner >= 0 ? pool[winner] : NULL;
+    for (int i = 0; winner < 0 && i < n; i++) /* every candidate failed the checks */
+      if (ok[i] && is_reference(cands[i]) && (!chosen || prefer(cands[i], chosen)))
+        chosen = cands[i];
+    if (!chosen)
+      return bp_fail(BP_ERR_UNSUPPORTED,
+                     "autotune of %s on %s: every kernel failed validate's checks (%s)", op,
+                     device, tune_report);
   }
   for (int i = 0; i < n; i++) {
     const bp_registered_kernel *k = cands[i];
-    if (k == pool[winner])
+    if (k == chosen)
       REPORT(options, "%s (priority %d): picked (%s)\n", k->kernel.impl, k->kernel.priority,
              tune_report[0] ? "autotuned" : m > 1 ? "highest priority, then load order"
                                                   : "the only kernel that supports the node");
@@ -252,7 +212,7 @@ static bp_status select_among(bp_registry *r, const char *op, const char *device
              k->kernel.priority);
   }
   if (tune_report[0]) REPORT(options, "%s", tune_report);
-  *kernel_out = pool[winner];
+  *kernel_out = chosen;
   return BP_OK;
 }
 

@@ -32,6 +32,7 @@
 #include "blueprint/comm.h"
 #include "blueprint/exec.h"
 #include "blueprint/graph.h"
+#include "blueprint/threads.h"
 #include "blueprint/train.h"
 
 /* Most ranks a trainer holds (ranks as threads, train_ranks.c). */
@@ -80,6 +81,7 @@ typedef struct bp_train_rank {
   char *base; /* arena base: host memory on the cpu device */
   bp_exec *exec;
   bp_abi_comm comm; /* world > 1: this rank's view of the communicator (kernels see it) */
+  bp_threads *threads; /* the threads its kernels get: the rank's share of the cores */
 } bp_train_rank;
 
 typedef struct bp_metrics bp_metrics;       /* metrics.c */
@@ -122,6 +124,13 @@ struct bp_trainer {
   bp_schedule schedule;
   bp_train_state state;
   bp_metrics *metrics;
+  /* kernels (train_kernels.c) */
+  char *pins;                   /* owned copy of the pins in effect: t->kernels, BP_KERNELS
+                                   or the model's; "" for none */
+  bp_pin_source pin_source;
+  char warnings[1024];          /* bp_trainer_warnings */
+  bp_kernel_use *kernel_uses;   /* bp_trainer_kernel_use */
+  int kernel_use_count;
   int stopped;
   double last_lr;
 };
@@ -133,6 +142,10 @@ static inline int bp_train_multi_process(const bp_trainer *t) { return t->local 
  * with an init rule (seeded by options' seed), the graph's constants, then
  * the INIT segment (E = W). */
 bp_status bp_train_arena_init(bp_trainer *t, bp_train_rank *r);
+/* Tells every local rank's kernels that the parameters may have changed
+ * (bp_exec_params_changed): after initialization, each training step's
+ * UPDATE/GATHER (and EMA) segments, and a checkpoint load. Between runs. */
+void bp_train_params_changed(bp_trainer *t);
 /* Writes the scalars of one step (lr, AdamW's step) into every rank. */
 void bp_train_write_scalars(bp_trainer *t, double lr, int64_t step_from_1);
 /* Reads loss and correct count: R summed over this process's ranks in rank
@@ -157,10 +170,18 @@ bp_status bp_rank_pool_run(bp_trainer *t, const bp_rank_step *ranks, const bp_se
                            int count, int buffer, bp_data_loader **loaders,
                            bp_data_batch *batches);
 
+/* train_kernels.c: the pins in effect by registry.h's precedence, checked
+ * against the registry (errors fail create, warnings are kept); then, once
+ * every rank is bound, the table of which kernel each node got. */
+bp_status bp_train_pins_resolve(bp_trainer *t);
+bp_status bp_train_kernels_collect(bp_trainer *t);
+
 /* metrics.c: one JSON object per line, flushed after each. */
 bp_status bp_metrics_open(const char *path, int append, bp_metrics **out);
 bp_status bp_metrics_write_epoch(bp_metrics *m, const bp_epoch_report *r);
 bp_status bp_metrics_write_step(bp_metrics *m, const bp_train_progress *p);
+/* The "kernels" line: pins, warnings and bp_trainer_kernel_use's table. */
+bp_status bp_metrics_write_kernels(bp_metrics *m, const bp_trainer *t);
 void bp_metrics_close(bp_metrics *m); /* NULL is a no-op */
 
 /* Seconds on CLOCK_MONOTONIC. */

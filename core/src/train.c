@@ -276,14 +276,15 @@ static bp_status compile_and_build(bp_trainer *t) {
   if ((st = bp_graph_build(t->model, t->plan, &go, &t->graph)) != BP_OK) return st;
 
   const bp_plan *p = t->plan;
-  t->lr = bp_plan_tensor(p, 0, bp_plan_find_tensor(p, "lr"));
-  t->step = bp_plan_tensor(p, 0, bp_plan_find_tensor(p, "step"));
-  t->loss = bp_plan_tensor(p, 0, bp_plan_find_tensor(p, "loss"));
-  t->correct = bp_plan_tensor(p, 0, bp_plan_find_tensor(p, "correct"));
-  t->input_ids[0] = bp_plan_find_tensor(p, "input.a");
-  t->input_ids[1] = bp_plan_find_tensor(p, "input.b");
-  t->label_ids[0] = bp_plan_find_tensor(p, "label.a");
-  t->label_ids[1] = bp_plan_find_tensor(p, "label.b");
+  const bp_graph_tensors *ids = bp_graph_get_tensors(t->graph); /* the compiler's ids */
+  t->lr = bp_plan_tensor(p, 0, ids->lr);
+  t->step = bp_plan_tensor(p, 0, ids->step);
+  t->loss = bp_plan_tensor(p, 0, ids->loss);
+  t->correct = bp_plan_tensor(p, 0, ids->correct);
+  for (int b = 0; b < 2; b++) {
+    t->input_ids[b] = ids->input[b];
+    t->label_ids[b] = ids->label[b];
+  }
   TRAIN_ASSERT(t->lr && t->step && t->loss && t->correct);
   for (int b = 0; b < 2; b++) TRAIN_ASSERT(t->input_ids[b] >= 0 && t->label_ids[b] >= 0);
   return BP_OK;
@@ -368,12 +369,21 @@ static bp_status open_rank(bp_trainer *t, int k) {
   bp_status st = open_arena(t, r, k);
   if (st != BP_OK) return st;
   r->base = bp_arena_base(r->arena);
-  /* pins: the options', else BP_KERNELS (the registry reads it), else the model file's */
-  const char *pins = t->kernels;
-  if (!pins && !getenv("BP_KERNELS") && t->model->train.kernels[0]) pins = t->model->train.kernels;
-  bp_exec_options eo = {t->device,         pins,     t->opt.autotune,
-                        t->autotune_cache, t->first_rank + k, t->world,
-                        t->world > 1 ? &r->comm : NULL};
+  const char *pins = t->pins; /* resolved and checked once (train_kernels.c) */
+  /* the ranks sharing this machine share its cores: ranks as threads here,
+   * or the processes mpirun started on it (BP_THREADS overrides, threads.h) */
+  const int sharing = t->local > 1 ? t->local : bp_mpi_launched_local();
+  if ((st = bp_threads_create(bp_threads_share(sharing), &r->threads)) != BP_OK) return st;
+  bp_exec_options eo = {
+      .device = t->device,
+      .pins = pins,
+      .autotune = t->opt.autotune,
+      .autotune_cache = t->autotune_cache,
+      .rank = t->first_rank + k,
+      .world = t->world,
+      .comm = t->world > 1 ? &r->comm : NULL,
+      .threads = bp_threads_abi(r->threads),
+  };
   /* bind before filling: autotuning runs kernels on the arena */
   if ((st = bp_exec_create(t->graph, t->registry, r->base, &eo, &r->exec)) != BP_OK) return st;
   return bp_train_arena_init(t, r);
@@ -411,7 +421,7 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
   bp_status st;
   if ((st = keep_options(t, o)) != BP_OK || (st = copy_model(t, model)) != BP_OK ||
       (st = open_registry(t, o)) != BP_OK || (st = open_device(t)) != BP_OK ||
-      (st = load_data(t)) != BP_OK)
+      (st = bp_train_pins_resolve(t)) != BP_OK || (st = load_data(t)) != BP_OK)
     return st;
   t->batch = t->model->train.batch;
   t->eval_batch = t->model->train.eval_batch;
@@ -436,6 +446,8 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
   if (t->metrics_path && t->first_rank == 0 && /* under mpirun rank 0 writes for all */
       (st = bp_metrics_open(t->metrics_path, t->resume_path != NULL, &t->metrics)) != BP_OK)
     return st;
+  if ((st = bp_train_kernels_collect(t)) != BP_OK) return st;
+  if (t->metrics && (st = bp_metrics_write_kernels(t->metrics, t)) != BP_OK) return st;
   return BP_OK;
 }
 
@@ -460,11 +472,26 @@ bp_status bp_trainer_create(const bp_model *model, const bp_train_options *optio
 bp_status bp_trainer_create_from_file(const char *model_path, const bp_train_options *options,
                                       bp_trainer **trainer_out) {
   if (!model_path) return bp_fail(BP_ERR_INVALID, "bp_trainer_create_from_file: NULL path");
+  if (!options || !trainer_out)
+    return bp_fail(BP_ERR_INVALID, "bp_trainer_create_from_file: NULL argument");
+  /* the modules first: the model may use a layer type one of them registers */
+  bp_train_options o = *options;
+  bp_registry *own = NULL;
+  bp_status st = BP_OK;
+  if (!o.registry) {
+    if ((st = bp_registry_create(&own)) != BP_OK) return st;
+    if ((st = bp_registry_discover(own, o.plugin_paths, o.plugin_path_count)) != BP_OK) {
+      bp_registry_destroy(own);
+      return st;
+    }
+    o.registry = own;
+  }
   bp_model *m = NULL;
-  bp_status st = bp_model_load(model_path, &m);
-  if (st != BP_OK) return st;
-  st = bp_trainer_create(m, options, trainer_out);
+  if ((st = bp_model_load_with_registry(model_path, o.registry, &m)) == BP_OK)
+    st = bp_trainer_create(m, &o, trainer_out);
   bp_model_destroy(m);
+  if (st == BP_OK && own) (*trainer_out)->own_registry = 1; /* the trainer keeps it */
+  else bp_registry_destroy(own);
   return st;
 }
 
@@ -474,6 +501,7 @@ void bp_trainer_destroy(bp_trainer *t) {
   bp_rank_pool_stop(t);
   for (int k = 0; k < BP_TRAIN_MAX_RANKS; k++) {
     bp_exec_destroy(t->ranks[k].exec);
+    bp_threads_destroy(t->ranks[k].threads); /* after the exec: its kernels borrow them */
     bp_arena_destroy(t->ranks[k].arena);
   }
   bp_comm_destroy(t->comm);
@@ -490,6 +518,8 @@ void bp_trainer_destroy(bp_trainer *t) {
   free(t->metrics_path);
   free(t->kernels);
   free(t->autotune_cache);
+  free(t->pins);
+  free(t->kernel_uses);
   free(t);
 }
 
@@ -536,7 +566,9 @@ bp_status bp_trainer_load(bp_trainer *t, const char *path) {
                    path, (unsigned long long)s.epoch, (unsigned long long)s.step,
                    (long long)t->epochs, (long long)t->steps_per_epoch);
   bp_train_state loaded;
-  if ((st = bp_checkpoint_load(path, t->plan, t->ranks[0].base, &loaded)) != BP_OK) return st;
+  st = bp_checkpoint_load(path, t->plan, t->ranks[0].base, &loaded);
+  bp_train_params_changed(t); /* even a failed load may have written some */
+  if (st != BP_OK) return st;
   /* ranks start equal (invariant 1): every other rank copies rank 0's state */
   for (int k = 1; k < t->local; k++)
     memcpy(t->ranks[k].base, t->ranks[0].base, (size_t)bp_plan_total_bytes(t->plan));

@@ -70,7 +70,13 @@ bp_status bp_train_arena_init(bp_trainer *t, bp_train_rank *r) {
     TRAIN_ASSERT(d && k->bytes <= d->slot_bytes);
     memcpy(r->base + d->offset, k->data, (size_t)k->bytes);
   }
-  return bp_exec_run(r->exec, t->v_train, BP_SEGMENT_INIT, 0);
+  st = bp_exec_run(r->exec, t->v_train, BP_SEGMENT_INIT, 0);
+  bp_exec_params_changed(r->exec); /* W, A and E were written */
+  return st;
+}
+
+void bp_train_params_changed(bp_trainer *t) {
+  for (int k = 0; k < t->local; k++) bp_exec_params_changed(t->ranks[k].exec);
 }
 
 void bp_train_write_scalars(bp_trainer *t, double lr, int64_t step_from_1) {

@@ -97,15 +97,16 @@ static bp_status run_step(bp_trainer *t, const bp_data_batch *b, bp_data_loader 
   if (t->local > 1) {
     bp_data_batch bk[BP_TRAIN_MAX_RANKS];
     bp_status st = bp_rank_pool_run(t, rs, step_segments, count, b->buffer, loaders, bk);
+    bp_train_params_changed(t); /* UPDATE, GATHER and EMA wrote them; the ranks are idle */
     if (st == BP_OK) agree_batches(t, bk, next);
     return st;
   }
-  for (int s = 0; s < count; s++) {
-    if (rs[0].skip & (1u << step_segments[s])) continue;
-    bp_status st = bp_exec_run(t->ranks[0].exec, rs[0].variant, step_segments[s], b->buffer);
-    if (st != BP_OK) return st;
-  }
-  return next_batch(t, loaders, next);
+  bp_status st = BP_OK;
+  for (int s = 0; s < count && st == BP_OK; s++)
+    if (!(rs[0].skip & (1u << step_segments[s])))
+      st = bp_exec_run(t->ranks[0].exec, rs[0].variant, step_segments[s], b->buffer);
+  bp_train_params_changed(t); /* UPDATE, GATHER and EMA wrote them */
+  return st == BP_OK ? next_batch(t, loaders, next) : st;
 }
 
 static int stop_reached(const bp_trainer *t) {

@@ -1,7 +1,9 @@
 /* An out-of-tree op module for blueprint (see README.md). It registers
  *   (a) a kernel "custom" for the built-in op relu.fwd on the "cpu" device,
  *   (b) a new op kind "scale_shift.fwd" (y = x * scale + shift) and its
- *       kernel "custom" on the "cpu" device.
+ *       kernel "custom" on the "cpu" device,
+ *   (c) a layer type "leaky_relu" that model files can use, with its two
+ *       op kinds (leaky_relu.fwd, leaky_relu.bwd) and their kernels.
  * It includes only the ABI headers and links nothing from blueprint. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -210,6 +212,184 @@ static const bp_abi_kernel scale_shift_custom = {
     .user = NULL,
 };
 
+/* ---- (c) a layer type: leaky_relu ------------------------------------------- */
+
+/* Two new op kinds and a layer type that runs them, so a model file can
+ * say `{type: leaky_relu, slope: 0.1}` (leaky_relu.yaml beside this file).
+ *   leaky_relu.fwd  in: x[N,H,W,C] fp32        out: y, y = x > 0 ? x : slope*x
+ *   leaky_relu.bwd  in: x, y, dy (x's shape)   out: dx = dy * (x > 0 ? 1 : slope)
+ *                   (accumulate: dx += instead of dx =)
+ * Reference quality: plain loops over the logical elements with each
+ * tensor's own device strides (channel padding untouched), no workspace,
+ * outputs never alias inputs. Attribute block, version 1. */
+typedef struct leaky_relu_attrs {
+  float slope;        /* YAML `slope`, in [0, 1], default 0.01 */
+  int32_t accumulate; /* backward: 1 adds into dx (the host sets it) */
+} leaky_relu_attrs;
+#define LEAKY_RELU_ATTR_VERSION 1
+
+/* Every input and output has x's shape (fp32, unit channel stride). */
+static int leaky_check(const bp_abi_kernel_args *args, int inputs, char *reason,
+                       size_t reason_size) {
+  if (!args || args->struct_size < offsetof(bp_abi_kernel_args, attr_size) + sizeof args->attr_size)
+    return say_no(reason, reason_size, "missing or short args");
+  if (args->num_inputs != inputs || args->num_outputs != 1)
+    return say_no(reason, reason_size, "%d inputs, %d outputs (want %d, 1)", args->num_inputs,
+                  args->num_outputs, inputs);
+  if (!args->attrs || args->attr_size < sizeof(leaky_relu_attrs))
+    return say_no(reason, reason_size, "leaky_relu attributes missing (%u bytes, want %zu)",
+                  (unsigned)args->attr_size, sizeof(leaky_relu_attrs));
+  for (int i = 0; i <= inputs; i++) {
+    const bp_abi_tensor *t = i < inputs ? &args->inputs[i] : &args->outputs[0];
+    if (!check_tensor(t, i < inputs ? "input" : "output", reason, reason_size)) return 0;
+    for (int d = 0; d < 4; d++)
+      if (t->shape[d] != args->inputs[0].shape[d])
+        return say_no(reason, reason_size, "tensor %d differs from x in dim %d", i, d);
+  }
+  return 1;
+}
+
+static int leaky_fwd_supports(void *user, const bp_abi_kernel_args *args, char *reason,
+                              size_t reason_size) {
+  (void)user;
+  return leaky_check(args, 1, reason, reason_size);
+}
+
+static int leaky_bwd_supports(void *user, const bp_abi_kernel_args *args, char *reason,
+                              size_t reason_size) {
+  (void)user;
+  return leaky_check(args, 3, reason, reason_size);
+}
+
+/* Offset, in elements, of pixel (n,h,w) of tensor t. */
+static int64_t at(const bp_abi_tensor *t, int64_t n, int64_t h, int64_t w) {
+  return n * t->stride[0] + h * t->stride[1] + w * t->stride[2];
+}
+
+static int leaky_fwd_run(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  if (!leaky_check(args, 1, NULL, 0) || !args->input_ptrs || !args->output_ptrs)
+    return BP_ABI_ERR_INVALID;
+  leaky_relu_attrs a;
+  memcpy(&a, args->attrs, sizeof a);
+  const bp_abi_tensor *xt = &args->inputs[0], *yt = &args->outputs[0];
+  const float *x = args->input_ptrs[0];
+  float *y = args->output_ptrs[0];
+  for (int64_t n = 0; n < xt->shape[0]; n++)
+    for (int64_t h = 0; h < xt->shape[1]; h++)
+      for (int64_t w = 0; w < xt->shape[2]; w++) {
+        const float *xr = x + at(xt, n, h, w);
+        float *yr = y + at(yt, n, h, w);
+        for (int64_t c = 0; c < xt->shape[3]; c++) yr[c] = xr[c] > 0.0f ? xr[c] : a.slope * xr[c];
+      }
+  return BP_ABI_OK;
+}
+
+static int leaky_bwd_run(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  if (!leaky_check(args, 3, NULL, 0) || !args->input_ptrs || !args->output_ptrs)
+    return BP_ABI_ERR_INVALID;
+  leaky_relu_attrs a;
+  memcpy(&a, args->attrs, sizeof a);
+  const bp_abi_tensor *xt = &args->inputs[0], *dyt = &args->inputs[2], *dxt = &args->outputs[0];
+  const float *x = args->input_ptrs[0], *dy = args->input_ptrs[2];
+  float *dx = args->output_ptrs[0];
+  for (int64_t n = 0; n < xt->shape[0]; n++)
+    for (int64_t h = 0; h < xt->shape[1]; h++)
+      for (int64_t w = 0; w < xt->shape[2]; w++) {
+        const float *xr = x + at(xt, n, h, w), *dyr = dy + at(dyt, n, h, w);
+        float *dxr = dx + at(dxt, n, h, w);
+        for (int64_t c = 0; c < xt->shape[3]; c++) {
+          const float g = dyr[c] * (xr[c] > 0.0f ? 1.0f : a.slope);
+          dxr[c] = a.accumulate ? dxr[c] + g : g;
+        }
+      }
+  return BP_ABI_OK;
+}
+
+/* Both ops give x's dtype and shape (rule 7 of bp_abi_ops.h). */
+static int leaky_infer(const void *attrs, const bp_abi_tensor *inputs, bp_abi_tensor *outputs,
+                       char *reason, size_t reason_size) {
+  (void)attrs;
+  if (!inputs || !outputs) {
+    say_no(reason, reason_size, "no tensors");
+    return 1;
+  }
+  outputs[0].dtype = inputs[0].dtype;
+  memcpy(outputs[0].shape, inputs[0].shape, sizeof outputs[0].shape);
+  return 0;
+}
+
+static const bp_abi_op leaky_fwd_op = {
+    .struct_size = sizeof(bp_abi_op),
+    .name = "leaky_relu.fwd",
+    .num_inputs = 1,
+    .num_outputs = 1,
+    .attr_size = sizeof(leaky_relu_attrs),
+    .attr_version = LEAKY_RELU_ATTR_VERSION,
+    .infer_shape = leaky_infer,
+};
+
+static const bp_abi_op leaky_bwd_op = {
+    .struct_size = sizeof(bp_abi_op),
+    .name = "leaky_relu.bwd",
+    .num_inputs = 3,
+    .num_outputs = 1,
+    .attr_size = sizeof(leaky_relu_attrs),
+    .attr_version = LEAKY_RELU_ATTR_VERSION,
+    .infer_shape = leaky_infer,
+};
+
+static const bp_abi_kernel leaky_fwd_kernel = {
+    .struct_size = sizeof(bp_abi_kernel),
+    .op = "leaky_relu.fwd",
+    .impl = "custom",
+    .device = "cpu",
+    .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32),
+    .priority = BP_ABI_PRIORITY_REFERENCE,
+    .flags = BP_ABI_KERNEL_REFERENCE | BP_ABI_KERNEL_DETERMINISTIC,
+    .supports = leaky_fwd_supports,
+    .run = leaky_fwd_run,
+};
+
+static const bp_abi_kernel leaky_bwd_kernel = {
+    .struct_size = sizeof(bp_abi_kernel),
+    .op = "leaky_relu.bwd",
+    .impl = "custom",
+    .device = "cpu",
+    .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32),
+    .priority = BP_ABI_PRIORITY_REFERENCE,
+    .flags = BP_ABI_KERNEL_REFERENCE | BP_ABI_KERNEL_DETERMINISTIC,
+    .supports = leaky_bwd_supports,
+    .run = leaky_bwd_run,
+};
+
+/* The YAML keys: `slope` only. */
+static const bp_abi_layer_attr leaky_keys[] = {
+    {
+        .struct_size = sizeof(bp_abi_layer_attr),
+        .key = "slope",
+        .type = BP_ABI_LAYER_ATTR_FLOAT,
+        .offset = offsetof(leaky_relu_attrs, slope),
+        .default_value = 0.01,
+        .min = 0.0,
+        .max = 1.0,
+        .required = 0,
+    },
+};
+
+static const bp_abi_layer leaky_layer = {
+    .struct_size = sizeof(bp_abi_layer),
+    .type = "leaky_relu",
+    .forward_op = "leaky_relu.fwd",
+    .backward_op = "leaky_relu.bwd",
+    .num_inputs = 1,
+    .attr_size = sizeof(leaky_relu_attrs),
+    .accumulate_offset = offsetof(leaky_relu_attrs, accumulate),
+    .attrs = leaky_keys,
+    .num_attrs = sizeof leaky_keys / sizeof leaky_keys[0],
+};
+
 /* ---- the module --------------------------------------------------------------- */
 
 /* Registers everything or fails as a whole: the host stages registrations
@@ -218,6 +398,16 @@ static int custom_init(const bp_abi_host *host) {
   int rc = host->register_op(host->ctx, &scale_shift_op);
   if (rc == BP_ABI_OK) rc = host->register_kernel(host->ctx, &relu_custom);
   if (rc == BP_ABI_OK) rc = host->register_kernel(host->ctx, &scale_shift_custom);
+  if (rc == BP_ABI_OK) rc = host->register_op(host->ctx, &leaky_fwd_op);
+  if (rc == BP_ABI_OK) rc = host->register_op(host->ctx, &leaky_bwd_op);
+  if (rc == BP_ABI_OK) rc = host->register_kernel(host->ctx, &leaky_fwd_kernel);
+  if (rc == BP_ABI_OK) rc = host->register_kernel(host->ctx, &leaky_bwd_kernel);
+  /* layer types arrived in ABI 1.4: an older host has no register_layer
+   * (bp_abi.h: read a struct only up to its struct_size) */
+  if (rc == BP_ABI_OK && host->struct_size >= offsetof(bp_abi_host, register_layer) +
+                                                  sizeof host->register_layer &&
+      host->register_layer)
+    rc = host->register_layer(host->ctx, &leaky_layer);
   if (rc != BP_ABI_OK) host->error(host->ctx, "custom-ops: a registration was refused");
   return rc;
 }

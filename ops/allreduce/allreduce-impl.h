@@ -19,6 +19,7 @@
 
 #include "bp_abi.h"
 #include "bp_abi_ops.h"
+#include "bp_abi_sdk.h"
 
 #define AR_FLAGS \
   (BP_ABI_KERNEL_DETERMINISTIC | BP_ABI_KERNEL_IN_PLACE | BP_ABI_KERNEL_COLLECTIVE)
@@ -41,7 +42,7 @@ static inline uint64_t ar_chunk_start(uint64_t count, int world, int k) {
  * and the same span out, the attribute block (not for all_gather), and a
  * communicator of that backend with 1 <= world <= max_world and 0 <= rank <
  * world. Fills *count and *scale (1 for all_gather). 0 with a reason
- * otherwise. */
+ * otherwise (run() passes the host's buffer, bp_sdk_args_reason). */
 int ar_check(const bp_abi_kernel_args *args, ar_op op, const char *backend, int max_world,
              uint64_t *count, float *scale, char *reason, size_t reason_size);
 

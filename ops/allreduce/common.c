@@ -1,22 +1,8 @@
 /* Argument checks and the one summation shared by the all-reduce modules
  * (allreduce-impl.h). */
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "allreduce-impl.h"
-
-static int fail(char *reason, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *reason, size_t size, const char *fmt, ...) {
-  if (reason && size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(reason, size, fmt, ap);
-    va_end(ap);
-  }
-  return 0;
-}
 
 static int is_span(const bp_abi_tensor *t) {
   return t->struct_size >= sizeof *t && t->dtype == BP_ABI_DTYPE_FP32 && t->shape[0] == 1 &&
@@ -26,24 +12,24 @@ static int is_span(const bp_abi_tensor *t) {
 
 int ar_check(const bp_abi_kernel_args *a, ar_op op, const char *backend, int max_world,
              uint64_t *count, float *scale, char *reason, size_t size) {
-  if (!a || a->struct_size < offsetof(bp_abi_kernel_args, comm) + sizeof a->comm)
-    return fail(reason, size, "the host passes no communicator (ABI older than 1.1)");
+  if (!a || !BP_SDK_HAS_FIELD(a, bp_abi_kernel_args, comm))
+    return bp_sdk_fail(reason, size, "the host passes no communicator (ABI older than 1.1)");
   if (a->num_inputs != 1 || a->num_outputs != 1 || !a->inputs || !a->outputs)
-    return fail(reason, size, "needs one input span and one output span");
-  if (!is_span(&a->inputs[0]) || !is_span(&a->outputs[0]) ||
-      a->inputs[0].shape[3] != a->outputs[0].shape[3])
-    return fail(reason, size, "needs one FP32 span [1,1,1,E], the same span in and out");
+    return bp_sdk_fail(reason, size, "needs one input span and one output span");
+  if (!is_span(bp_sdk_input(a, 0)) || !is_span(bp_sdk_output(a, 0)) ||
+      bp_sdk_input(a, 0)->shape[3] != bp_sdk_output(a, 0)->shape[3])
+    return bp_sdk_fail(reason, size, "needs one FP32 span [1,1,1,E], the same span in and out");
   if (AR_REDUCES(op) && (!a->attrs || a->attr_size < sizeof(bp_allreduce_attrs)))
-    return fail(reason, size, "needs the allreduce attribute block (scale)");
+    return bp_sdk_fail(reason, size, "needs the allreduce attribute block (scale)");
   const bp_abi_comm *c = a->comm;
   if (!c || c->struct_size < sizeof *c || !c->backend)
-    return fail(reason, size, "no communicator (a run of one rank has no all-reduce)");
+    return bp_sdk_fail(reason, size, "no communicator (a run of one rank has no all-reduce)");
   if (strcmp(c->backend, backend) != 0)
-    return fail(reason, size, "communicator backend '%s', not '%s'", c->backend, backend);
+    return bp_sdk_fail(reason, size, "communicator backend '%s', not '%s'", c->backend, backend);
   if (c->world < 1 || c->world > max_world || c->rank < 0 || c->rank >= c->world || !c->handle)
-    return fail(reason, size, "rank %d of world %d (at most %d ranks)", c->rank, c->world,
-                max_world);
-  *count = (uint64_t)a->outputs[0].shape[3];
+    return bp_sdk_fail(reason, size, "rank %d of world %d (at most %d ranks)", c->rank,
+                       c->world, max_world);
+  *count = (uint64_t)bp_sdk_output(a, 0)->shape[3];
   *scale = AR_REDUCES(op) ? ((const bp_allreduce_attrs *)a->attrs)->scale : 1.0f;
   return 1;
 }

@@ -8,7 +8,6 @@
  * the count tables live in the rank's workspace: nothing is allocated per
  * call. Built as bp_ops_allreduce_mpi.so (BP_WITH_MPI). */
 #include <limits.h>
-#include <stdio.h>
 #include <mpi.h>
 
 #include "allreduce-impl.h"
@@ -37,11 +36,9 @@ static uint64_t mpi_workspace(uint64_t count, int world) {
 static int mpi_check(const bp_abi_kernel_args *a, ar_op op, uint64_t *count, float *scale,
                      char *reason, size_t size) {
   if (!ar_check(a, op, "mpi", MPI_MAX_WORLD, count, scale, reason, size)) return 0;
-  if (*count > (uint64_t)INT_MAX) {
-    if (reason && size) snprintf(reason, size, "a span of %llu elements (MPI counts are int)",
-                                 (unsigned long long)*count);
-    return 0;
-  }
+  if (*count > (uint64_t)INT_MAX)
+    return bp_sdk_fail(reason, size, "a span of %llu elements (MPI counts are int)",
+                       (unsigned long long)*count);
   return 1;
 }
 
@@ -54,10 +51,14 @@ static uint64_t mpi_workspace_size(const bp_abi_kernel_args *a, ar_op op) {
 static int mpi_run(const bp_abi_kernel_args *a, ar_op op) {
   uint64_t count;
   float scale;
-  if (!mpi_check(a, op, &count, &scale, NULL, 0)) return BP_ABI_ERR_INVALID;
-  const int world = a->comm->world, rank = a->comm->rank;
-  if (!a->workspace || a->workspace_bytes < mpi_workspace(count, world))
+  if (!mpi_check(a, op, &count, &scale, bp_sdk_args_reason(a), bp_sdk_args_reason_size(a)))
     return BP_ABI_ERR_INVALID;
+  const int world = a->comm->world, rank = a->comm->rank;
+  if (!a->workspace || a->workspace_bytes < mpi_workspace(count, world)) {
+    bp_sdk_set_reason(a, "needs a workspace of %llu bytes",
+                      (unsigned long long)mpi_workspace(count, world));
+    return BP_ABI_ERR_INVALID;
+  }
   ar_copy_in(a, count);
   float *data = a->output_ptrs[0];
   if (world == 1) {

@@ -7,7 +7,6 @@
  * allreduce-impl.h's. One barrier when the spans are published, then one
  * after each phase (its chunks final, or nobody reads any more): three for
  * a sum, two for one phase. Built as bp_ops_allreduce.so. */
-#include <stdio.h>
 #include <string.h>
 
 #include "allreduce-impl.h"
@@ -27,10 +26,8 @@
 
 static int threads_comm_ok(const bp_abi_comm *c, char *reason, size_t size) {
   const bp_abi_comm_threads *t = c->handle;
-  if (t->struct_size < sizeof *t || !t->barrier || !t->publish || !t->peer) {
-    if (reason && size) snprintf(reason, size, "the threads communicator lacks barrier/publish/peer");
-    return 0;
-  }
+  if (t->struct_size < sizeof *t || !t->barrier || !t->publish || !t->peer)
+    return bp_sdk_fail(reason, size, "the threads communicator lacks barrier/publish/peer");
   return 1;
 }
 
@@ -43,7 +40,8 @@ static int threads_check(const bp_abi_kernel_args *a, ar_op op, uint64_t *count,
 static int threads_run(const bp_abi_kernel_args *a, ar_op op) {
   uint64_t count;
   float scale;
-  if (!threads_check(a, op, &count, &scale, NULL, 0)) return BP_ABI_ERR_INVALID;
+  if (!threads_check(a, op, &count, &scale, bp_sdk_args_reason(a), bp_sdk_args_reason_size(a)))
+    return BP_ABI_ERR_INVALID;
   ar_copy_in(a, count);
   float *data = a->output_ptrs[0];
   const int world = a->comm->world, rank = a->comm->rank;

@@ -3,7 +3,7 @@
  * entry (module.c) is visible.
  *
  * The module validates its arguments with the reference module's checks
- * (ops/reference/common.c is compiled in, reference-impl.h gives ref_*), so
+ * (the module SDK, abi/bp_abi_sdk.h, and ops/shared/weighted_check.h), so
  * it accepts exactly the nodes the reference accepts, minus the layouts
  * listed below, which its supports() refuses with a reason and the
  * reference kernel then serves.
@@ -34,8 +34,8 @@
  * features at load, openblas.c, or named by OPENBLAS_CORETYPE; oneDNN's
  * JIT picks from the CPU's ISA). Either library's threads split a GEMM the
  * same way for the same shape and thread count, and every other sum here
- * runs in a fixed order; so with a fixed thread count (BP_BLAS_THREADS, or
- * the same OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / machine) the same
+ * runs in a fixed order; so with a fixed thread count (the rank's share
+ * the host lends, module.c; BP_THREADS fixes it) the same
  * inputs give the same bits, however many ranks call at once
  * (tests/test_ops_blas.c checks both, for each module). */
 #ifndef BP_OPS_BLAS_IMPL_H
@@ -44,7 +44,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "reference-impl.h"
+#include "bp_abi.h"
+#include "bp_abi_ops.h"
+#include "bp_abi_sdk.h"
+#include "shared/weighted_check.h"
 
 /* Two modules are built from these sources, one per GEMM library (the
  * "provider"), loaded at init rather than linked:
@@ -83,7 +86,7 @@ typedef struct blas_mat {
   int64_t ld;         /* elements from one row to the next (>= cols) */
 } blas_mat;
 
-/* 1 and *m when t (already through ref_check_tensor) is such a matrix: the
+/* 1 and *m when t (already through bp_sdk_check_tensor) is such a matrix: the
  * column dimensions adjacent in order (stride 1 for the last, each other
  * the span of those inside it) and the row dimensions evenly spaced;
  * dimensions of extent 1 carry any stride. Else 0 with a reason naming
@@ -114,10 +117,12 @@ int blas_symbol(void *lib, const char *lib_name, const char *name, void *fn, siz
 /* The provider (openblas.c or onednn.c). */
 /* Loads the library: 1, or 0 with a reason. */
 int blas_provider_load(char *reason, size_t reason_size);
-/* Threads per GEMM call from now on, in every calling thread (>= 1). */
-void blas_provider_set_threads(int threads);
+/* Threads for the GEMMs of the calling thread from now on (>= 1; 0 keeps
+ * the current count). Called before every run with the rank's count
+ * (module.c); cheap when the count is already in force. */
+void blas_provider_use_threads(int threads);
 /* One line for the log: the library, its version or configuration, its
- * kernel set where it says, and the threads per call. */
+ * kernel set where it says, and its current thread count. */
 void blas_provider_describe(char *text, size_t size);
 
 /* C = A*B (+ C with beta = 1; beta = 0 overwrites) on row-major operands,

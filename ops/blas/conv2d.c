@@ -45,7 +45,7 @@
 
 /* Everything a pass needs, checked. */
 typedef struct conv_geom {
-  ref_conv_geom r; /* the checked geometry (weighted.c) */
+  ops_conv_geom r; /* the checked geometry (ops/shared/weighted_check.h) */
   blas_mat ym, wm; /* y as [N*OH*OW, K]; w as [K, kh*kw*C/G] */
   blas_mat xm;     /* x as [N*H*W, C] when `x_matrix` (else zeros) */
   int x_matrix;    /* x's strides allow xm */
@@ -59,12 +59,12 @@ typedef struct conv_geom {
 
 /* The validity checks of the reference (the same messages), then what this
  * module adds: matrix layouts, BLAS int range, the workspace. */
-static int conv_check(const bp_abi_kernel_args *args, ref_pass pass, conv_geom *g, char *reason,
+static int conv_check(const bp_abi_kernel_args *args, ops_pass pass, conv_geom *g, char *reason,
                       size_t rs) {
-  if (!ref_conv_check(args, pass, &g->r, reason, rs)) return 0;
-  const char *xname = pass == REF_PASS_BWD_DATA ? "dx" : "x";
-  const char *wname = pass == REF_PASS_BWD_FILTER ? "dw" : "w";
-  const char *yname = pass == REF_PASS_FWD ? "y" : "dy";
+  if (!ops_conv_check(args, pass, &g->r, reason, rs)) return 0;
+  const char *xname = pass == OPS_PASS_BWD_DATA ? "dx" : "x";
+  const char *wname = pass == OPS_PASS_BWD_FILTER ? "dw" : "w";
+  const char *yname = pass == OPS_PASS_FWD ? "y" : "dy";
 
   /* ---- this module's own limits ---- */
   if (!blas_view(g->r.y, 3, yname, "N*OH*OW rows of K channels", &g->ym, reason, rs) ||
@@ -77,7 +77,7 @@ static int conv_check(const bp_abi_kernel_args *args, ref_pass pass, conv_geom *
   /* The flipped gather moves kh*kw*K values a row, col2im kh*kw*C (each
    * added into dx): flipped when K <= C (measured on the CNN's shapes:
    * 1.25-1.4x faster at K = C, slower at K = 2C and K = 32C). */
-  g->flipped = pass == REF_PASS_BWD_DATA && !g->direct && g->x_matrix && g->r.sh == 1 && g->r.sw == 1 &&
+  g->flipped = pass == OPS_PASS_BWD_DATA && !g->direct && g->x_matrix && g->r.sh == 1 && g->r.sw == 1 &&
                g->r.k <= g->r.c;
   g->pix = g->flipped ? g->r.h * g->r.w_ : g->r.oh * g->r.ow;
   g->row = g->r.kh * g->r.kw * (g->flipped ? g->r.k : g->r.c);
@@ -94,10 +94,10 @@ static int conv_check(const bp_abi_kernel_args *args, ref_pass pass, conv_geom *
     /* row and pix are below 2^31 (checked above): no overflow */
     const uint64_t image_bytes = (uint64_t)g->pix * (uint64_t)g->row * sizeof(float);
     if (image_bytes > BLAS_COL_MAX_BYTES)
-      return ref_fail(reason, rs,
-                      "im2col of one image needs %llu bytes, more than the %llu this kernel "
-                      "allows",
-                      (unsigned long long)image_bytes, (unsigned long long)BLAS_COL_MAX_BYTES);
+      return bp_sdk_fail(reason, rs,
+                         "im2col of one image needs %llu bytes, more than the %llu this kernel "
+                         "allows",
+                         (unsigned long long)image_bytes, (unsigned long long)BLAS_COL_MAX_BYTES);
     const uint64_t fit = BLAS_COL_TARGET_BYTES / image_bytes;
     g->images = fit < 1 ? 1 : fit > (uint64_t)g->r.n ? g->r.n : (int64_t)fit;
     g->ws_bytes = (uint64_t)g->images * image_bytes;
@@ -108,24 +108,29 @@ static int conv_check(const bp_abi_kernel_args *args, ref_pass pass, conv_geom *
 
 /* What run() adds to the checks: pointers, and a workspace of the size
  * workspace_size() announced. */
-static int conv_check_run(const bp_abi_kernel_args *args, ref_pass pass, conv_geom *g) {
-  char reason[REF_REASON_MAX];
-  if (!conv_check(args, pass, g, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+static int conv_check_run(const bp_abi_kernel_args *args, ops_pass pass, conv_geom *g) {
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!conv_check(args, pass, g, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return 0;
   if (g->ws_bytes == 0) return 1;
-  if (args->struct_size < offsetof(bp_abi_kernel_args, workspace_bytes) + sizeof args->workspace_bytes ||
-      !args->workspace || args->workspace_bytes < g->ws_bytes ||
-      (uintptr_t)args->workspace % sizeof(float) != 0)
-    return 0;
+  if (!BP_SDK_HAS_FIELD(args, bp_abi_kernel_args, workspace_bytes) || !args->workspace ||
+      args->workspace_bytes < g->ws_bytes || (uintptr_t)args->workspace % sizeof(float) != 0)
+    return bp_sdk_fail(reason, rs, "needs a 4-byte aligned workspace of %llu bytes, got %llu",
+                       (unsigned long long)g->ws_bytes,
+                       (unsigned long long)(args->workspace ? args->workspace_bytes : 0));
   /* the workspace is the kernel's alone */
   const uintptr_t w0 = (uintptr_t)args->workspace, w1 = w0 + (uintptr_t)g->ws_bytes;
   for (int o = 0; o < args->num_outputs; o++) {
     const uintptr_t o0 = (uintptr_t)args->output_ptrs[o];
-    if (o0 < w1 && w0 < o0 + args->outputs[o].slot_bytes) return 0;
+    if (o0 < w1 && w0 < o0 + bp_sdk_output(args, o)->slot_bytes)
+      return bp_sdk_fail(reason, rs, "the workspace overlaps output %d", o);
   }
   for (int i = 0; i < args->num_inputs; i++) {
     const uintptr_t i0 = (uintptr_t)args->input_ptrs[i];
-    if (i0 < w1 && w0 < i0 + args->inputs[i].slot_bytes) return 0;
+    if (i0 < w1 && w0 < i0 + bp_sdk_input(args, i)->slot_bytes)
+      return bp_sdk_fail(reason, rs, "the workspace overlaps input %d", i);
   }
   return 1;
 }
@@ -136,9 +141,9 @@ static int conv_check_run(const bp_abi_kernel_args *args, ref_pass pass, conv_ge
     conv_geom g;                                                                            \
     return conv_check(args, pass, &g, reason, rs);                                          \
   }
-CONV_SUPPORTS(conv_supports_fwd, REF_PASS_FWD)
-CONV_SUPPORTS(conv_supports_bwd_data, REF_PASS_BWD_DATA)
-CONV_SUPPORTS(conv_supports_bwd_filter, REF_PASS_BWD_FILTER)
+CONV_SUPPORTS(conv_supports_fwd, OPS_PASS_FWD)
+CONV_SUPPORTS(conv_supports_bwd_data, OPS_PASS_BWD_DATA)
+CONV_SUPPORTS(conv_supports_bwd_filter, OPS_PASS_BWD_FILTER)
 
 #define CONV_WORKSPACE(fn, pass)                                                            \
   static uint64_t fn(void *user, const bp_abi_kernel_args *args) {                          \
@@ -146,9 +151,9 @@ CONV_SUPPORTS(conv_supports_bwd_filter, REF_PASS_BWD_FILTER)
     conv_geom g;                                                                            \
     return conv_check(args, pass, &g, NULL, 0) ? g.ws_bytes : 0;                            \
   }
-CONV_WORKSPACE(conv_workspace_fwd, REF_PASS_FWD)
-CONV_WORKSPACE(conv_workspace_bwd_data, REF_PASS_BWD_DATA)
-CONV_WORKSPACE(conv_workspace_bwd_filter, REF_PASS_BWD_FILTER)
+CONV_WORKSPACE(conv_workspace_fwd, OPS_PASS_FWD)
+CONV_WORKSPACE(conv_workspace_bwd_data, OPS_PASS_BWD_DATA)
+CONV_WORKSPACE(conv_workspace_bwd_filter, OPS_PASS_BWD_FILTER)
 
 /* The in-bounds taps [*lo, *hi) of a window: tap t reads position
  * i0 + t*dil (dil < 0 walks backwards), in bounds when in [0, limit). */
@@ -210,7 +215,8 @@ static void gather_rows(const gather *q, const float *src, int64_t n0, int64_t i
             if (x0 > 0) memset(dst, 0, sizeof(float) * (size_t)(x0 * tap));
             if (x1 < q->kw) memset(dst + x1 * tap, 0, sizeof(float) * (size_t)((q->kw - x1) * tap));
             if (x1 <= x0) continue;
-            const float *in = src + ref_off(t, n, i0 + ky * q->dil_h, j0 + x0 * q->dil_w, gi * tap);
+            const float *in =
+                src + bp_sdk_offset(t, n, i0 + ky * q->dil_h, j0 + x0 * q->dil_w, gi * tap);
             const int64_t step = q->dil_w * ps; /* from one tap to the next */
             if (run_rows) {
               memcpy(dst + x0 * tap, in, sizeof(float) * (size_t)((x1 - x0) * tap));
@@ -264,7 +270,8 @@ static void col2im(const conv_geom *g, const float *col, int64_t n0, int64_t ima
           for (int64_t ky = y0; ky < y1; ky++)
             for (int64_t kx = x0; kx < x1; kx++) {
               const float *s = row + gi * group_len + (ky * g->r.kw + kx) * tap;
-              float *d = dx + ref_off(g->r.x, n, ih0 + ky * g->r.dh, iw0 + kx * g->r.dw, gi * g->r.cg);
+              float *d =
+                  dx + bp_sdk_offset(g->r.x, n, ih0 + ky * g->r.dh, iw0 + kx * g->r.dw, gi * g->r.cg);
               if (xs == 1)
                 add_run(d, s, tap);
               else
@@ -291,9 +298,10 @@ static void flip_filters(const conv_geom *g, const float *w, float *v) {
 static int conv_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   conv_geom g;
-  if (!conv_check_run(args, REF_PASS_FWD, &g)) return BP_ABI_ERR_INVALID;
-  const float *x = ref_in(args, 0), *w = ref_in(args, 1), *b = g.r.has_bias ? ref_in(args, 2) : NULL;
-  float *y = ref_out(args, 0), *col = args->workspace;
+  if (!conv_check_run(args, OPS_PASS_FWD, &g)) return BP_ABI_ERR_INVALID;
+  const float *x = bp_sdk_input_f32(args, 0), *w = bp_sdk_input_f32(args, 1);
+  const float *b = g.r.has_bias ? bp_sdk_input_f32(args, 2) : NULL;
+  float *y = bp_sdk_output_f32(args, 0), *col = args->workspace;
   const gather q = im2col_of(&g);
   for (int64_t n0 = 0; n0 < g.r.n; n0 += g.images) {
     const int64_t images = g.r.n - n0 < g.images ? g.r.n - n0 : g.images, rows = images * g.pix;
@@ -323,9 +331,9 @@ static int conv_run_fwd(void *user, const bp_abi_kernel_args *args) {
 static int conv_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   conv_geom g;
-  if (!conv_check_run(args, REF_PASS_BWD_DATA, &g)) return BP_ABI_ERR_INVALID;
-  const float *dy = ref_in(args, 0), *w = ref_in(args, 1);
-  float *dx = ref_out(args, 0), *col = args->workspace;
+  if (!conv_check_run(args, OPS_PASS_BWD_DATA, &g)) return BP_ABI_ERR_INVALID;
+  const float *dy = bp_sdk_input_f32(args, 0), *w = bp_sdk_input_f32(args, 1);
+  float *dx = bp_sdk_output_f32(args, 0), *col = args->workspace;
   const float beta = g.r.accumulate ? 1.0f : 0.0f;
   const int64_t kkg = g.r.kh * g.r.kw * g.r.cg;
   if (g.direct) {
@@ -348,7 +356,7 @@ static int conv_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
     }
     return BP_ABI_OK;
   }
-  if (!g.r.accumulate) ref_zero(g.r.x, dx);
+  if (!g.r.accumulate) bp_sdk_fill_f32(g.r.x, dx, 0.0f);
   for (int64_t n0 = 0; n0 < g.r.n; n0 += g.images) {
     const int64_t images = g.r.n - n0 < g.images ? g.r.n - n0 : g.images, rows = images * g.pix;
     const float *dyc = dy + n0 * g.pix * g.ym.ld;
@@ -369,9 +377,10 @@ static int conv_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
 static int conv_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   conv_geom g;
-  if (!conv_check_run(args, REF_PASS_BWD_FILTER, &g)) return BP_ABI_ERR_INVALID;
-  const float *x = ref_in(args, 0), *dy = ref_in(args, 1);
-  float *dw = ref_out(args, 0), *db = g.r.has_bias ? ref_out(args, 1) : NULL, *col = args->workspace;
+  if (!conv_check_run(args, OPS_PASS_BWD_FILTER, &g)) return BP_ABI_ERR_INVALID;
+  const float *x = bp_sdk_input_f32(args, 0), *dy = bp_sdk_input_f32(args, 1);
+  float *dw = bp_sdk_output_f32(args, 0), *db = g.r.has_bias ? bp_sdk_output_f32(args, 1) : NULL;
+  float *col = args->workspace;
   const gather q = im2col_of(&g);
   const int64_t kkg = g.r.kh * g.r.kw * g.r.cg;
   for (int64_t n0 = 0; n0 < g.r.n; n0 += g.images) {

@@ -22,18 +22,18 @@
 #include "blas-impl.h"
 
 typedef struct fc_geom {
-  ref_fc_geom r; /* the checked geometry (weighted.c) */
+  ops_fc_geom r; /* the checked geometry (ops/shared/weighted_check.h) */
   blas_mat xm, wm, ym; /* [N, F], [O, F], [N, O] */
 } fc_geom;
 
 /* The validity checks of the reference (the same messages), then the
  * matrix layouts and the BLAS int range. */
-static int fc_check(const bp_abi_kernel_args *args, ref_pass pass, fc_geom *g, char *reason,
+static int fc_check(const bp_abi_kernel_args *args, ops_pass pass, fc_geom *g, char *reason,
                     size_t rs) {
-  if (!ref_fc_check(args, pass, &g->r, reason, rs)) return 0;
-  const char *xname = pass == REF_PASS_BWD_DATA ? "dx" : "x";
-  const char *wname = pass == REF_PASS_BWD_FILTER ? "dw" : "w";
-  const char *yname = pass == REF_PASS_FWD ? "y" : "dy";
+  if (!ops_fc_check(args, pass, &g->r, reason, rs)) return 0;
+  const char *xname = pass == OPS_PASS_BWD_DATA ? "dx" : "x";
+  const char *wname = pass == OPS_PASS_BWD_FILTER ? "dw" : "w";
+  const char *yname = pass == OPS_PASS_FWD ? "y" : "dy";
 
   /* ---- this module's own limits ---- */
   if (!blas_view(g->r.x, 1, xname, "N rows of H*W*C features", &g->xm, reason, rs) ||
@@ -55,13 +55,14 @@ static int fc_check(const bp_abi_kernel_args *args, ref_pass pass, fc_geom *g, c
     fc_geom g;                                                                              \
     return fc_check(args, pass, &g, reason, rs);                                            \
   }
-FC_SUPPORTS(fc_supports_fwd, REF_PASS_FWD)
-FC_SUPPORTS(fc_supports_bwd_data, REF_PASS_BWD_DATA)
-FC_SUPPORTS(fc_supports_bwd_filter, REF_PASS_BWD_FILTER)
+FC_SUPPORTS(fc_supports_fwd, OPS_PASS_FWD)
+FC_SUPPORTS(fc_supports_bwd_data, OPS_PASS_BWD_DATA)
+FC_SUPPORTS(fc_supports_bwd_filter, OPS_PASS_BWD_FILTER)
 
-static int fc_check_run(const bp_abi_kernel_args *args, ref_pass pass, fc_geom *g) {
-  char reason[REF_REASON_MAX];
-  return fc_check(args, pass, g, reason, sizeof reason) && ref_check_ptrs(args, NULL, NULL, 0);
+static int fc_check_run(const bp_abi_kernel_args *args, ops_pass pass, fc_geom *g) {
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  return fc_check(args, pass, g, reason, rs) && bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs);
 }
 
 /* fc.fwd
@@ -70,9 +71,10 @@ static int fc_check_run(const bp_abi_kernel_args *args, ref_pass pass, fc_geom *
 static int fc_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   fc_geom g;
-  if (!fc_check_run(args, REF_PASS_FWD, &g)) return BP_ABI_ERR_INVALID;
-  const float *x = ref_in(args, 0), *w = ref_in(args, 1), *b = g.r.has_bias ? ref_in(args, 2) : NULL;
-  float *y = ref_out(args, 0);
+  if (!fc_check_run(args, OPS_PASS_FWD, &g)) return BP_ABI_ERR_INVALID;
+  const float *x = bp_sdk_input_f32(args, 0), *w = bp_sdk_input_f32(args, 1);
+  const float *b = g.r.has_bias ? bp_sdk_input_f32(args, 2) : NULL;
+  float *y = bp_sdk_output_f32(args, 0);
   if (b) blas_fill_rows(y, g.ym.ld, g.r.n, g.r.o, b, g.r.b->stride[3]);
   BLAS_TRY(
       blas_sgemm(0, 1, g.r.n, g.r.o, g.r.f, x, g.xm.ld, w, g.wm.ld, b ? 1.0f : 0.0f, y, g.ym.ld));
@@ -85,9 +87,9 @@ static int fc_run_fwd(void *user, const bp_abi_kernel_args *args) {
 static int fc_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   fc_geom g;
-  if (!fc_check_run(args, REF_PASS_BWD_DATA, &g)) return BP_ABI_ERR_INVALID;
-  const float *dy = ref_in(args, 0), *w = ref_in(args, 1);
-  float *dx = ref_out(args, 0);
+  if (!fc_check_run(args, OPS_PASS_BWD_DATA, &g)) return BP_ABI_ERR_INVALID;
+  const float *dy = bp_sdk_input_f32(args, 0), *w = bp_sdk_input_f32(args, 1);
+  float *dx = bp_sdk_output_f32(args, 0);
   BLAS_TRY(blas_sgemm(0, 0, g.r.n, g.r.f, g.r.o, dy, g.ym.ld, w, g.wm.ld,
                       g.r.accumulate ? 1.0f : 0.0f, dx, g.xm.ld));
   return BP_ABI_OK;
@@ -99,9 +101,9 @@ static int fc_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
 static int fc_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   fc_geom g;
-  if (!fc_check_run(args, REF_PASS_BWD_FILTER, &g)) return BP_ABI_ERR_INVALID;
-  const float *x = ref_in(args, 0), *dy = ref_in(args, 1);
-  float *dw = ref_out(args, 0), *db = g.r.has_bias ? ref_out(args, 1) : NULL;
+  if (!fc_check_run(args, OPS_PASS_BWD_FILTER, &g)) return BP_ABI_ERR_INVALID;
+  const float *x = bp_sdk_input_f32(args, 0), *dy = bp_sdk_input_f32(args, 1);
+  float *dw = bp_sdk_output_f32(args, 0), *db = g.r.has_bias ? bp_sdk_output_f32(args, 1) : NULL;
   BLAS_TRY(blas_sgemm(1, 0, g.r.o, g.r.f, g.r.n, dy, g.ym.ld, x, g.xm.ld,
                       g.r.accumulate ? 1.0f : 0.0f, dw, g.wm.ld));
   if (db) blas_sum_rows(dy, g.ym.ld, g.r.n, g.r.o, db, g.r.b->stride[3], g.r.accumulate);

@@ -13,12 +13,13 @@ int blas_view(const bp_abi_tensor *t, int split, const char *name, const char *r
   int64_t cols = 1;
   for (int d = 3; d >= split; d--) {
     if (t->shape[d] > 1 && t->stride[d] != cols)
-      return ref_fail(reason, reason_size,
-                      "%s: device strides [%lld,%lld,%lld,%lld] (padded_c %lld) do not form a "
-                      "matrix of %s with adjacent values; the reference kernel serves this layout",
-                      name, (long long)t->stride[0], (long long)t->stride[1],
-                      (long long)t->stride[2], (long long)t->stride[3], (long long)t->padded_c,
-                      row_what);
+      return bp_sdk_fail(reason, reason_size,
+                         "%s: device strides [%lld,%lld,%lld,%lld] (padded_c %lld) do not form a "
+                         "matrix of %s with adjacent values; the reference kernel serves this "
+                         "layout",
+                         name, (long long)t->stride[0], (long long)t->stride[1],
+                         (long long)t->stride[2], (long long)t->stride[3], (long long)t->padded_c,
+                         row_what);
     cols *= t->shape[d];
   }
   /* rows: evenly spaced */
@@ -29,13 +30,13 @@ int blas_view(const bp_abi_tensor *t, int split, const char *name, const char *r
     if (ld < 0) {
       ld = t->stride[d];
     } else if (t->stride[d] != next) {
-      return ref_fail(reason, reason_size,
-                      "%s: device strides [%lld,%lld,%lld,%lld] do not space the %s evenly; the "
-                      "reference kernel serves this layout",
-                      name, (long long)t->stride[0], (long long)t->stride[1],
-                      (long long)t->stride[2], (long long)t->stride[3], row_what);
+      return bp_sdk_fail(reason, reason_size,
+                         "%s: device strides [%lld,%lld,%lld,%lld] do not space the %s evenly; the "
+                         "reference kernel serves this layout",
+                         name, (long long)t->stride[0], (long long)t->stride[1],
+                         (long long)t->stride[2], (long long)t->stride[3], row_what);
     }
-    next = t->stride[d] * t->shape[d]; /* cannot overflow: ref_check_tensor bounded the span */
+    next = t->stride[d] * t->shape[d]; /* cannot overflow: bp_sdk_check_tensor bounded the span */
   }
   if (ld < cols) ld = cols; /* one row (any stride), or nested strides give ld >= cols anyway */
   m->rows = rows, m->cols = cols, m->ld = ld;
@@ -44,8 +45,8 @@ int blas_view(const bp_abi_tensor *t, int split, const char *name, const char *r
 
 int blas_check_int(int64_t v, const char *what, char *reason, size_t reason_size) {
   if (v < 0 || v > INT_MAX)
-    return ref_fail(reason, reason_size, "%s is %lld, beyond the 32-bit BLAS interface", what,
-                    (long long)v);
+    return bp_sdk_fail(reason, reason_size, "%s is %lld, beyond the 32-bit BLAS interface", what,
+                       (long long)v);
   return 1;
 }
 

@@ -8,15 +8,16 @@
  * overrides that.
  *
  * Threads: the library runs every GEMM on its own threads. Their count is
- * BP_BLAS_THREADS when that is set (an integer 1..1024, applied once at
- * init; it holds for the whole process and for every calling thread), else
- * the library's default (OpenBLAS: OPENBLAS_NUM_THREADS, OMP_NUM_THREADS,
- * else one per core; oneDNN: OpenMP's, OMP_NUM_THREADS else one per core).
- * With several ranks as threads in one process, BP_BLAS_THREADS=1 (or
- * cores / ranks) avoids oversubscription. The count is logged at info level
- * (BP_LOG=info), with the library's configuration (openblas.c: the kernel
- * set, "core", in use and who chose it). */
-#include <errno.h>
+ * the one the host lends the calling rank (ABI 1.4, args->threads->count:
+ * the rank's share of the cores, threads.h), applied before every run, so
+ * ranks never oversubscribe the machine and no environment variable is
+ * involved. Where the args carry no thread service (a host older than 1.4,
+ * or a caller that passes none) the library keeps its default (OpenBLAS:
+ * OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, else one per core; oneDNN:
+ * OpenMP's). The library's configuration is logged at info level
+ * (BP_LOG=info; openblas.c: the kernel set, "core", in use and who chose
+ * it). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -33,38 +34,59 @@
 #define BLAS_MODULE_BUILD_ID "unknown"
 #endif
 
-#define BLAS_MAX_THREADS 1024
-
 static const bp_abi_kernel *const blas_kernels[] = {
     &blas_conv2d_fwd, &blas_conv2d_bwd_data, &blas_conv2d_bwd_filter,
     &blas_fc_fwd,     &blas_fc_bwd_data,     &blas_fc_bwd_filter,
 };
+#define BLAS_KERNEL_COUNT (sizeof blas_kernels / sizeof blas_kernels[0])
 
-/* Applies BP_BLAS_THREADS when set; a value that is not an integer in
- * 1..BLAS_MAX_THREADS is reported and ignored (the library keeps its
- * default). Then logs the library and the count in use. */
-static void blas_threads_init(const bp_abi_host *host) {
-  const char *text = getenv("BP_BLAS_THREADS");
-  const char *source = "the library's default";
-  char message[512];
-  if (text && *text) {
-    char *end = NULL;
-    errno = 0;
-    const long n = strtol(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || n < 1 || n > BLAS_MAX_THREADS) {
-      snprintf(message, sizeof message,
-               "%s: BP_BLAS_THREADS='%.64s' is not a thread count in 1..%d; keeping the "
-               "library's default",
-               BLAS_MODULE_NAME, text, BLAS_MAX_THREADS);
-      ops_host_log(host, BP_ABI_LOG_WARN, message);
-    } else {
-      blas_provider_set_threads((int)n);
-      source = "BP_BLAS_THREADS";
-    }
+/* The threads the host lends this call's rank, or 0 (keep the library's
+ * count) where the args end before `threads` or carry none. */
+static int blas_threads_of(const bp_abi_kernel_args *a) {
+  const size_t end = offsetof(bp_abi_kernel_args, threads) + sizeof a->threads;
+  if (a->struct_size < end || !a->threads || a->threads->count < 1) return 0;
+  return a->threads->count;
+}
+
+/* What the module registers: each kernel's descriptor with a run() that
+ * first applies the rank's thread count (user, supports() and the rest are
+ * the kernel's own). One wrapper per table slot, as run() has no room for
+ * the slot. */
+#define BLAS_THREADED_RUN(i)                                                  \
+  static int blas_threaded_run_##i(void *user, const bp_abi_kernel_args *a) { \
+    blas_provider_use_threads(blas_threads_of(a));                            \
+    return blas_kernels[i]->run(user, a);                                     \
   }
-  char what[320];
+BLAS_THREADED_RUN(0)
+BLAS_THREADED_RUN(1)
+BLAS_THREADED_RUN(2)
+BLAS_THREADED_RUN(3)
+BLAS_THREADED_RUN(4)
+BLAS_THREADED_RUN(5)
+static int (*const blas_threaded_runs[])(void *, const bp_abi_kernel_args *) = {
+    blas_threaded_run_0, blas_threaded_run_1, blas_threaded_run_2,
+    blas_threaded_run_3, blas_threaded_run_4, blas_threaded_run_5,
+};
+_Static_assert(sizeof blas_threaded_runs / sizeof blas_threaded_runs[0] == BLAS_KERNEL_COUNT,
+               "one threaded run() per kernel");
+
+static int blas_register(const bp_abi_host *host) {
+  bp_abi_kernel threaded[BLAS_KERNEL_COUNT];
+  const bp_abi_kernel *table[BLAS_KERNEL_COUNT];
+  for (size_t i = 0; i < BLAS_KERNEL_COUNT; i++) {
+    threaded[i] = *blas_kernels[i];
+    threaded[i].run = blas_threaded_runs[i];
+    table[i] = &threaded[i];
+  }
+  return ops_register_kernels(host, BLAS_MODULE_NAME, table, BLAS_KERNEL_COUNT);
+}
+
+/* Logs the library in use. */
+static void blas_log_library(const bp_abi_host *host) {
+  char what[320], message[512];
   blas_provider_describe(what, sizeof what);
-  snprintf(message, sizeof message, "%s: %s (threads: %s)", BLAS_MODULE_NAME, what, source);
+  snprintf(message, sizeof message, "%s: %s (threads per call: the rank's share, from the host)",
+           BLAS_MODULE_NAME, what);
   ops_host_log(host, BP_ABI_LOG_INFO, message);
 }
 
@@ -76,9 +98,8 @@ static int blas_init(const bp_abi_host *host) {
     if (host->error) host->error(host->ctx, message); /* the loader's record says why */
     return BP_ABI_ERR_UNSUPPORTED;
   }
-  const int rc = ops_register_kernels(host, BLAS_MODULE_NAME, blas_kernels,
-                                      sizeof blas_kernels / sizeof blas_kernels[0]);
-  if (rc == BP_ABI_OK) blas_threads_init(host);
+  const int rc = blas_register(host);
+  if (rc == BP_ABI_OK) blas_log_library(host);
   return rc;
 }
 

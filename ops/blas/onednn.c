@@ -6,7 +6,7 @@
  * kernels for the CPU it runs on. Debian's oneDNN runs its threads on
  * OpenMP: a GEMM uses as many threads as omp_get_max_threads() says in the
  * calling thread, and every thread (each rank of a process is one) has its
- * own count. So the count BP_BLAS_THREADS names is applied in each calling
+ * own count. So the rank's count (module.c) is applied in each calling
  * thread, before its GEMM, when that thread's count differs.
  * BP_DNNL_LIBRARY names another oneDNN library file to load (a newer
  * build, say); it must have the same C API and run on OpenMP. */
@@ -27,7 +27,6 @@ static struct {
   /* OpenMP's, found through oneDNN's own dependencies */
   void (*omp_set_num_threads)(int);
   int (*omp_get_max_threads)(void);
-  int threads; /* per GEMM call; 0: OpenMP's default */
 } dnnl_lib;
 
 #define SYMBOL(lib, name, field) \
@@ -55,19 +54,20 @@ int blas_provider_load(char *reason, size_t size) {
   return 1;
 }
 
-void blas_provider_set_threads(int threads) { dnnl_lib.threads = threads; }
+/* OpenMP's count is per thread: each rank's thread keeps its own. */
+void blas_provider_use_threads(int threads) {
+  if (threads > 0 && dnnl_lib.omp_get_max_threads() != threads)
+    dnnl_lib.omp_set_num_threads(threads); /* this thread's count, from now on */
+}
 
 void blas_provider_describe(char *text, size_t size) {
   const dnnl_version_t *v = dnnl_lib.version();
-  const int threads = dnnl_lib.threads ? dnnl_lib.threads : dnnl_lib.omp_get_max_threads();
   snprintf(text, size, "oneDNN %d.%d.%d (OpenMP), %d threads", v->major, v->minor, v->patch,
-           threads);
+           dnnl_lib.omp_get_max_threads());
 }
 
 int blas_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a,
                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-  if (dnnl_lib.threads && dnnl_lib.omp_get_max_threads() != dnnl_lib.threads)
-    dnnl_lib.omp_set_num_threads(dnnl_lib.threads); /* this thread's count, from now on */
   const dnnl_status_t st = dnnl_lib.sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f,
                                           a, lda, b, ldb, beta, c, ldc);
   if (st == dnnl_success) return BP_ABI_OK;

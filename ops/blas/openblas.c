@@ -78,7 +78,11 @@ int blas_provider_load(char *reason, size_t size) {
          SYMBOL(lib, "openblas_get_corename", get_corename);
 }
 
-void blas_provider_set_threads(int threads) { blas_lib.set_num_threads(threads); }
+/* OpenBLAS's count is one for the process; every rank of a process asks
+ * for the same share, so it is set once and then only read. */
+void blas_provider_use_threads(int threads) {
+  if (threads > 0 && blas_lib.get_num_threads() != threads) blas_lib.set_num_threads(threads);
+}
 
 void blas_provider_describe(char *text, size_t size) {
   snprintf(text, size, "%.120s, core %.32s (%s), %d threads", blas_lib.get_config(),

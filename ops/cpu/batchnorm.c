@@ -10,20 +10,19 @@
  * reference's, with the same double and float operations in the same
  * order (no contraction: -ffp-contract=off); the per-channel scalars
  * (sqrt, running statistics, dgamma and dbeta) are the reference's own
- * functions (ref_bn_*, reference-impl.h).
+ * functions (ops_bn_*, ops/shared/batchnorm_steps.h), and so are the checks.
  *
  * Layouts: any strides the reference takes, provided the x-shaped tensors
  * (x, y, dy, dx) have contiguous channels (stride[3] 1, padded channels
  * allowed; or C 1); others are refused with a reason and the reference
  * serves them. The [1,1,1,C] tensors may have any channel stride. No
- * x-shaped output overlaps an input (ref_check_ptrs), hence restrict; the
+ * x-shaped output overlaps an input (bp_sdk_check_ptrs), hence restrict; the
  * running statistics (which may be updated in place) are only touched by
  * the scalar code. */
 #include "cpu-impl.h"
+#include "shared/batchnorm_steps.h"
 
-#define BN_BLOCK 64 /* channels per pass over the pixels, as in the reference */
-
-typedef enum bn_pass { BN_TRAIN, BN_EVAL, BN_BWD } bn_pass;
+#define BN_BLOCK OPS_BN_BLOCK /* channels per pass over the pixels, as in the reference */
 
 /* The pixels of the x-shaped tensors: extents and the strides of up to
  * three of them (a: x, b: y or dy, c: dx). */
@@ -32,15 +31,17 @@ typedef struct bn_pixels {
   const bp_abi_tensor *a, *b, *c;
 } bn_pixels;
 
-/* The reference's checks (its own supports(), so the same reasons), then
- * contiguous channels in the x-shaped tensors. */
-static int bn_check(const bp_abi_kernel *ref, const bp_abi_kernel_args *args, bn_pass pass,
-                    bp_batchnorm_attrs *a, char *reason, size_t rs) {
-  if (!ref->supports(ref->user, args, reason, rs)) return 0;
-  if (!ref_read_attrs(args, a, sizeof *a, reason, rs)) return 0;
-  if (!cpu_channels_contiguous(&args->inputs[0], "x", reason, rs)) return 0;
-  if (pass == BN_BWD && !cpu_channels_contiguous(&args->inputs[1], "dy", reason, rs)) return 0;
-  return cpu_channels_contiguous(&args->outputs[0], pass == BN_BWD ? "dx" : "y", reason, rs);
+/* The reference's checks (the same reasons), then contiguous channels in
+ * the x-shaped tensors. */
+static int bn_check(const bp_abi_kernel_args *args, ops_bn_pass pass, bp_batchnorm_attrs *a,
+                    char *reason, size_t rs) {
+  if (!ops_bn_check(args, pass, a, reason, rs) ||
+      !cpu_channels_contiguous(bp_sdk_input(args, 0), "x", reason, rs))
+    return 0;
+  if (pass == OPS_BN_BWD && !cpu_channels_contiguous(bp_sdk_input(args, 1), "dy", reason, rs))
+    return 0;
+  return cpu_channels_contiguous(bp_sdk_output(args, 0), pass == OPS_BN_BWD ? "dx" : "y", reason,
+                                 rs);
 }
 
 /* ---- loops ---------------------------------------------------------------- */
@@ -51,7 +52,7 @@ CPU_INLINE void bn_sum_loop_body(const bn_pixels *p, const float *restrict x, in
   for (int64_t n = 0; n < p->n; n++)
     for (int64_t h = 0; h < p->h; h++)
       for (int64_t w = 0; w < p->w; w++) {
-        const float *xr = x + ref_off(p->a, n, h, w, 0);
+        const float *xr = x + bp_sdk_offset(p->a, n, h, w, 0);
         for (int64_t j = 0; j < nb; j++) sum[j] += (double)xr[j];
       }
 }
@@ -65,7 +66,7 @@ CPU_INLINE void bn_sqdev_loop_body(const bn_pixels *p, const float *restrict x, 
   for (int64_t n = 0; n < p->n; n++)
     for (int64_t h = 0; h < p->h; h++)
       for (int64_t w = 0; w < p->w; w++) {
-        const float *xr = x + ref_off(p->a, n, h, w, 0);
+        const float *xr = x + bp_sdk_offset(p->a, n, h, w, 0);
         for (int64_t j = 0; j < nb; j++) {
           const double v = xr[j];
           var[j] += (v - mean[j]) * (v - mean[j]);
@@ -84,8 +85,8 @@ CPU_INLINE void bn_apply_loop_body(const bn_pixels *p, const float *restrict x,
   for (int64_t n = 0; n < p->n; n++)
     for (int64_t h = 0; h < p->h; h++)
       for (int64_t w = 0; w < p->w; w++) {
-        const float *xr = x + ref_off(p->a, n, h, w, 0);
-        float *yr = y + ref_off(p->b, n, h, w, 0);
+        const float *xr = x + bp_sdk_offset(p->a, n, h, w, 0);
+        float *yr = y + bp_sdk_offset(p->b, n, h, w, 0);
         for (int64_t j = 0; j < nb; j++) yr[j] = (float)(xr[j] * scale[j] + shift[j]);
       }
 }
@@ -102,8 +103,8 @@ CPU_INLINE void bn_bwd_sums_loop_body(const bn_pixels *p, const float *restrict 
   for (int64_t n = 0; n < p->n; n++)
     for (int64_t h = 0; h < p->h; h++)
       for (int64_t w = 0; w < p->w; w++) {
-        const float *xr = x + ref_off(p->a, n, h, w, 0);
-        const float *dyr = dy + ref_off(p->b, n, h, w, 0);
+        const float *xr = x + bp_sdk_offset(p->a, n, h, w, 0);
+        const float *dyr = dy + bp_sdk_offset(p->b, n, h, w, 0);
         for (int64_t j = 0; j < nb; j++) {
           const double g = dyr[j];
           sdy[j] += g;
@@ -126,9 +127,9 @@ CPU_INLINE void bn_bwd_dx_mode(const bn_pixels *p, const float *restrict x,
   for (int64_t n = 0; n < p->n; n++)
     for (int64_t h = 0; h < p->h; h++)
       for (int64_t w = 0; w < p->w; w++) {
-        const float *xr = x + ref_off(p->a, n, h, w, 0);
-        const float *dyr = dy + ref_off(p->b, n, h, w, 0);
-        float *dxr = dx + ref_off(p->c, n, h, w, 0);
+        const float *xr = x + bp_sdk_offset(p->a, n, h, w, 0);
+        const float *dyr = dy + bp_sdk_offset(p->b, n, h, w, 0);
+        float *dxr = dx + bp_sdk_offset(p->c, n, h, w, 0);
         for (int64_t j = 0; j < nb; j++) {
           const double xhat = (xr[j] - mean[j]) * invstd[j];
           const float g = (float)(k[j] * (dyr[j] - sdy[j] - xhat * sdyx[j]));
@@ -157,18 +158,18 @@ static int bn_supports_train(void *user, const bp_abi_kernel_args *args, char *r
                              size_t rs) {
   (void)user;
   bp_batchnorm_attrs a;
-  return bn_check(&ref_batchnorm_fwd_train, args, BN_TRAIN, &a, reason, rs);
+  return bn_check(args, OPS_BN_TRAIN, &a, reason, rs);
 }
 static int bn_supports_eval(void *user, const bp_abi_kernel_args *args, char *reason,
                             size_t rs) {
   (void)user;
   bp_batchnorm_attrs a;
-  return bn_check(&ref_batchnorm_fwd_eval, args, BN_EVAL, &a, reason, rs);
+  return bn_check(args, OPS_BN_EVAL, &a, reason, rs);
 }
 static int bn_supports_bwd(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
   bp_batchnorm_attrs a;
-  return bn_check(&ref_batchnorm_bwd, args, BN_BWD, &a, reason, rs);
+  return bn_check(args, OPS_BN_BWD, &a, reason, rs);
 }
 
 /* batchnorm.fwd_train  in: x, gamma, beta, running_mean, running_var
@@ -177,15 +178,16 @@ static int bn_supports_bwd(void *user, const bp_abi_kernel_args *args, char *rea
 static int bn_run_train(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_batchnorm_attrs a;
-  char reason[REF_REASON_MAX];
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
   static const int alias_out[] = {3, 4}, alias_in[] = {3, 4};
-  if (!bn_check(&ref_batchnorm_fwd_train, args, BN_TRAIN, &a, reason, sizeof reason) ||
-      !ref_check_ptrs(args, alias_out, alias_in, 2))
+  if (!bn_check(args, OPS_BN_TRAIN, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, alias_out, alias_in, 2, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const bp_abi_tensor *ti = args->inputs, *to = args->outputs;
-  const float *x = ref_in(args, 0);
-  const int64_t C = ti[0].shape[3], M = ti[0].shape[0] * ti[0].shape[1] * ti[0].shape[2];
-  const bn_pixels px = {ti[0].shape[0], ti[0].shape[1], ti[0].shape[2], &ti[0], &to[0], NULL};
+  const bp_abi_tensor *tx = bp_sdk_input(args, 0);
+  const float *x = bp_sdk_input_f32(args, 0);
+  const int64_t C = tx->shape[3], M = tx->shape[0] * tx->shape[1] * tx->shape[2];
+  const bn_pixels px = {tx->shape[0], tx->shape[1], tx->shape[2], tx, bp_sdk_output(args, 0), NULL};
   for (int64_t c0 = 0; c0 < C; c0 += BN_BLOCK) {
     const int64_t nb = C - c0 < BN_BLOCK ? C - c0 : BN_BLOCK;
     double mean[BN_BLOCK] = {0}, var[BN_BLOCK] = {0}, scale[BN_BLOCK], shift[BN_BLOCK];
@@ -193,8 +195,8 @@ static int bn_run_train(void *user, const bp_abi_kernel_args *args) {
     for (int64_t j = 0; j < nb; j++) mean[j] /= (double)M;
     bn_sqdev_loop(&px, x + c0, nb, mean, var);
     for (int64_t j = 0; j < nb; j++) var[j] /= (double)M;
-    ref_bn_train_channels(args, &a, c0, nb, mean, var, scale, shift); /* the reference's own */
-    bn_apply_loop(&px, x + c0, ref_out(args, 0) + c0, nb, scale, shift);
+    ops_bn_train_channels(args, &a, c0, nb, mean, var, scale, shift); /* the reference's own */
+    bn_apply_loop(&px, x + c0, bp_sdk_output_f32(args, 0) + c0, nb, scale, shift);
   }
   return BP_ABI_OK;
 }
@@ -203,19 +205,20 @@ static int bn_run_train(void *user, const bp_abi_kernel_args *args) {
 static int bn_run_eval(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_batchnorm_attrs a;
-  char reason[REF_REASON_MAX];
-  if (!bn_check(&ref_batchnorm_fwd_eval, args, BN_EVAL, &a, reason, sizeof reason) ||
-      !ref_check_ptrs(args, NULL, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!bn_check(args, OPS_BN_EVAL, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const bp_abi_tensor *ti = args->inputs;
-  const int64_t C = ti[0].shape[3];
-  const bn_pixels px = {ti[0].shape[0], ti[0].shape[1], ti[0].shape[2], &ti[0],
-                        &args->outputs[0], NULL};
+  const bp_abi_tensor *tx = bp_sdk_input(args, 0);
+  const int64_t C = tx->shape[3];
+  const bn_pixels px = {tx->shape[0], tx->shape[1], tx->shape[2], tx, bp_sdk_output(args, 0), NULL};
   for (int64_t c0 = 0; c0 < C; c0 += BN_BLOCK) {
     const int64_t nb = C - c0 < BN_BLOCK ? C - c0 : BN_BLOCK;
     double scale[BN_BLOCK], shift[BN_BLOCK];
-    ref_bn_eval_channels(args, &a, c0, nb, scale, shift);
-    bn_apply_loop(&px, ref_in(args, 0) + c0, ref_out(args, 0) + c0, nb, scale, shift);
+    ops_bn_eval_channels(args, &a, c0, nb, scale, shift);
+    bn_apply_loop(&px, bp_sdk_input_f32(args, 0) + c0, bp_sdk_output_f32(args, 0) + c0, nb, scale,
+                  shift);
   }
   return BP_ABI_OK;
 }
@@ -225,22 +228,24 @@ static int bn_run_eval(void *user, const bp_abi_kernel_args *args) {
 static int bn_run_bwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_batchnorm_attrs a;
-  char reason[REF_REASON_MAX];
-  if (!bn_check(&ref_batchnorm_bwd, args, BN_BWD, &a, reason, sizeof reason) ||
-      !ref_check_ptrs(args, NULL, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!bn_check(args, OPS_BN_BWD, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const bp_abi_tensor *ti = args->inputs, *to = args->outputs;
-  const float *x = ref_in(args, 0), *dy = ref_in(args, 1);
-  float *dx = ref_out(args, 0);
-  const int64_t C = ti[0].shape[3];
-  const bn_pixels px = {ti[0].shape[0], ti[0].shape[1], ti[0].shape[2], &ti[0], &ti[1], &to[0]};
+  const bp_abi_tensor *tx = bp_sdk_input(args, 0);
+  const float *x = bp_sdk_input_f32(args, 0), *dy = bp_sdk_input_f32(args, 1);
+  float *dx = bp_sdk_output_f32(args, 0);
+  const int64_t C = tx->shape[3];
+  const bn_pixels px = {tx->shape[0], tx->shape[1], tx->shape[2], tx, bp_sdk_input(args, 1),
+                        bp_sdk_output(args, 0)};
   for (int64_t c0 = 0; c0 < C; c0 += BN_BLOCK) {
     const int64_t nb = C - c0 < BN_BLOCK ? C - c0 : BN_BLOCK;
     double mean[BN_BLOCK], invstd[BN_BLOCK], sdy[BN_BLOCK] = {0}, sdyx[BN_BLOCK] = {0};
     double k[BN_BLOCK];
-    ref_bn_saved_stats(args, c0, nb, mean, invstd);
+    ops_bn_saved_stats(args, c0, nb, mean, invstd);
     bn_bwd_sums_loop(&px, x + c0, dy + c0, nb, mean, invstd, sdy, sdyx);
-    ref_bn_bwd_channels(args, &a, c0, nb, invstd, sdy, sdyx, k); /* the reference's own */
+    ops_bn_bwd_channels(args, &a, c0, nb, invstd, sdy, sdyx, k); /* the reference's own */
     bn_bwd_dx_loop(&px, x + c0, dy + c0, dx + c0, nb, mean, invstd, k, sdy, sdyx, a.accumulate);
   }
   return BP_ABI_OK;

@@ -22,12 +22,11 @@
  * a*b+c fused into an FMA, which AVX-512 and clang's default contraction
  * would otherwise do) and -fno-math-errno (so sqrtf becomes vsqrtps; the
  * value is the same correctly rounded square root, only errno is not set),
- * never with fast-math. The reference module is compiled without
- * contraction too: gcc's ISO C mode (-std=c11) defaults to
- * -ffp-contract=off, and the baseline x86-64 ISA it targets has no FMA
- * instruction for clang to contract into (ops/reference does not force
- * -ffp-contract=off itself: clang with -march=native in CMAKE_C_FLAGS
- * would fuse there, and the two modules would then differ).
+ * never with fast-math. The reference module is compiled with
+ * -ffp-contract=off too (ops/reference/CMakeLists.txt), so neither fuses
+ * whatever -march CMAKE_C_FLAGS names. The shared per-channel steps of
+ * batch norm (ops/shared/batchnorm_steps.h) are compiled into both
+ * modules under these flags.
  *   One caveat, which IEEE 754 leaves open: when both operands of one
  * addition are NaNs with different payloads, which payload survives
  * depends on the operand order the compiler picked, here and in the
@@ -36,16 +35,18 @@
  * input meeting a number, or a NaN the arithmetic makes) has the same
  * bits.
  *
- * Arguments: supports() is the reference kernel's own supports()
- * (ops/reference/range.c, elementwise.c, pool.c and batchnorm.c are
- * compiled in, with common.c), so this module accepts and refuses what the reference does,
- * with the same reasons; then it refuses, with a reason, the layouts its
+ * Arguments: supports() runs the reference kernel's own checks (the module
+ * SDK, abi/bp_abi_sdk.h, and ops/shared/range_check.h, elementwise_check.h,
+ * pool_check.h and batchnorm_steps.h, which ops/reference uses too), so
+ * this module accepts and refuses what the reference does, with the same
+ * reasons; then it refuses, with a reason, the layouts its
  * flat loops cannot take: relu tensors whose logical elements are not one
  * dense run (cpu_dense), maxpool and batchnorm tensors (x-shaped ones for
  * batchnorm) whose channels are not contiguous (cpu_channels_contiguous),
  * which the reference then serves. Range spans
  * are always dense ([1,1,1,E], stride 1). run() repeats the checks, then
- * ref_check_ptrs, and returns BP_ABI_ERR_INVALID when one fails.
+ * bp_sdk_check_ptrs, with the host's reason buffer, and returns
+ * BP_ABI_ERR_INVALID when one fails.
  *
  * ISA dispatch: each inner loop is written once (an always-inline body)
  * and instantiated three times, for AVX-512F, AVX2 and the x86-64 baseline
@@ -65,7 +66,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "reference-impl.h"
+#include "bp_abi.h"
+#include "bp_abi_ops.h"
+#include "bp_abi_sdk.h"
 
 #define CPU_IMPL "cpu"
 #define CPU_DEVICE "cpu"
@@ -117,7 +120,7 @@ const char *cpu_isa_name(cpu_isa_level isa);
 /* 1 when t's logical elements are one dense run in NHWC order (every
  * dimension of extent > 1 strided by the product of the extents inside
  * it), so element i of the compact order is at ptr + i; else 0 with a
- * reason naming `name`. t went through ref_check_tensor. */
+ * reason naming `name`. t went through bp_sdk_check_tensor. */
 int cpu_dense(const bp_abi_tensor *t, const char *name, char *reason, size_t reason_size);
 
 /* 1 when t's channels are contiguous (stride[3] 1, or one channel), so

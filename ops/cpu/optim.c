@@ -8,11 +8,13 @@
  * so each loop is straight-line code the compiler vectorizes. The scalar
  * factors of AdamW (bias corrections, decay, step size) are formed in
  * double exactly as the reference forms them. grad, w, m and v never
- * overlap (ref_check_ptrs), hence restrict. */
+ * overlap (bp_sdk_check_ptrs), hence restrict. The checks are the
+ * reference's own (ops/shared/range_check.h). */
 #include <math.h>
 #include <string.h>
 
 #include "cpu-impl.h"
+#include "shared/range_check.h"
 
 /* ---- loops ---------------------------------------------------------------- */
 
@@ -71,41 +73,31 @@ CPU_DISPATCH(adamw_loop,
 
 /* ---- kernels ---------------------------------------------------------------- */
 
-/* The FP32 scalar input i. */
-static float scalar_in(const bp_abi_kernel_args *args, int i) {
-  float v;
-  memcpy(&v, args->input_ptrs[i], sizeof v);
-  return v;
-}
-
-/* supports(): the reference's (spans are always one dense run). */
+/* supports(): the reference's checks (spans are always one dense run). */
 static int sgd_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
-  return ref_range_sgd.supports(ref_range_sgd.user, args, reason, rs);
+  bp_optimizer_attrs a;
+  return ops_sgd_check(args, &a, reason, rs);
 }
 static int adamw_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
-  return ref_range_adamw.supports(ref_range_adamw.user, args, reason, rs);
-}
-
-/* The checks of run(): supports(), the attribute block, the pointers. */
-static int optim_check_run(const bp_abi_kernel *ref, const bp_abi_kernel_args *args,
-                           bp_optimizer_attrs *a) {
-  char reason[REF_REASON_MAX];
-  return ref->supports(ref->user, args, reason, sizeof reason) &&
-         ref_read_attrs(args, a, sizeof *a, reason, sizeof reason) &&
-         ref_check_ptrs(args, NULL, NULL, 0);
+  bp_optimizer_attrs a;
+  return ops_adamw_check(args, &a, reason, rs);
 }
 
 /* range.sgd  in: grad, lr   out: w, m (sgd_run). */
 static int sgd_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_optimizer_attrs a;
-  if (!optim_check_run(&ref_range_sgd, args, &a)) return BP_ABI_ERR_INVALID;
-  const float lr = scalar_in(args, 1);
-  if (!isfinite(lr)) return BP_ABI_ERR_INVALID;
-  sgd_loop(ref_out(args, 0), ref_out(args, 1), ref_in(args, 0), args->inputs[0].shape[3], lr,
-           a.momentum, a.weight_decay, a.nesterov);
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  float lr, step;
+  if (!ops_sgd_check(args, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs) ||
+      !ops_update_scalars(args, -1, &lr, &step))
+    return BP_ABI_ERR_INVALID;
+  sgd_loop(bp_sdk_output_f32(args, 0), bp_sdk_output_f32(args, 1), bp_sdk_input_f32(args, 0),
+           bp_sdk_input(args, 0)->shape[3], lr, a.momentum, a.weight_decay, a.nesterov);
   return BP_ABI_OK;
 }
 
@@ -113,9 +105,13 @@ static int sgd_run(void *user, const bp_abi_kernel_args *args) {
 static int adamw_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_optimizer_attrs a;
-  if (!optim_check_run(&ref_range_adamw, args, &a)) return BP_ABI_ERR_INVALID;
-  const float lr = scalar_in(args, 1), step = scalar_in(args, 2);
-  if (!isfinite(lr) || !isfinite(step) || !(step >= 1.0f)) return BP_ABI_ERR_INVALID;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  float lr, step;
+  if (!ops_adamw_check(args, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs) ||
+      !ops_update_scalars(args, 2, &lr, &step))
+    return BP_ABI_ERR_INVALID;
   const double t = step;
   const double bc1 = 1.0 - pow((double)a.beta1, t), bc2 = 1.0 - pow((double)a.beta2, t);
   adamw_factors f;
@@ -124,8 +120,8 @@ static int adamw_run(void *user, const bp_abi_kernel_args *args) {
   f.bc2_sqrt = (float)sqrt(bc2);
   f.c1 = (float)(1.0 - (double)a.beta1), f.c2 = (float)(1.0 - (double)a.beta2);
   f.b1 = a.beta1, f.b2 = a.beta2, f.eps = a.eps;
-  adamw_loop(ref_out(args, 0), ref_out(args, 1), ref_out(args, 2), ref_in(args, 0),
-             args->inputs[0].shape[3], f);
+  adamw_loop(bp_sdk_output_f32(args, 0), bp_sdk_output_f32(args, 1), bp_sdk_output_f32(args, 2),
+             bp_sdk_input_f32(args, 0), bp_sdk_input(args, 0)->shape[3], f);
   return BP_ABI_OK;
 }
 

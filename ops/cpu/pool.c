@@ -17,58 +17,36 @@
  * Layouts: any strides the reference takes, provided the channels of every
  * tensor are contiguous (stride[3] 1, padded channels allowed; or C 1);
  * others are refused with a reason and the reference serves them. Outputs
- * never overlap inputs (ref_check_ptrs), hence restrict. */
+ * never overlap inputs (bp_sdk_check_ptrs), hence restrict. The checks and
+ * the window geometry are the reference's own (ops/shared/pool_check.h). */
 #include <string.h>
 
 #include "cpu-impl.h"
+#include "shared/pool_check.h"
 
 /* ---- layout --------------------------------------------------------------- */
 
 int cpu_channels_contiguous(const bp_abi_tensor *t, const char *name, char *reason, size_t rs) {
   if (t->shape[3] == 1 || t->stride[3] == 1) return 1;
-  return ref_fail(reason, rs,
-                  "%s: channels are not contiguous (channel stride %lld); the fast loop needs "
-                  "NHWC with channel stride 1, the reference kernel serves it",
-                  name, (long long)t->stride[3]);
+  return bp_sdk_fail(reason, rs,
+                     "%s: channels are not contiguous (channel stride %lld); the fast loop needs "
+                     "NHWC with channel stride 1, the reference kernel serves it",
+                     name, (long long)t->stride[3]);
 }
 
-/* The checked geometry of one call. x stands for dx and y for dy in the
- * backward, as in the reference. */
-typedef struct pool_dims {
-  const bp_abi_tensor *x, *y, *mask;
-  int64_t n, h, w, c, oh, ow, kh, kw, sh, sw, ph, pw;
-  int accumulate;
-} pool_dims;
+/* The checked geometry of one call (x stands for dx and y for dy in the
+ * backward). */
+typedef ops_pool_geom pool_dims;
 
-/* The reference's checks (its own supports(), so the same reasons), then
- * contiguous channels in x, y and mask. */
-static int pool_check(const bp_abi_kernel *ref, const bp_abi_kernel_args *args, int fwd,
-                      pool_dims *d, char *reason, size_t rs) {
-  if (!ref->supports(ref->user, args, reason, rs)) return 0;
-  bp_pool_attrs a;
-  if (!ref_read_attrs(args, &a, sizeof a, reason, rs)) return 0;
-  d->x = fwd ? &args->inputs[0] : &args->outputs[0];
-  d->y = fwd ? &args->outputs[0] : &args->inputs[0];
-  d->mask = fwd ? &args->outputs[1] : &args->inputs[1];
-  if (!cpu_channels_contiguous(d->x, fwd ? "x" : "dx", reason, rs) ||
-      !cpu_channels_contiguous(d->y, fwd ? "y" : "dy", reason, rs) ||
-      !cpu_channels_contiguous(d->mask, "mask", reason, rs))
-    return 0;
-  d->n = d->x->shape[0], d->h = d->x->shape[1], d->w = d->x->shape[2], d->c = d->x->shape[3];
-  d->oh = d->y->shape[1], d->ow = d->y->shape[2]; /* the reference checked them */
-  d->kh = a.kernel_h, d->kw = a.kernel_w, d->sh = a.stride_h, d->sw = a.stride_w;
-  d->ph = a.pad_h, d->pw = a.pad_w;
-  d->accumulate = a.accumulate;
-  return 1;
-}
-
-/* In-bounds tap range of one window along one side: taps [k0, k1) (the
- * reference's pool_taps). */
-static inline void pool_taps(int64_t o, int64_t stride, int64_t pad, int64_t kernel,
-                             int64_t extent, int64_t *k0, int64_t *k1) {
-  const int64_t start = o * stride - pad;
-  *k0 = start < 0 ? -start : 0;
-  *k1 = start + kernel > extent ? extent - start : kernel;
+/* The reference's checks (the same reasons), then contiguous channels in
+ * x, y and mask. */
+static int pool_check(ops_pool_kind kind, const bp_abi_kernel_args *args, pool_dims *d,
+                      char *reason, size_t rs) {
+  if (!ops_pool_check(args, kind, d, reason, rs)) return 0;
+  const int fwd = kind == OPS_POOL_MAX_FWD;
+  return cpu_channels_contiguous(d->x, fwd ? "x" : "dx", reason, rs) &&
+         cpu_channels_contiguous(d->y, fwd ? "y" : "dy", reason, rs) &&
+         cpu_channels_contiguous(d->mask, "mask", reason, rs);
 }
 
 /* The window of output (oh, ow): its in-bounds taps [ky0, ky1) x [kx0,
@@ -79,8 +57,8 @@ typedef struct pool_window {
 
 static inline pool_window window_of(const pool_dims *d, int64_t oh, int64_t ow) {
   pool_window w;
-  pool_taps(oh, d->sh, d->ph, d->kh, d->h, &w.ky0, &w.ky1);
-  pool_taps(ow, d->sw, d->pw, d->kw, d->w, &w.kx0, &w.kx1);
+  ops_pool_taps(oh, d->sh, d->ph, d->kh, d->h, &w.ky0, &w.ky1);
+  ops_pool_taps(ow, d->sw, d->pw, d->kw, d->w, &w.kx0, &w.kx1);
   w.ih = oh * d->sh - d->ph, w.iw = ow * d->sw - d->pw;
   return w;
 }
@@ -108,19 +86,19 @@ CPU_INLINE void maxpool_fwd_loop_body(const pool_dims *d, const float *restrict 
       for (int64_t ow = 0; ow < d->ow; ow++) {
         const pool_window wi = window_of(d, oh, ow);
         const int64_t ky0 = wi.ky0, ky1 = wi.ky1, kx0 = wi.kx0, kx1 = wi.kx1, ih = wi.ih, iw = wi.iw;
-        float *yr = y + ref_off(d->y, n, oh, ow, 0);
-        int8_t *mr = mask + ref_off(d->mask, n, oh, ow, 0);
+        float *yr = y + bp_sdk_offset(d->y, n, oh, ow, 0);
+        int8_t *mr = mask + bp_sdk_offset(d->mask, n, oh, ow, 0);
         for (int64_t c0 = 0; c0 < d->c; c0 += POOL_BLOCK) {
           const int64_t nb = d->c - c0 < POOL_BLOCK ? d->c - c0 : POOL_BLOCK;
           float best[POOL_BLOCK];
           int32_t arg[POOL_BLOCK];
           /* the first in-bounds tap is taken as it is (the reference's arg < 0) */
-          const float *first = x + ref_off(d->x, n, ih + ky0, iw + kx0, c0);
+          const float *first = x + bp_sdk_offset(d->x, n, ih + ky0, iw + kx0, c0);
           const int32_t first_tap = (int32_t)(ky0 * d->kw + kx0);
           for (int64_t j = 0; j < nb; j++) best[j] = first[j], arg[j] = first_tap;
           for (int64_t ky = ky0; ky < ky1; ky++)
             for (int64_t kx = ky == ky0 ? kx0 + 1 : kx0; kx < kx1; kx++)
-              maxpool_tap(best, arg, x + ref_off(d->x, n, ih + ky, iw + kx, c0),
+              maxpool_tap(best, arg, x + bp_sdk_offset(d->x, n, ih + ky, iw + kx, c0),
                           (int32_t)(ky * d->kw + kx), nb);
           for (int64_t j = 0; j < nb; j++) yr[c0 + j] = best[j], mr[c0 + j] = (int8_t)arg[j];
         }
@@ -144,7 +122,7 @@ CPU_INLINE void maxpool_mask_check_body(const pool_dims *d, const int8_t *restri
       for (int64_t ow = 0; ow < d->ow; ow++) {
         const pool_window wi = window_of(d, oh, ow);
         const int64_t ky0 = wi.ky0, ky1 = wi.ky1, kx0 = wi.kx0, kx1 = wi.kx1;
-        const int8_t *mr = mask + ref_off(d->mask, n, oh, ow, 0);
+        const int8_t *mr = mask + bp_sdk_offset(d->mask, n, oh, ow, 0);
         if (ky0 == 0 && ky1 == d->kh && kx0 == 0 && kx1 == d->kw) {
           for (int64_t c = 0; c < d->c; c++) any |= (int)(uint8_t)mr[c] >= taps;
         } else {
@@ -193,15 +171,15 @@ CPU_INLINE void maxpool_bwd_loop_body(const pool_dims *d, const float *restrict 
       for (int64_t ow = 0; ow < d->ow; ow++) {
         const pool_window wi = window_of(d, oh, ow);
         const int64_t ky0 = wi.ky0, ky1 = wi.ky1, kx0 = wi.kx0, kx1 = wi.kx1, ih = wi.ih, iw = wi.iw;
-        const float *dyr = dy + ref_off(d->y, n, oh, ow, 0);
-        const int8_t *mr = mask + ref_off(d->mask, n, oh, ow, 0);
+        const float *dyr = dy + bp_sdk_offset(d->y, n, oh, ow, 0);
+        const int8_t *mr = mask + bp_sdk_offset(d->mask, n, oh, ow, 0);
         for (int64_t c0 = 0; c0 < d->c; c0 += POOL_BLOCK) {
           const int64_t nb = d->c - c0 < POOL_BLOCK ? d->c - c0 : POOL_BLOCK;
           int32_t m[POOL_BLOCK]; /* widened: the select below then has one lane width */
           for (int64_t j = 0; j < nb; j++) m[j] = mr[c0 + j];
           for (int64_t ky = ky0; ky < ky1; ky++)
             for (int64_t kx = kx0; kx < kx1; kx++)
-              maxpool_scatter_tap(dx + ref_off(d->x, n, ih + ky, iw + kx, c0), dyr + c0, m,
+              maxpool_scatter_tap(dx + bp_sdk_offset(d->x, n, ih + ky, iw + kx, c0), dyr + c0, m,
                                   (int32_t)(ky * d->kw + kx), nb);
         }
       }
@@ -217,24 +195,26 @@ static int maxpool_supports_fwd(void *user, const bp_abi_kernel_args *args, char
                                 size_t rs) {
   (void)user;
   pool_dims d;
-  return pool_check(&ref_maxpool_fwd, args, 1, &d, reason, rs);
+  return pool_check(OPS_POOL_MAX_FWD, args, &d, reason, rs);
 }
 static int maxpool_supports_bwd(void *user, const bp_abi_kernel_args *args, char *reason,
                                 size_t rs) {
   (void)user;
   pool_dims d;
-  return pool_check(&ref_maxpool_bwd, args, 0, &d, reason, rs);
+  return pool_check(OPS_POOL_MAX_BWD, args, &d, reason, rs);
 }
 
 /* maxpool.fwd  in: x   out: y, mask. */
 static int maxpool_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   pool_dims d;
-  char reason[REF_REASON_MAX];
-  if (!pool_check(&ref_maxpool_fwd, args, 1, &d, reason, sizeof reason) ||
-      !ref_check_ptrs(args, NULL, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!pool_check(OPS_POOL_MAX_FWD, args, &d, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  maxpool_fwd_loop(&d, ref_in(args, 0), ref_out(args, 0), (int8_t *)args->output_ptrs[1]);
+  maxpool_fwd_loop(&d, bp_sdk_input_f32(args, 0), bp_sdk_output_f32(args, 0),
+                   (int8_t *)args->output_ptrs[1]);
   return BP_ABI_OK;
 }
 
@@ -243,21 +223,26 @@ static int maxpool_run_fwd(void *user, const bp_abi_kernel_args *args) {
 static int maxpool_run_bwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   pool_dims d;
-  char reason[REF_REASON_MAX];
-  if (!pool_check(&ref_maxpool_bwd, args, 0, &d, reason, sizeof reason) ||
-      !ref_check_ptrs(args, NULL, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!pool_check(OPS_POOL_MAX_BWD, args, &d, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const float *dy = ref_in(args, 0);
+  const float *dy = bp_sdk_input_f32(args, 0);
   const int8_t *mask = (const int8_t *)args->input_ptrs[1];
-  float *dx = ref_out(args, 0);
+  float *dx = bp_sdk_output_f32(args, 0);
   int bad = 1;
   maxpool_mask_check(&d, mask, &bad);
-  if (bad) return BP_ABI_ERR_INVALID;
+  if (bad) {
+    bp_sdk_set_reason(args, "mask: a value is no in-bounds tap of its %lldx%lld window",
+                      (long long)d.kh, (long long)d.kw);
+    return BP_ABI_ERR_INVALID;
+  }
   if (!d.accumulate) /* +0.0f is all zero bits; padded channels untouched */
     for (int64_t n = 0; n < d.n; n++)
       for (int64_t h = 0; h < d.h; h++)
         for (int64_t w = 0; w < d.w; w++)
-          memset(dx + ref_off(d.x, n, h, w, 0), 0, (size_t)d.c * sizeof(float));
+          memset(dx + bp_sdk_offset(d.x, n, h, w, 0), 0, (size_t)d.c * sizeof(float));
   maxpool_bwd_loop(&d, dy, mask, dx);
   return BP_ABI_OK;
 }

@@ -8,8 +8,10 @@
  * reference), so element i of every tensor is ptr[i]. The in-place forms
  * (y is x; dx is dy) run loops with one pointer for the shared tensor, so
  * every restrict promise holds; otherwise the output overlaps no input
- * (ref_check_ptrs). */
+ * (bp_sdk_check_ptrs). The checks are the reference's own
+ * (ops/shared/elementwise_check.h). */
 #include "cpu-impl.h"
+#include "shared/elementwise_check.h"
 
 /* ---- layout --------------------------------------------------------------- */
 
@@ -17,14 +19,14 @@ int cpu_dense(const bp_abi_tensor *t, const char *name, char *reason, size_t rs)
   int64_t inner = 1;
   for (int d = 3; d >= 0; d--) {
     if (t->shape[d] > 1 && t->stride[d] != inner)
-      return ref_fail(reason, rs,
-                      "%s: elements are not one dense run (shape [%lld,%lld,%lld,%lld], "
-                      "strides [%lld,%lld,%lld,%lld], padded_c %lld); the fast loop needs "
-                      "compact NHWC, the reference kernel serves it",
-                      name, (long long)t->shape[0], (long long)t->shape[1],
-                      (long long)t->shape[2], (long long)t->shape[3], (long long)t->stride[0],
-                      (long long)t->stride[1], (long long)t->stride[2], (long long)t->stride[3],
-                      (long long)t->padded_c);
+      return bp_sdk_fail(reason, rs,
+                         "%s: elements are not one dense run (shape [%lld,%lld,%lld,%lld], "
+                         "strides [%lld,%lld,%lld,%lld], padded_c %lld); the fast loop needs "
+                         "compact NHWC, the reference kernel serves it",
+                         name, (long long)t->shape[0], (long long)t->shape[1],
+                         (long long)t->shape[2], (long long)t->shape[3], (long long)t->stride[0],
+                         (long long)t->stride[1], (long long)t->stride[2], (long long)t->stride[3],
+                         (long long)t->padded_c);
     inner *= t->shape[d];
   }
   return 1;
@@ -92,38 +94,43 @@ CPU_DISPATCH(relu_bwd_inplace_loop,
 
 /* ---- kernels ---------------------------------------------------------------- */
 
-/* The reference's checks, then every tensor one dense run. */
-static int relu_check(const bp_abi_kernel *ref, const bp_abi_kernel_args *args, char *reason,
-                      size_t rs) {
+/* The reference's checks (nin inputs: 1 forward, 2 backward), then every
+ * tensor one dense run. */
+static int relu_check(int nin, const bp_abi_kernel_args *args, bp_elementwise_attrs *a,
+                      char *reason, size_t rs) {
   static const char *const in_names[] = {"input 0", "input 1"};
-  if (!ref->supports(ref->user, args, reason, rs)) return 0;
-  for (int i = 0; i < args->num_inputs; i++)
-    if (!cpu_dense(&args->inputs[i], in_names[i], reason, rs)) return 0;
-  return cpu_dense(&args->outputs[0], "output 0", reason, rs);
+  if (!ops_ew_check(args, nin, 1, a, reason, rs)) return 0;
+  for (int i = 0; i < nin; i++)
+    if (!cpu_dense(bp_sdk_input(args, i), in_names[i], reason, rs)) return 0;
+  return cpu_dense(bp_sdk_output(args, 0), "output 0", reason, rs);
 }
 
 static int relu_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason,
                              size_t rs) {
   (void)user;
-  return relu_check(&ref_relu_fwd, args, reason, rs);
+  bp_elementwise_attrs a;
+  return relu_check(1, args, &a, reason, rs);
 }
 static int relu_supports_bwd(void *user, const bp_abi_kernel_args *args, char *reason,
                              size_t rs) {
   (void)user;
-  return relu_check(&ref_relu_bwd, args, reason, rs);
+  bp_elementwise_attrs a;
+  return relu_check(2, args, &a, reason, rs);
 }
 
 /* relu.fwd  in: x   out: y (may be x itself). */
 static int relu_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char reason[REF_REASON_MAX];
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  bp_elementwise_attrs a;
   static const int alias_out[] = {0}, alias_in[] = {0};
-  if (!relu_check(&ref_relu_fwd, args, reason, sizeof reason) ||
-      !ref_check_ptrs(args, alias_out, alias_in, 1))
+  if (!relu_check(1, args, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, alias_out, alias_in, 1, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const int64_t n = count_of(&args->inputs[0]);
-  const float *x = ref_in(args, 0);
-  float *y = ref_out(args, 0);
+  const int64_t n = count_of(bp_sdk_input(args, 0));
+  const float *x = bp_sdk_input_f32(args, 0);
+  float *y = bp_sdk_output_f32(args, 0);
   if ((const void *)y == (const void *)x) relu_fwd_inplace_loop(y, n);
   else relu_fwd_loop(x, y, n);
   return BP_ABI_OK;
@@ -132,16 +139,16 @@ static int relu_run_fwd(void *user, const bp_abi_kernel_args *args) {
 /* relu.bwd  in: y, dy   out: dx (may be dy itself). */
 static int relu_run_bwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char reason[REF_REASON_MAX];
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
   bp_elementwise_attrs a;
   static const int alias_out[] = {0}, alias_in[] = {1};
-  if (!relu_check(&ref_relu_bwd, args, reason, sizeof reason) ||
-      !ref_read_attrs(args, &a, sizeof a, reason, sizeof reason) ||
-      !ref_check_ptrs(args, alias_out, alias_in, 1))
+  if (!relu_check(2, args, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, alias_out, alias_in, 1, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const int64_t n = count_of(&args->inputs[0]);
-  const float *y = ref_in(args, 0), *dy = ref_in(args, 1);
-  float *dx = ref_out(args, 0);
+  const int64_t n = count_of(bp_sdk_input(args, 0));
+  const float *y = bp_sdk_input_f32(args, 0), *dy = bp_sdk_input_f32(args, 1);
+  float *dx = bp_sdk_output_f32(args, 0);
   if ((const void *)dx == (const void *)dy) relu_bwd_inplace_loop(y, dx, n, a.accumulate);
   else relu_bwd_loop(y, dy, dx, n, a.accumulate);
   return BP_ABI_OK;

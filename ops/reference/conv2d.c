@@ -16,24 +16,25 @@
  * channels skipped); no alignment beyond 4 bytes; the 16-byte tail is never
  * read. Outputs never alias inputs. */
 #include "reference-impl.h"
+#include "shared/weighted_check.h"
 
 static int conv_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason,
                              size_t rs) {
   (void)user;
-  ref_conv_geom g;
-  return ref_conv_check(args, REF_PASS_FWD, &g, reason, rs);
+  ops_conv_geom g;
+  return ops_conv_check(args, OPS_PASS_FWD, &g, reason, rs);
 }
 static int conv_supports_bwd_data(void *user, const bp_abi_kernel_args *args, char *reason,
                                   size_t rs) {
   (void)user;
-  ref_conv_geom g;
-  return ref_conv_check(args, REF_PASS_BWD_DATA, &g, reason, rs);
+  ops_conv_geom g;
+  return ops_conv_check(args, OPS_PASS_BWD_DATA, &g, reason, rs);
 }
 static int conv_supports_bwd_filter(void *user, const bp_abi_kernel_args *args, char *reason,
                                     size_t rs) {
   (void)user;
-  ref_conv_geom g;
-  return ref_conv_check(args, REF_PASS_BWD_FILTER, &g, reason, rs);
+  ops_conv_geom g;
+  return ops_conv_check(args, OPS_PASS_BWD_FILTER, &g, reason, rs);
 }
 
 /* The output row (or column) o whose tap k lands on input row i:
@@ -55,13 +56,15 @@ static int conv_tap(int64_t i, int64_t pad, int64_t k, int64_t dil, int64_t stri
  *   double, bias first; rounded to float once. */
 static int conv_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  ref_conv_geom g;
-  char reason[REF_REASON_MAX];
-  if (!ref_conv_check(args, REF_PASS_FWD, &g, reason, sizeof reason) ||
-      !ref_check_ptrs(args, NULL, NULL, 0))
+  ops_conv_geom g;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ops_conv_check(args, OPS_PASS_FWD, &g, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const float *x = ref_in(args, 0), *w = ref_in(args, 1), *b = g.has_bias ? ref_in(args, 2) : NULL;
-  float *y = ref_out(args, 0);
+  const float *x = bp_sdk_input_f32(args, 0), *w = bp_sdk_input_f32(args, 1);
+  const float *b = g.has_bias ? bp_sdk_input_f32(args, 2) : NULL;
+  float *y = bp_sdk_output_f32(args, 0);
   const int64_t xs = g.x->stride[3], ws = g.w->stride[3];
   for (int64_t n = 0; n < g.n; n++)
     for (int64_t oh = 0; oh < g.oh; oh++)
@@ -75,11 +78,11 @@ static int conv_run_fwd(void *user, const bp_abi_kernel_args *args) {
             for (int64_t kx = 0; kx < g.kw; kx++) {
               const int64_t iw = ow * g.sw - g.pw + kx * g.dw;
               if (iw < 0 || iw >= g.w_) continue;
-              acc += ref_dot(x + ref_off(g.x, n, ih, iw, c0), xs, w + ref_off(g.w, k, ky, kx, 0),
-                             ws, g.cg);
+              acc += ref_dot(x + bp_sdk_offset(g.x, n, ih, iw, c0), xs,
+                             w + bp_sdk_offset(g.w, k, ky, kx, 0), ws, g.cg);
             }
           }
-          y[ref_off(g.y, n, oh, ow, k)] = (float)acc;
+          y[bp_sdk_offset(g.y, n, oh, ow, k)] = (float)acc;
         }
   return BP_ABI_OK;
 }
@@ -93,15 +96,16 @@ static int conv_run_fwd(void *user, const bp_abi_kernel_args *args) {
  *   float straight into dx, in the fixed order (ky, kx, k, c). */
 static int conv_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  ref_conv_geom g;
-  char reason[REF_REASON_MAX];
-  if (!ref_conv_check(args, REF_PASS_BWD_DATA, &g, reason, sizeof reason) ||
-      !ref_check_ptrs(args, NULL, NULL, 0))
+  ops_conv_geom g;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ops_conv_check(args, OPS_PASS_BWD_DATA, &g, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const float *dy = ref_in(args, 0), *w = ref_in(args, 1);
-  float *dx = ref_out(args, 0);
+  const float *dy = bp_sdk_input_f32(args, 0), *w = bp_sdk_input_f32(args, 1);
+  float *dx = bp_sdk_output_f32(args, 0);
   const int64_t xs = g.x->stride[3], ws = g.w->stride[3];
-  if (!g.accumulate) ref_zero(g.x, dx);
+  if (!g.accumulate) bp_sdk_fill_f32(g.x, dx, 0.0f);
   for (int64_t n = 0; n < g.n; n++)
     for (int64_t ih = 0; ih < g.h; ih++)
       for (int64_t iw = 0; iw < g.w_; iw++)
@@ -111,12 +115,12 @@ static int conv_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
           for (int64_t kx = 0; kx < g.kw; kx++) {
             int64_t ow;
             if (!conv_tap(iw, g.pw, kx, g.dw, g.sw, g.ow, &ow)) continue;
-            const float *dyrow = dy + ref_off(g.y, n, oh, ow, 0);
+            const float *dyrow = dy + bp_sdk_offset(g.y, n, oh, ow, 0);
             for (int64_t gi = 0, k = 0; gi < g.groups; gi++) {
-              float *dxrow = dx + ref_off(g.x, n, ih, iw, gi * g.cg);
+              float *dxrow = dx + bp_sdk_offset(g.x, n, ih, iw, gi * g.cg);
               for (int64_t kk = 0; kk < g.kg; kk++, k++)
-                ref_axpy(dxrow, xs, dyrow[k * g.y->stride[3]], w + ref_off(g.w, k, ky, kx, 0), ws,
-                         g.cg);
+                ref_axpy(dxrow, xs, dyrow[k * g.y->stride[3]], w + bp_sdk_offset(g.w, k, ky, kx, 0),
+                         ws, g.cg);
             }
           }
         }
@@ -131,19 +135,20 @@ static int conv_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
  *   into dw in the order (n, oh, ow, ky, kx, k, c); db in double, added once. */
 static int conv_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  ref_conv_geom g;
-  char reason[REF_REASON_MAX];
-  if (!ref_conv_check(args, REF_PASS_BWD_FILTER, &g, reason, sizeof reason) ||
-      !ref_check_ptrs(args, NULL, NULL, 0))
+  ops_conv_geom g;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ops_conv_check(args, OPS_PASS_BWD_FILTER, &g, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const float *x = ref_in(args, 0), *dy = ref_in(args, 1);
-  float *dw = ref_out(args, 0), *db = g.has_bias ? ref_out(args, 1) : NULL;
+  const float *x = bp_sdk_input_f32(args, 0), *dy = bp_sdk_input_f32(args, 1);
+  float *dw = bp_sdk_output_f32(args, 0), *db = g.has_bias ? bp_sdk_output_f32(args, 1) : NULL;
   const int64_t xs = g.x->stride[3], ws = g.w->stride[3], ys = g.y->stride[3];
-  if (!g.accumulate) ref_zero(g.w, dw);
+  if (!g.accumulate) bp_sdk_fill_f32(g.w, dw, 0.0f);
   for (int64_t n = 0; n < g.n; n++)
     for (int64_t oh = 0; oh < g.oh; oh++)
       for (int64_t ow = 0; ow < g.ow; ow++) {
-        const float *dyrow = dy + ref_off(g.y, n, oh, ow, 0);
+        const float *dyrow = dy + bp_sdk_offset(g.y, n, oh, ow, 0);
         for (int64_t ky = 0; ky < g.kh; ky++) {
           const int64_t ih = oh * g.sh - g.ph + ky * g.dh;
           if (ih < 0 || ih >= g.h) continue;
@@ -151,9 +156,9 @@ static int conv_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
             const int64_t iw = ow * g.sw - g.pw + kx * g.dw;
             if (iw < 0 || iw >= g.w_) continue;
             for (int64_t gi = 0, k = 0; gi < g.groups; gi++) {
-              const float *xrow = x + ref_off(g.x, n, ih, iw, gi * g.cg);
+              const float *xrow = x + bp_sdk_offset(g.x, n, ih, iw, gi * g.cg);
               for (int64_t kk = 0; kk < g.kg; kk++, k++)
-                ref_axpy(dw + ref_off(g.w, k, ky, kx, 0), ws, dyrow[k * ys], xrow, xs, g.cg);
+                ref_axpy(dw + bp_sdk_offset(g.w, k, ky, kx, 0), ws, dyrow[k * ys], xrow, xs, g.cg);
             }
           }
         }
@@ -163,7 +168,7 @@ static int conv_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
       double sum = 0.0;
       for (int64_t n = 0; n < g.n; n++)
         for (int64_t oh = 0; oh < g.oh; oh++)
-          for (int64_t ow = 0; ow < g.ow; ow++) sum += dy[ref_off(g.y, n, oh, ow, k)];
+          for (int64_t ow = 0; ow < g.ow; ow++) sum += dy[bp_sdk_offset(g.y, n, oh, ow, k)];
       float *o = db + k * g.b->stride[3];
       *o = g.accumulate ? (float)(*o + sum) : (float)sum;
     }

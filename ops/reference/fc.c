@@ -11,23 +11,24 @@
  * alignment beyond 4 bytes; the 16-byte tail is never read. Outputs never
  * alias inputs. */
 #include "reference-impl.h"
+#include "shared/weighted_check.h"
 
 static int fc_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
-  ref_fc_geom g;
-  return ref_fc_check(args, REF_PASS_FWD, &g, reason, rs);
+  ops_fc_geom g;
+  return ops_fc_check(args, OPS_PASS_FWD, &g, reason, rs);
 }
 static int fc_supports_bwd_data(void *user, const bp_abi_kernel_args *args, char *reason,
                                 size_t rs) {
   (void)user;
-  ref_fc_geom g;
-  return ref_fc_check(args, REF_PASS_BWD_DATA, &g, reason, rs);
+  ops_fc_geom g;
+  return ops_fc_check(args, OPS_PASS_BWD_DATA, &g, reason, rs);
 }
 static int fc_supports_bwd_filter(void *user, const bp_abi_kernel_args *args, char *reason,
                                   size_t rs) {
   (void)user;
-  ref_fc_geom g;
-  return ref_fc_check(args, REF_PASS_BWD_FILTER, &g, reason, rs);
+  ops_fc_geom g;
+  return ops_fc_check(args, OPS_PASS_BWD_FILTER, &g, reason, rs);
 }
 
 /* fc.fwd
@@ -37,21 +38,24 @@ static int fc_supports_bwd_filter(void *user, const bp_abi_kernel_args *args, ch
  *   double, rounded to float once. */
 static int fc_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  ref_fc_geom g;
-  char reason[REF_REASON_MAX];
-  if (!ref_fc_check(args, REF_PASS_FWD, &g, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+  ops_fc_geom g;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ops_fc_check(args, OPS_PASS_FWD, &g, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const float *x = ref_in(args, 0), *w = ref_in(args, 1), *b = g.has_bias ? ref_in(args, 2) : NULL;
-  float *y = ref_out(args, 0);
+  const float *x = bp_sdk_input_f32(args, 0), *w = bp_sdk_input_f32(args, 1);
+  const float *b = g.has_bias ? bp_sdk_input_f32(args, 2) : NULL;
+  float *y = bp_sdk_output_f32(args, 0);
   const int64_t xs = g.x->stride[3], ws = g.w->stride[3];
   for (int64_t n = 0; n < g.n; n++)
     for (int64_t o = 0; o < g.o; o++) {
       double acc = b ? (double)b[o * g.b->stride[3]] : 0.0;
       for (int64_t h = 0; h < g.h; h++)
         for (int64_t iw = 0; iw < g.w_; iw++)
-          acc += ref_dot(x + ref_off(g.x, n, h, iw, 0), xs,
-                         w + ref_off(g.w, o, 0, 0, (h * g.w_ + iw) * g.c), ws, g.c);
-      y[ref_off(g.y, n, 0, 0, o)] = (float)acc;
+          acc += ref_dot(x + bp_sdk_offset(g.x, n, h, iw, 0), xs,
+                         w + bp_sdk_offset(g.w, o, 0, 0, (h * g.w_ + iw) * g.c), ws, g.c);
+      y[bp_sdk_offset(g.y, n, 0, 0, o)] = (float)acc;
     }
   return BP_ABI_OK;
 }
@@ -62,22 +66,23 @@ static int fc_run_fwd(void *user, const bp_abi_kernel_args *args) {
  *   added. Summed in float straight into dx, o ascending. */
 static int fc_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  ref_fc_geom g;
-  char reason[REF_REASON_MAX];
-  if (!ref_fc_check(args, REF_PASS_BWD_DATA, &g, reason, sizeof reason) ||
-      !ref_check_ptrs(args, NULL, NULL, 0))
+  ops_fc_geom g;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ops_fc_check(args, OPS_PASS_BWD_DATA, &g, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const float *dy = ref_in(args, 0), *w = ref_in(args, 1);
-  float *dx = ref_out(args, 0);
+  const float *dy = bp_sdk_input_f32(args, 0), *w = bp_sdk_input_f32(args, 1);
+  float *dx = bp_sdk_output_f32(args, 0);
   const int64_t xs = g.x->stride[3], ws = g.w->stride[3];
-  if (!g.accumulate) ref_zero(g.x, dx);
+  if (!g.accumulate) bp_sdk_fill_f32(g.x, dx, 0.0f);
   for (int64_t n = 0; n < g.n; n++)
     for (int64_t o = 0; o < g.o; o++) {
-      const float d = dy[ref_off(g.y, n, 0, 0, o)];
+      const float d = dy[bp_sdk_offset(g.y, n, 0, 0, o)];
       for (int64_t h = 0; h < g.h; h++)
         for (int64_t iw = 0; iw < g.w_; iw++)
-          ref_axpy(dx + ref_off(g.x, n, h, iw, 0), xs, d,
-                   w + ref_off(g.w, o, 0, 0, (h * g.w_ + iw) * g.c), ws, g.c);
+          ref_axpy(dx + bp_sdk_offset(g.x, n, h, iw, 0), xs, d,
+                   w + bp_sdk_offset(g.w, o, 0, 0, (h * g.w_ + iw) * g.c), ws, g.c);
     }
   return BP_ABI_OK;
 }
@@ -89,27 +94,28 @@ static int fc_run_bwd_data(void *user, const bp_abi_kernel_args *args) {
  *   accumulate 0: overwritten, 1: added. */
 static int fc_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  ref_fc_geom g;
-  char reason[REF_REASON_MAX];
-  if (!ref_fc_check(args, REF_PASS_BWD_FILTER, &g, reason, sizeof reason) ||
-      !ref_check_ptrs(args, NULL, NULL, 0))
+  ops_fc_geom g;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ops_fc_check(args, OPS_PASS_BWD_FILTER, &g, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const float *x = ref_in(args, 0), *dy = ref_in(args, 1);
-  float *dw = ref_out(args, 0), *db = g.has_bias ? ref_out(args, 1) : NULL;
+  const float *x = bp_sdk_input_f32(args, 0), *dy = bp_sdk_input_f32(args, 1);
+  float *dw = bp_sdk_output_f32(args, 0), *db = g.has_bias ? bp_sdk_output_f32(args, 1) : NULL;
   const int64_t xs = g.x->stride[3], ws = g.w->stride[3];
-  if (!g.accumulate) ref_zero(g.w, dw);
+  if (!g.accumulate) bp_sdk_fill_f32(g.w, dw, 0.0f);
   for (int64_t n = 0; n < g.n; n++)
     for (int64_t o = 0; o < g.o; o++) {
-      const float d = dy[ref_off(g.y, n, 0, 0, o)];
+      const float d = dy[bp_sdk_offset(g.y, n, 0, 0, o)];
       for (int64_t h = 0; h < g.h; h++)
         for (int64_t iw = 0; iw < g.w_; iw++)
-          ref_axpy(dw + ref_off(g.w, o, 0, 0, (h * g.w_ + iw) * g.c), ws, d,
-                   x + ref_off(g.x, n, h, iw, 0), xs, g.c);
+          ref_axpy(dw + bp_sdk_offset(g.w, o, 0, 0, (h * g.w_ + iw) * g.c), ws, d,
+                   x + bp_sdk_offset(g.x, n, h, iw, 0), xs, g.c);
     }
   if (db) {
     for (int64_t o = 0; o < g.o; o++) {
       double sum = 0.0;
-      for (int64_t n = 0; n < g.n; n++) sum += dy[ref_off(g.y, n, 0, 0, o)];
+      for (int64_t n = 0; n < g.n; n++) sum += dy[bp_sdk_offset(g.y, n, 0, 0, o)];
       float *p = db + o * g.b->stride[3];
       *p = g.accumulate ? (float)(*p + sum) : (float)sum;
     }

@@ -37,19 +37,12 @@
 #include <string.h>
 
 #include "reference-impl.h"
+#include "shared/range_check.h"
 
-/* ---- checks shared by the range ops ------------------------------------ */
+/* ---- checks ------------------------------------------------------------- */
 
-static int64_t range_dtype_bytes(int32_t dtype) {
-  switch (dtype) {
-    case BP_ABI_DTYPE_FP32:
-    case BP_ABI_DTYPE_INT32: return 4;
-    case BP_ABI_DTYPE_FP16:
-    case BP_ABI_DTYPE_BF16: return 2;
-    case BP_ABI_DTYPE_INT8: return 1;
-    default: return 0;
-  }
-}
+/* The span, scalar and attribute checks, and the SGD and AdamW checks, are
+ * ops/shared/range_check.h (shared with ops/cpu). */
 
 #define RANGE_ALL_DTYPES                                                                   \
   (BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16) |             \
@@ -58,149 +51,16 @@ static int64_t range_dtype_bytes(int32_t dtype) {
 #define RANGE_FLOAT_DTYPES \
   (BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16))
 
-/* A span of `dtype` (any known dtype when dtype < 0): a valid tensor
- * (ref_check_tensor) shaped [1,1,1,E], contiguous. */
-static int span_check(const bp_abi_tensor *t, const char *name, int32_t dtype, char *reason,
-                      size_t rs) {
-  if (dtype < 0) {
-    if (range_dtype_bytes(t->dtype) == 0)
-      return ref_fail(reason, rs, "%s: unknown dtype %d", name, (int)t->dtype);
-    dtype = t->dtype;
-  }
-  if (!ref_check_tensor(t, name, dtype, reason, rs)) return 0;
-  if (t->shape[0] != 1 || t->shape[1] != 1 || t->shape[2] != 1)
-    return ref_fail(reason, rs, "%s: a span is [1,1,1,elements], got [%lld,%lld,%lld,%lld]", name,
-                    (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
-                    (long long)t->shape[3]);
-  if (t->shape[3] > 1 && t->stride[3] != 1)
-    return ref_fail(reason, rs, "%s: a span is contiguous, got element stride %lld", name,
-                    (long long)t->stride[3]);
-  return 1;
-}
-
-/* An FP32 scalar [1,1,1,1]. */
-static int scalar_check(const bp_abi_tensor *t, const char *name, char *reason, size_t rs) {
-  return ref_check_tensor(t, name, BP_ABI_DTYPE_FP32, reason, rs) &&
-         ref_check_shape(t, name, 1, 1, 1, 1, reason, rs);
-}
-
-/* Two spans of the same element count. */
-static int same_count(const bp_abi_tensor *a, const char *an, const bp_abi_tensor *b,
-                      const char *bn, char *reason, size_t rs) {
-  if (a->shape[3] != b->shape[3])
-    return ref_fail(reason, rs, "%s has %lld elements, %s has %lld; they must be equal", an,
-                    (long long)a->shape[3], bn, (long long)b->shape[3]);
-  return 1;
-}
-
-/* The attribute block, which must reach at least `needed` bytes (the end
- * of the last field the op reads): an op whose attribute would silently
- * read as zero (a scale of 0, an eps of 0) is refused instead. */
-static int attrs_check(const bp_abi_kernel_args *args, void *dst, size_t dst_size, size_t needed,
-                       const char *field, char *reason, size_t rs) {
-  if (!ref_read_attrs(args, dst, dst_size, reason, rs)) return 0;
-  if (args->attr_size < needed)
-    return ref_fail(reason, rs, "attribute block of %u bytes lacks %s (needs %zu bytes)",
-                    (unsigned)args->attr_size, field, needed);
-  return 1;
-}
-
-#define RANGE_END(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
-
-static int finite_at_least(float v, float lo, const char *name, char *reason, size_t rs) {
-  if (!isfinite(v) || v < lo)
-    return ref_fail(reason, rs, "%s %g must be finite and >= %g", name, (double)v, (double)lo);
-  return 1;
-}
-
-static int in_unit(float v, int closed_top, const char *name, char *reason, size_t rs) {
-  if (!(v >= 0.0f && (closed_top ? v <= 1.0f : v < 1.0f)))
-    return ref_fail(reason, rs, "%s %g must be in [0, 1%c", name, (double)v,
-                    closed_top ? ']' : ')');
-  return 1;
-}
-
-/* Reads the FP32 scalar input i. */
-static float scalar_in(const bp_abi_kernel_args *args, int i) {
-  float v;
-  memcpy(&v, args->input_ptrs[i], sizeof v);
-  return v;
-}
-
-/* ---- FP16 <-> FP32 ------------------------------------------------------ */
-
-/* IEEE binary16 to binary32, exact for every one of the 65536 patterns:
- * normals and subnormals become normal floats, infinities stay infinite,
- * a NaN keeps its sign and its 10 payload bits (shifted to the top of the
- * float's payload, so a quiet NaN stays quiet and a signalling one keeps
- * its pattern). */
-static float fp16_to_fp32(uint16_t h) {
-  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1fu) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112u) << 23) | (mant << 13); /* rebias 15 -> 127 */
-  } else {
-    /* zero or subnormal: mant * 2^-24, exact in float (mant < 2^10) */
-    const float v = (float)mant * 0x1p-24f;
-    memcpy(&bits, &v, sizeof bits);
-    bits |= sign;
-  }
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-/* IEEE binary32 to binary16, rounded to nearest with ties to even, on the
- * bits (independent of the floating-point environment):
- *   |f| >= 65520 (65504 + half an ulp, a tie that goes to the even Inf)
- *     and Inf -> Inf;
- *   NaN -> NaN with its sign and the top 10 payload bits, the quiet bit
- *     set only when those bits would all be 0 (so it stays a NaN);
- *   2^-14 <= |f| -> a normal half (a carry out of the mantissa moves to the
- *     next binade, which is the right encoding);
- *   2^-25 < |f| < 2^-14 -> a subnormal (or the smallest normal when it
- *     rounds up to 2^-14); |f| <= 2^-25 -> a signed zero. */
-static uint16_t fp32_to_fp16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
-  const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-  const uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) {
-    uint32_t payload = (ax >> 13) & 0x3ffu;
-    if (payload == 0) payload = 0x200u;
-    return (uint16_t)(sign | 0x7c00u | payload);
-  }
-  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-  if (ax >= 0x38800000u) {
-    uint32_t h = ((ax >> 23) - 112u) << 10 | ((ax >> 13) & 0x3ffu);
-    const uint32_t rest = ax & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-  }
-  if (ax <= 0x33000000u) return sign;
-  /* |f| = m * 2^(e - 150) with the implicit bit; in units of 2^-24 that is
-   * m >> (126 - e), shift in [14, 24] for e in [102, 112]. */
-  const uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
-  const uint32_t shift = 126u - e;
-  uint32_t h = m >> shift;
-  const uint32_t rest = m & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
-  if (rest > halfway || (rest == halfway && (h & 1u))) h++;
-  return (uint16_t)(sign | h);
-}
-
 /* ---- range.zero --------------------------------------------------------- */
 
 /* range.zero  out: x, a span of any dtype; all E elements set to zero bits
  * (0.0 for the float types). */
 static int zero_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
   bp_range_attrs a;
-  if (!args) return ref_fail(reason, rs, "no args");
-  return ref_read_attrs(args, &a, sizeof a, reason, rs) &&
-         ref_check_args(args, 0, 1, reason, rs) &&
-         span_check(&args->outputs[0], "x", -1, reason, rs);
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  return bp_sdk_read_attrs(args, &a, sizeof a, reason, rs) &&
+         bp_sdk_check_args(args, 0, 1, reason, rs) &&
+         ops_span_check(bp_sdk_output(args, 0), "x", -1, reason, rs);
 }
 static int zero_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
@@ -208,11 +68,12 @@ static int zero_supports(void *user, const bp_abi_kernel_args *args, char *reaso
 }
 static int zero_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char reason[REF_REASON_MAX];
-  if (!zero_check(args, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!zero_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const bp_abi_tensor *t = &args->outputs[0];
-  memset(args->output_ptrs[0], 0, (size_t)(t->shape[3] * range_dtype_bytes(t->dtype)));
+  const bp_abi_tensor *t = bp_sdk_output(args, 0);
+  memset(args->output_ptrs[0], 0, (size_t)(t->shape[3] * bp_sdk_dtype_size(t->dtype)));
   return BP_ABI_OK;
 }
 
@@ -222,13 +83,15 @@ static int zero_run(void *user, const bp_abi_kernel_args *args) {
  * bytes are copied as they are (NaN payloads included). */
 static int copy_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
   bp_range_attrs a;
-  if (!args) return ref_fail(reason, rs, "no args");
-  if (!ref_read_attrs(args, &a, sizeof a, reason, rs) || !ref_check_args(args, 1, 1, reason, rs))
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!bp_sdk_read_attrs(args, &a, sizeof a, reason, rs) ||
+      !bp_sdk_check_args(args, 1, 1, reason, rs))
     return 0;
-  const bp_abi_tensor *src = &args->inputs[0], *dst = &args->outputs[0];
-  if (!span_check(src, "src", -1, reason, rs) || !span_check(dst, "dst", src->dtype, reason, rs))
+  const bp_abi_tensor *src = bp_sdk_input(args, 0), *dst = bp_sdk_output(args, 0);
+  if (!ops_span_check(src, "src", -1, reason, rs) ||
+      !ops_span_check(dst, "dst", src->dtype, reason, rs))
     return 0;
-  return same_count(src, "src", dst, "dst", reason, rs);
+  return ops_same_count(src, "src", dst, "dst", reason, rs);
 }
 static int copy_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
@@ -236,12 +99,13 @@ static int copy_supports(void *user, const bp_abi_kernel_args *args, char *reaso
 }
 static int copy_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char reason[REF_REASON_MAX];
-  if (!copy_check(args, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!copy_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const bp_abi_tensor *t = &args->inputs[0];
+  const bp_abi_tensor *t = bp_sdk_input(args, 0);
   memcpy(args->output_ptrs[0], args->input_ptrs[0],
-         (size_t)(t->shape[3] * range_dtype_bytes(t->dtype)));
+         (size_t)(t->shape[3] * bp_sdk_dtype_size(t->dtype)));
   return BP_ABI_OK;
 }
 
@@ -251,16 +115,17 @@ static int copy_run(void *user, const bp_abi_kernel_args *args) {
  *   y = x * scale, FP32 spans of one E; scale finite (0 allowed). */
 static int scale_check(const bp_abi_kernel_args *args, bp_range_attrs *a, char *reason,
                        size_t rs) {
-  if (!args) return ref_fail(reason, rs, "no args");
-  if (!attrs_check(args, a, sizeof *a, RANGE_END(bp_range_attrs, scale), "scale", reason, rs))
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  const size_t needed = OPS_FIELD_END(bp_range_attrs, scale);
+  if (!ops_attrs_check(args, a, sizeof *a, needed, "scale", reason, rs))
     return 0;
   if (!isfinite(a->scale))
-    return ref_fail(reason, rs, "scale %g must be finite", (double)a->scale);
-  if (!ref_check_args(args, 1, 1, reason, rs)) return 0;
-  const bp_abi_tensor *x = &args->inputs[0], *y = &args->outputs[0];
-  return span_check(x, "x", BP_ABI_DTYPE_FP32, reason, rs) &&
-         span_check(y, "y", BP_ABI_DTYPE_FP32, reason, rs) &&
-         same_count(x, "x", y, "y", reason, rs);
+    return bp_sdk_fail(reason, rs, "scale %g must be finite", (double)a->scale);
+  if (!bp_sdk_check_args(args, 1, 1, reason, rs)) return 0;
+  const bp_abi_tensor *x = bp_sdk_input(args, 0), *y = bp_sdk_output(args, 0);
+  return ops_span_check(x, "x", BP_ABI_DTYPE_FP32, reason, rs) &&
+         ops_span_check(y, "y", BP_ABI_DTYPE_FP32, reason, rs) &&
+         ops_same_count(x, "x", y, "y", reason, rs);
 }
 static int scale_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
@@ -270,14 +135,15 @@ static int scale_supports(void *user, const bp_abi_kernel_args *args, char *reas
 static int scale_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_range_attrs a;
-  char reason[REF_REASON_MAX];
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
   static const int alias_out[] = {0}, alias_in[] = {0};
-  if (!scale_check(args, &a, reason, sizeof reason) ||
-      !ref_check_ptrs(args, alias_out, alias_in, 1))
+  if (!scale_check(args, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, alias_out, alias_in, 1, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const float *x = ref_in(args, 0);
-  float *y = ref_out(args, 0);
-  const int64_t n = args->inputs[0].shape[3];
+  const float *x = bp_sdk_input_f32(args, 0);
+  float *y = bp_sdk_output_f32(args, 0);
+  const int64_t n = bp_sdk_input(args, 0)->shape[3];
   for (int64_t i = 0; i < n; i++) y[i] = x[i] * a.scale;
   return BP_ABI_OK;
 }
@@ -286,23 +152,25 @@ static int scale_run(void *user, const bp_abi_kernel_args *args) {
 
 /* range.cast  in: src   out: dst; one is FP32 and the other FP16, same E
  *   (so the FP32 span is exactly twice the bytes of the FP16 one).
- *   FP32 -> FP16 rounds to nearest, ties to even (fp32_to_fp16); FP16 ->
- *   FP32 is exact. */
+ *   The project's one conversion, bp_sdk_fp32_to_fp16 / bp_sdk_fp16_to_fp32
+ *   (abi/bp_abi_sdk.h: rounding to nearest even, overflow to Inf, NaNs kept
+ *   as quiet NaNs of the same sign and payload); FP16 -> FP32 is exact. */
 static int cast_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
   bp_range_attrs a;
-  if (!args) return ref_fail(reason, rs, "no args");
-  if (!ref_read_attrs(args, &a, sizeof a, reason, rs) || !ref_check_args(args, 1, 1, reason, rs))
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!bp_sdk_read_attrs(args, &a, sizeof a, reason, rs) ||
+      !bp_sdk_check_args(args, 1, 1, reason, rs))
     return 0;
-  const bp_abi_tensor *src = &args->inputs[0], *dst = &args->outputs[0];
+  const bp_abi_tensor *src = bp_sdk_input(args, 0), *dst = bp_sdk_output(args, 0);
   const int32_t sd = src->dtype, dd = dst->dtype;
   if (!((sd == BP_ABI_DTYPE_FP32 && dd == BP_ABI_DTYPE_FP16) ||
         (sd == BP_ABI_DTYPE_FP16 && dd == BP_ABI_DTYPE_FP32)))
-    return ref_fail(reason, rs,
-                    "casts fp32 to fp16 or fp16 to fp32, got src dtype %d and dst dtype %d "
-                    "(fp32 = %d, fp16 = %d)",
-                    (int)sd, (int)dd, BP_ABI_DTYPE_FP32, BP_ABI_DTYPE_FP16);
-  return span_check(src, "src", sd, reason, rs) && span_check(dst, "dst", dd, reason, rs) &&
-         same_count(src, "src", dst, "dst", reason, rs);
+    return bp_sdk_fail(reason, rs,
+                       "casts fp32 to fp16 or fp16 to fp32, got src dtype %d and dst dtype %d "
+                       "(fp32 = %d, fp16 = %d)",
+                       (int)sd, (int)dd, BP_ABI_DTYPE_FP32, BP_ABI_DTYPE_FP16);
+  return ops_span_check(src, "src", sd, reason, rs) && ops_span_check(dst, "dst", dd, reason, rs) &&
+         ops_same_count(src, "src", dst, "dst", reason, rs);
 }
 static int cast_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
@@ -310,18 +178,19 @@ static int cast_supports(void *user, const bp_abi_kernel_args *args, char *reaso
 }
 static int cast_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char reason[REF_REASON_MAX];
-  if (!cast_check(args, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!cast_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const int64_t n = args->inputs[0].shape[3];
-  if (args->inputs[0].dtype == BP_ABI_DTYPE_FP32) {
-    const float *src = ref_in(args, 0);
+  const int64_t n = bp_sdk_input(args, 0)->shape[3];
+  if (bp_sdk_input(args, 0)->dtype == BP_ABI_DTYPE_FP32) {
+    const float *src = bp_sdk_input_f32(args, 0);
     uint16_t *dst = (uint16_t *)args->output_ptrs[0];
-    for (int64_t i = 0; i < n; i++) dst[i] = fp32_to_fp16(src[i]);
+    for (int64_t i = 0; i < n; i++) dst[i] = bp_sdk_fp32_to_fp16(src[i]);
   } else {
     const uint16_t *src = (const uint16_t *)args->input_ptrs[0];
-    float *dst = ref_out(args, 0);
-    for (int64_t i = 0; i < n; i++) dst[i] = fp16_to_fp32(src[i]);
+    float *dst = bp_sdk_output_f32(args, 0);
+    for (int64_t i = 0; i < n; i++) dst[i] = bp_sdk_fp16_to_fp32(src[i]);
   }
   return BP_ABI_OK;
 }
@@ -331,14 +200,15 @@ static int cast_run(void *user, const bp_abi_kernel_args *args) {
 /* range.ema  in: w   out: e (read and written); FP32 spans of one E
  *   e = decay*e + (1-decay)*w, decay in [0, 1], (1-decay) rounded once. */
 static int ema_check(const bp_abi_kernel_args *args, bp_range_attrs *a, char *reason, size_t rs) {
-  if (!args) return ref_fail(reason, rs, "no args");
-  if (!attrs_check(args, a, sizeof *a, RANGE_END(bp_range_attrs, decay), "decay", reason, rs) ||
-      !in_unit(a->decay, 1, "decay", reason, rs) || !ref_check_args(args, 1, 1, reason, rs))
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  const size_t needed = OPS_FIELD_END(bp_range_attrs, decay);
+  if (!ops_attrs_check(args, a, sizeof *a, needed, "decay", reason, rs) ||
+      !ops_in_unit(a->decay, 1, "decay", reason, rs) || !bp_sdk_check_args(args, 1, 1, reason, rs))
     return 0;
-  const bp_abi_tensor *w = &args->inputs[0], *e = &args->outputs[0];
-  return span_check(w, "w", BP_ABI_DTYPE_FP32, reason, rs) &&
-         span_check(e, "e", BP_ABI_DTYPE_FP32, reason, rs) &&
-         same_count(w, "w", e, "e", reason, rs);
+  const bp_abi_tensor *w = bp_sdk_input(args, 0), *e = bp_sdk_output(args, 0);
+  return ops_span_check(w, "w", BP_ABI_DTYPE_FP32, reason, rs) &&
+         ops_span_check(e, "e", BP_ABI_DTYPE_FP32, reason, rs) &&
+         ops_same_count(w, "w", e, "e", reason, rs);
 }
 static int ema_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
@@ -348,13 +218,14 @@ static int ema_supports(void *user, const bp_abi_kernel_args *args, char *reason
 static int ema_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_range_attrs a;
-  char reason[REF_REASON_MAX];
-  if (!ema_check(args, &a, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ema_check(args, &a, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const float *w = ref_in(args, 0);
-  float *e = ref_out(args, 0);
+  const float *w = bp_sdk_input_f32(args, 0);
+  float *e = bp_sdk_output_f32(args, 0);
   const float d = a.decay, one_minus_d = (float)(1.0 - (double)a.decay);
-  const int64_t n = args->inputs[0].shape[3];
+  const int64_t n = bp_sdk_input(args, 0)->shape[3];
   for (int64_t i = 0; i < n; i++) e[i] = d * e[i] + one_minus_d * w[i];
   return BP_ABI_OK;
 }
@@ -368,15 +239,16 @@ static int ema_run(void *user, const bp_abi_kernel_args *args) {
  *   its bits (all exponent bits set). */
 static int nan_check_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
   bp_range_attrs a;
-  if (!args) return ref_fail(reason, rs, "no args");
-  if (!ref_read_attrs(args, &a, sizeof a, reason, rs) || !ref_check_args(args, 1, 1, reason, rs))
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!bp_sdk_read_attrs(args, &a, sizeof a, reason, rs) ||
+      !bp_sdk_check_args(args, 1, 1, reason, rs))
     return 0;
-  const bp_abi_tensor *x = &args->inputs[0];
+  const bp_abi_tensor *x = bp_sdk_input(args, 0);
   if (x->dtype != BP_ABI_DTYPE_FP32 && x->dtype != BP_ABI_DTYPE_FP16)
-    return ref_fail(reason, rs, "x: dtype %d, expected fp32 (%d) or fp16 (%d)", (int)x->dtype,
-                    BP_ABI_DTYPE_FP32, BP_ABI_DTYPE_FP16);
-  return span_check(x, "x", x->dtype, reason, rs) &&
-         scalar_check(&args->outputs[0], "flag", reason, rs);
+    return bp_sdk_fail(reason, rs, "x: dtype %d, expected fp32 (%d) or fp16 (%d)", (int)x->dtype,
+                       BP_ABI_DTYPE_FP32, BP_ABI_DTYPE_FP16);
+  return ops_span_check(x, "x", x->dtype, reason, rs) &&
+         ops_scalar_check(bp_sdk_output(args, 0), "flag", reason, rs);
 }
 static int nan_check_supports(void *user, const bp_abi_kernel_args *args, char *reason,
                               size_t rs) {
@@ -385,40 +257,22 @@ static int nan_check_supports(void *user, const bp_abi_kernel_args *args, char *
 }
 static int nan_check_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char reason[REF_REASON_MAX];
-  if (!nan_check_check(args, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!nan_check_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const int64_t n = args->inputs[0].shape[3];
+  const int64_t n = bp_sdk_input(args, 0)->shape[3];
   int found = 0;
-  if (args->inputs[0].dtype == BP_ABI_DTYPE_FP32) {
-    const float *x = ref_in(args, 0);
+  if (bp_sdk_input(args, 0)->dtype == BP_ABI_DTYPE_FP32) {
+    const float *x = bp_sdk_input_f32(args, 0);
     for (int64_t i = 0; i < n && !found; i++) found = !isfinite(x[i]);
   } else {
     const uint16_t *x = (const uint16_t *)args->input_ptrs[0];
     for (int64_t i = 0; i < n && !found; i++) found = (x[i] & 0x7c00u) == 0x7c00u;
   }
-  if (found) *ref_out(args, 0) = 1.0f;
+  if (found) *bp_sdk_output_f32(args, 0) = 1.0f;
   return BP_ABI_OK;
 }
-
-/* ---- optimizers: shared checks ------------------------------------------ */
-
-/* The spans of an update: grad (input 0) and the outputs 0..nout_spans-1,
- * all FP32 with grad's E; the scalar inputs listed. */
-static int update_spans(const bp_abi_kernel_args *args, const char *const *out_names,
-                        int nout_spans, char *reason, size_t rs) {
-  const bp_abi_tensor *g = &args->inputs[0];
-  if (!span_check(g, "grad", BP_ABI_DTYPE_FP32, reason, rs) ||
-      !scalar_check(&args->inputs[1], "lr", reason, rs))
-    return 0;
-  for (int o = 0; o < nout_spans; o++)
-    if (!span_check(&args->outputs[o], out_names[o], BP_ABI_DTYPE_FP32, reason, rs) ||
-        !same_count(g, "grad", &args->outputs[o], out_names[o], reason, rs))
-      return 0;
-  return 1;
-}
-
-static int lr_ok(float lr) { return isfinite(lr); }
 
 /* ---- range.sgd ---------------------------------------------------------- */
 
@@ -430,38 +284,26 @@ static int lr_ok(float lr) { return isfinite(lr); }
  *     u = nesterov ? g + momentum*m : m
  *     w = w - lr*u
  *   momentum == 0 gives plain SGD (m then holds the last g). Nesterov needs
- *   momentum > 0, as in PyTorch. */
-static int sgd_check(const bp_abi_kernel_args *args, bp_optimizer_attrs *a, char *reason,
-                     size_t rs) {
-  static const char *const outs[] = {"w", "m"};
-  if (!args) return ref_fail(reason, rs, "no args");
-  if (!attrs_check(args, a, sizeof *a, RANGE_END(bp_optimizer_attrs, nesterov),
-                   "momentum, weight_decay and nesterov", reason, rs) ||
-      !finite_at_least(a->momentum, 0.0f, "momentum", reason, rs) ||
-      !finite_at_least(a->weight_decay, 0.0f, "weight_decay", reason, rs) ||
-      !ref_check_flag(a->nesterov, "nesterov", reason, rs))
-    return 0;
-  if (a->nesterov && a->momentum <= 0.0f)
-    return ref_fail(reason, rs, "nesterov needs momentum > 0, got %g", (double)a->momentum);
-  return ref_check_args(args, 2, 2, reason, rs) && update_spans(args, outs, 2, reason, rs);
-}
+ *   momentum > 0, as in PyTorch (ops_sgd_check). */
 static int sgd_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
   bp_optimizer_attrs a;
-  return sgd_check(args, &a, reason, rs);
+  return ops_sgd_check(args, &a, reason, rs);
 }
 static int sgd_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_optimizer_attrs a;
-  char reason[REF_REASON_MAX];
-  if (!sgd_check(args, &a, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ops_sgd_check(args, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const float lr = scalar_in(args, 1);
-  if (!lr_ok(lr)) return BP_ABI_ERR_INVALID;
-  const float *grad = ref_in(args, 0);
-  float *w = ref_out(args, 0), *m = ref_out(args, 1);
+  float lr, step;
+  if (!ops_update_scalars(args, -1, &lr, &step)) return BP_ABI_ERR_INVALID;
+  const float *grad = bp_sdk_input_f32(args, 0);
+  float *w = bp_sdk_output_f32(args, 0), *m = bp_sdk_output_f32(args, 1);
   const float mu = a.momentum, wd = a.weight_decay;
-  const int64_t n = args->inputs[0].shape[3];
+  const int64_t n = bp_sdk_input(args, 0)->shape[3];
   for (int64_t i = 0; i < n; i++) {
     float g = grad[i];
     if (wd != 0.0f) g = g + wd * w[i];
@@ -489,34 +331,22 @@ static int sgd_run(void *user, const bp_abi_kernel_args *args) {
  *   PyTorch's placement of the bias corrections: eps is added after the
  *   division by sqrt(bc2), and 1/bc1 is folded into the step size.
  *   beta1, beta2 in [0, 1); eps > 0 (eps = 0 would turn zero padding into
- *   0/0); weight_decay >= 0. */
-static int adamw_check(const bp_abi_kernel_args *args, bp_optimizer_attrs *a, char *reason,
-                       size_t rs) {
-  static const char *const outs[] = {"w", "m", "v"};
-  if (!args) return ref_fail(reason, rs, "no args");
-  if (!attrs_check(args, a, sizeof *a, RANGE_END(bp_optimizer_attrs, eps),
-                   "weight_decay, beta1, beta2 and eps", reason, rs) ||
-      !finite_at_least(a->weight_decay, 0.0f, "weight_decay", reason, rs) ||
-      !in_unit(a->beta1, 0, "beta1", reason, rs) || !in_unit(a->beta2, 0, "beta2", reason, rs))
-    return 0;
-  if (!isfinite(a->eps) || !(a->eps > 0.0f))
-    return ref_fail(reason, rs, "eps %g must be finite and > 0", (double)a->eps);
-  return ref_check_args(args, 3, 3, reason, rs) && update_spans(args, outs, 3, reason, rs) &&
-         scalar_check(&args->inputs[2], "step", reason, rs);
-}
+ *   0/0); weight_decay >= 0 (ops_adamw_check). */
 static int adamw_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
   bp_optimizer_attrs a;
-  return adamw_check(args, &a, reason, rs);
+  return ops_adamw_check(args, &a, reason, rs);
 }
 static int adamw_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_optimizer_attrs a;
-  char reason[REF_REASON_MAX];
-  if (!adamw_check(args, &a, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ops_adamw_check(args, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const float lr = scalar_in(args, 1), step = scalar_in(args, 2);
-  if (!lr_ok(lr) || !isfinite(step) || !(step >= 1.0f)) return BP_ABI_ERR_INVALID;
+  float lr, step;
+  if (!ops_update_scalars(args, 2, &lr, &step)) return BP_ABI_ERR_INVALID;
   const double t = step;
   const double bc1 = 1.0 - pow((double)a.beta1, t), bc2 = 1.0 - pow((double)a.beta2, t);
   const float decay = (float)(1.0 - (double)lr * (double)a.weight_decay);
@@ -524,9 +354,10 @@ static int adamw_run(void *user, const bp_abi_kernel_args *args) {
   const float bc2_sqrt = (float)sqrt(bc2);
   const float c1 = (float)(1.0 - (double)a.beta1), c2 = (float)(1.0 - (double)a.beta2);
   const float b1 = a.beta1, b2 = a.beta2, eps = a.eps;
-  const float *grad = ref_in(args, 0);
-  float *w = ref_out(args, 0), *m = ref_out(args, 1), *v = ref_out(args, 2);
-  const int64_t n = args->inputs[0].shape[3];
+  const float *grad = bp_sdk_input_f32(args, 0);
+  float *w = bp_sdk_output_f32(args, 0), *m = bp_sdk_output_f32(args, 1);
+  float *v = bp_sdk_output_f32(args, 2);
+  const int64_t n = bp_sdk_input(args, 0)->shape[3];
   for (int64_t i = 0; i < n; i++) {
     const float g = grad[i];
     const float wi = w[i] * decay;
@@ -560,29 +391,29 @@ static int adamw_run(void *user, const bp_abi_kernel_args *args) {
 static int lars_check(const bp_abi_kernel_args *args, bp_optimizer_attrs *a, char *reason,
                       size_t rs) {
   static const char *const outs[] = {"w", "m"};
-  if (!args) return ref_fail(reason, rs, "no args");
-  if (!attrs_check(args, a, sizeof *a, RANGE_END(bp_optimizer_attrs, eta),
-                   "momentum, weight_decay and eta", reason, rs) ||
-      !finite_at_least(a->momentum, 0.0f, "momentum", reason, rs) ||
-      !finite_at_least(a->weight_decay, 0.0f, "weight_decay", reason, rs) ||
-      !ref_check_flag(a->nesterov, "nesterov", reason, rs))
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!ops_attrs_check(args, a, sizeof *a, OPS_FIELD_END(bp_optimizer_attrs, eta),
+                       "momentum, weight_decay and eta", reason, rs) ||
+      !ops_finite_at_least(a->momentum, 0.0f, "momentum", reason, rs) ||
+      !ops_finite_at_least(a->weight_decay, 0.0f, "weight_decay", reason, rs) ||
+      !bp_sdk_check_flag(a->nesterov, "nesterov", reason, rs))
     return 0;
   if (a->nesterov)
-    return ref_fail(reason, rs, "nesterov is not defined for range.lars");
+    return bp_sdk_fail(reason, rs, "nesterov is not defined for range.lars");
   if (!isfinite(a->eta) || !(a->eta > 0.0f))
-    return ref_fail(reason, rs, "eta %g must be finite and > 0", (double)a->eta);
-  if (!ref_check_args(args, 3, 3, reason, rs) || !update_spans(args, outs, 2, reason, rs))
+    return bp_sdk_fail(reason, rs, "eta %g must be finite and > 0", (double)a->eta);
+  if (!bp_sdk_check_args(args, 3, 3, reason, rs) || !ops_update_spans(args, outs, 2, reason, rs))
     return 0;
-  const bp_abi_tensor *seg = &args->inputs[2], *norms = &args->outputs[2];
-  if (!span_check(seg, "segments", BP_ABI_DTYPE_INT32, reason, rs) ||
-      !span_check(norms, "norms", BP_ABI_DTYPE_FP32, reason, rs))
+  const bp_abi_tensor *seg = bp_sdk_input(args, 2), *norms = bp_sdk_output(args, 2);
+  if (!ops_span_check(seg, "segments", BP_ABI_DTYPE_INT32, reason, rs) ||
+      !ops_span_check(norms, "norms", BP_ABI_DTYPE_FP32, reason, rs))
     return 0;
   if (seg->shape[3] < 2)
-    return ref_fail(reason, rs, "segments has %lld offsets; it needs S+1 >= 2",
-                    (long long)seg->shape[3]);
+    return bp_sdk_fail(reason, rs, "segments has %lld offsets; it needs S+1 >= 2",
+                       (long long)seg->shape[3]);
   if (norms->shape[3] != 2 * (seg->shape[3] - 1))
-    return ref_fail(reason, rs, "norms has %lld elements, expected 2*S = %lld",
-                    (long long)norms->shape[3], (long long)(2 * (seg->shape[3] - 1)));
+    return bp_sdk_fail(reason, rs, "norms has %lld elements, expected 2*S = %lld",
+                       (long long)norms->shape[3], (long long)(2 * (seg->shape[3] - 1)));
   return 1;
 }
 static int lars_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
@@ -593,20 +424,24 @@ static int lars_supports(void *user, const bp_abi_kernel_args *args, char *reaso
 static int lars_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_optimizer_attrs a;
-  char reason[REF_REASON_MAX];
-  if (!lars_check(args, &a, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!lars_check(args, &a, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const float lr = scalar_in(args, 1);
-  if (!lr_ok(lr)) return BP_ABI_ERR_INVALID;
+  float lr, step;
+  if (!ops_update_scalars(args, -1, &lr, &step)) return BP_ABI_ERR_INVALID;
   const int32_t *seg = (const int32_t *)args->input_ptrs[2];
-  const int64_t n = args->inputs[0].shape[3], segs = args->inputs[2].shape[3] - 1;
-  if (seg[0] < 0) return BP_ABI_ERR_INVALID;
-  for (int64_t j = 0; j < segs; j++)
-    if (seg[j + 1] < seg[j]) return BP_ABI_ERR_INVALID;
-  if (seg[segs] > n) return BP_ABI_ERR_INVALID;
+  const int64_t n = bp_sdk_input(args, 0)->shape[3], segs = bp_sdk_input(args, 2)->shape[3] - 1;
+  for (int64_t j = 0; j <= segs; j++)
+    if (seg[j] < (j ? seg[j - 1] : 0) || seg[j] > n) {
+      bp_sdk_set_reason(args, "segments: offset %lld is %d, outside [%d, %lld]", (long long)j,
+                        (int)seg[j], j ? (int)seg[j - 1] : 0, (long long)n);
+      return BP_ABI_ERR_INVALID;
+    }
 
-  const float *grad = ref_in(args, 0);
-  float *w = ref_out(args, 0), *m = ref_out(args, 1), *norms = ref_out(args, 2);
+  const float *grad = bp_sdk_input_f32(args, 0);
+  float *w = bp_sdk_output_f32(args, 0), *m = bp_sdk_output_f32(args, 1);
+  float *norms = bp_sdk_output_f32(args, 2);
   const float mu = a.momentum, wd = a.weight_decay;
   for (int64_t j = 0; j < segs; j++) {
     const int64_t lo = seg[j], hi = seg[j + 1];

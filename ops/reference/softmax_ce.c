@@ -25,29 +25,31 @@
 
 static int ce_check(const bp_abi_kernel_args *args, bp_softmax_ce_attrs *a, char *reason,
                     size_t rs) {
-  if (!args) return ref_fail(reason, rs, "no args");
-  if (!ref_read_attrs(args, a, sizeof *a, reason, rs)) return 0;
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!bp_sdk_read_attrs(args, a, sizeof *a, reason, rs)) return 0;
   if (!isfinite(a->label_smoothing) || a->label_smoothing < 0.0f || a->label_smoothing > 1.0f)
-    return ref_fail(reason, rs, "label_smoothing %g must be in [0, 1]",
-                    (double)a->label_smoothing);
+    return bp_sdk_fail(reason, rs, "label_smoothing %g must be in [0, 1]",
+                       (double)a->label_smoothing);
   if (!isfinite(a->grad_scale))
-    return ref_fail(reason, rs, "grad_scale %g must be finite", (double)a->grad_scale);
-  if (!ref_check_flag(a->compute_grad, "compute_grad", reason, rs) ||
-      !ref_check_args(args, 2, 2 + a->compute_grad, reason, rs))
+    return bp_sdk_fail(reason, rs, "grad_scale %g must be finite", (double)a->grad_scale);
+  if (!bp_sdk_check_flag(a->compute_grad, "compute_grad", reason, rs) ||
+      !bp_sdk_check_args(args, 2, 2 + a->compute_grad, reason, rs))
     return 0;
-  const bp_abi_tensor *z = &args->inputs[0], *lab = &args->inputs[1], *out = args->outputs;
-  if (!ref_check_tensor(z, "logits", BP_ABI_DTYPE_FP32, reason, rs) ||
-      !ref_check_tensor(lab, "labels", BP_ABI_DTYPE_INT32, reason, rs) ||
-      !ref_check_tensor(&out[0], "loss", BP_ABI_DTYPE_FP32, reason, rs) ||
-      !ref_check_tensor(&out[1], "correct", BP_ABI_DTYPE_FP32, reason, rs) ||
-      (a->compute_grad && !ref_check_tensor(&out[2], "dlogits", BP_ABI_DTYPE_FP32, reason, rs)))
+  const bp_abi_tensor *z = bp_sdk_input(args, 0), *lab = bp_sdk_input(args, 1);
+  const bp_abi_tensor *loss = bp_sdk_output(args, 0), *correct = bp_sdk_output(args, 1);
+  const bp_abi_tensor *dz = a->compute_grad ? bp_sdk_output(args, 2) : NULL;
+  if (!bp_sdk_check_tensor(z, "logits", BP_ABI_DTYPE_FP32, reason, rs) ||
+      !bp_sdk_check_tensor(lab, "labels", BP_ABI_DTYPE_INT32, reason, rs) ||
+      !bp_sdk_check_tensor(loss, "loss", BP_ABI_DTYPE_FP32, reason, rs) ||
+      !bp_sdk_check_tensor(correct, "correct", BP_ABI_DTYPE_FP32, reason, rs) ||
+      (a->compute_grad && !bp_sdk_check_tensor(dz, "dlogits", BP_ABI_DTYPE_FP32, reason, rs)))
     return 0;
   const int64_t n = z->shape[0], k = z->shape[3];
-  if (!ref_check_shape(z, "logits", n, 1, 1, k, reason, rs) ||
-      !ref_check_shape(lab, "labels", n, 1, 1, 1, reason, rs) ||
-      !ref_check_shape(&out[0], "loss", 1, 1, 1, 1, reason, rs) ||
-      !ref_check_shape(&out[1], "correct", 1, 1, 1, 1, reason, rs) ||
-      (a->compute_grad && !ref_check_shape(&out[2], "dlogits", n, 1, 1, k, reason, rs)))
+  if (!bp_sdk_check_shape(z, "logits", n, 1, 1, k, reason, rs) ||
+      !bp_sdk_check_shape(lab, "labels", n, 1, 1, 1, reason, rs) ||
+      !bp_sdk_check_shape(loss, "loss", 1, 1, 1, 1, reason, rs) ||
+      !bp_sdk_check_shape(correct, "correct", 1, 1, 1, 1, reason, rs) ||
+      (a->compute_grad && !bp_sdk_check_shape(dz, "dlogits", n, 1, 1, k, reason, rs)))
     return 0;
   return 1;
 }
@@ -62,24 +64,29 @@ static int ce_supports(void *user, const bp_abi_kernel_args *args, char *reason,
 static int ce_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_softmax_ce_attrs a;
-  char reason[REF_REASON_MAX];
-  if (!ce_check(args, &a, reason, sizeof reason) || !ref_check_ptrs(args, NULL, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ce_check(args, &a, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const bp_abi_tensor *tz = &args->inputs[0], *tl = &args->inputs[1];
-  const float *z = ref_in(args, 0);
+  const bp_abi_tensor *tz = bp_sdk_input(args, 0), *tl = bp_sdk_input(args, 1);
+  const float *z = bp_sdk_input_f32(args, 0);
   const int32_t *labels = (const int32_t *)args->input_ptrs[1];
   const int64_t N = tz->shape[0], K = tz->shape[3], zs = tz->stride[3];
   for (int64_t n = 0; n < N; n++) {
-    const int32_t y = labels[ref_off(tl, n, 0, 0, 0)];
-    if (y < 0 || y >= K) return BP_ABI_ERR_INVALID;
+    const int32_t y = labels[bp_sdk_offset(tl, n, 0, 0, 0)];
+    if (y < 0 || y >= K) {
+      bp_sdk_set_reason(args, "labels: sample %lld has label %d, outside [0, %lld)", (long long)n,
+                        (int)y, (long long)K);
+      return BP_ABI_ERR_INVALID;
+    }
   }
-  const bp_abi_tensor *tg = a.compute_grad ? &args->outputs[2] : NULL;
-  float *dz = a.compute_grad ? ref_out(args, 2) : NULL;
+  const bp_abi_tensor *tg = a.compute_grad ? bp_sdk_output(args, 2) : NULL;
+  float *dz = a.compute_grad ? bp_sdk_output_f32(args, 2) : NULL;
   const double s = a.label_smoothing, off = s / (double)K, on = 1.0 - s + off;
   double loss = 0.0, hits = 0.0;
   for (int64_t n = 0; n < N; n++) {
-    const float *row = z + ref_off(tz, n, 0, 0, 0);
-    const int32_t y = labels[ref_off(tl, n, 0, 0, 0)];
+    const float *row = z + bp_sdk_offset(tz, n, 0, 0, 0);
+    const int32_t y = labels[bp_sdk_offset(tl, n, 0, 0, 0)];
     int64_t arg = 0;
     for (int64_t k = 1; k < K; k++)
       if (row[k * zs] > row[arg * zs]) arg = k;
@@ -91,12 +98,13 @@ static int ce_run(void *user, const bp_abi_kernel_args *args) {
     for (int64_t k = 0; k < K; k++) {
       const double t = k == y ? on : off;
       if (t != 0.0) ln += t * (lse - row[k * zs]); /* a -inf logit off target adds nothing */
-      if (dz) dz[ref_off(tg, n, 0, 0, k)] = (float)((exp(row[k * zs] - lse) - t) * a.grad_scale);
+      if (dz)
+        dz[bp_sdk_offset(tg, n, 0, 0, k)] = (float)((exp(row[k * zs] - lse) - t) * a.grad_scale);
     }
     loss += ln;
     hits += arg == y;
   }
-  float *ploss = ref_out(args, 0), *pcorrect = ref_out(args, 1);
+  float *ploss = bp_sdk_output_f32(args, 0), *pcorrect = bp_sdk_output_f32(args, 1);
   *ploss = (float)(*ploss + loss);
   *pcorrect = (float)(*pcorrect + hits);
   return BP_ABI_OK;

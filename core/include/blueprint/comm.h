@@ -1,4 +1,5 @@
-/* Communicators: how ranks reach each other (DESIGN.md section 7).
+/* Communicators: how ranks reach each other (docs/architecture.md, "Ranks
+ * and sharding").
  *
  * Kernels see a communicator through the ABI (bp_abi.h: bp_abi_comm in
  * bp_abi_kernel_args.comm); the collectives themselves live in op modules

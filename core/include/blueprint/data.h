@@ -15,7 +15,7 @@
  * The whole "RNG state" of the data pipeline is therefore (seed, epoch,
  * step): a checkpoint stores those and resumes exactly.
  *
- * Sharding (DESIGN.md section 7). An epoch of n samples runs
+ * Sharding (docs/architecture.md, "Ranks and sharding"). An epoch of n samples runs
  * steps = ceil(n / B) global batches of B samples (floor with drop_last);
  * step s takes positions [s*B, min((s+1)*B, n)) of the epoch's permutation.
  * A global batch of b samples (b = B, or the shorter last batch) is split
@@ -188,7 +188,9 @@ void bp_data_augment_params(uint64_t seed, uint64_t epoch, int64_t index,
 /* ---- FP16 ------------------------------------------------------------- */
 
 /* IEEE binary16 bits of `f`, rounded to nearest, ties to even; overflow
- * gives infinity, NaN stays NaN (quiet, sign kept), subnormals are kept. */
+ * gives infinity, NaN stays NaN (quiet, sign kept), subnormals are kept.
+ * These are the module SDK's conversions (bp_sdk_fp32_to_fp16 and
+ * bp_sdk_fp16_to_fp32, abi/bp_abi_sdk.h, which states the rules). */
 uint16_t bp_fp16_from_fp32(float f);
 /* The exact float value of binary16 bits `h`. */
 float bp_fp16_to_fp32(uint16_t h);

@@ -1,7 +1,7 @@
 /* DTensor: a pure descriptor of one tensor in the arena. It owns no memory
  * and holds no pointer; a pointer is arena base + offset on each rank.
  *
- * Rules (DESIGN.md section 3):
+ * Rules (docs/architecture.md, "DTensor rules", says why):
  *  - NHWC shape; an FC weight [out, in] is [out, 1, 1, in]; a scalar [1,1,1,1].
  *  - alignment(dtype, region): FP16 in I_A/I_B: 4; FP16 in F16: 8; INT8 in
  *    S_MASK: 8; everything else 1. Never depends on build flags.

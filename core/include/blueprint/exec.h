@@ -26,6 +26,19 @@
  * they differ only in the pointers of tensors in I_A, which the B block
  * points at their I_B twins (graph.h invariant 3).
  *
+ * Kernel state and services (ABI 1.4). Every argument block also carries
+ * the rank's thread service (options.threads, or a 1-thread one the
+ * executor makes), a pointer to the executor's parameter generation and
+ * one reason buffer (BP_EXEC_REASON_BYTES) shared by the rank's nodes.
+ * After selection and the workspace, a kernel's prepare() (when it has
+ * one) is called once per bound node of every variant, with the node's A
+ * args (state NULL); the state it makes goes into both argument blocks,
+ * and bp_exec_destroy passes each non-NULL state to the kernel's release()
+ * on the destroying thread. A failing prepare() fails the bind, naming the
+ * rank, variant, node, op/impl and the kernel's reason. Modules built
+ * against 1.3 get the same blocks: struct_size tells them where their
+ * fields end, and their kernels' missing prepare/release read as NULL.
+ *
  * Invariants (checked at create):
  *  1. I_A and I_B have equal bytes, so tensor k of I_A and of I_B sit at the
  *     same relative offset;
@@ -57,7 +70,13 @@ typedef struct bp_exec_options {
   int rank, world;            /* this rank of `world` (kernel args) */
   const bp_abi_comm *comm;    /* (optional) this rank's communicator (comm.h), handed to
                                  every kernel; must outlive the executor */
+  const bp_abi_threads *threads; /* (optional) this rank's threads (threads.h), lent to every
+                                    kernel; borrowed, must outlive the executor. NULL: the
+                                    executor makes a 1-thread service of its own */
 } bp_exec_options;
+
+/* Bytes of the reason buffer kernels write a failure into. */
+#define BP_EXEC_REASON_BYTES 1024
 
 /* Binds every variant of `graph` to the arena at `arena_base` (the plan's
  * total bytes, on the device). A node that no kernel supports is
@@ -69,13 +88,33 @@ bp_status bp_exec_create(const bp_graph *graph, bp_registry *registry, void *are
 void bp_exec_destroy(bp_exec *exec); /* NULL is a no-op */
 
 /* Runs segment `segment` of `variant` with input buffer `buffer` (0: I_A,
- * 1: I_B). A kernel's failure stops the segment: BP_ERR_UNSUPPORTED /
- * BP_ERR_INVALID with the node named. */
+ * 1: I_B). A kernel's failure stops the segment with the message
+ * "rank R, variant 'V': node 'N' (op/impl) failed: <reason>" (the kernel's
+ * reason, or the status name when it wrote none) and a status mapped from
+ * the ABI's: NOMEM -> BP_ERR_NOMEM, UNSUPPORTED -> BP_ERR_UNSUPPORTED,
+ * DEVICE -> BP_ERR_DEVICE, anything else BP_ERR_INVALID. */
 bp_status bp_exec_run(bp_exec *exec, int variant, bp_segment segment, int buffer);
+
+/* Adds 1 to the rank's parameter generation (bp_abi_kernel_args.
+ * params_generation), telling kernels that cache something derived from
+ * parameters (packed weights) to rebuild it. Whoever writes parameters
+ * other than through the kernels' own outputs calls it once the writing is
+ * done: the trainer after every training step (its UPDATE, GATHER and EMA
+ * segments), after initialization and after a checkpoint load; a program
+ * that writes parameters into the arena itself. Not thread-safe against a
+ * running segment: call it between runs, ordered with the thread that runs
+ * the executor. */
+void bp_exec_params_changed(bp_exec *exec);
+/* The current generation (starts at 1); 0 for NULL. */
+uint64_t bp_exec_params_generation(const bp_exec *exec);
 
 /* The kernel bound to node `index` of a segment; NULL when out of range. */
 const bp_registered_kernel *bp_exec_kernel(const bp_exec *exec, int variant, bp_segment segment,
                                            int index);
+/* The graph node bound at `index` of a segment (borrowed from the graph);
+ * NULL when out of range. A rank may bind fewer nodes than the graph holds
+ * (sharded nodes it owns none of), so index is not the graph's index. */
+const bp_node *bp_exec_node(const bp_exec *exec, int variant, bp_segment segment, int index);
 /* Bytes of the rank's workspace. */
 uint64_t bp_exec_workspace_bytes(const bp_exec *exec);
 

@@ -1,5 +1,5 @@
 /* Graphs: what runs in a training step, in which order, over which tensors
- * of the plan (DESIGN.md section 2).
+ * of the plan (docs/architecture.md, "Data flow").
  *
  * A graph is built once from a model and its compiled plan, per variant.
  * Each variant's nodes are grouped in segments; the executor (exec.h) runs
@@ -160,10 +160,12 @@ typedef union bp_node_attrs {
   bp_range_attrs range;
   bp_optimizer_attrs optimizer;
   bp_allreduce_attrs allreduce;
+  unsigned char bytes[BP_LAYER_ATTR_MAX]; /* a module layer's block (bp_abi_layer) */
 } bp_node_attrs;
 
 typedef struct bp_node {
-  const char *op; /* "conv2d.fwd", "range.sgd", ...; static storage */
+  const char *op; /* "conv2d.fwd", "range.sgd", ...; static storage, or the
+                     registry's for a module layer's op (model.h) */
   char name[96];  /* for messages: "conv1.fwd", "update.decay", ... */
   int layer;      /* the model layer it comes from, or -1 */
   int num_inputs, num_outputs;
@@ -171,6 +173,7 @@ typedef struct bp_node {
   bp_node_tensor outputs[BP_NODE_MAX_TENSORS];
   bp_node_attrs attrs;
   uint32_t attr_size; /* bytes of the op's block in attrs (0: none) */
+  uint32_t attr_version; /* the block's version; 0 means BP_ABI_ATTR_VERSION */
   /* A sharded range node (shard_domain > 0): its spans (of equal element
    * counts) are elements [shard_first, shard_first + E) of a bucket of
    * shard_domain elements, and a rank runs it only on the part that lies in
@@ -217,7 +220,8 @@ typedef struct bp_graph bp_graph; /* opaque */
 
 /* Builds the graph of every variant of `plan` (compiled from `model` by
  * bp_model_compile; both borrowed and must outlive the graph). Tensors are
- * found by the names compile.c gives them. BP_ERR_INVALID for bad options,
+ * the ids the compiler recorded with the plan, never looked up by name.
+ * BP_ERR_INVALID for bad options,
  * BP_ERR_UNSUPPORTED for a model the graph cannot express (an add of a
  * layer with itself), BP_ERR_STATE when the plan does not match the model
  * or breaks an invariant above. *graph_out is written only on success. */
@@ -236,6 +240,17 @@ int64_t bp_graph_variant_global_batch(const bp_graph *graph, int variant);
  * range. Borrowed from the graph. */
 int bp_graph_node_count(const bp_graph *graph, int variant, bp_segment segment);
 const bp_node *bp_graph_node(const bp_graph *graph, int variant, bp_segment segment, int index);
+
+/* Ids of the tensors every compiled model has (core/src/compile.c lists
+ * them), as the compiler recorded them: the input and label in I_A ([0])
+ * and I_B ([1]), the scalars and the results. */
+typedef struct bp_graph_tensors {
+  int32_t input[2], label[2];
+  int32_t lr, loss_scale, step;
+  int32_t loss, correct;
+} bp_graph_tensors;
+/* Borrowed from the graph; NULL for NULL. */
+const bp_graph_tensors *bp_graph_get_tensors(const bp_graph *graph);
 
 int bp_graph_constant_count(const bp_graph *graph);
 const bp_graph_constant *bp_graph_constant_get(const bp_graph *graph, int index);

@@ -22,8 +22,14 @@ typedef enum bp_layer_type {
   BP_LAYER_FC,            /* units, bias; flattens H*W*C */
   BP_LAYER_ADD,           /* element-wise sum of two inputs (residual) */
   BP_LAYER_SOFTMAX_CE,    /* softmax cross-entropy: label_smoothing; the loss */
+  BP_LAYER_MODULE,        /* a type an op module registered (bp_layer.module) */
   BP_LAYER_TYPE_COUNT
 } bp_layer_type;
+
+/* Bytes of a module layer's attribute block (bp_abi_layer.attr_size). */
+#define BP_LAYER_ATTR_MAX 64
+
+struct bp_registered_layer; /* registry.h */
 
 #define BP_MODEL_INPUT (-1) /* producer index meaning "the model's input" */
 
@@ -38,6 +44,11 @@ typedef struct bp_layer {
   float eps, momentum;    /* batchnorm */
   float label_smoothing;  /* softmax_ce */
   int line, column;       /* where the layer starts in its file (1-based; 0 if built in C) */
+  /* BP_LAYER_MODULE: the type (borrowed from the registry that resolved
+   * it, which must outlive the model, its plans and graphs) and its
+   * attribute block, filled from the YAML keys by the type's schema. */
+  const struct bp_registered_layer *module;
+  unsigned char attrs[BP_LAYER_ATTR_MAX];
 } bp_layer;
 
 /* Training settings a model file may carry; the command line overrides them. */
@@ -71,8 +82,22 @@ bp_status bp_model_load(const char *path, bp_model **model_out);
 /* The same from memory; `display_name` stands for the file in messages. */
 bp_status bp_model_parse(const char *text, size_t length, const char *display_name,
                          bp_model **model_out);
+
+struct bp_registry; /* registry.h */
+/* The same, with the layer types of the op modules `registry` loaded: a
+ * `type:` that is not built in names one of them (bp_registry_find_layer),
+ * and its keys fill the type's attribute block by the type's schema (type,
+ * range, default, required; an unknown key is an error). Without the type
+ * the error names the modules loaded. The model borrows the registry,
+ * which must outlive it. NULL registry: built-in types only. */
+bp_status bp_model_load_with_registry(const char *path, const struct bp_registry *registry,
+                                      bp_model **model_out);
+bp_status bp_model_parse_with_registry(const char *text, size_t length, const char *display_name,
+                                       const struct bp_registry *registry, bp_model **model_out);
 void bp_model_destroy(bp_model *model); /* NULL is a no-op */
 
+/* "conv", ...; "module" for BP_LAYER_MODULE (a layer's own name of its
+ * type is its module's: bp_registered_layer.layer.type). */
 const char *bp_layer_type_name(bp_layer_type type);
 
 /* One extra variant: a name, a batch and a resolution. A batch, height or

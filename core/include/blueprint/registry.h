@@ -58,6 +58,8 @@ typedef struct bp_load_record {
   const char *build_id;   /* module build id ("") */
   int abi_major, abi_minor_built, abi_minor_required; /* the module's (-1 unknown) */
   int host_abi_major, host_abi_minor;
+  const char *source;     /* where discovery found it: "explicit", "BP_PLUGIN_PATH",
+                             "install", "library" (bp_search_dir); "" from bp_registry_load */
 } bp_load_record;
 
 /* A registered kernel and the file it came from. */
@@ -67,6 +69,15 @@ typedef struct bp_registered_kernel {
   const char *build_id;
   int load_index;       /* order of registration; ties break by it */
 } bp_registered_kernel;
+
+/* A layer type a module registered (bp_abi_layer), with the ops it runs. */
+typedef struct bp_registered_layer {
+  bp_abi_layer layer;             /* copied, missing fields zeroed; layer.attrs is `attrs` */
+  const bp_abi_layer_attr *attrs; /* [layer.num_attrs] copies, missing fields zeroed */
+  const bp_abi_op *forward;       /* the op layer.forward_op names */
+  const bp_abi_op *backward;      /* the op layer.backward_op names, or NULL */
+  const char *path;               /* the module file that registered it */
+} bp_registered_layer;
 
 bp_status bp_registry_create(bp_registry **registry_out);
 void bp_registry_destroy(bp_registry *registry); /* calls fini, dlcloses; NULL ok */
@@ -94,6 +105,11 @@ const bp_abi_device *bp_registry_find_device(const bp_registry *registry, const 
  * own ops). Owned by the registry. */
 const char *bp_registry_op_path(const bp_registry *registry, int index);
 const char *bp_registry_device_path(const bp_registry *registry, int index);
+/* Layer types modules registered, in registration order; borrowed, valid
+ * until bp_registry_destroy. find: by YAML type name, NULL if none. */
+int bp_registry_layer_count(const bp_registry *registry);
+const bp_registered_layer *bp_registry_layer(const bp_registry *registry, int index);
+const bp_registered_layer *bp_registry_find_layer(const bp_registry *registry, const char *type);
 
 /* "open", "symbol", ... and "loaded", "skipped", "refused". */
 const char *bp_load_stage_name(bp_load_stage stage);
@@ -108,11 +124,55 @@ typedef struct bp_search_dir {
 int bp_registry_search_dir_count(const bp_registry *registry);
 const bp_search_dir *bp_registry_search_dir(const bp_registry *registry, int index);
 
+/* Kernel pins: "op_glob=impl[,op_glob=impl...]", e.g.
+ * "conv2d.fwd=xnnpack,fc.*=blas", at most 32 entries.
+ *
+ * Precedence, decided only by bp_pins_resolve: the caller's option (the
+ * `--kernels` option, bp_train_options.kernels, bp_exec_options.pins,
+ * bp_select_options.pins; "" means no pins) > the BP_KERNELS environment
+ * variable > the model file's `train: kernels:`. The first source present
+ * is used whole; lists are never merged.
+ *
+ * Meaning: for each node the first pin whose glob matches wins (fnmatch on
+ * the op name, or on "op@device" when the glob holds '@'). A pinned kernel
+ * that does not support the node is an error, as is a matching pin whose
+ * impl the op lacks on that device.
+ *
+ * Checks (bp_registry_check_pins, against every registered kernel of
+ * every device), never silently ignored:
+ *  - a malformed entry: error (BP_ERR_INVALID);
+ *  - a glob that matches no op that has a kernel: error (BP_ERR_INVALID);
+ *  - an impl that no kernel of the matched ops has: error
+ *    (BP_ERR_UNSUPPORTED, naming the impls there are);
+ *  - a pin that never applies, because earlier pins with another impl
+ *    match every kernel it matches: a warning naming both pins. A later,
+ *    broader pin that still applies somewhere ("fc.fwd=blas,fc.*=reference")
+ *    is the intended use of "first match wins" and is not warned about. */
+typedef enum bp_pin_source {
+  BP_PINS_NONE = 0, /* no pins anywhere */
+  BP_PINS_OPTION,   /* the caller's option */
+  BP_PINS_ENV,      /* BP_KERNELS */
+  BP_PINS_MODEL,    /* the model file */
+} bp_pin_source;
+
+/* The pins in effect by the precedence above: `option` when not NULL, else
+ * BP_KERNELS when set, else `model` when not NULL or "". Returns "" for no
+ * pins, never NULL; the string is borrowed (from the arguments or the
+ * environment). *source_out (optional) says which it was. */
+const char *bp_pins_resolve(const char *option, const char *model, bp_pin_source *source_out);
+/* "none", "option", "BP_KERNELS", "model file". */
+const char *bp_pin_source_name(bp_pin_source source);
+
+/* Checks `pins` against the registered kernels (see above). `source`
+ * names where they came from in messages (e.g. "--kernels"). Errors are
+ * one line (bp_last_error); warnings, one line each ending in '\n', go to
+ * `warnings` (optional; "" when none, truncated to warnings_size). */
+bp_status bp_registry_check_pins(const bp_registry *registry, const char *pins,
+                                 const char *source, char *warnings, size_t warnings_size);
+
 /* Selection policy for one node. */
 typedef struct bp_select_options {
-  /* Pins: "op_glob=impl[,op_glob=impl...]", e.g. "conv2d.fwd=xnnpack,gemm.*=blas".
-   * NULL: read BP_KERNELS from the environment. The first matching pin wins;
-   * a pinned kernel that does not support the node is an error. */
+  /* Pins (see above). NULL: BP_KERNELS from the environment; "": none. */
   const char *pins;
   int autotune;               /* time every supporting kernel, keep the winner */
   const char *autotune_cache; /* cache file path (NULL: no cache) */
@@ -120,6 +180,9 @@ typedef struct bp_select_options {
    * picked, NUL-terminated and truncated to report_size. */
   char *report;
   size_t report_size;
+  /* (optional) the node's name, for messages (autotune names the kernels
+   * it excludes: "autotune: excluded <op>/<impl> for node '<node>': why") */
+  const char *node;
 } bp_select_options;
 
 /* Picks the kernel for `op` on `device` with these args: pins -> kernels
@@ -136,7 +199,11 @@ typedef struct bp_select_options {
  * args must carry the node's real pointers: every supporting kernel runs
  * on them (outputs, and input 0 of IN_PLACE kernels, are overwritten), timed
  * with the device's events when a device plugin of that kind is
- * registered, else with CLOCK_MONOTONIC. The cache file is text, one line
+ * registered, else with CLOCK_MONOTONIC. Before timing, every candidate
+ * runs validate's checks on the node's shapes against the reference kernel
+ * (validate.h; in scratch buffers): one that fails is excluded, named in
+ * the report and in a warning line on stderr, and never picked; when all
+ * fail, the reference kernel is picked. The cache file is text, one line
  * "signature impl build_id" per node signature; a line whose build id is
  * not the loaded module's is tuned again. *kernel_out is borrowed from the
  * registry. */

@@ -17,6 +17,7 @@ typedef enum bp_status {
   BP_ERR_IO = 6,          /* a file could not be opened, read or written */
   BP_ERR_UNSUPPORTED = 7, /* valid, but not implemented (e.g. a reserved dtype) */
   BP_ERR_STATE = 8,       /* a call made in the wrong life-cycle state */
+  BP_ERR_DEVICE = 9,      /* a device or its runtime failed (a kernel's BP_ABI_ERR_DEVICE) */
 } bp_status;
 
 /* Short constant name of a status ("invalid argument", ...). */

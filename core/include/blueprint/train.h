@@ -177,7 +177,7 @@ typedef struct bp_train_options {
                                   the run (global); 0: off */
   /* kernels */
   const char *kernels; /* pins "op_glob=impl,..."; NULL: BP_KERNELS, else the model
-                          file's train: kernels */
+                          file's train: kernels (registry.h: pin precedence) */
   int autotune;
   const char *autotune_cache;
   bp_registry *registry;           /* borrowed, loaded; NULL: the trainer discovers modules */
@@ -204,6 +204,9 @@ typedef struct bp_trainer bp_trainer; /* opaque */
  * without kernels). */
 bp_status bp_trainer_create(const bp_model *model, const bp_train_options *options,
                             bp_trainer **trainer_out);
+/* The same from a model file. The op modules are loaded first (options'
+ * registry, else discovery with its plugin paths, kept by the trainer), so
+ * the file may use layer types they register (model.h). */
 bp_status bp_trainer_create_from_file(const char *model_path, const bp_train_options *options,
                                       bp_trainer **trainer_out);
 void bp_trainer_destroy(bp_trainer *trainer); /* NULL is a no-op */
@@ -261,6 +264,30 @@ int bp_trainer_local_ranks(const bp_trainer *trainer);
  * part of the arenas shared), "mpi messages" (mpirun otherwise); NULL with
  * one rank. */
 const char *bp_trainer_transport(const bp_trainer *trainer);
+
+/* Which kernel a bound node got. Strings and the kernel are borrowed from
+ * the trainer (plan, graph, registry) and live as long as it does. */
+typedef struct bp_kernel_use {
+  int rank;                           /* global rank of this binding */
+  const char *variant;                /* plan variant: "train", "eval", ... */
+  const char *segment;                /* bp_segment_name: "forward", ... */
+  const char *node;                   /* graph node name */
+  const bp_registered_kernel *kernel; /* op, impl, device; path is its module */
+} bp_kernel_use;
+/* Every node this process's first rank bound, in variant, segment and node
+ * order, then each node another rank of this process bound with another
+ * kernel (autotune times each rank on its own) or that the first rank did
+ * not bind (sharded nodes). Fixed at create. */
+int bp_trainer_kernel_use_count(const bp_trainer *trainer);
+const bp_kernel_use *bp_trainer_kernel_use(const bp_trainer *trainer, int index);
+/* The pins in effect ("" for none) and where they came from (optional). */
+const char *bp_trainer_pins(const bp_trainer *trainer, bp_pin_source *source_out);
+/* Warnings found at create (a pin that never applies), one line each
+ * ending in '\n'; "" when none. The trainer does not print them. */
+const char *bp_trainer_warnings(const bp_trainer *trainer);
+/* The registry the kernels came from (borrowed; load records for
+ * `blueprint plugins`-style reports). */
+const bp_registry *bp_trainer_registry(const bp_trainer *trainer);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,21 @@
+/* What `train` and `eval` print about kernels at start: pin warnings,
+ * refused modules on BP_PLUGIN_PATH, and which kernel each op got. Private
+ * to the CLI. */
+#ifndef BLUEPRINT_CLI_KERNEL_REPORT_H
+#define BLUEPRINT_CLI_KERNEL_REPORT_H
+
+#include <stdio.h>
+
+#include "blueprint/train.h"
+
+/* On stderr, "blueprint <command>: ..." lines: each pin warning, and one
+ * note when modules found through BP_PLUGIN_PATH were refused. */
+void bp_cli_kernel_notes(const char *command, const bp_trainer *trainer);
+
+/* On out: a compact table, one line per (op, impl, device) with its node
+ * count; with `verbose` also one line per bound node. `variant_prefix`
+ * (optional) keeps only variants whose name starts with it ("eval"). */
+void bp_cli_kernel_table(FILE *out, const bp_trainer *trainer, const char *variant_prefix,
+                         int verbose);
+
+#endif

@@ -1,0 +1,98 @@
+/* Kernel validation: every loaded kernel run against the reference kernel
+ * of its op (flag REFERENCE, same device) on the same seeded random inputs,
+ * case by case, with the op conventions of abi/bp_abi_ops.h checked. What
+ * `blueprint validate` prints and what autotune checks before it times
+ * (docs/validate.md has the checks, the error measure and the tolerances).
+ *
+ * Cases come from a built-in table (odd sizes, batch 1, padded channels,
+ * stride / pad / dilation / groups variants, every dtype the ops take), or
+ * from the nodes of a model's plan (options.model_path). For every
+ * (kernel, case) the kernel's supports() decides: no is a skip with its
+ * reason; yes must be followed by a run that
+ *   1. returns BP_ABI_OK (a supports() yes followed by a failing run fails);
+ *   2. matches the reference: max|out - ref| / max(1, max|ref|) over the
+ *      logical elements of every output, within the dtype's tolerance;
+ *   3. writes every logical output element (outputs are poisoned first);
+ *   4. leaves output channel padding and the bytes after the last element
+ *      untouched (rules 2 and 3), and ignores input channel padding (it
+ *      holds NaN);
+ *   5. adds into prior contents with accumulate = 1 (rule 4);
+ *   6. works in place when flagged IN_PLACE (rule 5);
+ *   7. gives the same bits twice when flagged DETERMINISTIC;
+ *   8. reads nothing past slot_bytes: with options.isolate each tensor's
+ *      slot ends at an inaccessible page and each case runs in a child
+ *      process, so such a read is reported, not a crash.
+ * Reference kernels are the oracle: their rows run every check but the
+ * comparison (accumulate is checked as out(1) = prior + out(0)).
+ * Collective kernels (allreduce.*) are skipped: they need every rank.
+ * Only the "cpu" device is validated; kernels of other devices are
+ * reported as skipped (copies through the device plugin: not yet). */
+#ifndef BLUEPRINT_VALIDATE_H
+#define BLUEPRINT_VALIDATE_H
+
+#include <stdint.h>
+
+#include "blueprint/registry.h"
+#include "blueprint/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum bp_validate_verdict {
+  BP_VALIDATE_PASS = 0,
+  BP_VALIDATE_FAIL,
+  BP_VALIDATE_SKIP,
+} bp_validate_verdict;
+
+/* "pass", "FAIL", "skip". */
+const char *bp_validate_verdict_name(bp_validate_verdict verdict);
+
+typedef struct bp_validate_options {
+  const char *op_glob;    /* fnmatch glob on op names; NULL: every op */
+  const char *impl;       /* implementation name; NULL: every one */
+  const char *device;     /* device kind; NULL: every kind */
+  const char *model_path; /* NULL: the built-in table; else every node of this model's plan */
+  uint64_t seed;          /* inputs are a function of (seed, case) */
+  int gradcheck;          /* also check reference backwards against finite differences */
+  /* 1: guard pages after every slot and every (kernel, case) in a forked
+   * child, so a crash or a read past slot_bytes is a failed case. 0: in
+   * this process, plain buffers (a wild kernel crashes the caller). */
+  int isolate;
+} bp_validate_options;
+
+/* One row: a kernel on a case (or a gradient check, impl "gradcheck"). */
+typedef struct bp_validate_result {
+  const char *op, *impl, *device; /* borrowed from the registry */
+  char case_name[96];
+  int reference;                  /* 1: the kernel is the oracle (flag REFERENCE) */
+  bp_validate_verdict verdict;
+  double error;     /* the largest normalized error measured; NaN: none */
+  double tolerance; /* what it is compared with; NaN: none */
+  char detail[320]; /* why it failed or was skipped; "" when it passed */
+} bp_validate_result;
+
+typedef struct bp_validate_report bp_validate_report; /* opaque */
+
+/* Validates every kernel of `registry` that the options select. A failing
+ * case is not an error: it is a row with verdict FAIL. Errors are bad
+ * options, a model that does not compile, and out of memory.
+ * *report_out is written only on success. */
+bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *options,
+                          bp_validate_report **report_out);
+void bp_validate_report_destroy(bp_validate_report *report); /* NULL is a no-op */
+
+int bp_validate_result_count(const bp_validate_report *report);
+const bp_validate_result *bp_validate_result_get(const bp_validate_report *report, int index);
+
+typedef struct bp_validate_summary {
+  int kernels;  /* distinct (op, impl, device) with at least one row */
+  int cases;    /* rows */
+  int passed, failed, skipped;
+} bp_validate_summary;
+bp_validate_summary bp_validate_summarize(const bp_validate_report *report);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,186 @@
+/* Internals of kernel validation (validate.h): cases, tensor buffers, the
+ * checks of one (kernel, case), the op conventions they rely on, gradient
+ * checks and cases from a model. Shared with autotune.c. Not installed.
+ *
+ * Files: validate.c (the driver: kernels x cases, child processes, the
+ * report), validate_ops.c (what each built-in op needs: input value
+ * ranges, outputs read before written, accumulate, in-place pairs),
+ * validate_cases.c (the built-in case table), validate_model.c (cases from
+ * a model's plan), validate_buffers.c (guarded buffers, poison, dtype
+ * conversion), validate_check.c (the checks), validate_grad.c (finite
+ * differences). */
+#ifndef BLUEPRINT_VALIDATE_IMPL_H
+#define BLUEPRINT_VALIDATE_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blueprint/graph.h"
+#include "blueprint/registry.h"
+#include "blueprint/validate.h"
+
+#define VC_MAX BP_NODE_MAX_TENSORS
+
+/* How a tensor's logical elements are filled before a run. */
+typedef enum vc_fill {
+  VC_FILL_UNIFORM = 0, /* uniform in [lo, hi) */
+  VC_FILL_AWAY,        /* |v| uniform in [lo, hi), random sign (away from kinks) */
+  VC_FILL_INT,         /* integers uniform in [lo, hi] */
+  VC_FILL_CONST,       /* every element lo */
+  VC_FILL_POOL_MASK,   /* maxpool mask: an in-bounds window index per element */
+  VC_FILL_SEGMENTS,    /* LARS segment table: 0 < ... < the span's elements */
+  VC_FILL_NAN_LAST,    /* uniform in [lo, hi) with a NaN as the last element */
+  VC_FILL_RELU_Y,      /* max(0, uniform in [lo, hi)): a relu output */
+  VC_FILL_UNSET,       /* not decided yet: vc_op_complete picks */
+} vc_fill;
+
+typedef struct vc_tensor {
+  bp_abi_tensor d;
+  vc_fill fill;
+  double lo, hi;
+} vc_tensor;
+
+/* One case of one op: descriptors, attributes and how to fill them. */
+typedef struct vc_case {
+  const char *op; /* registry-owned or static */
+  char name[96];
+  int num_inputs, num_outputs;
+  vc_tensor in[VC_MAX], out[VC_MAX];
+  /* out[o] is the very buffer of in[alias[o]] (the op updates it in
+   * place), or -1 */
+  int alias[VC_MAX];
+  /* out[o] is read before it is written (optimizer state, accumulating
+   * loss): filled by its rule instead of poisoned */
+  int rmw[VC_MAX];
+  unsigned char attrs[64];
+  uint32_t attr_size;
+  int accumulate_offset; /* byte offset of the int32 accumulate flag, or -1 */
+  int inplace_in;        /* input an IN_PLACE kernel's output 0 may be, or -1 */
+  int collective;        /* allreduce.*: never run alone */
+} vc_case;
+
+/* ---- validate_ops.c ------------------------------------------------------ */
+
+/* Fills what the op's conventions decide and the case left open: fill
+ * rules (VC_FILL_UNSET), rmw, accumulate_offset, inplace_in, collective.
+ * Ops it does not know keep uniform [-1, 1) inputs and nothing else. */
+void vc_op_complete(vc_case *c);
+
+/* ---- validate_cases.c ---------------------------------------------------- */
+
+/* The built-in cases (static, complete). */
+const vc_case *vc_builtin_cases(int *count_out);
+/* A descriptor by the plan's rules: NHWC strides over padded_c, slot_bytes
+ * by the slot rule (dtensor.h) of the padded shape. */
+bp_abi_tensor vc_tensor_desc(int32_t dtype, int64_t n, int64_t h, int64_t w, int64_t c,
+                             int64_t padded_c);
+/* A span [1,1,1,elements] whose slot is exactly its bytes, as the executor
+ * passes range ops. */
+bp_abi_tensor vc_span_desc(int32_t dtype, int64_t elements);
+/* Cases for a module op with infer_shape: each input one of a few shapes,
+ * outputs from infer_shape, a zero attribute block. Returns the count
+ * written (at most cap); 0 when infer_shape refuses them all. */
+int vc_infer_cases(const bp_abi_op *op, vc_case *out, int cap);
+
+/* ---- validate_model.c ----------------------------------------------------- */
+
+/* Every distinct node of the model's plan (default compile and graph
+ * options) as a case; malloc'ed array in *cases_out. */
+bp_status vc_model_cases(const char *path, vc_case **cases_out, int *count_out);
+
+/* ---- validate_buffers.c ---------------------------------------------------- */
+
+/* One tensor's memory. With a guard, the slot ends exactly where an
+ * inaccessible page begins (its start rounded down to 256 bytes when
+ * slot_bytes is not a multiple of 256). */
+typedef struct vbuf {
+  void *map;            /* mmap'ed region, or the malloc'ed block */
+  size_t map_bytes;     /* 0: malloc'ed */
+  unsigned char *ptr;   /* the tensor's pointer */
+  uint64_t bytes;       /* slot_bytes */
+  unsigned char *guard; /* first byte of the guard page, or NULL */
+} vbuf;
+
+int vbuf_alloc(vbuf *b, uint64_t bytes, int guard); /* 0 on success */
+void vbuf_free(vbuf *b);                           /* zeroed ok */
+
+/* Guard pages of live buffers, for the SIGSEGV handler of a child: which
+ * tensor an address past a slot belongs to ("input 1"), or NULL. */
+void vbuf_guard_register(const vbuf *b, const char *what);
+void vbuf_guard_clear(void);
+const char *vbuf_guard_owner(const void *addr);
+
+int64_t vt_count(const bp_abi_tensor *t);            /* logical elements */
+size_t vt_elem_size(int32_t dtype);                   /* bytes of one element */
+/* Byte offset of logical element i (compact NHWC order). */
+uint64_t vt_offset(const bp_abi_tensor *t, int64_t i);
+/* Writes / reads the logical elements (compact NHWC, as double). */
+void vt_write(const bp_abi_tensor *t, void *p, const double *values);
+void vt_read(const bp_abi_tensor *t, const void *p, double *values);
+/* The whole slot of an input: padding channels NaN (0x5a bytes for
+ * integers), the tail 0xa5 bytes. */
+void vt_fill_input_padding(const bp_abi_tensor *t, void *p);
+/* The whole slot of an output: 0xa5 bytes; then, when poison, every
+ * logical element the poison value. */
+void vt_fill_output(const bp_abi_tensor *t, void *p, int poison);
+/* 1 when logical element i holds the poison value. */
+int vt_is_poison(const bp_abi_tensor *t, const void *p, int64_t i);
+/* 1 at the bytes of logical elements; malloc'ed slot_bytes array. */
+unsigned char *vt_logical_mask(const bp_abi_tensor *t);
+/* Rounds values through the dtype (what a tensor of it can hold). */
+void vt_round(int32_t dtype, double *values, int64_t count);
+
+/* SplitMix64 stream. */
+uint64_t vc_rand(uint64_t *state);
+double vc_rand_unit(uint64_t *state); /* [0, 1) */
+/* Host values of tensor t of case c by its fill rule (count vt_count). */
+void vc_fill_values(const vc_case *c, const vc_tensor *t, uint64_t *rng, double *values);
+
+/* ---- validate_check.c ------------------------------------------------------ */
+
+/* Per-dtype tolerance of the normalized error (docs/validate.md). */
+double vc_tolerance(int32_t dtype);
+
+/* What the checks of one (kernel, case) found. */
+typedef struct vc_outcome {
+  bp_validate_verdict verdict;
+  double error, tolerance; /* NaN when nothing was compared */
+  char detail[320];
+} vc_outcome;
+
+typedef struct vc_check_options {
+  uint64_t seed;
+  int guard;                        /* guard pages after every slot */
+  const bp_abi_threads *threads;    /* lent to the kernels (never NULL) */
+} vc_check_options;
+
+/* Runs every check of kernel k (against ref, which may be k itself) on
+ * case c. Never aborts on what the kernels do, short of a crash. */
+void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c,
+              const vc_check_options *o, vc_outcome *out);
+
+/* The case of a node as a kernel sees it: descriptors and attributes from
+ * args (pointers ignored), completed by the op's conventions. Aliases come
+ * from equal pointers when args carries them. */
+int vc_case_from_args(const char *op, const bp_abi_kernel_args *args, vc_case *c); /* 0 ok */
+
+/* One run of k on c (accumulate flag, input values, starting values of
+ * the outputs or NULL for poison); outputs into got. 0, or -1 and why. */
+int vc_run_values(const bp_abi_kernel *k, const vc_case *c, int accumulate, double *const *in,
+                  double *const *prior, double **got, const vc_check_options *o, char *why,
+                  size_t why_size);
+
+/* ---- validate_grad.c --------------------------------------------------------- */
+
+/* Gradient checks: one row per (reference backward op, forward case of
+ * the built-in table). */
+int vc_grad_row_count(void);
+/* Row `row`'s backward op (static) and case name, without running it. */
+void vc_grad_row_name(int row, const char **op_out, char *case_name, size_t case_name_size);
+/* Row `row`: its backward op (static) and case name, and the check of the
+ * reference backward against central differences of the reference
+ * forward (docs/validate.md). */
+void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const char **op_out,
+                 char *case_name, size_t case_name_size, vc_outcome *out);
+
+#endif

@@ -1,0 +1,323 @@
+/* The validation driver (validate.h): picks the kernels and their cases,
+ * runs each (kernel, case) in a child process when asked (so a crash or a
+ * read past slot_bytes becomes a failed row), and collects the rows. */
+#include <errno.h>
+#include <fnmatch.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "blueprint/threads.h"
+#include "validate-impl.h"
+
+#define CHILD_TIMEOUT_S 300 /* one (kernel, case), all its runs */
+#define EXIT_GUARD 3        /* the child hit a guard page */
+#define MAX_THREADS 4       /* threads lent to the kernels */
+
+struct bp_validate_report {
+  bp_validate_result *rows;
+  int count, cap;
+};
+
+const char *bp_validate_verdict_name(bp_validate_verdict v) {
+  switch (v) {
+    case BP_VALIDATE_PASS: return "pass";
+    case BP_VALIDATE_FAIL: return "FAIL";
+    default: return "skip";
+  }
+}
+
+static bp_validate_result *add_row(bp_validate_report *rep, const char *op, const char *impl,
+                                   const char *device, const char *case_name, int reference) {
+  if (rep->count == rep->cap) {
+    const int cap = rep->cap ? 2 * rep->cap : 64;
+    bp_validate_result *grown = realloc(rep->rows, (size_t)cap * sizeof *grown);
+    if (!grown) return NULL;
+    rep->rows = grown;
+    rep->cap = cap;
+  }
+  bp_validate_result *r = &rep->rows[rep->count++];
+  memset(r, 0, sizeof *r);
+  r->op = op;
+  r->impl = impl;
+  r->device = device;
+  snprintf(r->case_name, sizeof r->case_name, "%s", case_name);
+  r->reference = reference;
+  r->error = r->tolerance = NAN;
+  return r;
+}
+
+static void set_outcome(bp_validate_result *r, const vc_outcome *o) {
+  r->verdict = o->verdict;
+  r->error = o->error;
+  r->tolerance = o->tolerance;
+  snprintf(r->detail, sizeof r->detail, "%s", o->detail);
+}
+
+/* ---- one job, here or in a child -------------------------------------------------- */
+
+typedef struct job {
+  const bp_registry *registry;
+  const bp_abi_kernel *k, *ref; /* a kernel check */
+  const vc_case *c;
+  int grad_row;                 /* >= 0: a gradient check row instead */
+  const char *grad_op;
+  char grad_case[96];
+  vc_check_options opt;
+} job;
+
+static void job_run(job *j, vc_outcome *out) {
+  if (j->grad_row >= 0)
+    vc_grad_row(j->registry, j->grad_row, &j->opt, &j->grad_op, j->grad_case,
+                sizeof j->grad_case, out);
+  else
+    vc_check(j->k, j->ref, j->c, &j->opt, out);
+}
+
+/* Where a child reports; shared with the parent. */
+static vc_outcome *child_out;
+
+static void on_fault(int sig, siginfo_t *info, void *context) {
+  (void)context;
+  const char *owner = vbuf_guard_owner(info->si_addr);
+  child_out->verdict = BP_VALIDATE_FAIL;
+  if (owner)
+    snprintf(child_out->detail, sizeof child_out->detail,
+             "read past slot_bytes of %s (it touched the guard page right after the slot)", owner);
+  else
+    snprintf(child_out->detail, sizeof child_out->detail, "crashed with %s at address %p",
+             sig == SIGSEGV ? "SIGSEGV" : "SIGBUS", info->si_addr);
+  _exit(EXIT_GUARD);
+}
+
+typedef struct grad_result { /* what a child hands back */
+  vc_outcome out;
+} grad_result;
+
+static void run_isolated(job *j, vc_outcome *out) {
+  grad_result *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) {
+    out->verdict = BP_VALIDATE_FAIL;
+    snprintf(out->detail, sizeof out->detail, "cannot map memory for a child: %s", strerror(errno));
+    return;
+  }
+  memset(shared, 0, sizeof *shared);
+  shared->out.verdict = BP_VALIDATE_FAIL;
+  shared->out.error = shared->out.tolerance = NAN;
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    child_out = &shared->out;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO;
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+    alarm(CHILD_TIMEOUT_S);
+    bp_threads *threads = NULL;
+    int count = bp_threads_share(1);
+    if (count > MAX_THREADS) count = MAX_THREADS;
+    if (bp_threads_create(count, &threads) != BP_OK) _exit(4);
+    j->opt.threads = bp_threads_abi(threads);
+    vc_outcome o;
+    job_run(j, &o);
+    shared->out = o;
+    bp_threads_destroy(threads);
+    _exit(0);
+  }
+  if (pid < 0) {
+    out->verdict = BP_VALIDATE_FAIL;
+    snprintf(out->detail, sizeof out->detail, "cannot fork a child: %s", strerror(errno));
+    munmap(shared, sizeof *shared);
+    return;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  *out = shared->out;
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    out->verdict = BP_VALIDATE_FAIL;
+    snprintf(out->detail, sizeof out->detail, "%s",
+             sig == SIGALRM ? "timed out (a kernel ran for minutes or hung)" : "crashed");
+    if (sig != SIGALRM)
+      snprintf(out->detail, sizeof out->detail, "crashed with signal %d (%s)", sig, strsignal(sig));
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0 &&
+             WEXITSTATUS(status) != EXIT_GUARD) {
+    out->verdict = BP_VALIDATE_FAIL;
+    snprintf(out->detail, sizeof out->detail, "the child exited with status %d",
+             WEXITSTATUS(status));
+  }
+  munmap(shared, sizeof *shared);
+}
+
+/* ---- selection ------------------------------------------------------------------------ */
+
+static const bp_abi_kernel *reference_of(const bp_registry *r, const char *op) {
+  for (int i = 0; i < bp_registry_kernel_count(r); i++) {
+    const bp_registered_kernel *k = bp_registry_kernel(r, i);
+    if ((k->kernel.flags & BP_ABI_KERNEL_REFERENCE) && strcmp(k->kernel.op, op) == 0 &&
+        strcmp(k->kernel.device, "cpu") == 0)
+      return &k->kernel;
+  }
+  return NULL;
+}
+
+static int selected(const bp_validate_options *o, const char *op, const char *impl,
+                    const char *device) {
+  if (o->op_glob && fnmatch(o->op_glob, op, 0) != 0) return 0;
+  if (o->impl && strcmp(o->impl, impl) != 0) return 0;
+  if (o->device && strcmp(o->device, device) != 0) return 0;
+  return 1;
+}
+
+static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
+                                 const bp_validate_options *o, const bp_abi_kernel *k,
+                                 const vc_case *cases, int case_count, int from_model,
+                                 const bp_abi_threads *threads) {
+  const int is_ref = (k->flags & BP_ABI_KERNEL_REFERENCE) != 0;
+  bp_validate_result *row;
+  const vc_case *mine[256];
+  vc_case inferred[8];
+  int n = 0;
+  for (int i = 0; i < case_count && n < 256; i++)
+    if (strcmp(cases[i].op, k->op) == 0) mine[n++] = &cases[i];
+  if (n == 0 && from_model) return BP_OK; /* the model does not use the op */
+  if (n == 0) {
+    const bp_abi_op *op = bp_registry_find_op(r, k->op);
+    const int m = op ? vc_infer_cases(op, inferred, 8) : 0;
+    for (int i = 0; i < m; i++) mine[n++] = &inferred[i];
+  }
+  if (strcmp(k->device, "cpu") != 0) {
+    if (!(row = add_row(rep, k->op, k->impl, k->device, "-", is_ref))) goto nomem;
+    row->verdict = BP_VALIDATE_SKIP;
+    snprintf(row->detail, sizeof row->detail,
+             "device '%s': only cpu kernels are validated for now (no copies through device "
+             "plugins yet)",
+             k->device);
+    return BP_OK;
+  }
+  if (n == 0) {
+    if (!(row = add_row(rep, k->op, k->impl, k->device, "-", is_ref))) goto nomem;
+    row->verdict = BP_VALIDATE_SKIP;
+    snprintf(row->detail, sizeof row->detail,
+             "no cases: the op is not in the built-in table and has no infer_shape (try --model)");
+    return BP_OK;
+  }
+  const bp_abi_kernel *ref = reference_of(r, k->op);
+  const int no_ref = ref == NULL;
+  if (!ref) ref = k; /* conventions only */
+  for (int i = 0; i < n; i++) {
+    if (!(row = add_row(rep, k->op, k->impl, k->device, mine[i]->name, is_ref))) goto nomem;
+    job j = {.registry = r, .k = k, .ref = ref, .c = mine[i], .grad_row = -1,
+             .opt = {.seed = o->seed, .guard = o->isolate, .threads = threads}};
+    vc_outcome out;
+    if (o->isolate) run_isolated(&j, &out);
+    else job_run(&j, &out);
+    set_outcome(row, &out);
+    if (no_ref && row->verdict == BP_VALIDATE_PASS)
+      snprintf(row->detail, sizeof row->detail, "no reference kernel: conventions checked only");
+  }
+  return BP_OK;
+nomem:
+  return bp_fail(BP_ERR_NOMEM, "out of memory collecting validation results");
+}
+
+static bp_status gradcheck(bp_validate_report *rep, const bp_registry *r,
+                           const bp_validate_options *o, const bp_abi_threads *threads) {
+  if ((o->impl && strcmp(o->impl, "reference") != 0) || (o->device && strcmp(o->device, "cpu") != 0))
+    return BP_OK;
+  for (int i = 0; i < vc_grad_row_count(); i++) {
+    const char *op = NULL;
+    char name[96];
+    vc_grad_row_name(i, &op, name, sizeof name);
+    if (o->op_glob && fnmatch(o->op_glob, op, 0) != 0) continue;
+    job j = {.registry = r, .grad_row = i, .grad_op = op,
+             .opt = {.seed = o->seed, .guard = o->isolate, .threads = threads}};
+    vc_outcome out;
+    if (o->isolate) run_isolated(&j, &out);
+    else job_run(&j, &out);
+    bp_validate_result *row = add_row(rep, op, "reference", "cpu", name, 1);
+    if (!row) return bp_fail(BP_ERR_NOMEM, "out of memory collecting validation results");
+    set_outcome(row, &out);
+  }
+  return BP_OK;
+}
+
+bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *options,
+                          bp_validate_report **report_out) {
+  if (!registry || !options || !report_out)
+    return bp_fail(BP_ERR_INVALID, "bp_validate_run: NULL argument");
+  bp_validate_report *rep = calloc(1, sizeof *rep);
+  if (!rep) return bp_fail(BP_ERR_NOMEM, "out of memory validating kernels");
+  vc_case *model_cases = NULL;
+  const vc_case *cases;
+  int count = 0;
+  bp_status st = BP_OK;
+  bp_threads *threads = NULL;
+  if (options->model_path) {
+    st = vc_model_cases(options->model_path, &model_cases, &count);
+    cases = model_cases;
+  } else {
+    cases = vc_builtin_cases(&count);
+  }
+  /* in this process, the kernels get threads of their own; children make theirs */
+  if (st == BP_OK && !options->isolate) {
+    int n = bp_threads_share(1);
+    st = bp_threads_create(n > MAX_THREADS ? MAX_THREADS : n, &threads);
+  }
+  for (int i = 0; st == BP_OK && i < bp_registry_kernel_count(registry); i++) {
+    const bp_abi_kernel *k = &bp_registry_kernel(registry, i)->kernel;
+    if (!selected(options, k->op, k->impl, k->device)) continue;
+    st = validate_kernel(rep, registry, options, k, cases, count, options->model_path != NULL,
+                         threads ? bp_threads_abi(threads) : NULL);
+  }
+  if (st == BP_OK && options->gradcheck)
+    st = gradcheck(rep, registry, options, threads ? bp_threads_abi(threads) : NULL);
+  bp_threads_destroy(threads);
+  free(model_cases);
+  if (st != BP_OK) {
+    bp_validate_report_destroy(rep);
+    return st;
+  }
+  *report_out = rep;
+  return BP_OK;
+}
+
+void bp_validate_report_destroy(bp_validate_report *rep) {
+  if (!rep) return;
+  free(rep->rows);
+  free(rep);
+}
+
+int bp_validate_result_count(const bp_validate_report *rep) { return rep ? rep->count : 0; }
+
+const bp_validate_result *bp_validate_result_get(const bp_validate_report *rep, int i) {
+  return rep && i >= 0 && i < rep->count ? &rep->rows[i] : NULL;
+}
+
+bp_validate_summary bp_validate_summarize(const bp_validate_report *rep) {
+  bp_validate_summary s = {0};
+  if (!rep) return s;
+  for (int i = 0; i < rep->count; i++) {
+    const bp_validate_result *r = &rep->rows[i];
+    s.cases++;
+    if (r->verdict == BP_VALIDATE_PASS) s.passed++;
+    else if (r->verdict == BP_VALIDATE_FAIL) s.failed++;
+    else s.skipped++;
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++)
+      seen = strcmp(rep->rows[j].op, r->op) == 0 && strcmp(rep->rows[j].impl, r->impl) == 0 &&
+             strcmp(rep->rows[j].device, r->device) == 0;
+    if (!seen) s.kernels++;
+  }
+  return s;
+}

@@ -1,0 +1,481 @@
+/* The built-in case table of kernel validation: for every op of
+ * abi/bp_abi_ops.h, odd sizes, batch 1, channels that are not a multiple
+ * of 8 laid out with padded_c > C, stride / pad / dilation / groups
+ * variants and every dtype the op takes. The same table drives
+ * `blueprint validate`, the conformance suite (tests/test_conformance.c)
+ * and nothing else: a case added here is checked for every kernel. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "blueprint/dtensor.h"
+#include "validate-impl.h"
+
+bp_abi_tensor vc_tensor_desc(int32_t dtype, int64_t n, int64_t h, int64_t w, int64_t c,
+                             int64_t padded_c) {
+  bp_abi_tensor t;
+  memset(&t, 0, sizeof t);
+  t.struct_size = sizeof t;
+  t.dtype = dtype;
+  t.shape[0] = n;
+  t.shape[1] = h;
+  t.shape[2] = w;
+  t.shape[3] = c;
+  t.padded_c = padded_c > c ? padded_c : c;
+  t.stride[3] = 1;
+  t.stride[2] = t.padded_c;
+  t.stride[1] = t.padded_c * w;
+  t.stride[0] = t.padded_c * w * h;
+  /* the plan's slot rule on the padded shape (region B pads nothing) */
+  uint64_t slot = 0;
+  if (bp_dtensor_slot_bytes((bp_dtype)dtype, BP_REGION_B, (bp_shape){n, h, w, t.padded_c},
+                            &slot) != BP_OK)
+    slot = 0;
+  t.slot_bytes = slot;
+  return t;
+}
+
+bp_abi_tensor vc_span_desc(int32_t dtype, int64_t elements) {
+  bp_abi_tensor t = vc_tensor_desc(dtype, 1, 1, 1, elements, elements);
+  t.slot_bytes = (uint64_t)elements * vt_elem_size(dtype);
+  return t;
+}
+
+#define TABLE_MAX 256
+static vc_case table[TABLE_MAX];
+static int table_count;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static vc_case *add(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static vc_case *add(const char *op, const char *fmt, ...) {
+  if (table_count == TABLE_MAX) return NULL;
+  vc_case *c = &table[table_count++];
+  memset(c, 0, sizeof *c);
+  c->op = op;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->name, sizeof c->name, fmt, ap);
+  va_end(ap);
+  for (int i = 0; i < VC_MAX; i++) {
+    c->alias[i] = -1;
+    c->in[i].fill = c->out[i].fill = VC_FILL_UNSET;
+  }
+  return c;
+}
+
+static void in(vc_case *c, bp_abi_tensor d) { c->in[c->num_inputs++].d = d; }
+static void out(vc_case *c, bp_abi_tensor d) { c->out[c->num_outputs++].d = d; }
+static void attrs(vc_case *c, const void *a, uint32_t size) {
+  memcpy(c->attrs, a, size);
+  c->attr_size = size;
+}
+
+#define F32 BP_ABI_DTYPE_FP32
+#define F16 BP_ABI_DTYPE_FP16
+#define I8 BP_ABI_DTYPE_INT8
+#define I32 BP_ABI_DTYPE_INT32
+
+/* ---- conv2d ------------------------------------------------------------------ */
+
+typedef struct conv_geo {
+  int64_t n, h, w, c, k;
+  int32_t kh, kw, sh, sw, ph, pw, dh, dw, groups, bias;
+  int64_t xpad, ypad; /* padded_c of x (and dx) and of y (and dy); 0: compact */
+} conv_geo;
+
+static const conv_geo conv_geos[] = {
+    {2, 5, 7, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},
+    {1, 6, 5, 8, 5, 3, 3, 2, 2, 0, 0, 1, 1, 1, 0, 0, 0},
+    {2, 7, 6, 4, 4, 3, 3, 1, 1, 2, 2, 2, 2, 1, 1, 0, 0},
+    {1, 5, 5, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1, 0, 0},
+    {2, 4, 5, 5, 6, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 8, 8},
+    {3, 5, 6, 3, 2, 2, 3, 2, 1, 1, 0, 1, 1, 1, 0, 4, 0},
+    {1, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 3, 1, 0, 0},
+    {2, 9, 9, 16, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},
+};
+
+static void conv_cases(void) {
+  for (size_t i = 0; i < sizeof conv_geos / sizeof conv_geos[0]; i++) {
+    const conv_geo *g = &conv_geos[i];
+    const int64_t oh = (g->h + 2 * g->ph - (g->dh * (g->kh - 1) + 1)) / g->sh + 1;
+    const int64_t ow = (g->w + 2 * g->pw - (g->dw * (g->kw - 1) + 1)) / g->sw + 1;
+    char name[96];
+    snprintf(name, sizeof name, "N%lld %lldx%lld C%lld%s->K%lld%s k%dx%d s%d,%d p%d,%d d%d,%d g%d%s",
+             (long long)g->n, (long long)g->h, (long long)g->w, (long long)g->c,
+             g->xpad ? "(p)" : "", (long long)g->k, g->ypad ? "(p)" : "", g->kh, g->kw, g->sh,
+             g->sw, g->ph, g->pw, g->dh, g->dw, g->groups, g->bias ? " bias" : "");
+    const bp_conv2d_attrs a = {.kernel_h = g->kh, .kernel_w = g->kw, .stride_h = g->sh,
+                               .stride_w = g->sw, .pad_h = g->ph, .pad_w = g->pw,
+                               .dilation_h = g->dh, .dilation_w = g->dw, .groups = g->groups,
+                               .has_bias = g->bias, .accumulate = 0};
+    const bp_abi_tensor x = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->xpad);
+    const bp_abi_tensor y = vc_tensor_desc(F32, g->n, oh, ow, g->k, g->ypad);
+    const bp_abi_tensor w = vc_tensor_desc(F32, g->k, g->kh, g->kw, g->c / g->groups, 0);
+    const bp_abi_tensor b = vc_tensor_desc(F32, 1, 1, 1, g->k, 0);
+    vc_case *c = add("conv2d.fwd", "%s", name);
+    in(c, x);
+    in(c, w);
+    if (g->bias) in(c, b);
+    out(c, y);
+    attrs(c, &a, sizeof a);
+    c = add("conv2d.bwd_data", "%s", name);
+    in(c, y);
+    in(c, w);
+    out(c, x);
+    attrs(c, &a, sizeof a);
+    c = add("conv2d.bwd_filter", "%s", name);
+    in(c, x);
+    in(c, y);
+    out(c, w);
+    if (g->bias) out(c, b);
+    attrs(c, &a, sizeof a);
+  }
+}
+
+/* ---- fc ------------------------------------------------------------------------ */
+
+typedef struct fc_geo {
+  int64_t n, h, w, c, o;
+  int32_t bias;
+  int64_t xpad, ypad;
+} fc_geo;
+
+static const fc_geo fc_geos[] = {
+    {3, 1, 1, 7, 5, 1, 0, 0}, {1, 2, 3, 5, 4, 0, 0, 0}, {4, 1, 1, 9, 6, 1, 16, 8},
+    {2, 2, 2, 3, 4, 1, 4, 0}, {8, 3, 3, 4, 10, 1, 0, 0}, {16, 1, 1, 64, 33, 1, 0, 0},
+};
+
+static void fc_cases(void) {
+  for (size_t i = 0; i < sizeof fc_geos / sizeof fc_geos[0]; i++) {
+    const fc_geo *g = &fc_geos[i];
+    char name[96];
+    snprintf(name, sizeof name, "N%lld %lldx%lldx%lld%s->%lld%s%s", (long long)g->n,
+             (long long)g->h, (long long)g->w, (long long)g->c, g->xpad ? "(p)" : "",
+             (long long)g->o, g->ypad ? "(p)" : "", g->bias ? " bias" : "");
+    const bp_fc_attrs a = {.has_bias = g->bias, .accumulate = 0};
+    const bp_abi_tensor x = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->xpad);
+    const bp_abi_tensor y = vc_tensor_desc(F32, g->n, 1, 1, g->o, g->ypad);
+    const bp_abi_tensor w = vc_tensor_desc(F32, g->o, 1, 1, g->h * g->w * g->c, 0);
+    const bp_abi_tensor b = vc_tensor_desc(F32, 1, 1, 1, g->o, 0);
+    vc_case *c = add("fc.fwd", "%s", name);
+    in(c, x);
+    in(c, w);
+    if (g->bias) in(c, b);
+    out(c, y);
+    attrs(c, &a, sizeof a);
+    c = add("fc.bwd_data", "%s", name);
+    in(c, y);
+    in(c, w);
+    out(c, x);
+    attrs(c, &a, sizeof a);
+    c = add("fc.bwd_filter", "%s", name);
+    in(c, x);
+    in(c, y);
+    out(c, w);
+    if (g->bias) out(c, b);
+    attrs(c, &a, sizeof a);
+  }
+}
+
+/* ---- elementwise, global average pool, batch norm ------------------------------- */
+
+typedef struct plain_geo {
+  int64_t n, h, w, c, pad;
+} plain_geo;
+
+static const plain_geo plain_geos[] = {
+    {2, 3, 5, 7, 0}, {1, 1, 1, 13, 0}, {2, 3, 3, 5, 8}, {1, 2, 2, 16, 0}, {4, 6, 6, 12, 0},
+};
+
+static void plain_name(const plain_geo *g, char *buf, size_t size) {
+  snprintf(buf, size, "%lldx%lldx%lldx%lld%s", (long long)g->n, (long long)g->h,
+           (long long)g->w, (long long)g->c, g->pad ? " padded" : "");
+}
+
+static void elementwise_cases(void) {
+  const bp_elementwise_attrs a = {.accumulate = 0};
+  for (size_t i = 0; i < sizeof plain_geos / sizeof plain_geos[0]; i++) {
+    const plain_geo *g = &plain_geos[i];
+    char name[96];
+    plain_name(g, name, sizeof name);
+    const bp_abi_tensor t = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->pad);
+    const bp_abi_tensor pooled = vc_tensor_desc(F32, g->n, 1, 1, g->c, g->pad);
+    vc_case *c = add("relu.fwd", "%s", name);
+    in(c, t);
+    out(c, t);
+    attrs(c, &a, sizeof a);
+    c = add("relu.bwd", "%s", name);
+    in(c, t);
+    in(c, t);
+    out(c, t);
+    attrs(c, &a, sizeof a);
+    c = add("add.fwd", "%s", name);
+    in(c, t);
+    in(c, t);
+    out(c, t);
+    attrs(c, &a, sizeof a);
+    c = add("add.bwd", "%s", name);
+    in(c, t);
+    out(c, t);
+    out(c, t);
+    attrs(c, &a, sizeof a);
+    c = add("global_avgpool.fwd", "%s", name);
+    in(c, t);
+    out(c, pooled);
+    attrs(c, &a, sizeof a);
+    c = add("global_avgpool.bwd", "%s", name);
+    in(c, pooled);
+    out(c, t);
+    attrs(c, &a, sizeof a);
+  }
+}
+
+static const plain_geo bn_geos[] = {
+    {4, 3, 3, 5, 0}, {2, 1, 1, 7, 8}, {1, 2, 3, 4, 0}, {8, 4, 4, 16, 0},
+};
+
+static void batchnorm_cases(void) {
+  const bp_batchnorm_attrs a = {.eps = 1e-5f, .momentum = 0.1f, .accumulate = 0};
+  for (size_t i = 0; i < sizeof bn_geos / sizeof bn_geos[0]; i++) {
+    const plain_geo *g = &bn_geos[i];
+    char name[96];
+    plain_name(g, name, sizeof name);
+    const bp_abi_tensor x = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->pad);
+    const bp_abi_tensor p = vc_tensor_desc(F32, 1, 1, 1, g->c, g->pad);
+    vc_case *c = add("batchnorm.fwd_train", "%s", name);
+    for (int k = 0; k < 5; k++) in(c, k ? p : x);
+    for (int k = 0; k < 5; k++) out(c, k ? p : x);
+    attrs(c, &a, sizeof a);
+    c = add("batchnorm.fwd_eval", "%s", name);
+    for (int k = 0; k < 5; k++) in(c, k ? p : x);
+    out(c, x);
+    attrs(c, &a, sizeof a);
+    c = add("batchnorm.bwd", "%s", name);
+    in(c, x);
+    in(c, x);
+    for (int k = 0; k < 3; k++) in(c, p);
+    out(c, x);
+    out(c, p);
+    out(c, p);
+    attrs(c, &a, sizeof a);
+  }
+}
+
+/* ---- pools ------------------------------------------------------------------------ */
+
+typedef struct pool_geo {
+  int64_t n, h, w, c;
+  int32_t kh, kw, sh, sw, ph, pw, include_pad;
+  int64_t pad;
+} pool_geo;
+
+static const pool_geo pool_geos[] = {
+    {2, 6, 7, 3, 2, 2, 2, 2, 0, 0, 0, 0}, {1, 7, 7, 5, 3, 3, 2, 2, 1, 1, 0, 8},
+    {2, 5, 6, 4, 3, 3, 1, 1, 1, 1, 1, 0}, {1, 4, 5, 3, 2, 3, 1, 2, 0, 1, 1, 4},
+    {2, 8, 8, 16, 2, 2, 2, 2, 0, 0, 0, 0},
+};
+
+static void pool_cases(void) {
+  for (size_t i = 0; i < sizeof pool_geos / sizeof pool_geos[0]; i++) {
+    const pool_geo *g = &pool_geos[i];
+    const int64_t oh = (g->h + 2 * g->ph - g->kh) / g->sh + 1;
+    const int64_t ow = (g->w + 2 * g->pw - g->kw) / g->sw + 1;
+    char name[96];
+    snprintf(name, sizeof name, "%lldx%lldx%lldx%lld%s k%dx%d s%d,%d p%d,%d", (long long)g->n,
+             (long long)g->h, (long long)g->w, (long long)g->c, g->pad ? " padded" : "", g->kh,
+             g->kw, g->sh, g->sw, g->ph, g->pw);
+    const bp_pool_attrs a = {.kernel_h = g->kh, .kernel_w = g->kw, .stride_h = g->sh,
+                             .stride_w = g->sw, .pad_h = g->ph, .pad_w = g->pw,
+                             .count_include_pad = g->include_pad, .accumulate = 0};
+    const bp_abi_tensor x = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->pad);
+    const bp_abi_tensor y = vc_tensor_desc(F32, g->n, oh, ow, g->c, g->pad);
+    /* the mask as the plan lays it out: INT8, channels padded to 8 */
+    const bp_abi_tensor mask = vc_tensor_desc(I8, g->n, oh, ow, g->c, (g->c + 7) / 8 * 8);
+    vc_case *c = add("maxpool.fwd", "%s", name);
+    in(c, x);
+    out(c, y);
+    out(c, mask);
+    attrs(c, &a, sizeof a);
+    c = add("maxpool.bwd", "%s", name);
+    in(c, y);
+    in(c, mask);
+    out(c, x);
+    attrs(c, &a, sizeof a);
+    c = add("avgpool.fwd", "%s%s", name, g->include_pad ? " include_pad" : "");
+    in(c, x);
+    out(c, y);
+    attrs(c, &a, sizeof a);
+    c = add("avgpool.bwd", "%s%s", name, g->include_pad ? " include_pad" : "");
+    in(c, y);
+    out(c, x);
+    attrs(c, &a, sizeof a);
+  }
+}
+
+/* ---- softmax cross-entropy ----------------------------------------------------------- */
+
+static void softmax_cases(void) {
+  static const struct {
+    int64_t n, k, pad;
+    float smoothing;
+  } geos[] = {{5, 10, 0, 0.1f}, {1, 3, 0, 0.0f}, {4, 7, 8, 0.1f}, {16, 10, 0, 0.0f}};
+  for (size_t i = 0; i < sizeof geos / sizeof geos[0]; i++) {
+    const bp_softmax_ce_attrs a = {.label_smoothing = geos[i].smoothing,
+                                   .grad_scale = 1.0f / (float)geos[i].n, .compute_grad = 1};
+    vc_case *c = add("softmax_ce.fwd_bwd", "N%lld K%lld%s smoothing %.1f", (long long)geos[i].n,
+                     (long long)geos[i].k, geos[i].pad ? " padded" : "", (double)geos[i].smoothing);
+    const bp_abi_tensor logits = vc_tensor_desc(F32, geos[i].n, 1, 1, geos[i].k, geos[i].pad);
+    in(c, logits);
+    in(c, vc_tensor_desc(I32, geos[i].n, 1, 1, 1, 0));
+    out(c, vc_tensor_desc(F32, 1, 1, 1, 1, 0));
+    out(c, vc_tensor_desc(F32, 1, 1, 1, 1, 0));
+    out(c, logits);
+    attrs(c, &a, sizeof a);
+  }
+}
+
+/* ---- range ops: spans [1,1,1,E] ------------------------------------------------------ */
+
+static const char *dtname(int32_t d) {
+  return d == F32 ? "fp32" : d == F16 ? "fp16" : d == I8 ? "int8" : "int32";
+}
+
+static void range_cases(void) {
+  static const int64_t sizes[] = {64, 1000, 4133};
+  static const int32_t all[] = {F32, F16, I8, I32};
+  const bp_range_attrs ra = {.scale = 0.5f, .decay = 0.9f};
+  for (size_t s = 0; s < 3; s++) {
+    const int64_t e = sizes[s];
+    for (size_t d = 0; d < 4; d++) {
+      vc_case *c = add("range.zero", "E%lld %s", (long long)e, dtname(all[d]));
+      out(c, vc_span_desc(all[d], e));
+      c = add("range.copy", "E%lld %s", (long long)e, dtname(all[d]));
+      in(c, vc_span_desc(all[d], e));
+      out(c, vc_span_desc(all[d], e));
+    }
+    vc_case *c = add("range.scale", "E%lld", (long long)e);
+    in(c, vc_span_desc(F32, e));
+    out(c, vc_span_desc(F32, e));
+    attrs(c, &ra, sizeof ra);
+    for (int to16 = 0; to16 < 2; to16++) {
+      c = add("range.cast", "E%lld %s", (long long)e, to16 ? "fp32->fp16" : "fp16->fp32");
+      in(c, vc_span_desc(to16 ? F32 : F16, e));
+      out(c, vc_span_desc(to16 ? F16 : F32, e));
+      c->in[0].fill = VC_FILL_UNIFORM;
+      /* to FP16: beyond its range too (the overflow rule) */
+      c->in[0].lo = to16 ? -70000 : -60000;
+      c->in[0].hi = to16 ? 70000 : 60000;
+    }
+    c = add("range.ema", "E%lld", (long long)e);
+    in(c, vc_span_desc(F32, e));
+    out(c, vc_span_desc(F32, e));
+    attrs(c, &ra, sizeof ra);
+    for (int d = 0; d < 2; d++)
+      for (int nan = 0; nan < 2; nan++) {
+        c = add("range.nan_check", "E%lld %s%s", (long long)e, d ? "fp16" : "fp32",
+                nan ? " NaN last" : " clean");
+        in(c, vc_span_desc(d ? F16 : F32, e));
+        out(c, vc_tensor_desc(F32, 1, 1, 1, 1, 0));
+        c->in[0].fill = nan ? VC_FILL_NAN_LAST : VC_FILL_UNIFORM;
+        c->in[0].lo = -1;
+        c->in[0].hi = 1;
+      }
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+      const bp_optimizer_attrs oa = {.momentum = 0.9f, .weight_decay = 5e-4f,
+                                     .nesterov = nesterov};
+      c = add("range.sgd", "E%lld%s", (long long)e, nesterov ? " nesterov" : "");
+      in(c, vc_span_desc(F32, e));
+      in(c, vc_tensor_desc(F32, 1, 1, 1, 1, 0));
+      out(c, vc_span_desc(F32, e));
+      out(c, vc_span_desc(F32, e));
+      attrs(c, &oa, sizeof oa);
+    }
+    const bp_optimizer_attrs adam = {.weight_decay = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f,
+                                     .eps = 1e-8f};
+    c = add("range.adamw", "E%lld", (long long)e);
+    in(c, vc_span_desc(F32, e));
+    in(c, vc_tensor_desc(F32, 1, 1, 1, 1, 0));
+    in(c, vc_tensor_desc(F32, 1, 1, 1, 1, 0));
+    for (int k = 0; k < 3; k++) out(c, vc_span_desc(F32, e));
+    attrs(c, &adam, sizeof adam);
+    const bp_optimizer_attrs lars = {.momentum = 0.9f, .weight_decay = 5e-4f, .eta = 0.001f};
+    const int64_t segs = s + 1;
+    c = add("range.lars", "E%lld S%lld", (long long)e, (long long)segs);
+    in(c, vc_span_desc(F32, e));
+    in(c, vc_tensor_desc(F32, 1, 1, 1, 1, 0));
+    in(c, vc_tensor_desc(I32, 1, 1, 1, segs + 1, 0));
+    out(c, vc_span_desc(F32, e));
+    out(c, vc_span_desc(F32, e));
+    out(c, vc_tensor_desc(F32, 1, 1, 1, 2 * segs, 0));
+    attrs(c, &lars, sizeof lars);
+  }
+  /* collectives: listed so validate can say why they are skipped */
+  static const char *const collectives[] = {"allreduce.sum", "allreduce.reduce_scatter",
+                                            "allreduce.all_gather"};
+  for (size_t i = 0; i < 3; i++) {
+    vc_case *c = add(collectives[i], "E1000");
+    in(c, vc_span_desc(F32, 1000));
+    out(c, vc_span_desc(F32, 1000));
+    c->alias[0] = 0;
+  }
+}
+
+static void build(void) {
+  conv_cases();
+  fc_cases();
+  elementwise_cases();
+  pool_cases();
+  batchnorm_cases();
+  softmax_cases();
+  range_cases();
+  for (int i = 0; i < table_count; i++) vc_op_complete(&table[i]);
+}
+
+const vc_case *vc_builtin_cases(int *count_out) {
+  pthread_once(&table_once, build);
+  *count_out = table_count;
+  return table;
+}
+
+/* ---- module ops with infer_shape ------------------------------------------------------ */
+
+int vc_infer_cases(const bp_abi_op *op, vc_case *out_cases, int cap) {
+  static const plain_geo geos[] = {{2, 3, 5, 7, 0}, {1, 1, 1, 13, 0}, {2, 3, 3, 5, 8}};
+  int count = 0;
+  if (!op->infer_shape || op->num_inputs < 1 || op->num_inputs > VC_MAX || op->num_outputs < 1 ||
+      op->num_outputs > VC_MAX || op->attr_size > sizeof out_cases[0].attrs)
+    return 0;
+  for (size_t i = 0; i < sizeof geos / sizeof geos[0] && count < cap; i++) {
+    vc_case *c = &out_cases[count];
+    memset(c, 0, sizeof *c);
+    c->op = op->name;
+    plain_name(&geos[i], c->name, sizeof c->name);
+    for (int k = 0; k < VC_MAX; k++) {
+      c->alias[k] = -1;
+      c->in[k].fill = c->out[k].fill = VC_FILL_UNSET;
+    }
+    bp_abi_tensor ins[VC_MAX], outs[VC_MAX];
+    for (int k = 0; k < op->num_inputs; k++)
+      ins[k] = vc_tensor_desc(F32, geos[i].n, geos[i].h, geos[i].w, geos[i].c, geos[i].pad);
+    memset(outs, 0, sizeof outs);
+    for (int k = 0; k < op->num_outputs; k++) outs[k].struct_size = sizeof outs[k];
+    c->attr_size = op->attr_size;
+    char reason[256] = "";
+    if (op->infer_shape(op->attr_size ? c->attrs : NULL, ins, outs, reason, sizeof reason) != 0)
+      continue;
+    c->num_inputs = op->num_inputs;
+    c->num_outputs = op->num_outputs;
+    int ok = 1;
+    for (int k = 0; k < op->num_inputs; k++) c->in[k].d = ins[k];
+    for (int k = 0; k < op->num_outputs; k++) {
+      c->out[k].d = vc_tensor_desc(outs[k].dtype, outs[k].shape[0], outs[k].shape[1],
+                                   outs[k].shape[2], outs[k].shape[3], 0);
+      ok &= c->out[k].d.slot_bytes > 0;
+    }
+    if (!ok) continue;
+    vc_op_complete(c);
+    count++;
+  }
+  return count;
+}

@@ -1,0 +1,561 @@
+/* The checks of one (kernel, case): the kernel and the reference run on
+ * the same inputs, in fresh buffers each time, and what the kernel left
+ * behind is compared with the reference and with the op conventions
+ * (validate.h lists the checks; docs/validate.md the measures). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "validate-impl.h"
+
+double vc_tolerance(int32_t dtype) {
+  switch (dtype) {
+    case BP_ABI_DTYPE_FP32: return 1e-4;
+    case BP_ABI_DTYPE_FP16:
+    case BP_ABI_DTYPE_BF16: return 1e-2;
+    default: return 0; /* integers: exact */
+  }
+}
+
+/* ---- one run ------------------------------------------------------------------- */
+
+typedef struct run_spec {
+  const bp_abi_kernel *k;
+  const vc_case *c;
+  int accumulate;               /* the flag written into the attributes (when the op has one) */
+  double *const *in_vals;       /* [num_inputs] */
+  double *const *prior;         /* [num_outputs]: starting values, NULL: poisoned */
+  int inplace;                  /* output 0 is this input's buffer, or -1 */
+  const vc_check_options *o;
+} run_spec;
+
+enum { RUN_OK = 0, RUN_FAILED = 1, RUN_VIOLATION = 2, RUN_NOMEM = 3 };
+
+static void element_name(const bp_abi_tensor *t, int64_t i, char *buf, size_t size) {
+  const int64_t c = i % t->shape[3], w = i / t->shape[3] % t->shape[2];
+  const int64_t h = i / (t->shape[3] * t->shape[2]) % t->shape[1];
+  const int64_t n = i / (t->shape[3] * t->shape[2] * t->shape[1]);
+  snprintf(buf, size, "(%d,%d,%d,%d)", (int)n, (int)h, (int)w, (int)c);
+}
+
+static int is_float(int32_t dtype) {
+  return dtype == BP_ABI_DTYPE_FP32 || dtype == BP_ABI_DTYPE_FP16 || dtype == BP_ABI_DTYPE_BF16;
+}
+
+/* The first changed byte outside the logical elements of t, or -1. */
+static int64_t stray_write(const bp_abi_tensor *t, const unsigned char *now,
+                           const unsigned char *before) {
+  unsigned char *mask = vt_logical_mask(t);
+  int64_t at = -1;
+  for (uint64_t b = 0; mask && b < t->slot_bytes; b++)
+    if (!mask[b] && now[b] != before[b]) {
+      at = (int64_t)b;
+      break;
+    }
+  free(mask);
+  return at;
+}
+
+/* Runs the kernel once; outputs' logical elements into got[o]. */
+static int run_once(const run_spec *s, double **got, char *why, size_t why_size) {
+  const vc_case *c = s->c;
+  vbuf in[VC_MAX], out[VC_MAX], ws;
+  unsigned char *snap_in[VC_MAX] = {0}, *snap_out[VC_MAX] = {0};
+  const void *in_ptrs[VC_MAX];
+  void *out_ptrs[VC_MAX];
+  int alias[VC_MAX];
+  int rc = RUN_OK;
+  memset(in, 0, sizeof in);
+  memset(out, 0, sizeof out);
+  memset(&ws, 0, sizeof ws);
+  vbuf_guard_clear();
+  why[0] = '\0';
+
+  for (int i = 0; i < c->num_inputs && rc == RUN_OK; i++) {
+    const bp_abi_tensor *t = &c->in[i].d;
+    if (vbuf_alloc(&in[i], t->slot_bytes, s->o->guard) != 0) {
+      rc = RUN_NOMEM;
+      break;
+    }
+    char what[32];
+    snprintf(what, sizeof what, "input %d", i);
+    vbuf_guard_register(&in[i], what);
+    vt_fill_input_padding(t, in[i].ptr);
+    vt_write(t, in[i].ptr, s->in_vals[i]);
+    in_ptrs[i] = in[i].ptr;
+  }
+  for (int o = 0; o < c->num_outputs && rc == RUN_OK; o++) {
+    const bp_abi_tensor *t = &c->out[o].d;
+    alias[o] = o == 0 && s->inplace >= 0 ? s->inplace : c->alias[o];
+    if (alias[o] >= 0) {
+      out_ptrs[o] = in[alias[o]].ptr; /* the input's values are its prior contents */
+      continue;
+    }
+    if (vbuf_alloc(&out[o], t->slot_bytes, s->o->guard) != 0) {
+      rc = RUN_NOMEM;
+      break;
+    }
+    char what[32];
+    snprintf(what, sizeof what, "output %d", o);
+    vbuf_guard_register(&out[o], what);
+    vt_fill_output(t, out[o].ptr, s->prior[o] == NULL);
+    if (s->prior[o]) vt_write(t, out[o].ptr, s->prior[o]);
+    out_ptrs[o] = out[o].ptr;
+  }
+  for (int i = 0; i < c->num_inputs && rc == RUN_OK; i++)
+    if (!(snap_in[i] = malloc((size_t)c->in[i].d.slot_bytes + 1))) rc = RUN_NOMEM;
+    else memcpy(snap_in[i], in[i].ptr, (size_t)c->in[i].d.slot_bytes);
+  for (int o = 0; o < c->num_outputs && rc == RUN_OK; o++)
+    if (!(snap_out[o] = malloc((size_t)c->out[o].d.slot_bytes + 1))) rc = RUN_NOMEM;
+    else memcpy(snap_out[o], out_ptrs[o], (size_t)c->out[o].d.slot_bytes);
+
+  bp_abi_tensor ind[VC_MAX], outd[VC_MAX];
+  for (int i = 0; i < c->num_inputs; i++) ind[i] = c->in[i].d;
+  for (int o = 0; o < c->num_outputs; o++) outd[o] = c->out[o].d;
+  unsigned char attrs[sizeof c->attrs];
+  memcpy(attrs, c->attrs, sizeof attrs);
+  if (c->accumulate_offset >= 0) {
+    const int32_t flag = s->accumulate;
+    memcpy(attrs + c->accumulate_offset, &flag, sizeof flag);
+  }
+  uint64_t generation = 1;
+  char reason[256] = "";
+  bp_abi_kernel_args a;
+  memset(&a, 0, sizeof a);
+  a.struct_size = sizeof a;
+  a.num_inputs = c->num_inputs;
+  a.num_outputs = c->num_outputs;
+  a.inputs = ind;
+  a.outputs = outd;
+  a.attrs = c->attr_size ? attrs : NULL;
+  a.attr_size = c->attr_size;
+  a.attr_version = BP_ABI_ATTR_VERSION;
+  a.world_size = 1;
+  const bp_abi_kernel *k = s->k;
+  if (rc == RUN_OK && k->workspace_size) {
+    const uint64_t need = k->workspace_size(k->user, &a);
+    if (need && vbuf_alloc(&ws, need, s->o->guard) != 0) rc = RUN_NOMEM;
+    if (need && rc == RUN_OK) {
+      vbuf_guard_register(&ws, "the workspace");
+      a.workspace = ws.ptr;
+      a.workspace_bytes = need;
+    }
+  }
+  if (rc == RUN_OK) {
+    a.input_ptrs = in_ptrs;
+    a.output_ptrs = out_ptrs;
+    a.params_generation = &generation;
+    a.reason = reason;
+    a.reason_size = sizeof reason;
+    a.threads = s->o->threads;
+    void *state = NULL;
+    int krc = BP_ABI_OK;
+    if (k->prepare) {
+      krc = k->prepare(k->user, &a, &state);
+      if (krc != BP_ABI_OK) state = NULL;
+    }
+    a.state = state;
+    if (krc == BP_ABI_OK) krc = k->run(k->user, &a);
+    if (state && k->release) k->release(k->user, state);
+    reason[sizeof reason - 1] = '\0';
+    if (krc != BP_ABI_OK) {
+      snprintf(why, why_size, "%s returned status %d%s%s", k->prepare && !state ? "prepare() or run()" : "run()",
+               krc, reason[0] ? ": " : " (no reason given)", reason);
+      rc = RUN_FAILED;
+    }
+  }
+  /* what the run left behind */
+  for (int i = 0; i < c->num_inputs && rc == RUN_OK; i++) {
+    int written = 0;
+    for (int o = 0; o < c->num_outputs; o++) written |= alias[o] == i;
+    if (!written && memcmp(in[i].ptr, snap_in[i], (size_t)c->in[i].d.slot_bytes) != 0) {
+      snprintf(why, why_size, "wrote into input %d (inputs are read-only)", i);
+      rc = RUN_VIOLATION;
+    }
+  }
+  for (int o = 0; o < c->num_outputs && rc == RUN_OK; o++) {
+    const bp_abi_tensor *t = &c->out[o].d;
+    const int64_t at = stray_write(t, out_ptrs[o], snap_out[o]);
+    const uint64_t data = (uint64_t)(t->shape[0] * t->stride[0]) * vt_elem_size(t->dtype);
+    if (at >= 0) {
+      if ((uint64_t)at < data)
+        snprintf(why, why_size,
+                 "wrote the channel padding of output %d (byte %" PRId64 "; channels %" PRId64
+                 "..%" PRId64 " of every pixel must stay untouched)",
+                 o, at, t->shape[3], t->padded_c - 1);
+      else
+        snprintf(why, why_size,
+                 "wrote past the last element of output %d (byte %" PRId64 " of %" PRIu64
+                 " slot bytes; the tail is read-only)",
+                 o, at, t->slot_bytes);
+      rc = RUN_VIOLATION;
+      break;
+    }
+    if (s->prior[o] == NULL && alias[o] < 0 && is_float(t->dtype))
+      for (int64_t i = 0; i < vt_count(t); i++)
+        if (vt_is_poison(t, out_ptrs[o], i)) {
+          char e[64];
+          element_name(t, i, e, sizeof e);
+          snprintf(why, why_size, "left element %s of output %d unwritten (still poisoned)", e,
+                   o);
+          rc = RUN_VIOLATION;
+          break;
+        }
+    vt_read(t, out_ptrs[o], got[o]);
+  }
+  for (int i = 0; i < VC_MAX; i++) {
+    vbuf_free(&in[i]);
+    vbuf_free(&out[i]);
+    free(snap_in[i]);
+    free(snap_out[i]);
+  }
+  vbuf_free(&ws);
+  vbuf_guard_clear();
+  if (rc == RUN_NOMEM) snprintf(why, why_size, "out of memory for the case's buffers");
+  return rc;
+}
+
+/* ---- comparison ------------------------------------------------------------------- */
+
+/* Largest normalized error of got against want over every output; 1 when
+ * every output is within its dtype's tolerance, else 0 and why. */
+static int compare(const vc_case *c, double *const *got, double *const *want, double *err_out,
+                   double *tol_out, char *why, size_t why_size) {
+  int ok = 1;
+  double worst = 0, worst_tol = NAN;
+  for (int o = 0; o < c->num_outputs; o++) {
+    const bp_abi_tensor *t = &c->out[o].d;
+    const int64_t n = vt_count(t);
+    const double tol = vc_tolerance(t->dtype);
+    double scale = 1;
+    for (int64_t i = 0; i < n; i++)
+      if (isfinite(want[o][i]) && fabs(want[o][i]) > scale) scale = fabs(want[o][i]);
+    double err = 0;
+    int64_t at = -1;
+    for (int64_t i = 0; i < n; i++) {
+      const double g = got[o][i], w = want[o][i];
+      double d;
+      if (isnan(g) || isnan(w)) d = isnan(g) && isnan(w) ? 0 : INFINITY;
+      else if (isinf(g) || isinf(w)) d = g == w ? 0 : INFINITY;
+      else d = fabs(g - w) / scale;
+      if (d > err) {
+        err = d;
+        at = i;
+      }
+    }
+    if (isnan(worst_tol) || err > worst) {
+      worst = err;
+      worst_tol = tol;
+    }
+    if (err > tol && ok) {
+      ok = 0;
+      char e[64];
+      element_name(t, at, e, sizeof e);
+      snprintf(why, why_size, "output %d element %s: got %.9g, want %.9g (error %.3g > %.3g)%s",
+               o, e, got[o][at], want[o][at], err, tol,
+               isnan(got[o][at]) && !isnan(want[o][at])
+                   ? "; NaN: it read poisoned memory or input channel padding"
+                   : "");
+      worst = err;
+      worst_tol = tol;
+    }
+  }
+  *err_out = worst;
+  *tol_out = worst_tol;
+  return ok;
+}
+
+/* ---- the checks ------------------------------------------------------------------- */
+
+static int dtypes_claimed(const bp_abi_kernel *k, const vc_case *c, char *why, size_t size) {
+  for (int side = 0; side < 2; side++) {
+    const int n = side ? c->num_outputs : c->num_inputs;
+    for (int i = 0; i < n; i++) {
+      const int32_t d = side ? c->out[i].d.dtype : c->in[i].d.dtype;
+      if (d < 0 || d >= 32 || !(k->dtypes & BP_ABI_DTYPE_BIT((unsigned)d))) {
+        snprintf(why, size, "%s %d is dtype %d, which the kernel does not claim",
+                 side ? "output" : "input", i, (int)d);
+        return 0;
+      }
+    }
+  }
+  return 1;
+}
+
+static int supports(const bp_abi_kernel *k, const vc_case *c, char *why, size_t size) {
+  if (!dtypes_claimed(k, c, why, size)) return 0;
+  if (!k->supports) return 1;
+  bp_abi_tensor ind[VC_MAX], outd[VC_MAX];
+  for (int i = 0; i < c->num_inputs; i++) ind[i] = c->in[i].d;
+  for (int o = 0; o < c->num_outputs; o++) outd[o] = c->out[o].d;
+  bp_abi_kernel_args a;
+  memset(&a, 0, sizeof a);
+  a.struct_size = sizeof a;
+  a.num_inputs = c->num_inputs;
+  a.num_outputs = c->num_outputs;
+  a.inputs = ind;
+  a.outputs = outd;
+  a.attrs = c->attr_size ? c->attrs : NULL;
+  a.attr_size = c->attr_size;
+  a.attr_version = BP_ABI_ATTR_VERSION;
+  a.world_size = 1;
+  why[0] = '\0';
+  if (k->supports(k->user, &a, why, size)) return 1;
+  why[size - 1] = '\0';
+  if (!why[0]) snprintf(why, size, "supports() said no without a reason");
+  return 0;
+}
+
+typedef struct vals {
+  double *v[VC_MAX];
+} vals;
+
+static int vals_alloc(vals *x, const vc_tensor *t, int n) {
+  memset(x, 0, sizeof *x);
+  for (int i = 0; i < n; i++) {
+    const int64_t count = vt_count(&t[i].d);
+    if (!(x->v[i] = calloc((size_t)(count > 0 ? count : 1), sizeof(double)))) return -1;
+  }
+  return 0;
+}
+
+static void vals_free(vals *x) {
+  for (int i = 0; i < VC_MAX; i++) free(x->v[i]);
+  memset(x, 0, sizeof *x);
+}
+
+static uint64_t case_seed(uint64_t seed, const vc_case *c) {
+  uint64_t h = seed ^ 0x6a09e667f3bcc909ull;
+  for (const char *p = c->op; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+  for (const char *p = c->name; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+  return h;
+}
+
+static void fail(vc_outcome *out, const char *stage, const char *why) {
+  out->verdict = BP_VALIDATE_FAIL;
+  snprintf(out->detail, sizeof out->detail, "%.64s%s%.250s", stage, stage[0] ? ": " : "", why);
+}
+
+/* Keeps the larger error seen (for the report's error column). */
+static void note_error(vc_outcome *out, double err, double tol) {
+  if (isnan(out->error) || err > out->error) {
+    out->error = err;
+    out->tolerance = tol;
+  }
+}
+
+void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c,
+              const vc_check_options *o, vc_outcome *out) {
+  out->verdict = BP_VALIDATE_PASS;
+  out->error = out->tolerance = NAN;
+  out->detail[0] = '\0';
+  char why[320];
+  if (c->collective) {
+    out->verdict = BP_VALIDATE_SKIP;
+    snprintf(out->detail, sizeof out->detail, "collective: needs every rank");
+    return;
+  }
+  if (!k->run) {
+    fail(out, "", "the kernel has no run()");
+    return;
+  }
+  if (!supports(k, c, why, sizeof why)) {
+    out->verdict = BP_VALIDATE_SKIP;
+    snprintf(out->detail, sizeof out->detail, "unsupported: %.280s", why);
+    return;
+  }
+  const int is_ref = k == ref;
+  if (!is_ref && !supports(ref, c, why, sizeof why)) {
+    out->verdict = BP_VALIDATE_SKIP;
+    snprintf(out->detail, sizeof out->detail, "the reference refuses the case: %.260s", why);
+    return;
+  }
+  vals in, prior, accp, ref0, got, p2, ref_acc, got_acc;
+  int ok = vals_alloc(&in, c->in, c->num_inputs) == 0 &&
+           vals_alloc(&prior, c->out, c->num_outputs) == 0 &&
+           vals_alloc(&accp, c->out, c->num_outputs) == 0 &&
+           vals_alloc(&ref0, c->out, c->num_outputs) == 0 &&
+           vals_alloc(&got, c->out, c->num_outputs) == 0 &&
+           vals_alloc(&p2, c->out, c->num_outputs) == 0 &&
+           vals_alloc(&ref_acc, c->out, c->num_outputs) == 0 &&
+           vals_alloc(&got_acc, c->out, c->num_outputs) == 0;
+  if (!ok) {
+    fail(out, "", "out of memory");
+    goto done;
+  }
+  uint64_t rng = case_seed(o->seed, c);
+  for (int i = 0; i < c->num_inputs; i++) vc_fill_values(c, &c->in[i], &rng, in.v[i]);
+  double *start[VC_MAX] = {0}; /* rmw outputs start from data, the others poisoned */
+  for (int i = 0; i < c->num_outputs; i++)
+    if (c->rmw[i] && c->alias[i] < 0) {
+      vc_fill_values(c, &c->out[i], &rng, prior.v[i]);
+      start[i] = prior.v[i];
+    }
+
+  /* 1-4: the reference, then the kernel, on the same inputs */
+  run_spec rs = {ref, c, 0, in.v, start, -1, o};
+  int rc = run_once(&rs, ref0.v, why, sizeof why);
+  if (rc != RUN_OK) {
+    fail(out, is_ref ? "" : "the reference", why);
+    goto done;
+  }
+  if (!is_ref) {
+    run_spec ks = {k, c, 0, in.v, start, -1, o};
+    rc = run_once(&ks, got.v, why, sizeof why);
+    if (rc == RUN_FAILED) {
+      fail(out, "supports() accepted the case but", why);
+      goto done;
+    }
+    if (rc != RUN_OK) {
+      fail(out, "", why);
+      goto done;
+    }
+    double err, tol;
+    ok = compare(c, got.v, ref0.v, &err, &tol, why, sizeof why);
+    note_error(out, err, tol);
+    if (!ok) {
+      fail(out, "differs from the reference", why);
+      goto done;
+    }
+  } else {
+    for (int i = 0; i < c->num_outputs; i++)
+      memcpy(got.v[i], ref0.v[i], (size_t)vt_count(&c->out[i].d) * sizeof(double));
+    note_error(out, 0, c->num_outputs ? vc_tolerance(c->out[0].d.dtype) : NAN);
+  }
+
+  /* 7: the same bits twice */
+  if (k->flags & BP_ABI_KERNEL_DETERMINISTIC) {
+    run_spec ks = {k, c, 0, in.v, start, -1, o};
+    rc = run_once(&ks, p2.v, why, sizeof why);
+    if (rc != RUN_OK) {
+      fail(out, "second run", why);
+      goto done;
+    }
+    for (int i = 0; i < c->num_outputs; i++)
+      for (int64_t e = 0; e < vt_count(&c->out[i].d); e++)
+        if (memcmp(&p2.v[i][e], &got.v[i][e], sizeof(double)) != 0) {
+          char name[64];
+          snprintf(name, sizeof name, "%" PRId64, e);
+          snprintf(why, sizeof why,
+                   "flagged DETERMINISTIC, but element %s of output %d differs between two runs "
+                   "(%.9g, then %.9g)",
+                   name, i, got.v[i][e], p2.v[i][e]);
+          fail(out, "", why);
+          goto done;
+        }
+  }
+
+  /* 5: accumulate = 1 adds into random prior contents */
+  if (c->accumulate_offset >= 0) {
+    double *acc_start[VC_MAX] = {0};
+    for (int i = 0; i < c->num_outputs; i++) {
+      if (c->alias[i] >= 0) continue;
+      vc_tensor t = c->out[i];
+      t.fill = VC_FILL_UNIFORM;
+      t.lo = -1;
+      t.hi = 1;
+      vc_fill_values(c, &t, &rng, accp.v[i]);
+      acc_start[i] = accp.v[i];
+    }
+    run_spec ks = {k, c, 1, in.v, acc_start, -1, o};
+    rc = run_once(&ks, got_acc.v, why, sizeof why);
+    if (rc != RUN_OK) {
+      fail(out, "accumulate=1", why);
+      goto done;
+    }
+    if (is_ref) { /* the oracle against itself: out(1) = prior + out(0) */
+      for (int i = 0; i < c->num_outputs; i++)
+        for (int64_t e = 0; e < vt_count(&c->out[i].d); e++)
+          ref_acc.v[i][e] = (acc_start[i] ? acc_start[i][e] : 0) + ref0.v[i][e];
+    } else {
+      run_spec r1 = {ref, c, 1, in.v, acc_start, -1, o};
+      rc = run_once(&r1, ref_acc.v, why, sizeof why);
+      if (rc != RUN_OK) {
+        fail(out, "accumulate=1: the reference", why);
+        goto done;
+      }
+    }
+    double err, tol;
+    ok = compare(c, got_acc.v, ref_acc.v, &err, &tol, why, sizeof why);
+    note_error(out, err, tol);
+    if (!ok) {
+      fail(out, "accumulate=1 (out += result) is wrong", why);
+      goto done;
+    }
+  }
+
+  /* 6: in place, when the kernel says it may */
+  if ((k->flags & BP_ABI_KERNEL_IN_PLACE) && c->inplace_in >= 0 && c->num_outputs > 0 &&
+      c->alias[0] < 0) {
+    run_spec ks = {k, c, 0, in.v, start, c->inplace_in, o};
+    rc = run_once(&ks, p2.v, why, sizeof why);
+    if (rc != RUN_OK) {
+      char stage[64];
+      snprintf(stage, sizeof stage, "in place (output 0 = input %d)", c->inplace_in);
+      fail(out, stage, why);
+      goto done;
+    }
+    double err, tol;
+    ok = compare(c, p2.v, ref0.v, &err, &tol, why, sizeof why);
+    note_error(out, err, tol);
+    if (!ok) {
+      char stage[64];
+      snprintf(stage, sizeof stage, "in place (output 0 = input %d)", c->inplace_in);
+      fail(out, stage, why);
+      goto done;
+    }
+  }
+done:
+  vals_free(&in);
+  vals_free(&prior);
+  vals_free(&accp);
+  vals_free(&ref0);
+  vals_free(&got);
+  vals_free(&p2);
+  vals_free(&ref_acc);
+  vals_free(&got_acc);
+}
+
+int vc_case_from_args(const char *op, const bp_abi_kernel_args *args, vc_case *c) {
+  memset(c, 0, sizeof *c);
+  c->op = op;
+  snprintf(c->name, sizeof c->name, "the node's shapes");
+  if (args->num_inputs < 0 || args->num_inputs > VC_MAX || args->num_outputs < 0 ||
+      args->num_outputs > VC_MAX || args->attr_size > sizeof c->attrs ||
+      (args->attr_size && !args->attrs))
+    return -1;
+  c->num_inputs = args->num_inputs;
+  c->num_outputs = args->num_outputs;
+  /* arrays of ABI structs step by the first element's struct_size (rule 6) */
+  const size_t in_step = args->num_inputs ? args->inputs[0].struct_size : 0;
+  const size_t out_step = args->num_outputs ? args->outputs[0].struct_size : 0;
+  for (int i = 0; i < VC_MAX; i++) {
+    c->alias[i] = -1;
+    c->in[i].fill = c->out[i].fill = VC_FILL_UNSET;
+  }
+  for (int i = 0; i < c->num_inputs; i++) {
+    const bp_abi_tensor *t = (const bp_abi_tensor *)((const char *)args->inputs + i * in_step);
+    memcpy(&c->in[i].d, t, t->struct_size < sizeof c->in[i].d ? t->struct_size : sizeof c->in[i].d);
+    c->in[i].d.struct_size = sizeof c->in[i].d;
+  }
+  for (int o = 0; o < c->num_outputs; o++) {
+    const bp_abi_tensor *t = (const bp_abi_tensor *)((const char *)args->outputs + o * out_step);
+    memcpy(&c->out[o].d, t, t->struct_size < sizeof c->out[o].d ? t->struct_size : sizeof c->out[o].d);
+    c->out[o].d.struct_size = sizeof c->out[o].d;
+    for (int i = 0; args->input_ptrs && args->output_ptrs && i < c->num_inputs; i++)
+      if (args->output_ptrs[o] && args->output_ptrs[o] == args->input_ptrs[i]) c->alias[o] = i;
+  }
+  if (args->attr_size) memcpy(c->attrs, args->attrs, args->attr_size);
+  c->attr_size = args->attr_size;
+  vc_op_complete(c);
+  return 0;
+}
+
+int vc_run_values(const bp_abi_kernel *k, const vc_case *c, int accumulate, double *const *in,
+                  double *const *prior, double **got, const vc_check_options *o, char *why,
+                  size_t why_size) {
+  run_spec s = {k, c, accumulate, in, prior, -1, o};
+  return run_once(&s, got, why, why_size) == RUN_OK ? 0 : -1;
+}

@@ -1,0 +1,354 @@
+/* Gradient checks of the reference backward kernels (validate --gradcheck).
+ *
+ * For a forward case of the built-in table, with a random r of y's shape
+ * and L(inputs) = sum r * y (over y's logical elements, in double), each
+ * reference backward gives dL/dinput; central differences of the
+ * reference forward give
+ *   fd = (L(x + h) - L(x - h)) / ((x + h) - (x - h)),   h = 1e-2,
+ * the step as rounded to the input's dtype, at up to GRAD_SAMPLES
+ * elements of each differentiated input. The check passes when
+ *   max |analytic - fd| / max(1, max |fd|) <= 1e-3
+ * (the bound of the per-op tests, tests/ops_ref_util.h). softmax_ce has
+ * no separate backward: its dlogits output (grad_scale 1) is checked
+ * against differences of its loss output. Inputs are kept away from kinks:
+ * relu inputs |x| >= 0.05, maxpool inputs spaced 0.03 apart in each
+ * tensor so no step changes a window's argmax, batch norm inputs spread
+ * evenly over [-1, 1] so no channel's variance is near eps (a batch of
+ * two pixels normalizes to +-1 whatever the inputs). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "validate-impl.h"
+
+#define GRAD_H 1e-2
+#define GRAD_TOL 1e-3
+#define GRAD_SAMPLES 16
+
+/* Where a backward input comes from. */
+typedef struct gsrc {
+  char kind; /* 'x': forward input, 'y': forward output, 'r': the random dL/dy */
+  int index;
+} gsrc;
+
+typedef struct gbwd {
+  const char *op;
+  int num_inputs;
+  gsrc in[6];
+  int num_outputs;
+  int grad_of[6]; /* the forward input each output is the gradient of */
+} gbwd;
+
+typedef struct gfamily {
+  const char *fwd;
+  int num_bwd;
+  gbwd bwd[2];
+  int kink; /* 1 relu inputs away from 0; 2, 3 input 0 spaced 0.03 / evenly over [-1, 1] */
+} gfamily;
+
+static const gfamily families[] = {
+    {"conv2d.fwd", 2,
+     {{"conv2d.bwd_data", 2, {{'r', 0}, {'x', 1}}, 1, {0}},
+      {"conv2d.bwd_filter", 2, {{'x', 0}, {'r', 0}}, 2, {1, 2}}}, 0},
+    {"fc.fwd", 2,
+     {{"fc.bwd_data", 2, {{'r', 0}, {'x', 1}}, 1, {0}},
+      {"fc.bwd_filter", 2, {{'x', 0}, {'r', 0}}, 2, {1, 2}}}, 0},
+    {"relu.fwd", 1, {{"relu.bwd", 2, {{'y', 0}, {'r', 0}}, 1, {0}}}, 1},
+    {"add.fwd", 1, {{"add.bwd", 1, {{'r', 0}}, 2, {0, 1}}}, 0},
+    {"maxpool.fwd", 1, {{"maxpool.bwd", 2, {{'r', 0}, {'y', 1}}, 1, {0}}}, 2},
+    {"avgpool.fwd", 1, {{"avgpool.bwd", 1, {{'r', 0}}, 1, {0}}}, 0},
+    {"global_avgpool.fwd", 1, {{"global_avgpool.bwd", 1, {{'r', 0}}, 1, {0}}}, 0},
+    {"batchnorm.fwd_train", 1,
+     {{"batchnorm.bwd", 5, {{'x', 0}, {'r', 0}, {'x', 1}, {'y', 1}, {'y', 2}}, 3, {0, 1, 2}}}, 3},
+    {"softmax_ce.fwd_bwd", 0, {{NULL, 0, {{0, 0}}, 0, {0}}}, 0},
+};
+#define FAMILIES ((int)(sizeof families / sizeof families[0]))
+
+/* Rows of one family: its forward cases times its backward ops (1 for
+ * softmax_ce). */
+static int family_cases(const gfamily *f, const vc_case **first) {
+  int count = 0, n = 0;
+  const vc_case *all = vc_builtin_cases(&count);
+  *first = NULL;
+  for (int i = 0; i < count; i++)
+    if (strcmp(all[i].op, f->fwd) == 0) {
+      if (!*first) *first = &all[i];
+      n++;
+    }
+  return n;
+}
+
+int vc_grad_row_count(void) {
+  int rows = 0;
+  for (int f = 0; f < FAMILIES; f++) {
+    const vc_case *first;
+    rows += family_cases(&families[f], &first) * (families[f].num_bwd ? families[f].num_bwd : 1);
+  }
+  return rows;
+}
+
+/* The family, forward case and backward op of a row. */
+static void locate(int row, const gfamily **f_out, const vc_case **fc_out, int *b_out) {
+  *f_out = NULL;
+  *fc_out = NULL;
+  *b_out = 0;
+  for (int i = 0; i < FAMILIES; i++) {
+    const vc_case *first;
+    const int n = family_cases(&families[i], &first);
+    const int per = families[i].num_bwd ? families[i].num_bwd : 1;
+    if (row >= n * per) {
+      row -= n * per;
+      continue;
+    }
+    int count = 0, k = row / per;
+    const vc_case *all = vc_builtin_cases(&count);
+    for (int c = 0; c < count && !*fc_out; c++)
+      if (strcmp(all[c].op, families[i].fwd) == 0 && k-- == 0) *fc_out = &all[c];
+    *f_out = &families[i];
+    *b_out = row % per;
+    return;
+  }
+}
+
+void vc_grad_row_name(int row, const char **op_out, char *case_name, size_t case_name_size) {
+  const gfamily *f;
+  const vc_case *fc;
+  int b;
+  locate(row, &f, &fc, &b);
+  *op_out = !f ? "?" : f->num_bwd ? f->bwd[b].op : f->fwd;
+  snprintf(case_name, case_name_size, "gradcheck %s", fc ? fc->name : "?");
+}
+
+static const bp_abi_kernel *reference(const bp_registry *r, const char *op) {
+  for (int i = 0; i < bp_registry_kernel_count(r); i++) {
+    const bp_registered_kernel *k = bp_registry_kernel(r, i);
+    if ((k->kernel.flags & BP_ABI_KERNEL_REFERENCE) && strcmp(k->kernel.op, op) == 0 &&
+        strcmp(k->kernel.device, "cpu") == 0)
+      return &k->kernel;
+  }
+  return NULL;
+}
+
+typedef struct gctx {
+  const bp_abi_kernel *fwd;
+  const vc_case *c;
+  double *in[VC_MAX], *prior[VC_MAX], *y[VC_MAX], *r;
+  const vc_check_options *o;
+  int softmax;
+} gctx;
+
+/* L at the current inputs; NAN when the forward failed. */
+static double loss(gctx *g) {
+  char why[320];
+  if (vc_run_values(g->fwd, g->c, 0, g->in, g->prior, g->y, g->o, why, sizeof why) != 0)
+    return NAN;
+  if (g->softmax) return g->y[0][0];
+  double l = 0;
+  for (int64_t i = 0; i < vt_count(&g->c->out[0].d); i++) l += g->r[i] * g->y[0][i];
+  return l;
+}
+
+static void fail(vc_outcome *out, const char *fmt, const char *a, const char *b) {
+  out->verdict = BP_VALIDATE_FAIL;
+  snprintf(out->detail, sizeof out->detail, fmt, a, b);
+}
+
+/* Central differences at sampled elements of input j against grad. */
+static int fd_compare(gctx *g, int j, const double *grad, uint64_t *rng, double *err_out) {
+  const bp_abi_tensor *t = &g->c->in[j].d;
+  const int64_t n = vt_count(t);
+  const int64_t samples = n < GRAD_SAMPLES ? n : GRAD_SAMPLES;
+  double scale = 1, err = 0, fd[GRAD_SAMPLES], an[GRAD_SAMPLES];
+  for (int64_t s = 0; s < samples; s++) {
+    const int64_t e = samples == n ? s : (int64_t)(vc_rand(rng) % (uint64_t)n);
+    const double x0 = g->in[j][e];
+    double hi = x0 + GRAD_H, lo = x0 - GRAD_H;
+    vt_round(t->dtype, &hi, 1);
+    vt_round(t->dtype, &lo, 1);
+    g->in[j][e] = hi;
+    const double lp = loss(g);
+    g->in[j][e] = lo;
+    const double lm = loss(g);
+    g->in[j][e] = x0;
+    if (isnan(lp) || isnan(lm)) return -1;
+    fd[s] = (lp - lm) / (hi - lo);
+    an[s] = grad[e];
+    if (fabs(fd[s]) > scale) scale = fabs(fd[s]);
+  }
+  for (int64_t s = 0; s < samples; s++) {
+    const double d = fabs(an[s] - fd[s]) / scale;
+    if (!(d <= err)) err = d; /* NaN sticks */
+  }
+  *err_out = err;
+  return 0;
+}
+
+void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const char **op_out,
+                 char *case_name, size_t case_name_size, vc_outcome *out) {
+  out->verdict = BP_VALIDATE_PASS;
+  out->error = NAN;
+  out->tolerance = GRAD_TOL;
+  out->detail[0] = '\0';
+  const gfamily *f = NULL;
+  const vc_case *fc = NULL;
+  int b = 0;
+  locate(row, &f, &fc, &b);
+  if (!f || !fc) {
+    *op_out = "?";
+    snprintf(case_name, case_name_size, "?");
+    fail(out, "no gradient check row %s%s", "", "");
+    return;
+  }
+  const int softmax = f->num_bwd == 0;
+  const gbwd *bw = softmax ? NULL : &f->bwd[b];
+  *op_out = softmax ? f->fwd : bw->op;
+  snprintf(case_name, case_name_size, "gradcheck %s", fc->name);
+
+  gctx g;
+  memset(&g, 0, sizeof g);
+  g.c = fc;
+  g.o = o;
+  g.softmax = softmax;
+  g.fwd = reference(r, f->fwd);
+  const bp_abi_kernel *bk = softmax ? NULL : reference(r, bw->op);
+  if (!g.fwd || (!softmax && !bk)) {
+    out->verdict = BP_VALIDATE_SKIP;
+    snprintf(out->detail, sizeof out->detail, "no reference kernel for %s",
+             !g.fwd ? f->fwd : bw->op);
+    return;
+  }
+  vc_case fcase = *fc; /* softmax: grad_scale 1, so dlogits = dL/dlogits */
+  if (softmax) {
+    bp_softmax_ce_attrs a;
+    memcpy(&a, fcase.attrs, sizeof a);
+    a.grad_scale = 1.0f;
+    memcpy(fcase.attrs, &a, sizeof a);
+  }
+  g.c = &fcase;
+  vc_case bc;
+  memset(&bc, 0, sizeof bc);
+  double *bin[VC_MAX] = {0}, *bout[VC_MAX] = {0};
+  uint64_t rng = o->seed * 0x9e3779b97f4a7c15ull + (uint64_t)row + 1;
+  int ok = 1;
+  for (int i = 0; i < fcase.num_inputs && ok; i++) {
+    const int64_t n = vt_count(&fcase.in[i].d);
+    ok = (g.in[i] = calloc((size_t)n, sizeof(double))) != NULL;
+    if (!ok) break;
+    vc_tensor t = fcase.in[i];
+    if (f->kink == 1) {
+      t.fill = VC_FILL_AWAY;
+      t.lo = 0.05;
+      t.hi = 1;
+    }
+    vc_fill_values(&fcase, &t, &rng, g.in[i]);
+    if (f->kink >= 2 && i == 0) { /* distinct values, shuffled */
+      const double step = f->kink == 2 ? 0.03 : 2.0 / (double)n;
+      for (int64_t e = 0; e < n; e++) g.in[i][e] = -1 + step * (double)e;
+      for (int64_t e = n - 1; e > 0; e--) {
+        const int64_t s = (int64_t)(vc_rand(&rng) % (uint64_t)(e + 1));
+        const double tmp = g.in[i][e];
+        g.in[i][e] = g.in[i][s];
+        g.in[i][s] = tmp;
+      }
+    }
+  }
+  for (int o2 = 0; o2 < fcase.num_outputs && ok; o2++) {
+    const int64_t n = vt_count(&fcase.out[o2].d);
+    ok = (g.y[o2] = calloc((size_t)n, sizeof(double))) != NULL &&
+         (g.prior[o2] = fcase.rmw[o2] ? calloc((size_t)n, sizeof(double)) : NULL,
+          !fcase.rmw[o2] || g.prior[o2]);
+  }
+  const int64_t ny = vt_count(&fcase.out[0].d);
+  if (ok) ok = (g.r = malloc((size_t)ny * sizeof(double))) != NULL;
+  if (!ok) {
+    fail(out, "out of memory%s%s", "", "");
+    goto done;
+  }
+  for (int64_t e = 0; e < ny; e++) g.r[e] = 2 * vc_rand_unit(&rng) - 1;
+  vt_round(fcase.out[0].d.dtype, g.r, ny);
+  if (isnan(loss(&g))) {
+    fail(out, "the reference %s failed on the case%s", f->fwd, "");
+    goto done;
+  }
+  double *grad[VC_MAX] = {0};
+  int grad_in[VC_MAX], ngrad = 0;
+  char why[320];
+  if (softmax) {
+    grad[0] = g.y[2];
+    grad_in[0] = 0;
+    ngrad = 1;
+  } else {
+    /* the backward case: descriptors from the forward one */
+    bc.op = bw->op;
+    snprintf(bc.name, sizeof bc.name, "%s", fcase.name);
+    for (int k = 0; k < VC_MAX; k++) {
+      bc.alias[k] = -1;
+      bc.in[k].fill = bc.out[k].fill = VC_FILL_UNSET;
+    }
+    bc.num_inputs = bw->num_inputs;
+    for (int k = 0; k < bw->num_inputs; k++) {
+      const gsrc s = bw->in[k];
+      bc.in[k].d = s.kind == 'x' ? fcase.in[s.index].d : fcase.out[s.index].d;
+      bin[k] = s.kind == 'x' ? g.in[s.index] : s.kind == 'y' ? g.y[s.index] : g.r;
+    }
+    for (int k = 0; k < bw->num_outputs; k++) {
+      if (bw->grad_of[k] >= fcase.num_inputs) break; /* no bias */
+      bc.out[k].d = fcase.in[bw->grad_of[k]].d;
+      bc.num_outputs++;
+      ok = ok && (bout[k] = calloc((size_t)vt_count(&bc.out[k].d), sizeof(double))) != NULL;
+    }
+    memcpy(bc.attrs, fcase.attrs, sizeof bc.attrs);
+    bc.attr_size = fcase.attr_size;
+    vc_op_complete(&bc);
+    if (bc.accumulate_offset >= 0) memset(bc.attrs + bc.accumulate_offset, 0, 4);
+    if (!ok) {
+      fail(out, "out of memory%s%s", "", "");
+      goto done;
+    }
+    /* the forward's outputs at the unperturbed inputs feed the backward */
+    (void)loss(&g);
+    double *none[VC_MAX] = {0};
+    if (vc_run_values(bk, &bc, 0, bin, none, bout, o, why, sizeof why) != 0) {
+      fail(out, "the reference backward failed: %.280s%s", why, "");
+      goto done;
+    }
+    for (int k = 0; k < bc.num_outputs; k++) {
+      grad[k] = bout[k];
+      grad_in[k] = bw->grad_of[k];
+    }
+    ngrad = bc.num_outputs;
+  }
+  double *grads[VC_MAX] = {0}; /* copies: loss() rewrites g.y */
+  for (int k = 0; k < ngrad; k++) {
+    const int64_t n = vt_count(&fcase.in[grad_in[k]].d);
+    grads[k] = malloc((size_t)n * sizeof(double));
+    if (grads[k]) memcpy(grads[k], grad[k], (size_t)n * sizeof(double));
+  }
+  double worst = 0;
+  for (int k = 0; k < ngrad; k++) {
+    double err = 0;
+    if (!grads[k] || fd_compare(&g, grad_in[k], grads[k], &rng, &err) != 0) {
+      fail(out, "the reference forward failed during differences%s%s", "", "");
+      break;
+    }
+    if (!(err <= worst)) worst = err;
+    if (!(err <= GRAD_TOL) && out->verdict == BP_VALIDATE_PASS) {
+      out->verdict = BP_VALIDATE_FAIL;
+      snprintf(out->detail, sizeof out->detail,
+               "the gradient of forward input %d differs from central differences: error %.3g > "
+               "%.3g",
+               grad_in[k], err, GRAD_TOL);
+    }
+  }
+  out->error = worst;
+  for (int k = 0; k < ngrad; k++) free(grads[k]);
+done:
+  for (int k = 0; k < VC_MAX; k++) {
+    free(g.in[k]);
+    free(g.y[k]);
+    free(g.prior[k]);
+    free(bout[k]);
+  }
+  free(g.r);
+}

@@ -1,0 +1,107 @@
+/* Cases from a model (validate --model FILE): the model's plan compiled
+ * with its own training settings and the graph built with the default
+ * graph options; every node of every variant becomes a case with the
+ * node's descriptors (DTensors and spans, as the executor passes them),
+ * its attributes and its aliasing (an output that is one of its inputs),
+ * once per distinct (op, descriptors, attributes). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blueprint/dtype.h"
+#include "blueprint/graph.h"
+#include "blueprint/model.h"
+#include "blueprint/plan.h"
+#include "validate-impl.h"
+
+/* The node tensor as the executor describes it (bind.c). */
+static void describe(const bp_plan *plan, int v, const bp_node_tensor *nt, bp_abi_tensor *d,
+                     uint64_t *offset) {
+  if (nt->id >= 0) {
+    const bp_dtensor *t = bp_plan_tensor(plan, v, nt->id);
+    *d = vc_tensor_desc((int32_t)t->dtype, t->shape.n, t->shape.h, t->shape.w, t->shape.c,
+                        t->padded_c);
+    d->slot_bytes = t->slot_bytes;
+    *offset = t->offset;
+  } else {
+    *d = vc_span_desc((int32_t)nt->dtype, (int64_t)(nt->span.bytes / bp_dtype_size(nt->dtype)));
+    *offset = nt->span.offset;
+  }
+}
+
+static int same_case(const vc_case *a, const vc_case *b) {
+  if (strcmp(a->op, b->op) != 0 || a->num_inputs != b->num_inputs ||
+      a->num_outputs != b->num_outputs || a->attr_size != b->attr_size ||
+      memcmp(a->attrs, b->attrs, a->attr_size) != 0 || memcmp(a->alias, b->alias, sizeof a->alias))
+    return 0;
+  for (int i = 0; i < a->num_inputs; i++)
+    if (memcmp(&a->in[i].d, &b->in[i].d, sizeof a->in[i].d) != 0) return 0;
+  for (int o = 0; o < a->num_outputs; o++)
+    if (memcmp(&a->out[o].d, &b->out[o].d, sizeof a->out[o].d) != 0) return 0;
+  return 1;
+}
+
+bp_status vc_model_cases(const char *path, vc_case **cases_out, int *count_out) {
+  bp_model *model = NULL;
+  bp_plan *plan = NULL;
+  bp_graph *graph = NULL;
+  vc_case *cases = NULL;
+  int count = 0, cap = 0;
+  bp_status st = bp_model_load(path, &model);
+  if (st != BP_OK) goto done;
+  bp_compile_options co = bp_compile_options_from_model(model);
+  if ((st = bp_model_compile(model, &co, &plan)) != BP_OK) goto done;
+  bp_graph_options go;
+  bp_graph_options_init(&go);
+  go.global_batch = co.batch;
+  go.train_size = co.train_size;
+  if ((st = bp_graph_build(model, plan, &go, &graph)) != BP_OK) goto done;
+  for (int v = 0; v < bp_plan_variant_count(plan); v++)
+    for (int s = 0; s < BP_SEGMENT_COUNT; s++)
+      for (int k = 0; k < bp_graph_node_count(graph, v, (bp_segment)s); k++) {
+        const bp_node *n = bp_graph_node(graph, v, (bp_segment)s, k);
+        if (count == cap) {
+          cap = cap ? 2 * cap : 64;
+          vc_case *grown = realloc(cases, (size_t)cap * sizeof *grown);
+          if (!grown) {
+            st = bp_fail(BP_ERR_NOMEM, "out of memory collecting the cases of %s", path);
+            goto done;
+          }
+          cases = grown;
+        }
+        vc_case *c = &cases[count];
+        memset(c, 0, sizeof *c);
+        c->op = n->op; /* static storage (graph.h) */
+        snprintf(c->name, sizeof c->name, "%.60s%s%.30s", n->name, v ? " @" : "",
+                 v ? bp_plan_variant(plan, v)->name : "");
+        c->num_inputs = n->num_inputs;
+        c->num_outputs = n->num_outputs;
+        uint64_t in_off[VC_MAX];
+        for (int i = 0; i < VC_MAX; i++) {
+          c->alias[i] = -1;
+          c->in[i].fill = c->out[i].fill = VC_FILL_UNSET;
+        }
+        for (int i = 0; i < n->num_inputs; i++) describe(plan, v, &n->inputs[i], &c->in[i].d, &in_off[i]);
+        for (int o = 0; o < n->num_outputs; o++) {
+          uint64_t off;
+          describe(plan, v, &n->outputs[o], &c->out[o].d, &off);
+          for (int i = 0; i < n->num_inputs; i++)
+            if (in_off[i] == off) c->alias[o] = i;
+        }
+        c->attr_size = n->attr_size < sizeof c->attrs ? n->attr_size : (uint32_t)sizeof c->attrs;
+        memcpy(c->attrs, &n->attrs, c->attr_size);
+        vc_op_complete(c);
+        int seen = 0;
+        for (int j = 0; j < count && !seen; j++) seen = same_case(&cases[j], c);
+        if (!seen) count++;
+      }
+  *cases_out = cases;
+  *count_out = count;
+  cases = NULL;
+done:
+  free(cases);
+  bp_graph_destroy(graph);
+  bp_plan_destroy(plan);
+  bp_model_destroy(model);
+  return st;
+}

@@ -1,0 +1,33 @@
+/* Argument checks of the element-wise ops (relu, add), shared by the
+ * in-tree implementations (ops/reference, ops/cpu), so all accept the same
+ * nodes with the same reasons. Header-only (static inline), on the module
+ * SDK. */
+#ifndef BP_OPS_SHARED_ELEMENTWISE_CHECK_H
+#define BP_OPS_SHARED_ELEMENTWISE_CHECK_H
+
+#include "bp_abi_sdk.h"
+
+/* nin inputs and nout outputs, every one a valid FP32 tensor of input 0's
+ * shape (each with its own strides); the attribute block, accumulate 0 or
+ * 1. Tensors are named "input 0", "output 1", ... in reasons. */
+static inline int ops_ew_check(const bp_abi_kernel_args *args, int nin, int nout,
+                               bp_elementwise_attrs *a, char *reason, size_t rs) {
+  static const char *const names[] = {"input 0", "input 1", "output 0", "output 1"};
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!bp_sdk_read_attrs(args, a, sizeof *a, reason, rs) ||
+      !bp_sdk_check_flag(a->accumulate, "accumulate", reason, rs) ||
+      !bp_sdk_check_args(args, nin, nout, reason, rs))
+    return 0;
+  const bp_abi_tensor *first = bp_sdk_input(args, 0);
+  for (int i = 0; i < nin + nout; i++) {
+    const bp_abi_tensor *t = i < nin ? bp_sdk_input(args, i) : bp_sdk_output(args, i - nin);
+    const char *name = names[i < nin ? i : 2 + i - nin];
+    if (!bp_sdk_check_tensor(t, name, BP_ABI_DTYPE_FP32, reason, rs) ||
+        !bp_sdk_check_shape(t, name, first->shape[0], first->shape[1], first->shape[2],
+                            first->shape[3], reason, rs))
+      return 0;
+  }
+  return 1;
+}
+
+#endif

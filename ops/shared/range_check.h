@@ -1,0 +1,159 @@
+/* Argument checks of the range ops (bp_abi_ops.h: spans [1,1,1,E] of
+ * regions, FP32 scalars), with the SGD and AdamW checks, shared by the
+ * in-tree implementations (ops/reference/range.c, ops/cpu/optim.c), so all
+ * accept the same nodes with the same reasons. Header-only (static
+ * inline), on the module SDK. */
+#ifndef BP_OPS_SHARED_RANGE_CHECK_H
+#define BP_OPS_SHARED_RANGE_CHECK_H
+
+#include <math.h>
+
+#include "bp_abi_sdk.h"
+
+/* A span of `dtype` (any known dtype when dtype < 0): a valid tensor
+ * (bp_sdk_check_tensor) shaped [1,1,1,E], contiguous. */
+static inline int ops_span_check(const bp_abi_tensor *t, const char *name, int32_t dtype,
+                                 char *reason, size_t rs) {
+  if (dtype < 0) {
+    if (bp_sdk_dtype_size(t->dtype) == 0)
+      return bp_sdk_fail(reason, rs, "%s: unknown dtype %d", name, (int)t->dtype);
+    dtype = t->dtype;
+  }
+  if (!bp_sdk_check_tensor(t, name, dtype, reason, rs)) return 0;
+  if (t->shape[0] != 1 || t->shape[1] != 1 || t->shape[2] != 1)
+    return bp_sdk_fail(reason, rs, "%s: a span is [1,1,1,elements], got [%lld,%lld,%lld,%lld]",
+                       name, (long long)t->shape[0], (long long)t->shape[1],
+                       (long long)t->shape[2], (long long)t->shape[3]);
+  if (t->shape[3] > 1 && t->stride[3] != 1)
+    return bp_sdk_fail(reason, rs, "%s: a span is contiguous, got element stride %lld", name,
+                       (long long)t->stride[3]);
+  return 1;
+}
+
+/* An FP32 scalar [1,1,1,1]. */
+static inline int ops_scalar_check(const bp_abi_tensor *t, const char *name, char *reason,
+                                   size_t rs) {
+  return bp_sdk_check_tensor(t, name, BP_ABI_DTYPE_FP32, reason, rs) &&
+         bp_sdk_check_shape(t, name, 1, 1, 1, 1, reason, rs);
+}
+
+/* Two spans of the same element count. */
+static inline int ops_same_count(const bp_abi_tensor *a, const char *an, const bp_abi_tensor *b,
+                                 const char *bn, char *reason, size_t rs) {
+  if (a->shape[3] != b->shape[3])
+    return bp_sdk_fail(reason, rs, "%s has %lld elements, %s has %lld; they must be equal", an,
+                       (long long)a->shape[3], bn, (long long)b->shape[3]);
+  return 1;
+}
+
+/* The byte just past `field` of struct `type`. */
+#define OPS_FIELD_END(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+
+/* The attribute block, which must reach at least `needed` bytes (the end
+ * of the last field the op reads): an op whose attribute would silently
+ * read as zero (a scale of 0, an eps of 0) is refused instead. */
+static inline int ops_attrs_check(const bp_abi_kernel_args *args, void *dst, size_t dst_size,
+                                  size_t needed, const char *field, char *reason, size_t rs) {
+  if (!bp_sdk_read_attrs(args, dst, dst_size, reason, rs)) return 0;
+  if (args->attr_size < needed)
+    return bp_sdk_fail(reason, rs, "attribute block of %u bytes lacks %s (needs %zu bytes)",
+                       (unsigned)args->attr_size, field, needed);
+  return 1;
+}
+
+static inline int ops_finite_at_least(float v, float lo, const char *name, char *reason,
+                                      size_t rs) {
+  if (!isfinite(v) || v < lo)
+    return bp_sdk_fail(reason, rs, "%s %g must be finite and >= %g", name, (double)v,
+                       (double)lo);
+  return 1;
+}
+
+/* v in [0, 1] (closed_top) or [0, 1). */
+static inline int ops_in_unit(float v, int closed_top, const char *name, char *reason,
+                              size_t rs) {
+  if (!(v >= 0.0f && (closed_top ? v <= 1.0f : v < 1.0f)))
+    return bp_sdk_fail(reason, rs, "%s %g must be in [0, 1%c", name, (double)v,
+                       closed_top ? ']' : ')');
+  return 1;
+}
+
+/* The FP32 scalar input i (run() only). */
+static inline float ops_scalar_in(const bp_abi_kernel_args *args, int i) {
+  float v;
+  memcpy(&v, args->input_ptrs[i], sizeof v);
+  return v;
+}
+
+/* The spans of an update: grad (input 0), the scalar lr (input 1) and the
+ * outputs 0..nout_spans-1, all FP32 with grad's E. */
+static inline int ops_update_spans(const bp_abi_kernel_args *args, const char *const *out_names,
+                                   int nout_spans, char *reason, size_t rs) {
+  const bp_abi_tensor *g = bp_sdk_input(args, 0);
+  if (!ops_span_check(g, "grad", BP_ABI_DTYPE_FP32, reason, rs) ||
+      !ops_scalar_check(bp_sdk_input(args, 1), "lr", reason, rs))
+    return 0;
+  for (int o = 0; o < nout_spans; o++)
+    if (!ops_span_check(bp_sdk_output(args, o), out_names[o], BP_ABI_DTYPE_FP32, reason, rs) ||
+        !ops_same_count(g, "grad", bp_sdk_output(args, o), out_names[o], reason, rs))
+      return 0;
+  return 1;
+}
+
+/* range.sgd  in: grad, lr   out: w, m: momentum and weight_decay finite
+ * and >= 0, nesterov 0 or 1 (and then momentum > 0). */
+static inline int ops_sgd_check(const bp_abi_kernel_args *args, bp_optimizer_attrs *a,
+                                char *reason, size_t rs) {
+  static const char *const outs[] = {"w", "m"};
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!ops_attrs_check(args, a, sizeof *a, OPS_FIELD_END(bp_optimizer_attrs, nesterov),
+                       "momentum, weight_decay and nesterov", reason, rs) ||
+      !ops_finite_at_least(a->momentum, 0.0f, "momentum", reason, rs) ||
+      !ops_finite_at_least(a->weight_decay, 0.0f, "weight_decay", reason, rs) ||
+      !bp_sdk_check_flag(a->nesterov, "nesterov", reason, rs))
+    return 0;
+  if (a->nesterov && a->momentum <= 0.0f)
+    return bp_sdk_fail(reason, rs, "nesterov needs momentum > 0, got %g", (double)a->momentum);
+  return bp_sdk_check_args(args, 2, 2, reason, rs) && ops_update_spans(args, outs, 2, reason, rs);
+}
+
+/* range.adamw  in: grad, lr, step   out: w, m, v: beta1, beta2 in [0, 1);
+ * eps finite and > 0 (eps = 0 would turn zero padding into 0/0);
+ * weight_decay finite and >= 0. */
+static inline int ops_adamw_check(const bp_abi_kernel_args *args, bp_optimizer_attrs *a,
+                                  char *reason, size_t rs) {
+  static const char *const outs[] = {"w", "m", "v"};
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!ops_attrs_check(args, a, sizeof *a, OPS_FIELD_END(bp_optimizer_attrs, eps),
+                       "weight_decay, beta1, beta2 and eps", reason, rs) ||
+      !ops_finite_at_least(a->weight_decay, 0.0f, "weight_decay", reason, rs) ||
+      !ops_in_unit(a->beta1, 0, "beta1", reason, rs) ||
+      !ops_in_unit(a->beta2, 0, "beta2", reason, rs))
+    return 0;
+  if (!isfinite(a->eps) || !(a->eps > 0.0f))
+    return bp_sdk_fail(reason, rs, "eps %g must be finite and > 0", (double)a->eps);
+  return bp_sdk_check_args(args, 3, 3, reason, rs) &&
+         ops_update_spans(args, outs, 3, reason, rs) &&
+         ops_scalar_check(bp_sdk_input(args, 2), "step", reason, rs);
+}
+
+/* The run-time scalars of an update, checked before anything is written:
+ * lr finite; step (AdamW, step_input >= 0) finite and >= 1. 0 with a
+ * reason in the host's buffer otherwise. */
+static inline int ops_update_scalars(const bp_abi_kernel_args *args, int step_input, float *lr,
+                                     float *step) {
+  *lr = ops_scalar_in(args, 1);
+  if (!isfinite(*lr)) {
+    bp_sdk_set_reason(args, "lr %g must be finite", (double)*lr);
+    return 0;
+  }
+  if (step_input < 0) return 1;
+  *step = ops_scalar_in(args, step_input);
+  if (!isfinite(*step) || !(*step >= 1.0f)) {
+    bp_sdk_set_reason(args, "step %g must be finite and >= 1", (double)*step);
+    return 0;
+  }
+  return 1;
+}
+
+#endif
