@@ -63,7 +63,30 @@ typedef struct bp_abi_device {
   const char *(*last_error)(void);
   /* (optional) extension chain, e.g. BP_ABI_EXT_GRAPH_CAPTURE. */
   const bp_abi_ext_header *extensions;
+
+  /* ABI 1.4: how the host reaches this device's memory and runs its
+   * kernels; absent (0, NULL) in an older plugin. */
+  uint32_t flags; /* BP_ABI_DEVICE_* below */
+  /* The device kind whose kernels run on this device (the registry's
+   * kernels of that kind serve this one); NULL: its own kind. */
+  const char *kernel_kind;
 } bp_abi_device;
+
+/* bp_abi_device.flags (ABI 1.4). With none set the host treats arena
+ * memory as unreachable from the host (every access through copy_h2d /
+ * copy_d2h on a stream) and calls kernels on the rank's thread with
+ * args->stream = stream_native(compute stream): run() enqueues its work
+ * on that stream and returns. */
+enum {
+  /* Arena memory is plain host memory: the host may read and write it
+   * directly once the streams are idle, and the kernels run synchronously
+   * on the calling thread (args->stream may be ignored). The cpu device. */
+  BP_ABI_DEVICE_HOST_ACCESSIBLE = 1u << 0,
+  /* The kernels are synchronous host code that may touch arena memory only
+   * inside this device's stream tasks: the host runs them in
+   * stream_enqueue_host tasks on the compute stream. */
+  BP_ABI_DEVICE_HOST_TASK_KERNELS = 1u << 1,
+};
 
 /* Graph capture (CUDA graphs): record a stream's work once, replay it. */
 typedef struct bp_abi_device_graph_ext {

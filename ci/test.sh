@@ -3,7 +3,8 @@
 #   ci/test.sh            gcc, optimized with debug info, in build/
 #   ci/test.sh sanitize   clang, AddressSanitizer + UndefinedBehaviorSanitizer, in build-sanitize/
 #   ci/test.sh thread     clang, ThreadSanitizer, in build-tsan/: the suites whose
-#                         threads share memory (ranks, all-reduce, loader, resume)
+#                         threads share memory (ranks, all-reduce, loader, resume,
+#                         the per-rank thread pool, kernel state under two ranks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-normal}
@@ -31,7 +32,7 @@ case "$mode" in
     # BLAS kernels take the rank's count) OpenBLAS runs in the calling rank,
     # where every write is ordered by our own barriers and checked
     export BP_THREADS=1
-    filter=(-R "^(test_allreduce|test_train_ranks|test_data_loader|test_train_resume|test_threads)$")
+    filter=(-R "^(test_allreduce|test_train_ranks|test_data_loader|test_train_resume|test_threads|test_kernel_state)$")
     ;;
   *) echo "ci/test.sh: unknown mode '$mode' (normal, sanitize or thread)" >&2; exit 2 ;;
 esac

@@ -380,6 +380,31 @@ START_TEST(pkg_config_build_works_too) {
 }
 END_TEST
 
+/* `blueprint validate` finds nothing wrong with the example's kernels: its
+ * relu.fwd against the reference, its own ops on the cases their
+ * infer_shape gives (leaky_relu with the layer's defaults and accumulate)
+ * and on the nodes of its model. */
+START_TEST(example_module_validates_clean) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/custom_ops.so", modules);
+  run_result r = RUN("validate", "--plugin", path, "--impl", "custom");
+  ck_assert_msg(r.status == 0, "%s%s", r.out, r.err);
+  ck_assert_ptr_nonnull(strstr(r.out, "relu.fwd             custom"));
+  ck_assert_ptr_nonnull(strstr(r.out, "scale_shift.fwd      custom"));
+  ck_assert_ptr_nonnull(strstr(r.out, "leaky_relu.bwd       custom"));
+  ck_assert_ptr_nonnull(strstr(r.out, " 0 failed, 0 skipped\n"));
+  run_free(&r);
+  /* and on the nodes of the example's model, leaky_relu layers included */
+  char *model = example_file("mlp_leaky.yaml");
+  r = RUN("validate", "--plugin", path, "--model", model, "--op", "leaky_relu.*");
+  ck_assert_msg(r.status == 0, "%s%s", r.out, r.err);
+  ck_assert_ptr_nonnull(strstr(r.out, "leaky_relu.bwd       custom     cpu    "));
+  ck_assert_ptr_nonnull(strstr(r.out, " 0 failed, 0 skipped\n"));
+  run_free(&r);
+  free(model);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("custom_op");
   TCase *tc = tcase_create("custom_op");
@@ -394,6 +419,7 @@ int main(void) {
   tcase_add_test(tc, leaky_relu_without_the_module_is_one_clear_error);
   tcase_add_test(tc, bad_slope_is_refused_at_its_line_and_column);
   tcase_add_test(tc, pkg_config_build_works_too);
+  tcase_add_test(tc, example_module_validates_clean);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -87,6 +87,9 @@ typedef struct rank_rig {
   bp_exec *exec;
 } rank_rig;
 
+/* Autotune for the next bind_rank (reset by it). */
+static int next_autotune;
+
 /* Binds rank `rank` of `world` with `pins` and `threads` (NULL: the
  * executor's own), then fills parameters (seed 7) and a fixed input. */
 static bp_status bind_rank(const rig *g, bp_registry *r, const char *pins, int rank, int world,
@@ -94,8 +97,13 @@ static bp_status bind_rank(const rig *g, bp_registry *r, const char *pins, int r
   memset(x, 0, sizeof *x);
   ck_assert_int_eq(bp_arena_create(g->plan, bp_host_allocator(), rank, &x->arena), BP_OK);
   x->base = bp_arena_base(x->arena);
-  bp_exec_options eo = {
-      .device = "cpu", .pins = pins, .rank = rank, .world = world, .threads = threads};
+  bp_exec_options eo = {.device = "cpu",
+                        .pins = pins,
+                        .autotune = next_autotune,
+                        .rank = rank,
+                        .world = world,
+                        .threads = threads};
+  next_autotune = 0;
   bp_status st = bp_exec_create(g->graph, r, x->base, &eo, &x->exec);
   if (st != BP_OK) return st;
   for (int32_t id = 0; id < bp_plan_tensor_count(g->plan); id++) {
@@ -307,6 +315,28 @@ START_TEST(a_failing_prepare_is_a_bind_error_with_its_reason) {
 }
 END_TEST
 
+/* Autotune runs the stateful kernel to time it: with a state of its own,
+ * released once timed; the binding then prepares the node's own. */
+START_TEST(autotune_times_a_stateful_kernel_with_a_state_of_its_own) {
+  bp_registry *r = open_registry();
+  tm_state_stats *s = stats_of(r, "stateful");
+  rig g;
+  open_rig(&g, net, 4);
+  rank_rig x;
+  next_autotune = 1;
+  ck_assert_msg(bind_rank(&g, r, "", 0, 1, NULL, &x) == BP_OK, "%s", bp_last_error());
+  ck_assert_int_gt(s->runs, 0); /* it was timed */
+  ck_assert_int_eq(s->bad_run_args, 0);
+  ck_assert_int_eq(s->bad_prepare_args, 0);
+  const int bound = bound_nodes_of(&g, x.exec, "stateful");
+  ck_assert_int_eq(s->prepares - s->releases, bound); /* only the bound nodes' states remain */
+  close_rank(&x);
+  ck_assert_int_eq(s->releases, s->prepares);
+  close_rig(&g);
+  bp_registry_destroy(r);
+}
+END_TEST
+
 /* Counts of the eval node's "repacks" over trainer calls: a step, an
  * evaluation with nothing changed, a checkpoint load. Two ranks as threads,
  * each with its own threads and states. */
@@ -367,6 +397,7 @@ int main(void) {
   tcase_add_test(tc, params_changed_moves_the_generation_run_sees);
   tcase_add_test(tc, a_failing_run_names_rank_variant_node_op_impl_and_reason);
   tcase_add_test(tc, a_failing_prepare_is_a_bind_error_with_its_reason);
+  tcase_add_test(tc, autotune_times_a_stateful_kernel_with_a_state_of_its_own);
   tcase_add_test(tc, trainer_bumps_the_generation_per_step_and_load);
   tcase_set_timeout(tc, 300);
   suite_add_tcase(su, tc);

@@ -1,25 +1,18 @@
 /* The BLAS op module (ops/blas/) against the reference module: both loaded
  * through the registry (ops_ref_util.c loads the reference, this file adds
- * the BLAS module to the same registry), every BLAS kernel compared with
- * the reference kernel on the same inputs.
+ * the BLAS module to the same registry). Every kernel against the
+ * reference on the shape table (odd sizes, strides, padding, dilation,
+ * groups, depthwise, 1x1 with and without im2col, the flipped
+ * backward-data, the CNN's convolutions, bias, accumulate, padded
+ * channels, guard pages after every slot and the workspace) is the
+ * conformance suite's job (tests/test_conformance.c, core/src/
+ * validate_cases.c); this file checks what is particular to these modules.
  *
- * Error bound: err = max|blas - ref| / max(1, max|ref|) over the logical
- * elements of an output, and err < BLAS_TOL = 1e-4. The reference sums the
- * forwards in double and the backwards in float; the BLAS kernels sum in
- * float in another order, so they differ by float rounding (a few 1e-6 on
- * these shapes; the bound leaves room for larger sums).
+ * Error bound where it compares: err = max|blas - ref| / max(1, max|ref|)
+ * over the logical elements of an output, and err < BLAS_TOL = 1e-4 (the
+ * BLAS kernels sum in float in another order than the reference).
  *
- * Shapes: odd sizes, stride 2 and 3, padding, dilation 2, groups 2 and
- * depthwise, 1x1 (with and without im2col), backward-data through col2im
- * and through the flipped gather (K <= C), the CNN's convolutions, bias on
- * and off, accumulate 0 and 1, batch 1 and 7, compact tensors and padded
- * channels (the padding holds NaNs, so a kernel that reads it fails, and is
- * checked untouched afterwards). Outputs start as NaN when accumulate is 0
- * (they must be overwritten, never read) and as random values when it is 1.
- * Every BLAS run gets a workspace of exactly workspace_size() bytes from
- * malloc, so AddressSanitizer builds catch a kernel that overruns it.
- *
- * Then: the refusals (padded conv filters, padded fc inputs, a short
+ * Here: the refusals (padded conv filters, padded fc inputs, a short
  * workspace, bad arguments and pointers), chunked im2col, bitwise
  * determinism (two runs; four rank threads calling at once), and selection: bp_registry_select picks "blas" over
  * "reference", pins (BP_KERNELS, select options) override it, and a node
@@ -106,10 +99,6 @@ static void blas_expect_refused(const ops_call *c, const char *needle) {
 
 /* ---- tensors ------------------------------------------------------------- */
 
-static void tt_nan(tt *t) {
-  for (int64_t i = 0; i < tt_count(t); i++) *tt_at(t, i) = NAN;
-}
-
 /* max|a - b| / max(1, max|b|) over the logical elements; NaN sticks. */
 static double norm_err(const tt *a, const tt *b) {
   double diff = 0.0, scale = 1.0;
@@ -127,38 +116,11 @@ static int bitwise_equal(const tt *a, const tt *b) {
   return 1;
 }
 
-/* ---- conv2d against the reference ---------------------------------------- */
+/* ---- conv2d shapes -------------------------------------------------------- */
 
 typedef struct conv_case {
   int h, w, c, k, kh, kw, sh, sw, ph, pw, dh, dw, groups;
 } conv_case;
-
-static const conv_case conv_cases[] = {
-    /*  h   w   c   k kh kw sh sw ph pw dh dw  g */
-    {28, 28, 1, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1},  /* the CNN's conv1 */
-    {14, 14, 32, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1}, /* the CNN's conv3 */
-    {5, 7, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1},     /* odd sizes, same padding */
-    {9, 8, 5, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1},     /* stride 2 */
-    {7, 7, 4, 6, 3, 3, 1, 1, 2, 2, 2, 2, 2},     /* dilation 2, padding 2, groups 2 */
-    {6, 5, 4, 4, 3, 3, 2, 2, 1, 1, 1, 1, 4},     /* depthwise, stride 2 */
-    {7, 7, 8, 8, 3, 3, 1, 1, 2, 2, 2, 2, 8},     /* depthwise, dilation 2 */
-    {5, 5, 6, 6, 1, 1, 1, 1, 0, 0, 1, 1, 1},     /* 1x1: no im2col */
-    {5, 5, 4, 6, 1, 1, 1, 1, 0, 0, 1, 1, 2},     /* 1x1, groups 2, no im2col */
-    {6, 6, 3, 5, 1, 1, 2, 2, 0, 0, 1, 1, 1},     /* 1x1, stride 2: im2col */
-    {5, 5, 3, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1},     /* 1x1, padding 1: im2col */
-    {8, 7, 3, 2, 2, 2, 3, 3, 0, 1, 1, 1, 1},     /* stride 3 > kernel: uncovered inputs */
-    {4, 6, 9, 5, 2, 3, 1, 2, 1, 2, 2, 1, 1},     /* mixed strides, pads, dilations */
-    {11, 13, 16, 8, 5, 5, 1, 1, 2, 2, 1, 1, 1},  /* 5x5 */
-    {3, 3, 2, 3, 3, 3, 1, 1, 0, 0, 1, 1, 1},     /* the kernel covers the input: 1x1 out */
-    {9, 9, 6, 9, 3, 3, 2, 1, 0, 1, 1, 2, 3},     /* groups 3, uneven stride and dilation */
-    {7, 7, 6, 4, 3, 3, 1, 1, 2, 1, 2, 1, 2},     /* K <= C (flipped bwd_data), groups 2 */
-    {9, 8, 8, 8, 3, 5, 1, 1, 1, 2, 1, 1, 1},     /* K = C, 3x5 */
-};
-#define CONV_CASES ((int)(sizeof conv_cases / sizeof conv_cases[0]))
-
-static int conv_out(int in, int pad, int dil, int k, int stride) {
-  return (in + 2 * pad - (dil * (k - 1) + 1)) / stride + 1;
-}
 
 static bp_conv2d_attrs conv_attrs_of(const conv_case *cc, int bias, int accumulate) {
   bp_conv2d_attrs a = {cc->kh, cc->kw, cc->sh, cc->sw, cc->ph, cc->pw,
@@ -166,166 +128,6 @@ static bp_conv2d_attrs conv_attrs_of(const conv_case *cc, int bias, int accumula
   return a;
 }
 
-/* One case at one batch, bias, accumulate and channel padding: the three
- * passes of both kernels on the same inputs and equal starting outputs. */
-static double conv_compare(const conv_case *cc, int n, int bias, int acc, int extra, uint64_t seed) {
-  const int oh = conv_out(cc->h, cc->ph, cc->dh, cc->kh, cc->sh);
-  const int ow = conv_out(cc->w, cc->pw, cc->dw, cc->kw, cc->sw);
-  const int cg = cc->c / cc->groups;
-  /* a padded filter is a matrix only for 1x1 kernels (others: refused) */
-  const int wextra = cc->kh * cc->kw == 1 ? extra : 0;
-  tt x = tt_new(BP_ABI_DTYPE_FP32, n, cc->h, cc->w, cc->c, extra);
-  tt w = tt_new(BP_ABI_DTYPE_FP32, cc->k, cc->kh, cc->kw, cg, wextra);
-  tt b = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, cc->k, extra);
-  tt dy = tt_new(BP_ABI_DTYPE_FP32, n, oh, ow, cc->k, extra ? extra + 1 : 0);
-  tt y[2], dx[2], dw[2], db[2];
-  for (int i = 0; i < 2; i++) {
-    y[i] = tt_new(BP_ABI_DTYPE_FP32, n, oh, ow, cc->k, extra);
-    dx[i] = tt_new(BP_ABI_DTYPE_FP32, n, cc->h, cc->w, cc->c, extra);
-    dw[i] = tt_new(BP_ABI_DTYPE_FP32, cc->k, cc->kh, cc->kw, cg, wextra);
-    db[i] = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, cc->k, extra);
-  }
-  uint64_t rng = seed;
-  tt_rand(&x, &rng, -1, 1), tt_rand(&w, &rng, -1, 1), tt_rand(&b, &rng, -1, 1);
-  tt_rand(&dy, &rng, -1, 1);
-  tt_nan(&y[0]);
-  if (acc) {
-    tt_rand(&dx[0], &rng, -1, 1), tt_rand(&dw[0], &rng, -1, 1), tt_rand(&db[0], &rng, -1, 1);
-  } else {
-    tt_nan(&dx[0]), tt_nan(&dw[0]), tt_nan(&db[0]);
-  }
-  tt_copy(&y[1], &y[0]), tt_copy(&dx[1], &dx[0]), tt_copy(&dw[1], &dw[0]);
-  tt_copy(&db[1], &db[0]);
-
-  const bp_conv2d_attrs a = conv_attrs_of(cc, bias, acc);
-  static const char *const impl[2] = {"reference", GEMM_IMPL};
-  for (int i = 0; i < 2; i++) {
-    const ops_call fwd = {"conv2d.fwd", {&x, &w, &b}, {&y[i]}, bias ? 3 : 2, 1, &a, sizeof a};
-    const ops_call bd = {"conv2d.bwd_data", {&dy, &w}, {&dx[i]}, 2, 1, &a, sizeof a};
-    const ops_call bf = {"conv2d.bwd_filter", {&x, &dy}, {&dw[i], &db[i]}, 2, bias ? 2 : 1,
-                         &a, sizeof a};
-    k_run(kernel_of(fwd.op, impl[i]), &fwd);
-    k_run(kernel_of(bd.op, impl[i]), &bd);
-    k_run(kernel_of(bf.op, impl[i]), &bf);
-  }
-  const double ey = norm_err(&y[1], &y[0]), ex = norm_err(&dx[1], &dx[0]);
-  const double ew = norm_err(&dw[1], &dw[0]), eb = bias ? norm_err(&db[1], &db[0]) : 0.0;
-  ck_assert_msg(ey < BLAS_TOL && ex < BLAS_TOL && ew < BLAS_TOL && eb < BLAS_TOL,
-                "conv case %d n %d bias %d acc %d extra %d: err y %.3g dx %.3g dw %.3g db %.3g",
-                (int)(cc - conv_cases), n, bias, acc, extra, ey, ex, ew, eb);
-
-  tt *all[] = {&x, &w, &b, &dy, &y[0], &y[1], &dx[0], &dx[1], &dw[0], &dw[1], &db[0], &db[1]};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-    ck_assert_msg(tt_padding_intact(all[i]), "conv case %d: padding of tensor %d written",
-                  (int)(cc - conv_cases), (int)i);
-    tt_free(all[i]);
-  }  double worst = ey > ex ? ey : ex;
-  if (ew > worst) worst = ew;
-  if (eb > worst) worst = eb;
-  return worst;
-}
-
-START_TEST(conv_matches_reference) {
-  const conv_case *cc = &conv_cases[_i];
-  static const int batches[] = {1, 7};
-  double worst = 0.0;
-  for (int bi = 0; bi < 2; bi++)
-    for (int bias = 0; bias <= 1; bias++)
-      for (int acc = 0; acc <= 1; acc++)
-        for (int extra = 0; extra <= 3; extra += 3) {
-          const double e = conv_compare(
-              cc, batches[bi], bias, acc, extra,
-              (uint64_t)(_i * 100 + bi * 8 + bias * 4 + acc * 2 + (extra > 0)));
-          if (e > worst) worst = e;
-        }
-  printf("blas conv2d case %d: max normalized err %.2e\n", _i, worst);
-}
-END_TEST
-
-/* ---- fc against the reference -------------------------------------------- */
-
-typedef struct fc_case {
-  int h, w, c, o;
-} fc_case;
-
-static const fc_case fc_cases[] = {
-    {1, 1, 5, 3},    /* plain */
-    {3, 3, 4, 10},   /* features from a 3x3x4 map */
-    {7, 7, 64, 10},  /* the CNN's fc */
-    {2, 5, 3, 1},    /* one output */
-    {1, 1, 300, 129} /* wider */
-};
-#define FC_CASES ((int)(sizeof fc_cases / sizeof fc_cases[0]))
-
-static double fc_compare(const fc_case *fc, int n, int bias, int acc, int extra, uint64_t seed) {
-  const int f = fc->h * fc->w * fc->c;
-  /* a padded x is a matrix only when H = W = 1 (others: refused) */
-  const int xextra = fc->h * fc->w == 1 ? extra : 0;
-  tt x = tt_new(BP_ABI_DTYPE_FP32, n, fc->h, fc->w, fc->c, xextra);
-  tt w = tt_new(BP_ABI_DTYPE_FP32, fc->o, 1, 1, f, extra);
-  tt b = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, fc->o, extra);
-  tt dy = tt_new(BP_ABI_DTYPE_FP32, n, 1, 1, fc->o, extra ? extra + 1 : 0);
-  tt y[2], dx[2], dw[2], db[2];
-  for (int i = 0; i < 2; i++) {
-    y[i] = tt_new(BP_ABI_DTYPE_FP32, n, 1, 1, fc->o, extra);
-    dx[i] = tt_new(BP_ABI_DTYPE_FP32, n, fc->h, fc->w, fc->c, xextra);
-    dw[i] = tt_new(BP_ABI_DTYPE_FP32, fc->o, 1, 1, f, extra);
-    db[i] = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, fc->o, extra);
-  }
-  uint64_t rng = seed;
-  tt_rand(&x, &rng, -1, 1), tt_rand(&w, &rng, -1, 1), tt_rand(&b, &rng, -1, 1);
-  tt_rand(&dy, &rng, -1, 1);
-  tt_nan(&y[0]);
-  if (acc) {
-    tt_rand(&dx[0], &rng, -1, 1), tt_rand(&dw[0], &rng, -1, 1), tt_rand(&db[0], &rng, -1, 1);
-  } else {
-    tt_nan(&dx[0]), tt_nan(&dw[0]), tt_nan(&db[0]);
-  }
-  tt_copy(&y[1], &y[0]), tt_copy(&dx[1], &dx[0]), tt_copy(&dw[1], &dw[0]);
-  tt_copy(&db[1], &db[0]);
-
-  const bp_fc_attrs a = {bias, acc};
-  static const char *const impl[2] = {"reference", GEMM_IMPL};
-  for (int i = 0; i < 2; i++) {
-    const ops_call fwd = {"fc.fwd", {&x, &w, &b}, {&y[i]}, bias ? 3 : 2, 1, &a, sizeof a};
-    const ops_call bd = {"fc.bwd_data", {&dy, &w}, {&dx[i]}, 2, 1, &a, sizeof a};
-    const ops_call bf = {"fc.bwd_filter", {&x, &dy}, {&dw[i], &db[i]}, 2, bias ? 2 : 1, &a,
-                         sizeof a};
-    k_run(kernel_of(fwd.op, impl[i]), &fwd);
-    k_run(kernel_of(bd.op, impl[i]), &bd);
-    k_run(kernel_of(bf.op, impl[i]), &bf);
-  }
-  const double ey = norm_err(&y[1], &y[0]), ex = norm_err(&dx[1], &dx[0]);
-  const double ew = norm_err(&dw[1], &dw[0]), eb = bias ? norm_err(&db[1], &db[0]) : 0.0;
-  ck_assert_msg(ey < BLAS_TOL && ex < BLAS_TOL && ew < BLAS_TOL && eb < BLAS_TOL,
-                "fc case %d n %d bias %d acc %d extra %d: err y %.3g dx %.3g dw %.3g db %.3g",
-                (int)(fc - fc_cases), n, bias, acc, extra, ey, ex, ew, eb);
-  tt *all[] = {&x, &w, &b, &dy, &y[0], &y[1], &dx[0], &dx[1], &dw[0], &dw[1], &db[0], &db[1]};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-    ck_assert_msg(tt_padding_intact(all[i]), "fc case %d: padding of tensor %d written",
-                  (int)(fc - fc_cases), (int)i);
-    tt_free(all[i]);
-  }  double worst = ey > ex ? ey : ex;
-  if (ew > worst) worst = ew;
-  if (eb > worst) worst = eb;
-  return worst;
-}
-
-START_TEST(fc_matches_reference) {
-  static const int batches[] = {1, 7};
-  double worst = 0.0;
-  for (int bi = 0; bi < 2; bi++)
-    for (int bias = 0; bias <= 1; bias++)
-      for (int acc = 0; acc <= 1; acc++)
-        for (int extra = 0; extra <= 3; extra += 3) {
-          const double e = fc_compare(
-              &fc_cases[_i], batches[bi], bias, acc, extra,
-              (uint64_t)(5000 + _i * 100 + bi * 8 + bias * 4 + acc * 2 + (extra > 0)));
-          if (e > worst) worst = e;
-        }
-  printf("blas fc case %d: max normalized err %.2e\n", _i, worst);
-}
-END_TEST
 
 /* ---- chunked im2col and determinism -------------------------------------- */
 
@@ -782,8 +584,6 @@ int main(void) {
   Suite *s = suite_create("ops_" GEMM_IMPL);
   TCase *tc = tcase_create(GEMM_IMPL);
   tcase_set_timeout(tc, 300);
-  tcase_add_loop_test(tc, conv_matches_reference, 0, CONV_CASES);
-  tcase_add_loop_test(tc, fc_matches_reference, 0, FC_CASES);
   tcase_add_test(tc, conv_chunks_and_is_deterministic);
   tcase_add_test(tc, concurrent_ranks_get_the_same_bits);
   tcase_add_test(tc, conv_refuses_padded_filters);

@@ -4,6 +4,7 @@
  * that refuses a registration or speaks another major. */
 #include <check.h>
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,8 +45,8 @@ START_TEST(descriptor) {
   ck_assert_uint_eq(strlen(m->build_id), 16); /* hash of the sources and settings */
   ck_assert_ptr_nonnull(m->init);
   /* only the entry is exported */
-  const char *hidden[] = {"ref_conv2d_fwd", "ref_fail", "ref_check_tensor", "ref_dot",
-                          "ref_softmax_ce_fwd_bwd"};
+  const char *hidden[] = {"ref_conv2d_fwd",      "ref_dot",        "ref_softmax_ce_fwd_bwd",
+                          "bp_sdk_check_tensor", "ops_conv_check", "ops_bn_train_channels"};
   for (size_t i = 0; i < sizeof hidden / sizeof hidden[0]; i++)
     ck_assert_msg(dlsym(handle, hidden[i]) == NULL, "%s is exported", hidden[i]);
   dlclose(handle);
@@ -177,6 +178,52 @@ START_TEST(supports_handles_odd_args) {
 }
 END_TEST
 
+/* run() of the call's kernel with a host reason buffer (ABI 1.4); returns
+ * its status and leaves the reason in `reason`. */
+static int run_with_reason(const ops_call *call, char *reason, size_t reason_size) {
+  ops_args a;
+  ops_args_make(&a, call, 1);
+  reason[0] = '\0';
+  a.args.reason = reason, a.args.reason_size = reason_size;
+  const bp_abi_kernel *k = ops_kernel(call->op);
+  return k->run(k->user, &a.args);
+}
+
+START_TEST(a_refused_run_says_why_in_the_hosts_buffer) {
+  char reason[256];
+  /* a label outside [0, K): found at run time, before anything is written */
+  tt z = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 1, 3, 0), lab = tt_new(BP_ABI_DTYPE_INT32, 2, 1, 1, 1, 0);
+  tt loss = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 1, 0);
+  tt hits = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 1, 0);
+  *tt_i32(&lab, 1, 0, 0, 0) = 7;
+  bp_softmax_ce_attrs ca = {0.0f, 1.0f, 0};
+  ops_call ce = {"softmax_ce.fwd_bwd", {&z, &lab}, {&loss, &hits}, 2, 2, &ca, sizeof ca};
+  ck_assert_int_eq(run_with_reason(&ce, reason, sizeof reason), BP_ABI_ERR_INVALID);
+  ck_assert_msg(strstr(reason, "sample 1 has label 7, outside [0, 3)"), "%s", reason);
+  /* a check that fails in run(): the same reason supports() gives */
+  bp_softmax_ce_attrs bad = {2.0f, 1.0f, 0};
+  ce.attrs = &bad;
+  ck_assert_int_eq(run_with_reason(&ce, reason, sizeof reason), BP_ABI_ERR_INVALID);
+  ck_assert_msg(strstr(reason, "label_smoothing 2 must be in [0, 1]"), "%s", reason);
+  /* overlapping tensors (rule 5 of bp_abi_ops.h) */
+  tt x = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 2, 4, 0);
+  bp_elementwise_attrs ea = {0};
+  ops_call add = {"add.fwd", {&x, &x}, {&x}, 2, 1, &ea, sizeof ea};
+  ck_assert_int_eq(run_with_reason(&add, reason, sizeof reason), BP_ABI_ERR_INVALID);
+  ck_assert_msg(strstr(reason, "output 0 overlaps input 0"), "%s", reason);
+  /* a learning rate that is not finite */
+  tt g = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 4, 0), w = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 4, 0);
+  tt m = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 4, 0), lr = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 1, 0);
+  *tt_f(&lr, 0, 0, 0, 0) = INFINITY;
+  bp_optimizer_attrs oa = {.momentum = 0.9f};
+  ops_call sgd = {"range.sgd", {&g, &lr}, {&w, &m}, 2, 2, &oa, sizeof oa};
+  ck_assert_int_eq(run_with_reason(&sgd, reason, sizeof reason), BP_ABI_ERR_INVALID);
+  ck_assert_msg(strstr(reason, "lr inf must be finite"), "%s", reason);
+  tt *all[] = {&z, &lab, &loss, &hits, &x, &g, &w, &m, &lr};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ops_reference");
   TCase *tc = tcase_create("module");
@@ -185,6 +232,7 @@ int main(void) {
   tcase_add_test(tc, selected_through_the_registry);
   tcase_add_test(tc, init_reports_a_refused_registration);
   tcase_add_test(tc, supports_handles_odd_args);
+  tcase_add_test(tc, a_refused_run_says_why_in_the_hosts_buffer);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -53,7 +53,7 @@ START_TEST(command_line_errors) {
   REFUSED(2, T, "--ranks 65: must be in [1, 64]", "train", mlp, "--ranks", "65");
   REFUSED(2, T, "unknown schedule 'linear'", "train", mlp, "--schedule", "linear");
   REFUSED(2, T, "unknown optimizer 'sgdd'", "train", mlp, "--optimizer=sgdd");
-  REFUSED(2, T, "unknown device 'tpu'", "train", mlp, "--device", "tpu");
+  REFUSED(2, T, "--devices: 'a'", "train", mlp, "--devices", "a");
   REFUSED(2, T, "unknown option '--bogus'", "train", mlp, "--bogus");
   REFUSED(2, T, "option '--epochs' needs a value", "train", mlp, "--epochs");
   REFUSED(2, T, "option '--flip' takes no value", "train", mlp, "--flip=1");
@@ -70,6 +70,7 @@ START_TEST(run_time_errors) {
   REFUSED(1, T, "/nonexistent/model.yaml", "train", "/nonexistent/model.yaml");
   REFUSED(1, T, "/nonexistent/data", "train", mlp, "--data", "/nonexistent/data");
   REFUSED(1, T, "device 'cuda'", "train", mlp, "--data", data, "--device", "cuda");
+  REFUSED(1, T, "unknown device 'tpu'", "train", mlp, "--data", data, "--device", "tpu");
   REFUSED(1, T, "names no registered kernel 'nosuch'", "train", mlp, "--data", data, "--kernels",
           "fc.fwd=nosuch");
   REFUSED(1, T, "not OP_GLOB=IMPL", "train", mlp, "--data", data, "--kernels", "garbage");

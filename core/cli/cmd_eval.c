@@ -27,7 +27,7 @@ static const char usage_text[] =
     "  --test-limit N      use the first N test images\n"
     "  --batch B, --eval-batch B, --ranks R, --optimizer NAME, --ema, --amp\n"
     "                      as in the training run, when not the model file's\n"
-    "  --device cpu|cuda, --kernels PINS, --plugin PATH   as for train\n"
+    "  --device KIND, --devices LIST, --kernels PINS, --plugin PATH   as for train\n"
     "  --quiet             no kernel table; --verbose: the kernel of every node\n"
     "  -h, --help          print this help\n"
     "\n"

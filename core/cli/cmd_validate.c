@@ -127,11 +127,11 @@ static void json_str(FILE *out, const char *s) {
 }
 
 static void print_table(FILE *out, const bp_validate_report *rep) {
-  fprintf(out, "%-20s %-10s %-6s %-50s %-9s %-9s %s\n", "op", "impl", "device", "case", "error",
+  fprintf(out, "%-20s %-10s %-6s %-58s %-9s %-9s %s\n", "op", "impl", "device", "case", "error",
           "tolerance", "verdict");
   for (int i = 0; i < bp_validate_result_count(rep); i++) {
     const bp_validate_result *r = bp_validate_result_get(rep, i);
-    fprintf(out, "%-20s %-10s %-6s %-50s ", r->op, r->impl, r->device, r->case_name);
+    fprintf(out, "%-20s %-10s %-6s %-58s ", r->op, r->impl, r->device, r->case_name);
     number(out, r->error, 0);
     fputc(' ', out);
     number(out, r->tolerance, 0);

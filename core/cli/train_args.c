@@ -30,7 +30,7 @@ typedef enum {
   O_OPTIMIZER, O_EMA, O_AMP, O_QUIET, O_EPOCHS, O_RANKS, O_SEED, O_RESUME, O_METRICS,
   O_LOG_EVERY, O_LR, O_MOMENTUM, O_WEIGHT_DECAY, O_NESTEROV, O_SCHEDULE, O_WARMUP,
   O_STEP_GAMMA, O_STEP_EVERY, O_TRAIN_LIMIT, O_STOP_AFTER, O_CROP_PAD, O_FLIP, O_EMA_DECAY,
-  O_AUTOTUNE, O_AUTOTUNE_CACHE, O_REPLICATE, O_VERBOSE
+  O_AUTOTUNE, O_AUTOTUNE_CACHE, O_REPLICATE, O_VERBOSE, O_DEVICES
 } option_id;
 
 /* Every option: its name, what its value is, and whether eval takes it. */
@@ -46,6 +46,7 @@ static const struct option_spec {
     {O_TEST_LIMIT, "--test-limit", V_COUNT0, 1},
     {O_CHECKPOINT, "--checkpoint", V_FILE, 1},
     {O_DEVICE, "--device", V_TEXT, 1},
+    {O_DEVICES, "--devices", V_TEXT, 1},
     {O_KERNELS, "--kernels", V_TEXT, 1},
     {O_PLUGIN, "--plugin", V_FILE, 1},
     {O_OPTIMIZER, "--optimizer", V_TEXT, 1},
@@ -171,12 +172,16 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
     }
     o->ranks = (int)i;
     break;
-  case O_DEVICE:
-    if (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0) {
-      bp_cli_report(cmd, "--device: unknown device '%s' (cpu or cuda)", value);
+  case O_DEVICE: /* the kinds are the plugins': the trainer names the loaded ones */
+    o->device = value;
+    break;
+  case O_DEVICES:
+    if (!value[0] || strspn(value, "0123456789,") != strlen(value)) {
+      bp_cli_report(cmd, "--devices: '%s' is not a comma-separated list of device indices",
+                    value);
       return -1;
     }
-    o->device = value;
+    o->devices = value;
     break;
   case O_OPTIMIZER: {
     bp_optimizer opt;

@@ -276,6 +276,9 @@ static double time_kernel(const tune_timer *t, const char *device,
   meta.output_ptrs = NULL;
   meta.workspace = NULL;
   meta.workspace_bytes = 0;
+  meta.params_generation = NULL; /* (1.4) run() and prepare() only */
+  meta.reason = NULL;
+  meta.reason_size = 0;
   uint64_t need = k->kernel.workspace_size ? k->kernel.workspace_size(k->kernel.user, &meta) : 0;
   void *ws = NULL;
   if (need > 0 && (!args->workspace || args->workspace_bytes < need)) {
@@ -293,12 +296,23 @@ static double time_kernel(const tune_timer *t, const char *device,
     run.workspace_bytes = need;
   }
   run.stream = t->stream ? t->dev->stream_native(t->stream) : NULL; /* NULL: synchronous */
-  double best = timed_run(t, k, &run, reason, size); /* warm-up */
+  /* (1.4) a kernel with per-node state is timed with a state of its own,
+   * released once timed (the binding makes the node's later) */
+  void *state = NULL;
+  double best = -1;
+  if (k->kernel.prepare && k->kernel.prepare(k->kernel.user, &run, &state) != BP_ABI_OK)
+    snprintf(reason, size, "prepare() failed: %s",
+             run.reason && run.reason[0] ? run.reason : "no reason given");
+  else {
+    run.state = state;
+    best = timed_run(t, k, &run, reason, size); /* warm-up */
+  }
   for (int i = 0; i < TUNE_REPS && best >= 0; i++) {
     double ms = timed_run(t, k, &run, reason, size);
     if (ms < 0) best = ms;
     else if (i == 0 || ms < best) best = ms;
   }
+  if (state && k->kernel.release) k->kernel.release(k->kernel.user, state);
   if (ws) {
     if (t->dev) t->dev->arena_free(t->index, ws, need);
     else free(ws);
@@ -331,15 +345,14 @@ static int run_checks(const bp_registry *r, const char *op, const char *device,
     free(c);
     return CHECK_NONE;
   }
-  const bp_abi_threads *lent =
-      args->struct_size >= BP_ABI_END(bp_abi_kernel_args, threads) ? args->threads : NULL;
+  /* one thread: a read past a slot then faults on this thread, where the
+   * guarded check catches it */
   bp_threads *own = NULL;
-  if (!lent && bp_threads_create(1, &own) == BP_OK) lent = bp_threads_abi(own);
   int verdict = CHECK_NONE;
-  if (lent) {
-    const vc_check_options o = {.seed = 1, .guard = 0, .threads = lent};
+  if (bp_threads_create(1, &own) == BP_OK) {
+    const vc_check_options o = {.seed = 1, .guard = 1, .threads = bp_threads_abi(own)};
     vc_outcome out;
-    vc_check(&k->kernel, &ref->kernel, c, &o, &out);
+    vc_check_guarded(&k->kernel, &ref->kernel, c, &o, &out);
     if (out.verdict == BP_VALIDATE_FAIL) {
       snprintf(why, size, "%s", out.detail);
       verdict = CHECK_EXCLUDED;

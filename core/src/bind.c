@@ -122,7 +122,7 @@ static void fill_args(bp_exec *x, bound_node *b, int buffer) {
   a->attrs = b->node->attr_size ? (const void *)&b->node->attrs : NULL;
   a->attr_size = b->node->attr_size;
   a->attr_version = b->node->attr_version ? b->node->attr_version : BP_ABI_ATTR_VERSION;
-  a->stream = NULL; /* cpu: kernels run synchronously on the rank's thread */
+  a->stream = x->options.stream; /* NULL: kernels run synchronously on the caller's thread */
   a->rank = x->options.rank;
   a->world_size = x->options.world;
   a->comm = x->options.comm;
@@ -216,19 +216,17 @@ static bp_status bind_node(bp_exec *x, bp_registry *r, int v, const bp_node *n, 
 static bp_status alloc_workspace(bp_exec *x) {
   if (x->workspace_bytes == 0) return BP_OK;
   const uint64_t bytes = (x->workspace_bytes + 255) / 256 * 256;
-  if (x->dev && x->dev->arena_alloc) {
-    if (x->dev->arena_alloc(0, bytes, 256, &x->workspace) != BP_ABI_OK)
+  if (x->dev && x->dev->arena_alloc) { /* on the rank's device, beside its arena */
+    if (x->dev->arena_alloc(x->options.device_index, bytes, 256, &x->workspace) != BP_ABI_OK)
       return bp_fail(BP_ERR_NOMEM,
-                     "bind: the %s device could not allocate a workspace of %llu "
+                     "bind: the %s device %d could not allocate a workspace of %llu "
                      "bytes: %s",
-                     x->device, (unsigned long long)bytes,
+                     x->dev->kind, x->options.device_index, (unsigned long long)bytes,
                      x->dev->last_error ? x->dev->last_error() : "no reason given");
     x->workspace_bytes = bytes;
     return BP_OK;
   }
-  if (strcmp(x->device, "cpu") != 0)
-    return bp_fail(BP_ERR_UNSUPPORTED, "bind: no device plugin for '%s' to allocate a workspace",
-                   x->device);
+  /* no device plugin: the arena is host memory, and so is the workspace */
   if (posix_memalign(&x->workspace, 256, (size_t)bytes) != 0)
     return bp_fail(BP_ERR_NOMEM, "bind: out of memory for a workspace of %llu bytes",
                    (unsigned long long)bytes);
@@ -303,7 +301,8 @@ bp_status bp_exec_create(const bp_graph *graph, bp_registry *registry, void *are
   x->options.device = x->device;
   x->base = arena_base;
   x->arena_bytes = bp_plan_total_bytes(x->plan);
-  x->dev = bp_registry_find_device(registry, x->device);
+  x->dev = bp_registry_find_device(registry, options->memory_device ? options->memory_device
+                                                                    : x->device);
   x->ia = bp_plan_region_span(x->plan, BP_REGION_I_A);
   x->ib = bp_plan_region_span(x->plan, BP_REGION_I_B);
   EXEC_ASSERT(x->ia.bytes == x->ib.bytes); /* invariant 1 */
@@ -368,7 +367,7 @@ void bp_exec_destroy(bp_exec *x) {
   free(x->segments);
   if (x->workspace) {
     if (x->dev && x->dev->arena_free)
-      x->dev->arena_free(0, x->workspace, x->workspace_bytes);
+      x->dev->arena_free(x->options.device_index, x->workspace, x->workspace_bytes);
     else
       free(x->workspace);
   }

@@ -316,9 +316,41 @@ bp_status bp_checkpoint_save(const char *path, const bp_plan *plan, const void *
   return bp_checkpoint_save_note(path, plan, arena, state, NULL);
 }
 
+/* The accessor of a host copy of an arena. */
+static bp_status host_read(void *user, uint64_t offset, void *dst, uint64_t bytes) {
+  memcpy(dst, (const unsigned char *)user + offset, (size_t)bytes);
+  return BP_OK;
+}
+
+static bp_status host_write(void *user, uint64_t offset, const void *src, uint64_t bytes) {
+  memcpy((unsigned char *)user + offset, src, (size_t)bytes);
+  return BP_OK;
+}
+
 bp_status bp_checkpoint_save_note(const char *path, const bp_plan *plan, const void *arena,
                                   const bp_train_state *state, const char *note) {
-  if (!path || !plan || !arena || !state)
+  if (!arena) return bp_fail(BP_ERR_INVALID, "bp_checkpoint_save: NULL argument");
+  const bp_arena_access access = {host_read, NULL, (void *)arena};
+  return bp_checkpoint_save_access(path, plan, &access, state, note);
+}
+
+/* Writes `bytes` of the arena at `offset` through `a`, in chunks staged in
+ * `chunk` (CHUNK_BYTES). Returns 0, 1 for a failed write (errno), or 2 for
+ * a failed read (the accessor's status in *st). */
+static int write_arena_part(FILE *f, const bp_arena_access *a, uint64_t offset, uint64_t bytes,
+                            unsigned char *chunk, uint32_t *crc, bp_status *st) {
+  for (uint64_t at = 0; at < bytes; at += CHUNK_BYTES) {
+    const uint64_t n = bytes - at < CHUNK_BYTES ? bytes - at : CHUNK_BYTES;
+    if ((*st = a->read(a->user, offset + at, chunk, n)) != BP_OK) return 2;
+    if (write_part(f, chunk, n, crc)) return 1;
+  }
+  return 0;
+}
+
+bp_status bp_checkpoint_save_access(const char *path, const bp_plan *plan,
+                                    const bp_arena_access *arena, const bp_train_state *state,
+                                    const char *note) {
+  if (!path || !plan || !arena || !arena->read || !state)
     return bp_fail(BP_ERR_INVALID, "bp_checkpoint_save: NULL argument");
   if (!path[0]) return bp_fail(BP_ERR_INVALID, "bp_checkpoint_save: empty path");
   if (!bp_plan_is_finalized(plan))
@@ -365,12 +397,23 @@ bp_status bp_checkpoint_save_note(const char *path, const bp_plan *plan, const v
     return st;
   }
 
-  const unsigned char *base = arena;
+  unsigned char *chunk = malloc(CHUNK_BYTES);
   uint32_t crc = crc_start();
   const char *stage = "writing";
-  int failed = write_part(f, head, HEADER_BYTES, &crc) || write_part(f, table, TABLE_BYTES, &crc);
+  int failed = !chunk || write_part(f, head, HEADER_BYTES, &crc) ||
+               write_part(f, table, TABLE_BYTES, &crc);
+  bp_status read_st = chunk ? BP_OK : bp_fail(BP_ERR_NOMEM, "out of memory saving %s", path);
   for (int s = 0; s < SECTION_COUNT && !failed; s++)
-    failed = write_part(f, base + l.span[s].offset, l.span[s].bytes, &crc);
+    failed = write_arena_part(f, arena, l.span[s].offset, l.span[s].bytes, chunk, &crc, &read_st);
+  free(chunk);
+  if (read_st != BP_OK) { /* the arena could not be read: its message stands */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", bp_last_error());
+    fclose(f);
+    unlink(tmp);
+    free(tmp);
+    return bp_fail(read_st, "cannot write checkpoint %s: %s", path, why);
+  }
   if (!failed) {
     put_u32(trailer, crc);
     memcpy(trailer + 4, END_MARKER, END_MARKER_BYTES);
@@ -629,7 +672,14 @@ bp_status bp_checkpoint_read_info(const char *path, bp_checkpoint_info *info_out
 
 bp_status bp_checkpoint_load(const char *path, const bp_plan *plan, void *arena,
                              bp_train_state *state_out) {
-  if (!path || !plan || !arena || !state_out)
+  if (!arena) return bp_fail(BP_ERR_INVALID, "bp_checkpoint_load: NULL argument");
+  const bp_arena_access access = {NULL, host_write, arena};
+  return bp_checkpoint_load_access(path, plan, &access, state_out);
+}
+
+bp_status bp_checkpoint_load_access(const char *path, const bp_plan *plan,
+                                    const bp_arena_access *arena, bp_train_state *state_out) {
+  if (!path || !plan || !arena || !arena->write || !state_out)
     return bp_fail(BP_ERR_INVALID, "bp_checkpoint_load: NULL argument");
   if (!bp_plan_is_finalized(plan))
     return bp_fail(BP_ERR_STATE, "cannot load checkpoint %s: the plan is not finalized", path);
@@ -675,13 +725,14 @@ bp_status bp_checkpoint_load(const char *path, const bp_plan *plan, void *arena,
     return st;
   }
   /* Every check passed: now, and only now, the arena and the counters. */
-  unsigned char *base = arena;
   uint64_t at = 0;
-  for (int s = 0; s < SECTION_COUNT; s++) {
-    if (l.span[s].bytes) memcpy(base + l.span[s].offset, staging + at, (size_t)l.span[s].bytes);
+  for (int s = 0; s < SECTION_COUNT && st == BP_OK; s++) {
+    if (l.span[s].bytes)
+      st = arena->write(arena->user, l.span[s].offset, staging + at, l.span[s].bytes);
     at += l.span[s].bytes;
   }
   free(staging);
+  if (st != BP_OK) return st; /* the device failed: the arena may be partly written */
   *state_out = o.h.state;
   return BP_OK;
 }

@@ -1,5 +1,6 @@
 /* Internals shared by the model parser (model_yaml.c), the model checks
- * (model.c) and the compiler (compile.c). Not installed. */
+ * (model.c), the layer table (layers.c, layer-impl.h) and the compiler
+ * (compile.c). Not installed. */
 #ifndef BLUEPRINT_MODEL_IMPL_H
 #define BLUEPRINT_MODEL_IMPL_H
 
@@ -25,12 +26,14 @@
  * may take it. */
 #define BP_MODEL_INPUT_NAME "input"
 
-/* Layer type by its file name ("conv", ...); 0 on success. */
+/* Built-in layer type by its file name ("conv", ...); 0 on success
+ * (never BP_LAYER_MODULE: a module's type is the registry's). layers.c. */
 int bp_layer_type_from_name(const char *name, bp_layer_type *out);
 
-/* A layer of `type` with every attribute at its default (stride 1, pad 0,
- * dilation 1, groups 1, bias on, eps 1e-5, momentum 0.1, no name, no
- * inputs). Pool strides default to the kernel; the parser sets that. */
+/* A layer of `type` with every attribute at the default its key declares
+ * in the layer table (stride 1, pad 0, dilation 1, groups 1, bias on, eps
+ * 1e-5, momentum 0.1), no name, the model's input as every input. Pool
+ * strides default to the kernel; the parser sets that. layers.c. */
 void bp_layer_set_defaults(bp_layer *layer, bp_layer_type type);
 
 /* The documented defaults of the training settings. */
@@ -45,8 +48,9 @@ int bp_layer_name_valid(const char *name);
 void bp_model_where(const bp_model *model, const bp_layer *layer, char *buf, size_t size);
 
 /* Structural checks of a model, whatever built it: input extents, layer
- * types, attribute ranges, unique valid names, producers that come earlier,
- * two inputs exactly for add, one softmax_ce and last. BP_ERR_INVALID with
+ * types, attribute ranges (each type's keys; a module type's schema),
+ * unique valid names, producers that come earlier, the type's input count,
+ * one softmax_ce and last. BP_ERR_INVALID with
  * "where: layer 'name': what" on the first failure. Shapes are the
  * compiler's business. */
 bp_status bp_model_check(const bp_model *model);

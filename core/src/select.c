@@ -114,6 +114,9 @@ static bp_status select_among(bp_registry *r, const char *op, const char *device
   meta.output_ptrs = NULL;
   meta.workspace = NULL;
   meta.workspace_bytes = 0;
+  meta.params_generation = NULL; /* (1.4) run() and prepare() only */
+  meta.reason = NULL;
+  meta.reason_size = 0;
 
   /* 1. pins: a pin that matches nothing or names no kernel is an error
    * here too, whichever node asks (registry.h) */

@@ -34,6 +34,7 @@
 #include "blueprint/graph.h"
 #include "blueprint/threads.h"
 #include "blueprint/train.h"
+#include "device-io-impl.h"
 
 /* Most ranks a trainer holds (ranks as threads, train_ranks.c). */
 #define BP_TRAIN_MAX_RANKS BP_COMM_MAX_WORLD
@@ -77,8 +78,12 @@ enum { BP_STEP_FULL = 0, BP_STEP_LAST = 1 };
 /* One rank: its arena and its bound graph. */
 typedef struct bp_train_rank {
   int rank;
+  const bp_abi_device *dev; /* the trainer's device plugin (NULL: host memory) */
+  int device;     /* the device index it runs on (bp_train_options.devices) */
   bp_arena *arena;
-  char *base; /* arena base: host memory on the cpu device */
+  char *base;     /* arena base on the device: the host never dereferences it (io does) */
+  bp_devio io;    /* every host access to the arena (device-io-impl.h) */
+  bp_span upload[2][2]; /* per input buffer: the image and label slots the open loader fills */
   bp_exec *exec;
   bp_abi_comm comm; /* world > 1: this rank's view of the communicator (kernels see it) */
   bp_threads *threads; /* the threads its kernels get: the rank's share of the cores */
@@ -89,7 +94,7 @@ typedef struct bp_rank_pool bp_rank_pool;   /* train_ranks.c */
 
 struct bp_trainer {
   bp_train_options opt; /* strings below are the trainer's own copies */
-  char *data_dir, *device, *checkpoint_path, *resume_path, *metrics_path, *kernels, *autotune_cache;
+  char *data_dir, *device, *devices, *checkpoint_path, *resume_path, *metrics_path, *kernels, *autotune_cache;
   bp_model *model;                  /* owned copy */
   bp_dataset *train_set, *test_set; /* train_set NULL with eval_only */
   bp_data_norm norm;
@@ -97,8 +102,11 @@ struct bp_trainer {
   bp_graph *graph;
   bp_registry *registry;
   int own_registry;
-  const bp_abi_device *dev;     /* the device plugin, NULL when none is loaded */
-  bp_arena_allocator allocator; /* through dev, else host memory */
+  const bp_abi_device *dev;     /* the device plugin, NULL when none provides the kind */
+  const char *kernel_kind;      /* the kind of kernels it runs (dev->kernel_kind or device) */
+  int device_count;             /* devices of that kind on this machine (1 without a plugin) */
+  /* per local rank: through dev on the rank's device, else host memory */
+  bp_arena_allocator allocators[BP_TRAIN_MAX_RANKS];
   /* Ranks: `world` in all; this process holds `local` of them, global
    * ranks first_rank .. first_rank + local - 1. Ranks as threads: local =
    * world, first_rank = 0; under mpirun: local = 1, first_rank = the MPI
@@ -147,13 +155,45 @@ bp_status bp_train_arena_init(bp_trainer *t, bp_train_rank *r);
  * UPDATE/GATHER (and EMA) segments, and a checkpoint load. Between runs. */
 void bp_train_params_changed(bp_trainer *t);
 /* Writes the scalars of one step (lr, AdamW's step) into every rank. */
-void bp_train_write_scalars(bp_trainer *t, double lr, int64_t step_from_1);
+bp_status bp_train_write_scalars(bp_trainer *t, double lr, int64_t step_from_1);
 /* Reads loss and correct count: R summed over this process's ranks in rank
  * order, then, with `all_processes` under mpirun, over the processes (a
  * collective: every process must call it at the same point). Results are
  * summed only when read, never all-reduced per step. */
-bp_status bp_train_read_results(const bp_trainer *t, int all_processes, double *loss_out,
+bp_status bp_train_read_results(bp_trainer *t, int all_processes, double *loss_out,
                                 double *correct_out);
+
+/* train_run.c: one rank's job, the only way segments run. A job runs the
+ * listed segments of `variant` (less those in `skip`) on input buffer
+ * `buffer`. Start hands it to the rank's device: in host mode (the cpu
+ * device) it runs to the end on the calling thread; with host-task
+ * kernels it is one task on the rank's compute stream; else its kernels
+ * are called here and enqueue their work on that stream. Finish waits for
+ * it and returns its status and reason (bp_fail). With keep_collectives a
+ * failed job still runs its collective segments, so no rank waits forever
+ * in an all-reduce. Between start and finish the rank's thread may take
+ * the next batch (bp_train_take_batch): the loader and the upload of batch
+ * k+1 overlap step k. */
+typedef struct bp_rank_job {
+  int variant;
+  unsigned skip;
+  int buffer;
+  const bp_segment *segments;
+  int count;
+  int keep_collectives;
+  /* set by the job */
+  bp_exec *exec;
+  bp_status status;
+  char why[1024];
+} bp_rank_job;
+void bp_train_job_start(bp_trainer *t, int k, bp_rank_job *job);
+bp_status bp_train_job_finish(bp_trainer *t, int k, bp_rank_job *job);
+/* Start and finish. */
+bp_status bp_train_job_run(bp_trainer *t, int k, bp_rank_job *job);
+/* Local rank k's next batch from `loader` (whose buffers are bp_devio_input
+ * of its io, slots in ranks[k].upload): hands the held staging back once
+ * its upload is done, takes the batch, enqueues its upload. */
+bp_status bp_train_take_batch(bp_trainer *t, int k, bp_data_loader *loader, bp_data_batch *out);
 
 /* train_ranks.c: ranks 1..world-1 run on threads of their own, rank 0 on
  * the caller's. A step's segments run on every rank at once, rank k with

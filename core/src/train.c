@@ -87,6 +87,7 @@ static bp_status keep_options(bp_trainer *t, const bp_train_options *o) {
   t->opt = *o;
   t->opt.data_dir = t->data_dir = dup_or_null(o->data_dir, &failed);
   t->opt.device = t->device = dup_or_null(o->device ? o->device : "cpu", &failed);
+  t->opt.devices = t->devices = dup_or_null(o->devices, &failed);
   t->opt.checkpoint_path = t->checkpoint_path = dup_or_null(o->checkpoint_path, &failed);
   t->opt.resume_path = t->resume_path = dup_or_null(o->resume_path, &failed);
   t->opt.metrics_path = t->metrics_path = dup_or_null(o->metrics_path, &failed);
@@ -140,37 +141,87 @@ static int kernels_on(const bp_registry *r, const char *device) {
   return 0;
 }
 
+/* Arena memory of local rank k on its device (allocators[k].user). */
 static void *device_alloc(void *user, size_t bytes, size_t alignment) {
-  const bp_abi_device *d = user;
+  const bp_train_rank *r = user;
   void *p = NULL;
-  return d->arena_alloc(0, bytes, alignment, &p) == BP_ABI_OK ? p : NULL;
+  return r->dev->arena_alloc(r->device, bytes, alignment, &p) == BP_ABI_OK ? p : NULL;
 }
 
 static void device_free(void *user, void *ptr, size_t bytes) {
-  const bp_abi_device *d = user;
-  d->arena_free(0, ptr, bytes);
+  const bp_train_rank *r = user;
+  r->dev->arena_free(r->device, ptr, bytes);
 }
 
+/* The device kinds plugins registered, for a message. */
+static void device_kinds(const bp_registry *r, char *out, size_t size) {
+  out[0] = '\0';
+  for (int i = 0; i < bp_registry_device_count(r); i++) {
+    const size_t used = strlen(out);
+    snprintf(out + used, size - used, "%s%s", i ? ", " : "", bp_registry_device(r, i)->kind);
+  }
+  if (!out[0]) snprintf(out, size, "none");
+}
+
+/* The device plugin of t->device and the kind of kernels it runs (its own,
+ * or the kind it names in kernel_kind). A kind no plugin provides runs on
+ * host memory when op modules provide kernels for it (a registry without
+ * device plugins, as some embedders build). */
 static bp_status open_device(bp_trainer *t) {
   const char *dev = t->device;
-  if (strcmp(dev, "cpu") != 0 && strcmp(dev, "cuda") != 0)
-    return bp_fail(BP_ERR_INVALID, "unknown device '%s' (cpu or cuda)", dev);
-  if (!kernels_on(t->registry, dev))
-    return bp_fail(BP_ERR_UNSUPPORTED,
-                   "device '%s': no op module provides kernels for it (`blueprint plugins` "
-                   "lists what loaded)",
-                   dev);
-  if (strcmp(dev, "cuda") == 0)
-    return bp_fail(BP_ERR_UNSUPPORTED,
-                   "device 'cuda': the executor's device copies are not implemented yet; train "
-                   "on cpu");
   t->dev = bp_registry_find_device(t->registry, dev);
-  if (t->dev && t->dev->arena_alloc && t->dev->arena_free) {
-    t->allocator = (bp_arena_allocator){dev, device_alloc, device_free, (void *)t->dev};
-  } else {
-    t->dev = NULL;
-    t->allocator = *bp_host_allocator();
+  t->kernel_kind = t->dev && t->dev->kernel_kind ? t->dev->kernel_kind : dev;
+  if (!t->dev && !kernels_on(t->registry, dev)) {
+    char kinds[512];
+    device_kinds(t->registry, kinds, sizeof kinds);
+    return bp_fail(BP_ERR_INVALID,
+                   "unknown device '%s': no device plugin provides it and no op module has "
+                   "kernels for it (devices loaded: %s; `blueprint plugins` lists them)",
+                   dev, kinds);
   }
+  if (!kernels_on(t->registry, t->kernel_kind))
+    return bp_fail(BP_ERR_UNSUPPORTED,
+                   "device '%s': no op module provides kernels for %s'%s' (`blueprint plugins` "
+                   "lists what loaded)",
+                   dev, strcmp(t->kernel_kind, dev) ? "the kernel kind it runs, " : "",
+                   t->kernel_kind);
+  int count = 1;
+  if (t->dev && t->dev->device_count(&count) != BP_ABI_OK)
+    return bp_fail(BP_ERR_DEVICE, "device '%s': device_count failed: %s", dev,
+                   t->dev->last_error ? t->dev->last_error() : "no reason given");
+  if (count < 1) return bp_fail(BP_ERR_DEVICE, "device '%s': the machine has none", dev);
+  if (t->opt.autotune && t->dev && !(t->dev->flags & BP_ABI_DEVICE_HOST_ACCESSIBLE) &&
+      (t->dev->flags & BP_ABI_DEVICE_HOST_TASK_KERNELS))
+    return bp_fail(BP_ERR_UNSUPPORTED,
+                   "device '%s': autotune times kernels on the calling thread, and this "
+                   "device's kernels run only inside its stream tasks; train without --autotune",
+                   dev);
+  t->device_count = count;
+  return BP_OK;
+}
+
+/* The device index of global rank `rank`: the options' list in turn, else
+ * rank mod the devices the plugin has. */
+static bp_status rank_device(const bp_trainer *t, int rank, int *out) {
+  const char *list = t->opt.devices;
+  if (!list || !list[0]) {
+    *out = rank % t->device_count;
+    return BP_OK;
+  }
+  int ids[BP_TRAIN_MAX_RANKS], n = 0;
+  for (const char *c = list; *c;) {
+    char *end;
+    const long v = strtol(c, &end, 10);
+    if (end == c || v < 0 || v >= t->device_count || n == BP_TRAIN_MAX_RANKS ||
+        (*end && *end != ','))
+      return bp_fail(BP_ERR_INVALID,
+                     "devices '%s': a comma-separated list of device indices, each below the %d "
+                     "device(s) of '%s'",
+                     list, t->device_count, t->device);
+    ids[n++] = (int)v;
+    c = *end ? end + 1 : end;
+  }
+  *out = ids[rank % n];
   return BP_OK;
 }
 
@@ -354,10 +405,14 @@ static size_t collective_extent(const bp_trainer *t) {
  * shared_bytes and the kernels reach peers in place, as threads do
  * (comm.h); else each arena is the device's. */
 static bp_status open_arena(bp_trainer *t, bp_train_rank *r, int k) {
-  if (bp_train_multi_process(t) && /* the cpu device: its arenas are host memory */
+  const int host = !t->dev || (t->dev->flags & BP_ABI_DEVICE_HOST_ACCESSIBLE);
+  if (bp_train_multi_process(t) && host && /* shared memory needs host arenas */
       bp_arena_create(t->plan, &t->shared_allocator, k, &r->arena) == BP_OK)
     return bp_mpi_shared_comm(bp_arena_base(r->arena), &r->comm);
-  bp_status st = bp_arena_create(t->plan, &t->allocator, k, &r->arena);
+  /* each rank allocates on its own device: the allocator points at the rank */
+  t->allocators[k] = t->dev ? (bp_arena_allocator){t->device, device_alloc, device_free, r}
+                            : *bp_host_allocator();
+  bp_status st = bp_arena_create(t->plan, &t->allocators[k], k, &r->arena);
   if (t->comm) r->comm = bp_comm_abi(t->comm, k);
   if (bp_train_multi_process(t)) r->comm = t->mpi;
   return st;
@@ -366,16 +421,20 @@ static bp_status open_arena(bp_trainer *t, bp_train_rank *r, int k) {
 static bp_status open_rank(bp_trainer *t, int k) {
   bp_train_rank *r = &t->ranks[k];
   r->rank = k;
-  bp_status st = open_arena(t, r, k);
+  bp_status st = rank_device(t, t->first_rank + k, &r->device);
   if (st != BP_OK) return st;
+  r->dev = t->dev;
+  if ((st = open_arena(t, r, k)) != BP_OK) return st;
   r->base = bp_arena_base(r->arena);
+  if ((st = bp_devio_open(&r->io, t->dev, t->device, r->device, r->base, t->plan)) != BP_OK)
+    return st;
   const char *pins = t->pins; /* resolved and checked once (train_kernels.c) */
   /* the ranks sharing this machine share its cores: ranks as threads here,
    * or the processes mpirun started on it (BP_THREADS overrides, threads.h) */
   const int sharing = t->local > 1 ? t->local : bp_mpi_launched_local();
   if ((st = bp_threads_create(bp_threads_share(sharing), &r->threads)) != BP_OK) return st;
   bp_exec_options eo = {
-      .device = t->device,
+      .device = t->kernel_kind, /* the kernels the device runs (bp_abi_device.kernel_kind) */
       .pins = pins,
       .autotune = t->opt.autotune,
       .autotune_cache = t->autotune_cache,
@@ -383,6 +442,9 @@ static bp_status open_rank(bp_trainer *t, int k) {
       .world = t->world,
       .comm = t->world > 1 ? &r->comm : NULL,
       .threads = bp_threads_abi(r->threads),
+      .memory_device = t->dev ? t->device : NULL, /* the workspace beside the arena */
+      .device_index = r->device,
+      .stream = bp_devio_stream_native(&r->io),
   };
   /* bind before filling: autotuning runs kernels on the arena */
   if ((st = bp_exec_create(t->graph, t->registry, r->base, &eo, &r->exec)) != BP_OK) return st;
@@ -411,8 +473,6 @@ static bp_status open_ranks(bp_trainer *t, const bp_train_options *o) {
     t->world = t->mpi.world;
     t->first_rank = t->mpi.rank;
   }
-  if (t->world > 1 && strcmp(t->device, "cpu") != 0)
-    return bp_fail(BP_ERR_UNSUPPORTED, "%d ranks run on the cpu device only", t->world);
   if (t->local > 1) return bp_comm_create(t->local, &t->comm);
   return BP_OK;
 }
@@ -500,6 +560,7 @@ void bp_trainer_destroy(bp_trainer *t) {
   bp_metrics_close(t->metrics);
   bp_rank_pool_stop(t);
   for (int k = 0; k < BP_TRAIN_MAX_RANKS; k++) {
+    bp_devio_close(&t->ranks[k].io); /* drains the rank's streams first */
     bp_exec_destroy(t->ranks[k].exec);
     bp_threads_destroy(t->ranks[k].threads); /* after the exec: its kernels borrow them */
     bp_arena_destroy(t->ranks[k].arena);
@@ -513,6 +574,7 @@ void bp_trainer_destroy(bp_trainer *t) {
   bp_model_destroy(t->model);
   free(t->data_dir);
   free(t->device);
+  free(t->devices);
   free(t->checkpoint_path);
   free(t->resume_path);
   free(t->metrics_path);
@@ -531,10 +593,24 @@ void bp_trainer_destroy(bp_trainer *t) {
 static bp_status gather_state(bp_trainer *t) {
   if (t->v_train < 0 || bp_graph_node_count(t->graph, t->v_train, BP_SEGMENT_STATE) == 0)
     return BP_OK;
-  if (t->local == 1) return bp_exec_run(t->ranks[0].exec, t->v_train, BP_SEGMENT_STATE, 0);
   bp_rank_step all[BP_TRAIN_MAX_RANKS];
   for (int k = 0; k < t->local; k++) all[k] = (bp_rank_step){t->v_train, 0, 0};
   return bp_rank_pool_run(t, all, (const bp_segment[]){BP_SEGMENT_STATE}, 1, 0, NULL, NULL);
+}
+
+/* Checkpoints reach the arenas through the ranks' io (device-io-impl.h). */
+static bp_status arena_read(void *user, uint64_t offset, void *dst, uint64_t bytes) {
+  return bp_devio_read(user, offset, dst, bytes);
+}
+
+/* Writes every local rank: the ranks start equal (invariant 1). */
+static bp_status arena_write_all(void *user, uint64_t offset, const void *src, uint64_t bytes) {
+  bp_trainer *t = user;
+  for (int k = 0; k < t->local; k++) {
+    bp_status st = bp_devio_write(&t->ranks[k].io, offset, src, bytes);
+    if (st != BP_OK) return st;
+  }
+  return BP_OK;
 }
 
 bp_status bp_trainer_save(bp_trainer *t, const char *path) {
@@ -544,7 +620,8 @@ bp_status bp_trainer_save(bp_trainer *t, const char *path) {
   if (t->first_rank != 0) return BP_OK; /* under mpirun rank 0 writes the ranks' one state */
   char note[BP_NAME_MAX + 32];
   snprintf(note, sizeof note, "model %s", t->model->name);
-  return bp_checkpoint_save_note(path, t->plan, t->ranks[0].base, &t->state, note);
+  const bp_arena_access rank0 = {arena_read, NULL, &t->ranks[0].io};
+  return bp_checkpoint_save_access(path, t->plan, &rank0, &t->state, note);
 }
 
 bp_status bp_trainer_load(bp_trainer *t, const char *path) {
@@ -555,8 +632,9 @@ bp_status bp_trainer_load(bp_trainer *t, const char *path) {
   if (st != BP_OK) return st;
   const bp_train_state s = info.state;
   /* another plan first: load refuses it by name, before the counters mislead */
+  const bp_arena_access all = {NULL, arena_write_all, t};
   if (info.plan_hash != bp_plan_hash(t->plan))
-    return bp_checkpoint_load(path, t->plan, t->ranks[0].base, &(bp_train_state){0});
+    return bp_checkpoint_load_access(path, t->plan, &all, &(bp_train_state){0});
   if (!t->opt.eval_only &&
       (s.epoch > (uint64_t)t->epochs || (int64_t)s.step >= t->steps_per_epoch ||
        (s.epoch == (uint64_t)t->epochs && s.step != 0)))
@@ -566,12 +644,9 @@ bp_status bp_trainer_load(bp_trainer *t, const char *path) {
                    path, (unsigned long long)s.epoch, (unsigned long long)s.step,
                    (long long)t->epochs, (long long)t->steps_per_epoch);
   bp_train_state loaded;
-  st = bp_checkpoint_load(path, t->plan, t->ranks[0].base, &loaded);
+  st = bp_checkpoint_load_access(path, t->plan, &all, &loaded);
   bp_train_params_changed(t); /* even a failed load may have written some */
   if (st != BP_OK) return st;
-  /* ranks start equal (invariant 1): every other rank copies rank 0's state */
-  for (int k = 1; k < t->local; k++)
-    memcpy(t->ranks[k].base, t->ranks[0].base, (size_t)bp_plan_total_bytes(t->plan));
   t->state = loaded;
   t->stopped = 0;
   return BP_OK;
@@ -626,13 +701,6 @@ bp_status bp_trainer_read_rank_tensor(const bp_trainer *t, int rank, const char 
     return bp_fail(BP_ERR_INVALID, "tensor '%s' is %s with %llu elements; asked for %llu fp32",
                    name, bp_dtype_name(d->dtype), (unsigned long long)bp_dtensor_host_elems(d),
                    (unsigned long long)count);
-  const float *src = (const float *)(t->ranks[rank].base + d->offset);
-  uint64_t k = 0;
-  for (int64_t n = 0; n < d->shape.n; n++)
-    for (int64_t h = 0; h < d->shape.h; h++)
-      for (int64_t w = 0; w < d->shape.w; w++)
-        for (int64_t c = 0; c < d->shape.c; c++)
-          dst[k++] = src[n * d->dev_stride[0] + h * d->dev_stride[1] + w * d->dev_stride[2] +
-                         c * d->dev_stride[3]];
-  return BP_OK;
+  /* the io is the rank's own; reading changes nothing the trainer shows */
+  return bp_devio_read_tensor((bp_devio *)&t->ranks[rank].io, d, dst);
 }

@@ -13,12 +13,11 @@ static const bp_segment step_segments[] = {
     BP_SEGMENT_UPDATE,    BP_SEGMENT_GATHER,    BP_SEGMENT_EMA,
 };
 
+/* One segment of `variant` on every local rank (the rank pool's path). */
 static bp_status run_all_ranks(bp_trainer *t, int variant, bp_segment segment, int buffer) {
-  for (int k = 0; k < t->local; k++) {
-    bp_status st = bp_exec_run(t->ranks[k].exec, variant, segment, buffer);
-    if (st != BP_OK) return st;
-  }
-  return BP_OK;
+  bp_rank_step all[BP_TRAIN_MAX_RANKS];
+  for (int k = 0; k < t->local; k++) all[k] = (bp_rank_step){variant, 0, 0};
+  return bp_rank_pool_run(t, all, &segment, 1, buffer, NULL, NULL);
 }
 
 /* A loader over `data` into the buffers of local rank k, taking the share
@@ -26,12 +25,18 @@ static bp_status run_all_ranks(bp_trainer *t, int variant, bp_segment segment, i
 static bp_status open_loader(bp_trainer *t, const bp_dataset *data, int variant,
                              int64_t global_batch, int train, int k, int rank, int world,
                              bp_data_loader **out) {
+  /* the loader fills the host side of the rank's input buffers (the arena
+   * itself on the cpu device, pinned staging elsewhere), laid out as the
+   * regions I_A and I_B; take_batch uploads the two slots */
   bp_data_buffer buffers[2];
-  char *base = t->ranks[k].base;
+  bp_train_rank *r = &t->ranks[k];
   for (int b = 0; b < 2; b++) {
     const bp_dtensor *img = bp_plan_tensor(t->plan, variant, t->input_ids[b]);
     const bp_dtensor *lab = bp_plan_tensor(t->plan, variant, t->label_ids[b]);
-    buffers[b] = (bp_data_buffer){base + img->offset, img, base + lab->offset, lab};
+    char *host = (char *)bp_devio_input(&r->io, b) - r->io.input[b].offset;
+    buffers[b] = (bp_data_buffer){host + img->offset, img, host + lab->offset, lab};
+    r->upload[b][0] = (bp_span){img->offset, img->slot_bytes};
+    r->upload[b][1] = (bp_span){lab->offset, lab->slot_bytes};
   }
   bp_data_loader_options lo;
   memset(&lo, 0, sizeof lo);
@@ -76,7 +81,7 @@ static void agree_batches(const bp_trainer *t, const bp_data_batch *bk, bp_data_
 static bp_status next_batch(bp_trainer *t, bp_data_loader **loaders, bp_data_batch *b) {
   bp_data_batch bk[BP_TRAIN_MAX_RANKS];
   for (int k = 0; k < t->local; k++) {
-    bp_status st = bp_data_loader_next(loaders[k], &bk[k]);
+    bp_status st = bp_train_take_batch(t, k, loaders[k], &bk[k]);
     if (st != BP_OK) return st;
   }
   agree_batches(t, bk, b);
@@ -92,21 +97,14 @@ static bp_status run_step(bp_trainer *t, const bp_data_batch *b, bp_data_loader 
   TRAIN_ASSERT(rs[0].variant >= 0); /* a short batch exists only when train_last was compiled */
   const int64_t tstep = (int64_t)t->state.epoch * t->steps_per_epoch + b->step;
   t->last_lr = bp_schedule_lr(&t->schedule, tstep);
-  bp_train_write_scalars(t, t->last_lr, (int64_t)t->state.global_step + 1);
+  bp_status ws = bp_train_write_scalars(t, t->last_lr, (int64_t)t->state.global_step + 1);
+  if (ws != BP_OK) return ws;
   const int count = (int)(sizeof step_segments / sizeof step_segments[0]);
-  if (t->local > 1) {
-    bp_data_batch bk[BP_TRAIN_MAX_RANKS];
-    bp_status st = bp_rank_pool_run(t, rs, step_segments, count, b->buffer, loaders, bk);
-    bp_train_params_changed(t); /* UPDATE, GATHER and EMA wrote them; the ranks are idle */
-    if (st == BP_OK) agree_batches(t, bk, next);
-    return st;
-  }
-  bp_status st = BP_OK;
-  for (int s = 0; s < count && st == BP_OK; s++)
-    if (!(rs[0].skip & (1u << step_segments[s])))
-      st = bp_exec_run(t->ranks[0].exec, rs[0].variant, step_segments[s], b->buffer);
-  bp_train_params_changed(t); /* UPDATE, GATHER and EMA wrote them */
-  return st == BP_OK ? next_batch(t, loaders, next) : st;
+  bp_data_batch bk[BP_TRAIN_MAX_RANKS];
+  bp_status st = bp_rank_pool_run(t, rs, step_segments, count, b->buffer, loaders, bk);
+  bp_train_params_changed(t); /* UPDATE, GATHER and EMA wrote them; the ranks are idle */
+  if (st == BP_OK) agree_batches(t, bk, next);
+  return st;
 }
 
 static int stop_reached(const bp_trainer *t) {
@@ -245,20 +243,31 @@ bp_status bp_trainer_evaluate(bp_trainer *t, bp_eval_report *out) {
    * the others is zeroed so the sum over ranks is rank 0's. Under mpirun
    * every process does so: no communication, the same report everywhere */
   bp_status st = run_all_ranks(t, t->v_eval, BP_SEGMENT_RESET, 0);
-  bp_exec *x = t->ranks[0].exec;
-  if (st == BP_OK) st = bp_exec_run(x, t->v_eval, BP_SEGMENT_CAST, 0);
+  static const bp_segment cast[] = {BP_SEGMENT_CAST};
+  static const bp_segment batch_segments[] = {BP_SEGMENT_TRANSFER, BP_SEGMENT_EVAL};
+  bp_rank_job job = {.variant = t->v_eval, .segments = cast, .count = 1};
+  if (st == BP_OK) st = bp_train_job_run(t, 0, &job);
   bp_data_loader *loader = NULL;
   if (st == BP_OK)
     st = open_loader(t, t->test_set, t->v_eval, t->eval_batch, 0, 0, 0, 1, &loader);
-  while (st == BP_OK) {
-    bp_data_batch b;
-    if ((st = bp_data_loader_next(loader, &b)) != BP_OK || b.done) break;
+  bp_data_batch b;
+  if (st == BP_OK) st = bp_train_take_batch(t, 0, loader, &b);
+  while (st == BP_OK && !b.done) {
     const int v = b.global_count == t->eval_batch ? t->v_eval : t->v_eval_last;
     TRAIN_ASSERT(v >= 0); /* a short batch exists only when eval_last was compiled */
-    if ((st = bp_exec_run(x, v, BP_SEGMENT_TRANSFER, b.buffer)) != BP_OK ||
-        (st = bp_exec_run(x, v, BP_SEGMENT_EVAL, b.buffer)) != BP_OK)
+    job = (bp_rank_job){.variant = v, .buffer = b.buffer, .segments = batch_segments, .count = 2};
+    bp_train_job_start(t, 0, &job);
+    bp_data_batch next; /* taken while the batch runs */
+    const bp_status taken = bp_train_take_batch(t, 0, loader, &next);
+    char why[sizeof job.why];
+    if (taken != BP_OK) snprintf(why, sizeof why, "%s", bp_last_error());
+    if ((st = bp_train_job_finish(t, 0, &job)) != BP_OK) break;
+    if (taken != BP_OK) {
+      st = bp_fail(taken, "%s", why);
       break;
+    }
     out->samples += b.global_count;
+    b = next;
   }
   bp_data_loader_destroy(loader);
   if (st != BP_OK) return st;

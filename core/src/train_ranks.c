@@ -25,26 +25,38 @@ struct bp_rank_pool {
   char why[BP_TRAIN_MAX_RANKS][1024];
 };
 
+/* One rank's part of a job: its segments (train_run.c; after a failure
+ * only the collectives, which the other ranks need), and, while they run,
+ * its next batch. On the cpu device the segments have run when start
+ * returns, so the batch is taken after the step has read this one, as the
+ * inline loader needs; on a device the loader fills pinned staging while
+ * the step runs. */
+static bp_status rank_part(bp_trainer *t, int rank, const bp_rank_step *r,
+                           const bp_segment *segments, int count, int buffer,
+                           bp_data_loader *loader, bp_data_batch *batch) {
+  bp_rank_job job = {.variant = r->variant,
+                     .skip = r->skip,
+                     .buffer = buffer,
+                     .segments = segments,
+                     .count = count,
+                     .keep_collectives = t->local > 1};
+  bp_train_job_start(t, rank, &job);
+  /* job.status is the job's own until finish (a stream task may write it) */
+  bp_status taken = BP_OK;
+  char why[sizeof job.why];
+  if (loader) {
+    taken = bp_train_take_batch(t, rank, loader, batch);
+    if (taken != BP_OK) snprintf(why, sizeof why, "%s", bp_last_error());
+  }
+  bp_status st = bp_train_job_finish(t, rank, &job); /* its failure comes first */
+  return st != BP_OK || taken == BP_OK ? st : bp_fail(taken, "%s", why);
+}
+
 static void run_job(bp_rank_pool *p, int rank) {
-  bp_status first = BP_OK;
-  const bp_rank_step *r = &p->ranks[rank];
-  for (int s = 0; s < p->count; s++) {
-    /* after a failure only the collectives run: the other ranks need this one */
-    if (first != BP_OK && !(BP_TRAIN_COLLECTIVE & (1u << p->segments[s]))) continue;
-    if (r->skip & (1u << p->segments[s])) continue; /* a rank with no samples */
-    bp_status st = bp_exec_run(p->t->ranks[rank].exec, r->variant, p->segments[s], p->buffer);
-    if (st != BP_OK && first == BP_OK) {
-      first = st;
-      snprintf(p->why[rank], sizeof p->why[rank], "%s", bp_last_error());
-    }
-  }
-  /* the next batch, after the step has read this one (the collectives are
-   * behind every rank: a failure here leaves nobody waiting) */
-  if (first == BP_OK && p->loaders) {
-    first = bp_data_loader_next(p->loaders[rank], &p->batches[rank]);
-    if (first != BP_OK) snprintf(p->why[rank], sizeof p->why[rank], "%s", bp_last_error());
-  }
-  p->status[rank] = first;
+  p->status[rank] = rank_part(p->t, rank, &p->ranks[rank], p->segments, p->count, p->buffer,
+                              p->loaders ? p->loaders[rank] : NULL,
+                              p->batches ? &p->batches[rank] : NULL);
+  if (p->status[rank] != BP_OK) snprintf(p->why[rank], sizeof p->why[rank], "%s", bp_last_error());
 }
 
 typedef struct worker_arg {
@@ -119,7 +131,13 @@ bp_status bp_rank_pool_run(bp_trainer *t, const bp_rank_step *ranks, const bp_se
                            int count, int buffer, bp_data_loader **loaders,
                            bp_data_batch *batches) {
   bp_rank_pool *p = t->pool;
-  TRAIN_ASSERT(p && count >= 0 && count <= BP_SEGMENT_COUNT);
+  TRAIN_ASSERT(count >= 0 && count <= BP_SEGMENT_COUNT);
+  if (t->local == 1) { /* inline: the same part on the caller's thread */
+    TRAIN_ASSERT(!p && ranks[0].variant >= 0);
+    return rank_part(t, 0, &ranks[0], segments, count, buffer, loaders ? loaders[0] : NULL,
+                     batches);
+  }
+  TRAIN_ASSERT(p);
   /* a skipped collective would leave the other ranks waiting in it */
   for (int k = 0; k < t->local; k++)
     TRAIN_ASSERT(ranks[k].variant >= 0 && !(ranks[k].skip & BP_TRAIN_COLLECTIVE));

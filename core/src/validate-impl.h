@@ -7,8 +7,8 @@
  * ranges, outputs read before written, accumulate, in-place pairs),
  * validate_cases.c (the built-in case table), validate_model.c (cases from
  * a model's plan), validate_buffers.c (guarded buffers, poison, dtype
- * conversion), validate_check.c (the checks), validate_grad.c (finite
- * differences). */
+ * conversion), validate_check.c (the checks), validate_guard.c (guard
+ * pages in this process), validate_grad.c (finite differences). */
 #ifndef BLUEPRINT_VALIDATE_IMPL_H
 #define BLUEPRINT_VALIDATE_IMPL_H
 
@@ -68,6 +68,11 @@ void vc_op_complete(vc_case *c);
 
 /* ---- validate_cases.c ---------------------------------------------------- */
 
+/* For an op of a module layer type (bp_abi_layer): the accumulate flag of
+ * its backward op, and (defaults) the layer's attribute defaults written
+ * into the block. */
+void vc_layer_complete(const bp_registry *r, vc_case *c, int defaults);
+
 /* The built-in cases (static, complete). */
 const vc_case *vc_builtin_cases(int *count_out);
 /* A descriptor by the plan's rules: NHWC strides over padded_c, slot_bytes
@@ -78,15 +83,19 @@ bp_abi_tensor vc_tensor_desc(int32_t dtype, int64_t n, int64_t h, int64_t w, int
  * passes range ops. */
 bp_abi_tensor vc_span_desc(int32_t dtype, int64_t elements);
 /* Cases for a module op with infer_shape: each input one of a few shapes,
- * outputs from infer_shape, a zero attribute block. Returns the count
- * written (at most cap); 0 when infer_shape refuses them all. */
-int vc_infer_cases(const bp_abi_op *op, vc_case *out, int cap);
+ * outputs from infer_shape, the attribute block zero but for the defaults
+ * of a module layer type that uses the op (and its accumulate flag).
+ * Returns the count written (at most cap); 0 when infer_shape refuses
+ * them all. */
+int vc_infer_cases(const bp_registry *r, const bp_abi_op *op, vc_case *out, int cap);
 
 /* ---- validate_model.c ----------------------------------------------------- */
 
 /* Every distinct node of the model's plan (default compile and graph
- * options) as a case; malloc'ed array in *cases_out. */
-bp_status vc_model_cases(const char *path, vc_case **cases_out, int *count_out);
+ * options; layer types of the modules in r too) as a case; malloc'ed
+ * array in *cases_out. */
+bp_status vc_model_cases(const bp_registry *r, const char *path, vc_case **cases_out,
+                         int *count_out);
 
 /* ---- validate_buffers.c ---------------------------------------------------- */
 
@@ -158,6 +167,20 @@ typedef struct vc_check_options {
  * case c. Never aborts on what the kernels do, short of a crash. */
 void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c,
               const vc_check_options *o, vc_outcome *out);
+
+/* vc_check with guard pages in this process (validate_guard.c): a read
+ * past slot_bytes fails the check instead of the process. One at a time;
+ * give the kernel a one-thread service. */
+void vc_check_guarded(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c,
+                      const vc_check_options *o, vc_outcome *out);
+
+/* FP16 variants: c with its FP16 tensors made FP32 (widen: what an
+ * FP32-only reference runs), or its FP32 tensors made FP16 (narrow: the
+ * case for a kernel that claims FP16; not for range ops, whose table has
+ * per-dtype cases). Same shapes and padded_c, slots by the plan's rule.
+ * 1 when something changed. */
+int vc_case_widen(const vc_case *c, vc_case *out);
+int vc_case_narrow(const vc_case *c, vc_case *out);
 
 /* The case of a node as a kernel sees it: descriptors and attributes from
  * args (pointers ignored), completed by the op's conventions. Aliases come

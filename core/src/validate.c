@@ -185,15 +185,16 @@ static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
                                  const bp_abi_threads *threads) {
   const int is_ref = (k->flags & BP_ABI_KERNEL_REFERENCE) != 0;
   bp_validate_result *row;
-  const vc_case *mine[256];
   vc_case inferred[8];
+  const vc_case **mine = malloc((size_t)(case_count + 8) * sizeof *mine);
+  if (!mine) goto nomem;
   int n = 0;
-  for (int i = 0; i < case_count && n < 256; i++)
+  for (int i = 0; i < case_count; i++)
     if (strcmp(cases[i].op, k->op) == 0) mine[n++] = &cases[i];
-  if (n == 0 && from_model) return BP_OK; /* the model does not use the op */
+  if (n == 0 && from_model) goto done; /* the model does not use the op */
   if (n == 0) {
     const bp_abi_op *op = bp_registry_find_op(r, k->op);
-    const int m = op ? vc_infer_cases(op, inferred, 8) : 0;
+    const int m = op ? vc_infer_cases(r, op, inferred, 8) : 0;
     for (int i = 0; i < m; i++) mine[n++] = &inferred[i];
   }
   if (strcmp(k->device, "cpu") != 0) {
@@ -203,21 +204,29 @@ static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
              "device '%s': only cpu kernels are validated for now (no copies through device "
              "plugins yet)",
              k->device);
-    return BP_OK;
+    goto done;
   }
   if (n == 0) {
     if (!(row = add_row(rep, k->op, k->impl, k->device, "-", is_ref))) goto nomem;
     row->verdict = BP_VALIDATE_SKIP;
     snprintf(row->detail, sizeof row->detail,
              "no cases: the op is not in the built-in table and has no infer_shape (try --model)");
-    return BP_OK;
+    goto done;
   }
   const bp_abi_kernel *ref = reference_of(r, k->op);
   const int no_ref = ref == NULL;
   if (!ref) ref = k; /* conventions only */
-  for (int i = 0; i < n; i++) {
-    if (!(row = add_row(rep, k->op, k->impl, k->device, mine[i]->name, is_ref))) goto nomem;
-    job j = {.registry = r, .k = k, .ref = ref, .c = mine[i], .grad_row = -1,
+  /* a kernel that claims FP16 also gets the FP16 twin of every case */
+  const int fp16 = (k->dtypes & BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16)) && !from_model;
+  for (int i = 0; i < n * (fp16 ? 2 : 1); i++) {
+    vc_case narrow;
+    const vc_case *c = mine[i % n];
+    if (i >= n) {
+      if (!vc_case_narrow(c, &narrow)) continue;
+      c = &narrow;
+    }
+    if (!(row = add_row(rep, k->op, k->impl, k->device, c->name, is_ref))) goto nomem;
+    job j = {.registry = r, .k = k, .ref = ref, .c = c, .grad_row = -1,
              .opt = {.seed = o->seed, .guard = o->isolate, .threads = threads}};
     vc_outcome out;
     if (o->isolate) run_isolated(&j, &out);
@@ -226,14 +235,18 @@ static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
     if (no_ref && row->verdict == BP_VALIDATE_PASS)
       snprintf(row->detail, sizeof row->detail, "no reference kernel: conventions checked only");
   }
+done:
+  free(mine);
   return BP_OK;
 nomem:
+  free(mine);
   return bp_fail(BP_ERR_NOMEM, "out of memory collecting validation results");
 }
 
 static bp_status gradcheck(bp_validate_report *rep, const bp_registry *r,
                            const bp_validate_options *o, const bp_abi_threads *threads) {
-  if ((o->impl && strcmp(o->impl, "reference") != 0) || (o->device && strcmp(o->device, "cpu") != 0))
+  if ((o->impl && strcmp(o->impl, "reference") != 0) ||
+      (o->device && strcmp(o->device, "cpu") != 0))
     return BP_OK;
   for (int i = 0; i < vc_grad_row_count(); i++) {
     const char *op = NULL;
@@ -264,7 +277,7 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
   bp_status st = BP_OK;
   bp_threads *threads = NULL;
   if (options->model_path) {
-    st = vc_model_cases(options->model_path, &model_cases, &count);
+    st = vc_model_cases(registry, options->model_path, &model_cases, &count);
     cases = model_cases;
   } else {
     cases = vc_builtin_cases(&count);

@@ -155,7 +155,8 @@ void vt_write(const bp_abi_tensor *t, void *p, const double *values) {
 
 void vt_read(const bp_abi_tensor *t, const void *p, double *values) {
   const int64_t n = vt_count(t);
-  for (int64_t i = 0; i < n; i++) values[i] = get(t->dtype, (const unsigned char *)p + vt_offset(t, i));
+  for (int64_t i = 0; i < n; i++)
+    values[i] = get(t->dtype, (const unsigned char *)p + vt_offset(t, i));
 }
 
 void vt_round(int32_t dtype, double *values, int64_t count) {

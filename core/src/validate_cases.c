@@ -42,7 +42,7 @@ bp_abi_tensor vc_span_desc(int32_t dtype, int64_t elements) {
   return t;
 }
 
-#define TABLE_MAX 256
+#define TABLE_MAX 384
 static vc_case table[TABLE_MAX];
 static int table_count;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
@@ -82,17 +82,34 @@ typedef struct conv_geo {
   int64_t n, h, w, c, k;
   int32_t kh, kw, sh, sw, ph, pw, dh, dw, groups, bias;
   int64_t xpad, ypad; /* padded_c of x (and dx) and of y (and dy); 0: compact */
+  int64_t wpad, bpad; /* padded_c of w (and dw) and of b (and db); 0: compact */
 } conv_geo;
 
 static const conv_geo conv_geos[] = {
-    {2, 5, 7, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},
-    {1, 6, 5, 8, 5, 3, 3, 2, 2, 0, 0, 1, 1, 1, 0, 0, 0},
-    {2, 7, 6, 4, 4, 3, 3, 1, 1, 2, 2, 2, 2, 1, 1, 0, 0},
-    {1, 5, 5, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1, 0, 0},
-    {2, 4, 5, 5, 6, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 8, 8},
-    {3, 5, 6, 3, 2, 2, 3, 2, 1, 1, 0, 1, 1, 1, 0, 4, 0},
-    {1, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 3, 1, 0, 0},
-    {2, 9, 9, 16, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},
+    {2, 5, 7, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},
+    {1, 6, 5, 8, 5, 3, 3, 2, 2, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0},
+    {2, 7, 6, 4, 4, 3, 3, 1, 1, 2, 2, 2, 2, 1, 1, 0, 0, 0, 0},
+    {1, 5, 5, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1, 0, 0, 0, 0},
+    {2, 4, 5, 5, 6, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 8, 8, 8, 8},
+    {7, 6, 5, 5, 7, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 8, 8, 0, 8},
+    {3, 5, 6, 3, 2, 2, 3, 2, 1, 1, 0, 1, 1, 1, 0, 4, 0, 0, 0},
+    {1, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 3, 1, 0, 0, 0, 0},
+    {2, 9, 9, 16, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},
+    /* the geometries GEMM paths branch on (im2col or not, chunks, groups) */
+    {1, 6, 5, 4, 4, 3, 3, 2, 2, 1, 1, 1, 1, 4, 1, 0, 0, 0, 0},    /* depthwise, stride 2 */
+    {2, 7, 7, 8, 8, 3, 3, 1, 1, 2, 2, 2, 2, 8, 0, 0, 0, 0, 0},    /* depthwise, dilation 2 */
+    {1, 5, 5, 4, 6, 1, 1, 1, 1, 0, 0, 1, 1, 2, 1, 0, 0, 0, 0},    /* 1x1, groups 2 */
+    {2, 6, 6, 3, 5, 1, 1, 2, 2, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0},    /* 1x1, stride 2 */
+    {1, 5, 5, 3, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0},    /* 1x1, padding 1 */
+    {2, 8, 7, 3, 2, 2, 2, 3, 3, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0},    /* stride 3 > kernel */
+    {1, 4, 6, 9, 5, 2, 3, 1, 2, 1, 2, 2, 1, 1, 1, 0, 0, 0, 0},    /* mixed stride, pad, dilation */
+    {1, 11, 13, 16, 8, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0}, /* 5x5 */
+    {2, 3, 3, 2, 3, 3, 3, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0},    /* the kernel covers the input */
+    {1, 9, 9, 6, 9, 3, 3, 2, 1, 0, 1, 1, 2, 3, 1, 0, 0, 0, 0},    /* groups 3, uneven */
+    {2, 7, 7, 6, 4, 3, 3, 1, 1, 2, 1, 2, 1, 2, 1, 0, 0, 0, 0},    /* K < C, groups 2 */
+    {1, 9, 8, 8, 8, 3, 5, 1, 1, 1, 2, 1, 1, 1, 1, 0, 0, 0, 0},    /* K = C, 3x5 */
+    {1, 14, 14, 32, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0}, /* the CNN's conv3 */
+    {1, 28, 28, 1, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0}, /* the CNN's conv1 */
 };
 
 static void conv_cases(void) {
@@ -101,18 +118,20 @@ static void conv_cases(void) {
     const int64_t oh = (g->h + 2 * g->ph - (g->dh * (g->kh - 1) + 1)) / g->sh + 1;
     const int64_t ow = (g->w + 2 * g->pw - (g->dw * (g->kw - 1) + 1)) / g->sw + 1;
     char name[96];
-    snprintf(name, sizeof name, "N%lld %lldx%lld C%lld%s->K%lld%s k%dx%d s%d,%d p%d,%d d%d,%d g%d%s",
+    snprintf(name, sizeof name,
+             "N%lld %lldx%lld C%lld%s->K%lld%s k%dx%d%s s%d,%d p%d,%d d%d,%d g%d%s",
              (long long)g->n, (long long)g->h, (long long)g->w, (long long)g->c,
-             g->xpad ? "(p)" : "", (long long)g->k, g->ypad ? "(p)" : "", g->kh, g->kw, g->sh,
-             g->sw, g->ph, g->pw, g->dh, g->dw, g->groups, g->bias ? " bias" : "");
+             g->xpad ? "(p)" : "", (long long)g->k, g->ypad ? "(p)" : "", g->kh, g->kw,
+             g->wpad ? "(p)" : "", g->sh, g->sw, g->ph, g->pw, g->dh, g->dw, g->groups,
+             g->bias ? (g->bpad ? " bias(p)" : " bias") : "");
     const bp_conv2d_attrs a = {.kernel_h = g->kh, .kernel_w = g->kw, .stride_h = g->sh,
                                .stride_w = g->sw, .pad_h = g->ph, .pad_w = g->pw,
                                .dilation_h = g->dh, .dilation_w = g->dw, .groups = g->groups,
                                .has_bias = g->bias, .accumulate = 0};
     const bp_abi_tensor x = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->xpad);
     const bp_abi_tensor y = vc_tensor_desc(F32, g->n, oh, ow, g->k, g->ypad);
-    const bp_abi_tensor w = vc_tensor_desc(F32, g->k, g->kh, g->kw, g->c / g->groups, 0);
-    const bp_abi_tensor b = vc_tensor_desc(F32, 1, 1, 1, g->k, 0);
+    const bp_abi_tensor w = vc_tensor_desc(F32, g->k, g->kh, g->kw, g->c / g->groups, g->wpad);
+    const bp_abi_tensor b = vc_tensor_desc(F32, 1, 1, 1, g->k, g->bpad);
     vc_case *c = add("conv2d.fwd", "%s", name);
     in(c, x);
     in(c, w);
@@ -138,26 +157,30 @@ static void conv_cases(void) {
 typedef struct fc_geo {
   int64_t n, h, w, c, o;
   int32_t bias;
-  int64_t xpad, ypad;
+  int64_t xpad, ypad, wpad, bpad; /* padded_c of x, y, w, b; 0: compact */
 } fc_geo;
 
 static const fc_geo fc_geos[] = {
-    {3, 1, 1, 7, 5, 1, 0, 0}, {1, 2, 3, 5, 4, 0, 0, 0}, {4, 1, 1, 9, 6, 1, 16, 8},
-    {2, 2, 2, 3, 4, 1, 4, 0}, {8, 3, 3, 4, 10, 1, 0, 0}, {16, 1, 1, 64, 33, 1, 0, 0},
+    {3, 1, 1, 7, 5, 1, 0, 0, 0, 0}, {1, 2, 3, 5, 4, 0, 0, 0, 0, 0},
+    {4, 1, 1, 9, 6, 1, 16, 8, 16, 8}, {7, 1, 1, 5, 3, 1, 8, 4, 8, 4},
+    {2, 2, 2, 3, 4, 1, 4, 0, 0, 0}, {8, 3, 3, 4, 10, 1, 0, 0, 0, 0},
+    {16, 1, 1, 64, 33, 1, 0, 0, 0, 0}, {7, 2, 5, 3, 1, 0, 0, 0, 0, 0},
+    {2, 7, 7, 64, 10, 1, 0, 0, 0, 0}, {1, 1, 1, 300, 129, 1, 0, 0, 0, 0},
 };
 
 static void fc_cases(void) {
   for (size_t i = 0; i < sizeof fc_geos / sizeof fc_geos[0]; i++) {
     const fc_geo *g = &fc_geos[i];
     char name[96];
-    snprintf(name, sizeof name, "N%lld %lldx%lldx%lld%s->%lld%s%s", (long long)g->n,
+    snprintf(name, sizeof name, "N%lld %lldx%lldx%lld%s->%lld%s%s%s", (long long)g->n,
              (long long)g->h, (long long)g->w, (long long)g->c, g->xpad ? "(p)" : "",
-             (long long)g->o, g->ypad ? "(p)" : "", g->bias ? " bias" : "");
+             (long long)g->o, g->ypad ? "(p)" : "", g->wpad ? " w(p)" : "",
+             g->bias ? (g->bpad ? " bias(p)" : " bias") : "");
     const bp_fc_attrs a = {.has_bias = g->bias, .accumulate = 0};
     const bp_abi_tensor x = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->xpad);
     const bp_abi_tensor y = vc_tensor_desc(F32, g->n, 1, 1, g->o, g->ypad);
-    const bp_abi_tensor w = vc_tensor_desc(F32, g->o, 1, 1, g->h * g->w * g->c, 0);
-    const bp_abi_tensor b = vc_tensor_desc(F32, 1, 1, 1, g->o, 0);
+    const bp_abi_tensor w = vc_tensor_desc(F32, g->o, 1, 1, g->h * g->w * g->c, g->wpad);
+    const bp_abi_tensor b = vc_tensor_desc(F32, 1, 1, 1, g->o, g->bpad);
     vc_case *c = add("fc.fwd", "%s", name);
     in(c, x);
     in(c, w);
@@ -440,7 +463,31 @@ const vc_case *vc_builtin_cases(int *count_out) {
 
 /* ---- module ops with infer_shape ------------------------------------------------------ */
 
-int vc_infer_cases(const bp_abi_op *op, vc_case *out_cases, int cap) {
+void vc_layer_complete(const bp_registry *r, vc_case *c, int defaults) {
+  for (int i = 0; r && i < bp_registry_layer_count(r); i++) {
+    const bp_registered_layer *l = bp_registry_layer(r, i);
+    const int fwd = l->layer.forward_op && strcmp(l->layer.forward_op, c->op) == 0;
+    const int bwd = l->layer.backward_op && strcmp(l->layer.backward_op, c->op) == 0;
+    if (!fwd && !bwd) continue;
+    for (int k = 0; defaults && k < l->layer.num_attrs; k++) {
+      const bp_abi_layer_attr *a = &l->attrs[k];
+      if ((uint64_t)a->offset + 4 > c->attr_size) continue;
+      if (a->type == BP_ABI_LAYER_ATTR_FLOAT) {
+        const float v = (float)a->default_value;
+        memcpy(c->attrs + a->offset, &v, 4);
+      } else {
+        const int32_t v = (int32_t)a->default_value;
+        memcpy(c->attrs + a->offset, &v, 4);
+      }
+    }
+    if (bwd && l->layer.accumulate_offset != UINT32_MAX &&
+        (uint64_t)l->layer.accumulate_offset + 4 <= c->attr_size)
+      c->accumulate_offset = (int)l->layer.accumulate_offset;
+    return;
+  }
+}
+
+int vc_infer_cases(const bp_registry *r, const bp_abi_op *op, vc_case *out_cases, int cap) {
   static const plain_geo geos[] = {{2, 3, 5, 7, 0}, {1, 1, 1, 13, 0}, {2, 3, 3, 5, 8}};
   int count = 0;
   if (!op->infer_shape || op->num_inputs < 1 || op->num_inputs > VC_MAX || op->num_outputs < 1 ||
@@ -461,6 +508,7 @@ int vc_infer_cases(const bp_abi_op *op, vc_case *out_cases, int cap) {
     memset(outs, 0, sizeof outs);
     for (int k = 0; k < op->num_outputs; k++) outs[k].struct_size = sizeof outs[k];
     c->attr_size = op->attr_size;
+    vc_layer_complete(r, c, 1);
     char reason[256] = "";
     if (op->infer_shape(op->attr_size ? c->attrs : NULL, ins, outs, reason, sizeof reason) != 0)
       continue;
@@ -475,6 +523,7 @@ int vc_infer_cases(const bp_abi_op *op, vc_case *out_cases, int cap) {
     }
     if (!ok) continue;
     vc_op_complete(c);
+    vc_layer_complete(r, c, 0); /* the accumulate flag, which vc_op_complete does not know */
     count++;
   }
   return count;

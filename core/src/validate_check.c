@@ -8,7 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blueprint/dtype.h"
 #include "validate-impl.h"
+
+/* The mean signed error of an output of at least VC_BIAS_MIN elements,
+ * over max(1, rms(ref)), must stay below this fraction of the tolerance. */
+#define VC_BIAS_FRACTION 0.1
+#define VC_BIAS_MIN 64
 
 double vc_tolerance(int32_t dtype) {
   switch (dtype) {
@@ -161,8 +167,9 @@ static int run_once(const run_spec *s, double **got, char *why, size_t why_size)
     if (state && k->release) k->release(k->user, state);
     reason[sizeof reason - 1] = '\0';
     if (krc != BP_ABI_OK) {
-      snprintf(why, why_size, "%s returned status %d%s%s", k->prepare && !state ? "prepare() or run()" : "run()",
-               krc, reason[0] ? ": " : " (no reason given)", reason);
+      snprintf(why, why_size, "%s returned status %d%s%s",
+               k->prepare && !state ? "prepare() or run()" : "run()", krc,
+               reason[0] ? ": " : " (no reason given)", reason);
       rc = RUN_FAILED;
     }
   }
@@ -245,6 +252,29 @@ static int compare(const vc_case *c, double *const *got, double *const *want, do
         at = i;
       }
     }
+    /* a systematic offset hides under max(1, max|ref|) when the values are
+     * large; rounding errors average out, an offset does not */
+    double sum = 0, sq = 0;
+    int64_t finite = 0;
+    for (int64_t i = 0; i < n; i++)
+      if (isfinite(got[o][i]) && isfinite(want[o][i])) {
+        sum += got[o][i] - want[o][i];
+        sq += want[o][i] * want[o][i];
+        finite++;
+      }
+    const double rms = finite ? sqrt(sq / (double)finite) : 0;
+    const double bias = finite ? fabs(sum) / (double)finite / (rms > 1 ? rms : 1) : 0;
+    const double bias_tol = tol * VC_BIAS_FRACTION;
+    if (err <= tol && finite >= VC_BIAS_MIN && bias > bias_tol && ok) {
+      ok = 0;
+      snprintf(why, why_size,
+               "output %d: mean error %.3g over %lld elements > %.3g (a systematic offset; the "
+               "largest error %.3g is within %.3g)",
+               o, bias, (long long)finite, bias_tol, err, tol);
+      worst = bias;
+      worst_tol = bias_tol;
+      continue;
+    }
     if (isnan(worst_tol) || err > worst) {
       worst = err;
       worst_tol = tol;
@@ -275,8 +305,8 @@ static int dtypes_claimed(const bp_abi_kernel *k, const vc_case *c, char *why, s
     for (int i = 0; i < n; i++) {
       const int32_t d = side ? c->out[i].d.dtype : c->in[i].d.dtype;
       if (d < 0 || d >= 32 || !(k->dtypes & BP_ABI_DTYPE_BIT((unsigned)d))) {
-        snprintf(why, size, "%s %d is dtype %d, which the kernel does not claim",
-                 side ? "output" : "input", i, (int)d);
+        snprintf(why, size, "%s %d is %s, a dtype the kernel does not claim",
+                 side ? "output" : "input", i, bp_dtype_name((bp_dtype)d));
         return 0;
       }
     }
@@ -367,7 +397,13 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
     return;
   }
   const int is_ref = k == ref;
-  if (!is_ref && !supports(ref, c, why, sizeof why)) {
+  /* FP16 tensors go to an FP32-only reference as FP32 tensors of the same
+   * layout holding the same (FP16) values */
+  vc_case wide;
+  const vc_case *refc = c;
+  if (!is_ref && !dtypes_claimed(ref, c, why, sizeof why) && vc_case_widen(c, &wide))
+    refc = &wide;
+  if (!is_ref && !supports(ref, refc, why, sizeof why)) {
     out->verdict = BP_VALIDATE_SKIP;
     snprintf(out->detail, sizeof out->detail, "the reference refuses the case: %.260s", why);
     return;
@@ -395,7 +431,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
     }
 
   /* 1-4: the reference, then the kernel, on the same inputs */
-  run_spec rs = {ref, c, 0, in.v, start, -1, o};
+  run_spec rs = {ref, refc, 0, in.v, start, -1, o};
   int rc = run_once(&rs, ref0.v, why, sizeof why);
   if (rc != RUN_OK) {
     fail(out, is_ref ? "" : "the reference", why);
@@ -470,7 +506,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
         for (int64_t e = 0; e < vt_count(&c->out[i].d); e++)
           ref_acc.v[i][e] = (acc_start[i] ? acc_start[i][e] : 0) + ref0.v[i][e];
     } else {
-      run_spec r1 = {ref, c, 1, in.v, acc_start, -1, o};
+      run_spec r1 = {ref, refc, 1, in.v, acc_start, -1, o};
       rc = run_once(&r1, ref_acc.v, why, sizeof why);
       if (rc != RUN_OK) {
         fail(out, "accumulate=1: the reference", why);
@@ -518,6 +554,37 @@ done:
   vals_free(&got_acc);
 }
 
+/* c with every tensor of dtype `from` made `to` (same shape and padded_c,
+ * slot by the plan's rule); 0 when c has none. */
+static int retype(const vc_case *c, int32_t from, int32_t to, vc_case *out) {
+  *out = *c;
+  int any = 0;
+  for (int side = 0; side < 2; side++) {
+    const int n = side ? c->num_outputs : c->num_inputs;
+    for (int i = 0; i < n; i++) {
+      vc_tensor *t = side ? &out->out[i] : &out->in[i];
+      if (t->d.dtype != from) continue;
+      const int span = t->d.slot_bytes == (uint64_t)vt_count(&t->d) * vt_elem_size(from);
+      t->d = span ? vc_span_desc(to, t->d.shape[3])
+                  : vc_tensor_desc(to, t->d.shape[0], t->d.shape[1], t->d.shape[2], t->d.shape[3],
+                                   t->d.padded_c);
+      any = 1;
+    }
+  }
+  return any;
+}
+
+int vc_case_widen(const vc_case *c, vc_case *out) {
+  return retype(c, BP_ABI_DTYPE_FP16, BP_ABI_DTYPE_FP32, out);
+}
+
+int vc_case_narrow(const vc_case *c, vc_case *out) {
+  if (strncmp(c->op, "range.", 6) == 0 || c->collective) return 0; /* their dtypes are cases */
+  if (!retype(c, BP_ABI_DTYPE_FP32, BP_ABI_DTYPE_FP16, out)) return 0;
+  snprintf(out->name, sizeof out->name, "%.88s fp16", c->name);
+  return 1;
+}
+
 int vc_case_from_args(const char *op, const bp_abi_kernel_args *args, vc_case *c) {
   memset(c, 0, sizeof *c);
   c->op = op;
@@ -542,7 +609,8 @@ int vc_case_from_args(const char *op, const bp_abi_kernel_args *args, vc_case *c
   }
   for (int o = 0; o < c->num_outputs; o++) {
     const bp_abi_tensor *t = (const bp_abi_tensor *)((const char *)args->outputs + o * out_step);
-    memcpy(&c->out[o].d, t, t->struct_size < sizeof c->out[o].d ? t->struct_size : sizeof c->out[o].d);
+    memcpy(&c->out[o].d, t,
+           t->struct_size < sizeof c->out[o].d ? t->struct_size : sizeof c->out[o].d);
     c->out[o].d.struct_size = sizeof c->out[o].d;
     for (int i = 0; args->input_ptrs && args->output_ptrs && i < c->num_inputs; i++)
       if (args->output_ptrs[o] && args->output_ptrs[o] == args->input_ptrs[i]) c->alias[o] = i;

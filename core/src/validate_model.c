@@ -41,13 +41,14 @@ static int same_case(const vc_case *a, const vc_case *b) {
   return 1;
 }
 
-bp_status vc_model_cases(const char *path, vc_case **cases_out, int *count_out) {
+bp_status vc_model_cases(const bp_registry *r, const char *path, vc_case **cases_out,
+                         int *count_out) {
   bp_model *model = NULL;
   bp_plan *plan = NULL;
   bp_graph *graph = NULL;
   vc_case *cases = NULL;
   int count = 0, cap = 0;
-  bp_status st = bp_model_load(path, &model);
+  bp_status st = bp_model_load_with_registry(path, r, &model); /* module layer types too */
   if (st != BP_OK) goto done;
   bp_compile_options co = bp_compile_options_from_model(model);
   if ((st = bp_model_compile(model, &co, &plan)) != BP_OK) goto done;
@@ -81,7 +82,8 @@ bp_status vc_model_cases(const char *path, vc_case **cases_out, int *count_out) 
           c->alias[i] = -1;
           c->in[i].fill = c->out[i].fill = VC_FILL_UNSET;
         }
-        for (int i = 0; i < n->num_inputs; i++) describe(plan, v, &n->inputs[i], &c->in[i].d, &in_off[i]);
+        for (int i = 0; i < n->num_inputs; i++)
+          describe(plan, v, &n->inputs[i], &c->in[i].d, &in_off[i]);
         for (int o = 0; o < n->num_outputs; o++) {
           uint64_t off;
           describe(plan, v, &n->outputs[o], &c->out[o].d, &off);
@@ -91,6 +93,7 @@ bp_status vc_model_cases(const char *path, vc_case **cases_out, int *count_out) 
         c->attr_size = n->attr_size < sizeof c->attrs ? n->attr_size : (uint32_t)sizeof c->attrs;
         memcpy(c->attrs, &n->attrs, c->attr_size);
         vc_op_complete(c);
+        vc_layer_complete(r, c, 0);
         int seen = 0;
         for (int j = 0; j < count && !seen; j++) seen = same_case(&cases[j], c);
         if (!seen) count++;

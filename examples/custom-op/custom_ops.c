@@ -4,15 +4,16 @@
  *       kernel "custom" on the "cpu" device,
  *   (c) a layer type "leaky_relu" that model files can use, with its two
  *       op kinds (leaky_relu.fwd, leaky_relu.bwd) and their kernels.
- * It includes only the ABI headers and links nothing from blueprint. */
-#include <stdarg.h>
+ * It includes only the ABI headers (with the header-only module SDK,
+ * bp_abi_sdk.h: checks with reasons, struct_size-strided tensor arrays, NHWC
+ * walking) and links nothing from blueprint. */
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 #include <bp_abi.h>
 #include <bp_abi_ops.h>
+#include <bp_abi_sdk.h>
 
 #ifndef CUSTOM_OPS_VERSION
 #define CUSTOM_OPS_VERSION "1.0.0"
@@ -20,81 +21,51 @@
 
 /* ---- shared checks ------------------------------------------------------------ */
 
-/* printf into reason[reason_size] (either may be 0/NULL); returns 0 so a
- * check reads `return say_no(...)`. */
-static int say_no(char *reason, size_t reason_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int say_no(char *reason, size_t reason_size, const char *fmt, ...) {
-  if (reason && reason_size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(reason, reason_size, fmt, ap);
-    va_end(ap);
-  }
-  return 0;
-}
-
-/* One FP32 tensor this module can walk: extents >= 1, strides >= 0, unit
- * channel stride, and every logical element inside slot_bytes. */
+/* One FP32 tensor this module can walk: a whole descriptor, unit channel
+ * stride, and valid (bp_sdk_check_tensor: extents, strides that nest, every
+ * logical element inside slot_bytes). Reasons are written with bp_sdk_fail
+ * (printf into reason[reason_size], NULL-safe; returns 0). */
 static int check_tensor(const bp_abi_tensor *t, const char *name, char *reason,
                         size_t reason_size) {
-  if (!t || t->struct_size < offsetof(bp_abi_tensor, slot_bytes) + sizeof t->slot_bytes)
-    return say_no(reason, reason_size, "%s: missing or short tensor descriptor", name);
-  if (t->dtype != BP_ABI_DTYPE_FP32) return say_no(reason, reason_size, "%s: not fp32", name);
-  uint64_t last = 0; /* offset of the last element, in elements */
-  for (int d = 0; d < 4; d++) {
-    if (t->shape[d] < 1 || t->stride[d] < 0)
-      return say_no(reason, reason_size, "%s: extent %lld / stride %lld in dim %d", name,
-                    (long long)t->shape[d], (long long)t->stride[d], d);
-    last += (uint64_t)(t->shape[d] - 1) * (uint64_t)t->stride[d];
-  }
+  if (t->struct_size < sizeof *t)
+    return bp_sdk_fail(reason, reason_size, "%s: short tensor descriptor", name);
   if (t->stride[3] != 1)
-    return say_no(reason, reason_size, "%s: channel stride %lld (this kernel needs 1)", name,
-                  (long long)t->stride[3]);
-  if ((last + 1) * sizeof(float) > t->slot_bytes)
-    return say_no(reason, reason_size, "%s: %llu elements reach past slot_bytes %llu", name,
-                  (unsigned long long)(last + 1), (unsigned long long)t->slot_bytes);
-  return 1;
+    return bp_sdk_fail(reason, reason_size, "%s: channel stride %lld (this kernel needs 1)",
+                       name, (long long)t->stride[3]);
+  return bp_sdk_check_tensor(t, name, BP_ABI_DTYPE_FP32, reason, reason_size);
 }
 
-/* The common shape of both ops: one input x, one output y of x's shape. */
+/* The common shape of both ops: one input x, one output y of x's shape.
+ * Tensors are read through bp_sdk_input / bp_sdk_output, which step by
+ * the host's struct_size (rule 6 of bp_abi_ops.h). */
 static int check_unary(const bp_abi_kernel_args *args, char *reason, size_t reason_size) {
-  if (!args || args->struct_size < offsetof(bp_abi_kernel_args, outputs) + sizeof args->outputs)
-    return say_no(reason, reason_size, "missing or short args");
-  if (args->num_inputs != 1 || args->num_outputs != 1)
-    return say_no(reason, reason_size, "%d inputs, %d outputs (want 1, 1)", args->num_inputs,
-                  args->num_outputs);
-  if (!check_tensor(&args->inputs[0], "x", reason, reason_size) ||
-      !check_tensor(&args->outputs[0], "y", reason, reason_size))
-    return 0;
-  for (int d = 0; d < 4; d++)
-    if (args->inputs[0].shape[d] != args->outputs[0].shape[d])
-      return say_no(reason, reason_size, "x and y differ in dim %d", d);
-  return 1;
+  if (!bp_sdk_check_args(args, 1, 1, reason, reason_size)) return 0;
+  const bp_abi_tensor *x = bp_sdk_input(args, 0), *y = bp_sdk_output(args, 0);
+  return check_tensor(x, "x", reason, reason_size) && check_tensor(y, "y", reason, reason_size) &&
+         bp_sdk_check_shape(y, "y", x->shape[0], x->shape[1], x->shape[2], x->shape[3], reason,
+                            reason_size);
 }
 
 /* Walks every logical element of x and y (NHWC, device strides; channel
- * padding untouched) and sets y = f(x). In place (y == x with the same
- * strides) is fine: each element is read before it is written. */
+ * padding untouched, rule 2) and sets y = f(x). In place (y the very same
+ * elements as x) is fine: each element is read before it is written;
+ * bp_sdk_check_ptrs refuses any other overlap. A refusal's reason goes to
+ * the host (args->reason), which prints it with the node. */
 typedef float (*unary_fn)(float x, const void *ctx);
 
 static int run_unary(const bp_abi_kernel_args *args, unary_fn f, const void *ctx) {
-  const bp_abi_tensor *xt = &args->inputs[0], *yt = &args->outputs[0];
-  if (args->struct_size < offsetof(bp_abi_kernel_args, output_ptrs) + sizeof args->output_ptrs ||
-      !args->input_ptrs || !args->output_ptrs || !args->input_ptrs[0] || !args->output_ptrs[0])
+  static const int alias_out[] = {0}, alias_in[] = {0};
+  if (!bp_sdk_check_ptrs(args, alias_out, alias_in, 1, bp_sdk_args_reason(args),
+                         bp_sdk_args_reason_size(args)))
     return BP_ABI_ERR_INVALID;
-  const float *x = args->input_ptrs[0];
-  float *y = args->output_ptrs[0];
-  if ((const void *)x == (void *)y && memcmp(xt->stride, yt->stride, sizeof xt->stride) != 0)
-    return BP_ABI_ERR_INVALID; /* aliased with different layouts */
-  for (int64_t n = 0; n < xt->shape[0]; n++)
-    for (int64_t h = 0; h < xt->shape[1]; h++)
-      for (int64_t w = 0; w < xt->shape[2]; w++) {
-        const float *xr = x + n * xt->stride[0] + h * xt->stride[1] + w * xt->stride[2];
-        float *yr = y + n * yt->stride[0] + h * yt->stride[1] + w * yt->stride[2];
-        for (int64_t c = 0; c < xt->shape[3]; c++) yr[c] = f(xr[c], ctx);
-      }
+  const bp_abi_tensor *xt = bp_sdk_input(args, 0), *yt = bp_sdk_output(args, 0);
+  const float *x = bp_sdk_input_f32(args, 0);
+  float *y = bp_sdk_output_f32(args, 0);
+  BP_SDK_FOR_EACH_PIXEL(xt, n, h, w) {
+    const float *xr = x + bp_sdk_offset(xt, n, h, w, 0);
+    float *yr = y + bp_sdk_offset(yt, n, h, w, 0);
+    for (int64_t c = 0; c < xt->shape[3]; c++) yr[c] = f(xr[c], ctx);
+  }
   return BP_ABI_OK;
 }
 
@@ -117,7 +88,8 @@ static int relu_supports(void *user, const bp_abi_kernel_args *args, char *reaso
 
 static int relu_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  if (!check_unary(args, NULL, 0)) return BP_ABI_ERR_INVALID;
+  if (!check_unary(args, bp_sdk_args_reason(args), bp_sdk_args_reason_size(args)))
+    return BP_ABI_ERR_INVALID;
   return run_unary(args, relu, NULL);
 }
 
@@ -150,11 +122,12 @@ static int scale_shift_infer(const void *attrs, const bp_abi_tensor *inputs,
                              bp_abi_tensor *outputs, char *reason, size_t reason_size) {
   (void)attrs;
   if (!inputs || !outputs) {
-    say_no(reason, reason_size, "no tensors");
+    bp_sdk_fail(reason, reason_size, "no tensors");
     return 1;
   }
-  outputs[0] = inputs[0]; /* same dtype, shape and layout */
-  outputs[0].struct_size = sizeof(bp_abi_tensor);
+  /* dtype and shape only (rule 7 of bp_abi_ops.h): the host lays y out */
+  outputs[0].dtype = inputs[0].dtype;
+  memcpy(outputs[0].shape, inputs[0].shape, sizeof outputs[0].shape);
   return 0;
 }
 
@@ -172,8 +145,9 @@ static const bp_abi_op scale_shift_op = {
 static int read_scale_shift(const bp_abi_kernel_args *args, scale_shift_attrs *out, char *reason,
                             size_t reason_size) {
   if (!args->attrs || args->attr_size < sizeof(scale_shift_attrs))
-    return say_no(reason, reason_size, "scale_shift attributes missing (%u bytes, want %zu)",
-                  (unsigned)args->attr_size, sizeof(scale_shift_attrs));
+    return bp_sdk_fail(reason, reason_size,
+                       "scale_shift attributes missing (%u bytes, want %zu)",
+                       (unsigned)args->attr_size, sizeof(scale_shift_attrs));
   memcpy(out, args->attrs, sizeof *out); /* newer blocks are longer: ignore the rest */
   return 1;
 }
@@ -193,7 +167,9 @@ static int scale_shift_supports(void *user, const bp_abi_kernel_args *args, char
 static int scale_shift_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   scale_shift_attrs a;
-  if (!check_unary(args, NULL, 0) || !read_scale_shift(args, &a, NULL, 0))
+  char *reason = bp_sdk_args_reason(args);
+  const size_t reason_size = bp_sdk_args_reason_size(args);
+  if (!check_unary(args, reason, reason_size) || !read_scale_shift(args, &a, reason, reason_size))
     return BP_ABI_ERR_INVALID;
   return run_unary(args, scale_shift, &a);
 }
@@ -215,7 +191,7 @@ static const bp_abi_kernel scale_shift_custom = {
 /* ---- (c) a layer type: leaky_relu ------------------------------------------- */
 
 /* Two new op kinds and a layer type that runs them, so a model file can
- * say `{type: leaky_relu, slope: 0.1}` (leaky_relu.yaml beside this file).
+ * say `{type: leaky_relu, slope: 0.1}` (mlp_leaky.yaml beside this file).
  *   leaky_relu.fwd  in: x[N,H,W,C] fp32        out: y, y = x > 0 ? x : slope*x
  *   leaky_relu.bwd  in: x, y, dy (x's shape)   out: dx = dy * (x > 0 ? 1 : slope)
  *                   (accumulate: dx += instead of dx =)
@@ -232,19 +208,20 @@ typedef struct leaky_relu_attrs {
 static int leaky_check(const bp_abi_kernel_args *args, int inputs, char *reason,
                        size_t reason_size) {
   if (!args || args->struct_size < offsetof(bp_abi_kernel_args, attr_size) + sizeof args->attr_size)
-    return say_no(reason, reason_size, "missing or short args");
+    return bp_sdk_fail(reason, reason_size, "missing or short args");
   if (args->num_inputs != inputs || args->num_outputs != 1)
-    return say_no(reason, reason_size, "%d inputs, %d outputs (want %d, 1)", args->num_inputs,
-                  args->num_outputs, inputs);
+    return bp_sdk_fail(reason, reason_size, "%d inputs, %d outputs (want %d, 1)",
+                       args->num_inputs, args->num_outputs, inputs);
   if (!args->attrs || args->attr_size < sizeof(leaky_relu_attrs))
-    return say_no(reason, reason_size, "leaky_relu attributes missing (%u bytes, want %zu)",
-                  (unsigned)args->attr_size, sizeof(leaky_relu_attrs));
+    return bp_sdk_fail(reason, reason_size,
+                       "leaky_relu attributes missing (%u bytes, want %zu)",
+                       (unsigned)args->attr_size, sizeof(leaky_relu_attrs));
   for (int i = 0; i <= inputs; i++) {
-    const bp_abi_tensor *t = i < inputs ? &args->inputs[i] : &args->outputs[0];
+    const bp_abi_tensor *t = i < inputs ? bp_sdk_input(args, i) : bp_sdk_output(args, 0);
     if (!check_tensor(t, i < inputs ? "input" : "output", reason, reason_size)) return 0;
     for (int d = 0; d < 4; d++)
-      if (t->shape[d] != args->inputs[0].shape[d])
-        return say_no(reason, reason_size, "tensor %d differs from x in dim %d", i, d);
+      if (t->shape[d] != bp_sdk_input(args, 0)->shape[d])
+        return bp_sdk_fail(reason, reason_size, "tensor %d differs from x in dim %d", i, d);
   }
   return 1;
 }
@@ -272,7 +249,7 @@ static int leaky_fwd_run(void *user, const bp_abi_kernel_args *args) {
     return BP_ABI_ERR_INVALID;
   leaky_relu_attrs a;
   memcpy(&a, args->attrs, sizeof a);
-  const bp_abi_tensor *xt = &args->inputs[0], *yt = &args->outputs[0];
+  const bp_abi_tensor *xt = bp_sdk_input(args, 0), *yt = bp_sdk_output(args, 0);
   const float *x = args->input_ptrs[0];
   float *y = args->output_ptrs[0];
   for (int64_t n = 0; n < xt->shape[0]; n++)
@@ -291,7 +268,8 @@ static int leaky_bwd_run(void *user, const bp_abi_kernel_args *args) {
     return BP_ABI_ERR_INVALID;
   leaky_relu_attrs a;
   memcpy(&a, args->attrs, sizeof a);
-  const bp_abi_tensor *xt = &args->inputs[0], *dyt = &args->inputs[2], *dxt = &args->outputs[0];
+  const bp_abi_tensor *xt = bp_sdk_input(args, 0), *dyt = bp_sdk_input(args, 2);
+  const bp_abi_tensor *dxt = bp_sdk_output(args, 0);
   const float *x = args->input_ptrs[0], *dy = args->input_ptrs[2];
   float *dx = args->output_ptrs[0];
   for (int64_t n = 0; n < xt->shape[0]; n++)
@@ -312,7 +290,7 @@ static int leaky_infer(const void *attrs, const bp_abi_tensor *inputs, bp_abi_te
                        char *reason, size_t reason_size) {
   (void)attrs;
   if (!inputs || !outputs) {
-    say_no(reason, reason_size, "no tensors");
+    bp_sdk_fail(reason, reason_size, "no tensors");
     return 1;
   }
   outputs[0].dtype = inputs[0].dtype;

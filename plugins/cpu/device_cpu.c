@@ -607,6 +607,10 @@ static const bp_abi_device cpu_device = {
     .host_free_pinned = cpu_host_free_pinned,
     .last_error = cpu_last_error,
     .extensions = NULL, /* no graph capture on the CPU */
+    /* host memory: the host reads and writes the arena itself, and the
+     * kernels run on the rank's thread */
+    .flags = BP_ABI_DEVICE_HOST_ACCESSIBLE,
+    .kernel_kind = NULL,
 };
 
 static int cpu_init(const bp_abi_host *host) {

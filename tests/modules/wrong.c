@@ -7,10 +7,13 @@
  *   relu.fwd/padwrite     correct y, but also writes y's channel padding
  *   relu.fwd/overread     correct y, but reads the element right after
  *                         x's slot (past slot_bytes)
- * The fc kernels take compact tensors only (supports() says so). */
+ * The fc kernels take compact tensors only (supports() says so). One kernel
+ * is right, to show FP16 cases against the FP32 reference pass:
+ *   relu.fwd/half         FP16 only, correct */
 #include <stdio.h>
 
 #include "bp_abi_ops.h"
+#include "bp_abi_sdk.h"
 #include "test_module.h"
 
 /* ---- fc.bwd_data: dx[n, f] (+)= sum_o dy[n, o] * w[o, f] (+ offset) -------- */
@@ -102,6 +105,22 @@ static int overread_run(void *user, const bp_abi_kernel_args *a) {
   return BP_ABI_OK;
 }
 
+/* y = max(x, 0) in FP16, over the logical elements. */
+static int half_run(void *user, const bp_abi_kernel_args *a) {
+  (void)user;
+  const bp_abi_tensor *t = &a->inputs[0], *yt = &a->outputs[0];
+  const uint16_t *x = a->input_ptrs[0];
+  uint16_t *y = a->output_ptrs[0];
+  for (int64_t n = 0; n < t->shape[0]; n++)
+    for (int64_t h = 0; h < t->shape[1]; h++)
+      for (int64_t w = 0; w < t->shape[2]; w++)
+        for (int64_t c = 0; c < t->shape[3]; c++) {
+          const float v = bp_sdk_fp16_to_fp32(x[bp_sdk_offset(t, n, h, w, c)]);
+          y[bp_sdk_offset(yt, n, h, w, c)] = bp_sdk_fp32_to_fp16(v > 0 ? v : 0);
+        }
+  return BP_ABI_OK;
+}
+
 #define WRONG(op_name, impl_name, supports_fn, run_fn)                                       \
   {                                                                                          \
     .struct_size = sizeof(bp_abi_kernel), .op = op_name, .impl = impl_name, .device = "cpu", \
@@ -114,6 +133,9 @@ static const bp_abi_kernel kernels[] = {
     WRONG("fc.bwd_data", "offset", fc_supports, offset_run),
     WRONG("relu.fwd", "padwrite", relu_supports, padwrite_run),
     WRONG("relu.fwd", "overread", relu_supports, overread_run),
+    {.struct_size = sizeof(bp_abi_kernel), .op = "relu.fwd", .impl = "half", .device = "cpu",
+     .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16), .priority = BP_ABI_PRIORITY_USER,
+     .flags = BP_ABI_KERNEL_DETERMINISTIC, .supports = relu_supports, .run = half_run},
 };
 
 static int init(const bp_abi_host *host) {

@@ -71,6 +71,23 @@ bp_status bp_checkpoint_save(const char *path, const bp_plan *plan, const void *
 bp_status bp_checkpoint_save_note(const char *path, const bp_plan *plan, const void *arena,
                                   const bp_train_state *state, const char *note);
 
+/* How a checkpoint reaches an arena that the host may not address (a
+ * device's): read and write `bytes` at arena `offset`, returning BP_OK or
+ * a failure with its message. The trainer's go through the device plugin's
+ * copies; the functions above use memcpy on their host copy. */
+typedef struct bp_arena_access {
+  bp_status (*read)(void *user, uint64_t offset, void *dst, uint64_t bytes);
+  bp_status (*write)(void *user, uint64_t offset, const void *src, uint64_t bytes);
+  void *user;
+} bp_arena_access;
+
+/* bp_checkpoint_save_note reading the arena through `arena->read` (in
+ * chunks of at most 1 MiB). A failed read fails the save as a failed write
+ * does, with the accessor's status. */
+bp_status bp_checkpoint_save_access(const char *path, const bp_plan *plan,
+                                    const bp_arena_access *arena, const bp_train_state *state,
+                                    const char *note);
+
 /* Bytes of a checkpoint of `plan` (finalized); 0 on an invalid plan. */
 uint64_t bp_checkpoint_file_bytes(const bp_plan *plan);
 
@@ -97,6 +114,11 @@ bp_status bp_checkpoint_read_info(const char *path, bp_checkpoint_info *info_out
  * file) until every check has passed. */
 bp_status bp_checkpoint_load(const char *path, const bp_plan *plan, void *arena,
                              bp_train_state *state_out);
+/* bp_checkpoint_load writing the arena through `arena->write`, once every
+ * check has passed. Should a write fail (a device error), the arena may be
+ * partly written and *state_out is not touched. */
+bp_status bp_checkpoint_load_access(const char *path, const bp_plan *plan,
+                                    const bp_arena_access *arena, bp_train_state *state_out);
 
 #ifdef __cplusplus
 }

@@ -35,7 +35,9 @@
  * args (state NULL); the state it makes goes into both argument blocks,
  * and bp_exec_destroy passes each non-NULL state to the kernel's release()
  * on the destroying thread. A failing prepare() fails the bind, naming the
- * rank, variant, node, op/impl and the kernel's reason. Modules built
+ * rank, variant, node, op/impl and the kernel's reason. Autotune, which
+ * runs candidates during selection, times a kernel with a state prepared
+ * for the timing and released right after. Modules built
  * against 1.3 get the same blocks: struct_size tells them where their
  * fields end, and their kernels' missing prepare/release read as NULL.
  *
@@ -63,7 +65,8 @@ extern "C" {
 typedef struct bp_exec bp_exec; /* opaque */
 
 typedef struct bp_exec_options {
-  const char *device;         /* device kind: "cpu" */
+  const char *device;         /* the kind of kernels selected: "cpu" (for a device that runs
+                                 another kind's kernels, bp_abi_device.kernel_kind) */
   const char *pins;           /* "op_glob=impl,..."; NULL: BP_KERNELS (registry.h) */
   int autotune;               /* time the kernels that support a node (runs them on the arena) */
   const char *autotune_cache; /* NULL: none */
@@ -73,6 +76,14 @@ typedef struct bp_exec_options {
   const bp_abi_threads *threads; /* (optional) this rank's threads (threads.h), lent to every
                                     kernel; borrowed, must outlive the executor. NULL: the
                                     executor makes a 1-thread service of its own */
+  /* The device the rank runs on (the device seam, docs/architecture.md). */
+  const char *memory_device;  /* (optional) the kind whose plugin allocates the workspace,
+                                 the arena's; NULL: `device`. No plugin: host memory */
+  int device_index;           /* that plugin's device the rank runs on (0) */
+  void *stream;               /* (optional) what every kernel gets in args->stream: the
+                                 native compute stream of the rank where kernels enqueue
+                                 their work (stream_native); NULL: they run synchronously
+                                 on the thread that calls bp_exec_run */
 } bp_exec_options;
 
 /* Bytes of the reason buffer kernels write a failure into. */

@@ -152,7 +152,9 @@ typedef struct bp_train_options {
                                 and the parameters are gathered (graph.h: same bits,
                                 half the update per rank at 2 ranks; LARS always
                                 replicates) */
-  const char *device;        /* "cpu" (default) */
+  const char *device;        /* a device kind a plugin provides: "cpu" (default), "cuda" */
+  const char *devices;       /* device indices the ranks use in turn, "0,1"; NULL: global
+                                rank r runs on device r mod the devices of that kind */
   /* optimizer; negative values and -1 mean "the model's" */
   int optimizer; /* -1 or a bp_optimizer */
   double lr, momentum, weight_decay;
@@ -200,8 +202,8 @@ typedef struct bp_trainer bp_trainer; /* opaque */
  * borrowed for the call (the trainer keeps copies). Errors are one line:
  * BP_ERR_INVALID (options), BP_ERR_IO / BP_ERR_PARSE (data or checkpoint
  * files), BP_ERR_SHAPE (a checkpoint of another plan), BP_ERR_UNSUPPORTED (a
- * node no kernel supports, ranks on a device other than cpu, a device
- * without kernels). */
+ * node no kernel supports on the device, naming the op; a device without
+ * kernels), BP_ERR_DEVICE (the device plugin failed). */
 bp_status bp_trainer_create(const bp_model *model, const bp_train_options *options,
                             bp_trainer **trainer_out);
 /* The same from a model file. The op modules are loaded first (options'

@@ -77,7 +77,8 @@ typedef struct bp_validate_report bp_validate_report; /* opaque */
 /* Validates every kernel of `registry` that the options select. A failing
  * case is not an error: it is a row with verdict FAIL. Errors are bad
  * options, a model that does not compile, and out of memory.
- * *report_out is written only on success. */
+ * *report_out is written only on success. One call at a time per process
+ * (the guard-page bookkeeping is process-wide). */
 bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *options,
                           bp_validate_report **report_out);
 void bp_validate_report_destroy(bp_validate_report *report); /* NULL is a no-op */

@@ -1,0 +1,295 @@
+/* A rank's reads and writes of its arena through the device plugin
+ * (device-io-impl.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "blueprint/data.h"
+#include "blueprint/region.h"
+#include "device-io-impl.h"
+
+/* A plugin failure as a status, with the plugin's reason. */
+static bp_status dev_fail(const bp_devio *io, const char *what) {
+  const char *why = io->dev->last_error ? io->dev->last_error() : NULL;
+  return bp_fail(BP_ERR_DEVICE, "device '%s' %d: %s failed: %s", io->kind, io->device, what,
+                 why && why[0] ? why : "no reason given");
+}
+
+#define DEV(io, call, what)                                            \
+  do {                                                                 \
+    if ((call) != BP_ABI_OK) return dev_fail((io), (what));            \
+  } while (0)
+
+bp_status bp_devio_open(bp_devio *io, const bp_abi_device *dev, const char *kind, int device,
+                        void *base, const bp_plan *plan) {
+  memset(io, 0, sizeof *io);
+  io->dev = dev;
+  io->kind = kind;
+  io->device = device;
+  io->base = base;
+  io->bytes = bp_plan_total_bytes(plan);
+  io->input[0] = bp_plan_region_span(plan, BP_REGION_I_A);
+  io->input[1] = bp_plan_region_span(plan, BP_REGION_I_B);
+  io->host = !dev || (dev->flags & BP_ABI_DEVICE_HOST_ACCESSIBLE);
+  io->host_tasks = dev && !io->host && (dev->flags & BP_ABI_DEVICE_HOST_TASK_KERNELS);
+  if (io->host) return BP_OK;
+  DEV(io, dev->stream_create(device, BP_ABI_STREAM_COMPUTE, &io->compute), "stream_create");
+  DEV(io, dev->stream_create(device, BP_ABI_STREAM_TRANSFER, &io->transfer), "stream_create");
+  bp_abi_event **events[6] = {&io->computed,   &io->transferred, &io->loaded[0],
+                              &io->loaded[1],  &io->consumed[0], &io->consumed[1]};
+  for (int i = 0; i < 6; i++) DEV(io, dev->event_create(device, events[i]), "event_create");
+  void *p = NULL;
+  DEV(io, dev->host_alloc_pinned(BP_DEVIO_CHUNK, &p), "host_alloc_pinned");
+  io->staging = p;
+  DEV(io, dev->host_alloc_pinned(BP_DEVIO_SCALAR_BYTES, &p), "host_alloc_pinned");
+  io->scalars = p;
+  for (int b = 0; b < 2; b++) {
+    if (!io->input[b].bytes) continue;
+    DEV(io, dev->host_alloc_pinned(io->input[b].bytes, &p), "host_alloc_pinned");
+    memset(p, 0, (size_t)io->input[b].bytes);
+    io->inputs[b] = p;
+  }
+  return BP_OK;
+}
+
+void bp_devio_close(bp_devio *io) {
+  if (!io->dev || io->host) return;
+  const bp_abi_device *d = io->dev;
+  if (io->compute) d->stream_synchronize(io->compute);
+  if (io->transfer) d->stream_synchronize(io->transfer);
+  d->stream_destroy(io->compute);
+  d->stream_destroy(io->transfer);
+  bp_abi_event *events[6] = {io->computed,  io->transferred, io->loaded[0],
+                             io->loaded[1], io->consumed[0], io->consumed[1]};
+  for (int i = 0; i < 6; i++) d->event_destroy(events[i]);
+  if (io->staging) d->host_free_pinned(io->staging);
+  if (io->scalars) d->host_free_pinned(io->scalars);
+  for (int b = 0; b < 2; b++)
+    if (io->inputs[b]) d->host_free_pinned(io->inputs[b]);
+  memset(io, 0, sizeof *io);
+}
+
+static bp_status check_range(const bp_devio *io, uint64_t offset, uint64_t bytes,
+                             const char *what) {
+  if (offset > io->bytes || bytes > io->bytes - offset)
+    return bp_fail(BP_ERR_INVALID, "%s of %llu bytes at %llu: outside the %llu-byte arena", what,
+                   (unsigned long long)bytes, (unsigned long long)offset,
+                   (unsigned long long)io->bytes);
+  return BP_OK;
+}
+
+/* The transfer stream starts after the compute work enqueued so far. */
+static bp_status transfer_after_compute(bp_devio *io) {
+  DEV(io, io->dev->event_record(io->computed, io->compute), "event_record");
+  DEV(io, io->dev->stream_wait_event(io->transfer, io->computed), "stream_wait_event");
+  return BP_OK;
+}
+
+/* Compute work enqueued from now on starts after the transfers so far. */
+static bp_status compute_after_transfer(bp_devio *io) {
+  DEV(io, io->dev->event_record(io->transferred, io->transfer), "event_record");
+  DEV(io, io->dev->stream_wait_event(io->compute, io->transferred), "stream_wait_event");
+  return BP_OK;
+}
+
+/* Writes `bytes` at `offset` from src, or zeros when src is NULL. */
+static bp_status write_bytes(bp_devio *io, uint64_t offset, const void *src, uint64_t bytes) {
+  bp_status st = check_range(io, offset, bytes, "arena write");
+  if (st != BP_OK) return st;
+  if (io->host) {
+    if (src)
+      memcpy(io->base + offset, src, (size_t)bytes);
+    else
+      memset(io->base + offset, 0, (size_t)bytes);
+    return BP_OK;
+  }
+  if ((st = transfer_after_compute(io)) != BP_OK) return st;
+  if (!src) memset(io->staging, 0, BP_DEVIO_CHUNK);
+  for (uint64_t at = 0; at < bytes; at += BP_DEVIO_CHUNK) {
+    const uint64_t n = bytes - at < BP_DEVIO_CHUNK ? bytes - at : BP_DEVIO_CHUNK;
+    if (src) {
+      /* the previous chunk's copy must be done before staging is reused */
+      if (at) DEV(io, io->dev->stream_synchronize(io->transfer), "stream_synchronize");
+      memcpy(io->staging, (const unsigned char *)src + at, (size_t)n);
+    }
+    DEV(io, io->dev->copy_h2d(io->base + offset + at, io->staging, n, io->transfer), "copy_h2d");
+  }
+  if ((st = compute_after_transfer(io)) != BP_OK) return st;
+  DEV(io, io->dev->stream_synchronize(io->transfer), "stream_synchronize");
+  return BP_OK;
+}
+
+bp_status bp_devio_write(bp_devio *io, uint64_t offset, const void *src, uint64_t bytes) {
+  if (!src && bytes) return bp_fail(BP_ERR_INVALID, "arena write: NULL source");
+  return write_bytes(io, offset, src, bytes);
+}
+
+bp_status bp_devio_zero(bp_devio *io, uint64_t offset, uint64_t bytes) {
+  return write_bytes(io, offset, NULL, bytes);
+}
+
+bp_status bp_devio_read(bp_devio *io, uint64_t offset, void *dst, uint64_t bytes) {
+  bp_status st = check_range(io, offset, bytes, "arena read");
+  if (st != BP_OK) return st;
+  if (io->host) {
+    memcpy(dst, io->base + offset, (size_t)bytes);
+    return BP_OK;
+  }
+  if ((st = transfer_after_compute(io)) != BP_OK) return st;
+  for (uint64_t at = 0; at < bytes; at += BP_DEVIO_CHUNK) {
+    const uint64_t n = bytes - at < BP_DEVIO_CHUNK ? bytes - at : BP_DEVIO_CHUNK;
+    DEV(io, io->dev->copy_d2h(io->staging, io->base + offset + at, n, io->transfer), "copy_d2h");
+    DEV(io, io->dev->stream_synchronize(io->transfer), "stream_synchronize");
+    memcpy((unsigned char *)dst + at, io->staging, (size_t)n);
+  }
+  return BP_OK;
+}
+
+/* ---- tensors ------------------------------------------------------------------- */
+
+/* Compact FP32 `src` into the slot image `slot` (d's device strides and dtype). */
+static void to_slot(const bp_dtensor *d, const float *src, unsigned char *slot) {
+  uint64_t k = 0;
+  for (int64_t n = 0; n < d->shape.n; n++)
+    for (int64_t h = 0; h < d->shape.h; h++)
+      for (int64_t w = 0; w < d->shape.w; w++) {
+        const int64_t row = n * d->dev_stride[0] + h * d->dev_stride[1] + w * d->dev_stride[2];
+        for (int64_t c = 0; c < d->shape.c; c++, k++) {
+          const int64_t e = row + c * d->dev_stride[3];
+          switch (d->dtype) {
+          case BP_DTYPE_FP32: ((float *)(void *)slot)[e] = src[k]; break;
+          case BP_DTYPE_FP16: ((uint16_t *)(void *)slot)[e] = bp_fp16_from_fp32(src[k]); break;
+          case BP_DTYPE_INT32: ((int32_t *)(void *)slot)[e] = (int32_t)src[k]; break;
+          case BP_DTYPE_INT8: ((int8_t *)(void *)slot)[e] = (int8_t)src[k]; break;
+          default: break; /* refused by the caller */
+          }
+        }
+      }
+}
+
+static void from_slot(const bp_dtensor *d, const unsigned char *slot, float *dst) {
+  const float *f = (const float *)(const void *)slot;
+  uint64_t k = 0;
+  for (int64_t n = 0; n < d->shape.n; n++)
+    for (int64_t h = 0; h < d->shape.h; h++)
+      for (int64_t w = 0; w < d->shape.w; w++)
+        for (int64_t c = 0; c < d->shape.c; c++)
+          dst[k++] = f[n * d->dev_stride[0] + h * d->dev_stride[1] + w * d->dev_stride[2] +
+                       c * d->dev_stride[3]];
+}
+
+bp_status bp_devio_write_tensor(bp_devio *io, const bp_dtensor *d, const float *src) {
+  if (d->dtype != BP_DTYPE_FP32 && d->dtype != BP_DTYPE_FP16 && d->dtype != BP_DTYPE_INT32 &&
+      d->dtype != BP_DTYPE_INT8)
+    return bp_fail(BP_ERR_UNSUPPORTED, "tensor '%s': writing %s from the host", d->name,
+                   bp_dtype_name(d->dtype));
+  bp_status st = check_range(io, d->offset, d->slot_bytes, "tensor write");
+  if (st != BP_OK) return st;
+  if (io->host) { /* in place: the padding keeps what it holds */
+    to_slot(d, src, (unsigned char *)io->base + d->offset);
+    return BP_OK;
+  }
+  unsigned char *slot = calloc(1, (size_t)d->slot_bytes); /* padding written as 0 */
+  if (!slot) return bp_fail(BP_ERR_NOMEM, "out of memory writing tensor '%s'", d->name);
+  to_slot(d, src, slot);
+  st = bp_devio_write(io, d->offset, slot, d->slot_bytes);
+  free(slot);
+  return st;
+}
+
+bp_status bp_devio_read_tensor(bp_devio *io, const bp_dtensor *d, float *dst) {
+  if (d->dtype != BP_DTYPE_FP32)
+    return bp_fail(BP_ERR_UNSUPPORTED, "tensor '%s': reading %s into FP32", d->name,
+                   bp_dtype_name(d->dtype));
+  bp_status st = check_range(io, d->offset, d->slot_bytes, "tensor read");
+  if (st != BP_OK) return st;
+  if (io->host) {
+    from_slot(d, (const unsigned char *)io->base + d->offset, dst);
+    return BP_OK;
+  }
+  unsigned char *slot = malloc((size_t)d->slot_bytes);
+  if (!slot) return bp_fail(BP_ERR_NOMEM, "out of memory reading tensor '%s'", d->name);
+  if ((st = bp_devio_read(io, d->offset, slot, d->slot_bytes)) == BP_OK) from_slot(d, slot, dst);
+  free(slot);
+  return st;
+}
+
+/* ---- the step: scalars and input buffers ------------------------------------------ */
+
+bp_status bp_devio_write_small(bp_devio *io, uint64_t offset, const void *src, uint64_t bytes) {
+  bp_status st = check_range(io, offset, bytes, "arena write");
+  if (st != BP_OK) return st;
+  if (io->host) {
+    memcpy(io->base + offset, src, (size_t)bytes);
+    return BP_OK;
+  }
+  if (bytes > BP_DEVIO_SCALAR_BYTES)
+    return bp_fail(BP_ERR_INVALID, "a small arena write of %llu bytes (at most %u)",
+                   (unsigned long long)bytes, BP_DEVIO_SCALAR_BYTES);
+  const uint64_t at = (io->scalar_used + 15) / 16 * 16;
+  if (at + bytes > BP_DEVIO_SCALAR_BYTES) { /* wrapped: the earlier copies must be done */
+    DEV(io, io->dev->stream_synchronize(io->transfer), "stream_synchronize");
+    io->scalar_used = 0;
+    return bp_devio_write_small(io, offset, src, bytes);
+  }
+  memcpy(io->scalars + at, src, (size_t)bytes);
+  io->scalar_used = at + bytes;
+  if ((st = transfer_after_compute(io)) != BP_OK) return st;
+  DEV(io, io->dev->copy_h2d(io->base + offset, io->scalars + at, bytes, io->transfer), "copy_h2d");
+  return compute_after_transfer(io);
+}
+
+void *bp_devio_input(bp_devio *io, int b) {
+  return io->host ? io->base + io->input[b].offset : (void *)io->inputs[b];
+}
+
+bp_status bp_devio_upload(bp_devio *io, int b, const bp_span *spans, int count) {
+  if (io->host) return BP_OK;
+  const bp_span r = io->input[b];
+  /* the arena's buffer b is free once the latest job that read it is done */
+  DEV(io, io->dev->stream_wait_event(io->transfer, io->consumed[b]), "stream_wait_event");
+  for (int i = 0; i < count; i++) {
+    if (spans[i].offset < r.offset || spans[i].bytes > r.bytes ||
+        spans[i].offset - r.offset > r.bytes - spans[i].bytes)
+      return bp_fail(BP_ERR_INVALID, "upload of input buffer %d: span at %llu outside it", b,
+                     (unsigned long long)spans[i].offset);
+    DEV(io,
+        io->dev->copy_h2d(io->base + spans[i].offset, io->inputs[b] + (spans[i].offset - r.offset),
+                          spans[i].bytes, io->transfer),
+        "copy_h2d");
+  }
+  DEV(io, io->dev->event_record(io->loaded[b], io->transfer), "event_record");
+  io->pending[b] = 1;
+  return BP_OK;
+}
+
+bp_status bp_devio_staging_free(bp_devio *io, int b) {
+  if (io->host || !io->pending[b]) return BP_OK;
+  DEV(io, io->dev->event_synchronize(io->loaded[b]), "event_synchronize");
+  io->pending[b] = 0;
+  return BP_OK;
+}
+
+bp_status bp_devio_compute_begin(bp_devio *io, int b) {
+  if (io->host) return BP_OK;
+  DEV(io, io->dev->stream_wait_event(io->compute, io->loaded[b]), "stream_wait_event");
+  return BP_OK;
+}
+
+bp_status bp_devio_compute_end(bp_devio *io, int b) {
+  if (io->host) return BP_OK;
+  DEV(io, io->dev->event_record(io->consumed[b], io->compute), "event_record");
+  DEV(io, io->dev->event_record(io->computed, io->compute), "event_record");
+  return BP_OK;
+}
+
+bp_status bp_devio_sync(bp_devio *io) {
+  if (io->host) return BP_OK;
+  DEV(io, io->dev->stream_synchronize(io->compute), "stream_synchronize");
+  DEV(io, io->dev->stream_synchronize(io->transfer), "stream_synchronize");
+  return BP_OK;
+}
+
+void *bp_devio_stream_native(const bp_devio *io) {
+  if (io->host || io->host_tasks || !io->dev->stream_native) return NULL; /* synchronous */
+  return io->dev->stream_native(io->compute);
+}

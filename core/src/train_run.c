@@ -1,0 +1,80 @@
+/* Running a rank's segments through its device, and taking its batches
+ * (train-impl.h: bp_train_job_*, bp_train_take_batch). */
+#include <stdio.h>
+#include <string.h>
+
+#include "train-impl.h"
+
+/* The job's segments, in order; after a failure only the collectives (with
+ * keep_collectives), so the other ranks are not left waiting in them. */
+static void run_segments(bp_rank_job *job) {
+  for (int s = 0; s < job->count; s++) {
+    const unsigned bit = 1u << job->segments[s];
+    if (job->status != BP_OK && !(job->keep_collectives && (BP_TRAIN_COLLECTIVE & bit))) continue;
+    if (job->skip & bit) continue;
+    bp_status st = bp_exec_run(job->exec, job->variant, job->segments[s], job->buffer);
+    if (st != BP_OK && job->status == BP_OK) {
+      job->status = st;
+      snprintf(job->why, sizeof job->why, "%s", bp_last_error());
+    }
+  }
+}
+
+/* The compute stream's task: the whole job, inside the device's reach. */
+static void job_task(void *arg) { run_segments(arg); }
+
+static void job_failed(bp_rank_job *job, bp_status st) {
+  if (job->status != BP_OK) return;
+  job->status = st;
+  snprintf(job->why, sizeof job->why, "%s", bp_last_error());
+}
+
+void bp_train_job_start(bp_trainer *t, int k, bp_rank_job *job) {
+  bp_train_rank *r = &t->ranks[k];
+  job->exec = r->exec;
+  job->status = BP_OK;
+  job->why[0] = '\0';
+  bp_devio *io = &r->io;
+  if (io->host) { /* the cpu device: the kernels run here, in order */
+    run_segments(job);
+    return;
+  }
+  bp_status st = bp_devio_compute_begin(io, job->buffer);
+  if (st == BP_OK && io->host_tasks) {
+    if (io->dev->stream_enqueue_host(io->compute, job_task, job) != BP_ABI_OK)
+      st = bp_fail(BP_ERR_DEVICE, "device '%s' %d: stream_enqueue_host failed: %s", io->kind,
+                   io->device, io->dev->last_error ? io->dev->last_error() : "no reason given");
+  } else if (st == BP_OK) {
+    run_segments(job); /* the kernels enqueue their work on the compute stream */
+  }
+  if (st == BP_OK) st = bp_devio_compute_end(io, job->buffer);
+  if (st != BP_OK) job_failed(job, st);
+}
+
+bp_status bp_train_job_finish(bp_trainer *t, int k, bp_rank_job *job) {
+  bp_devio *io = &t->ranks[k].io;
+  if (!io->host) {
+    /* a failed enqueue leaves nothing of this job to wait for, but the
+     * stream is drained all the same before job is reused */
+    bp_status st = bp_devio_sync(io);
+    if (st != BP_OK) job_failed(job, st);
+  }
+  return job->status == BP_OK ? BP_OK : bp_fail(job->status, "%s", job->why);
+}
+
+bp_status bp_train_job_run(bp_trainer *t, int k, bp_rank_job *job) {
+  bp_train_job_start(t, k, job);
+  return bp_train_job_finish(t, k, job);
+}
+
+bp_status bp_train_take_batch(bp_trainer *t, int k, bp_data_loader *loader, bp_data_batch *out) {
+  bp_train_rank *r = &t->ranks[k];
+  /* next() hands the held buffer back to the loader: its upload must be done */
+  for (int b = 0; b < 2; b++) {
+    bp_status st = bp_devio_staging_free(&r->io, b);
+    if (st != BP_OK) return st;
+  }
+  bp_status st = bp_data_loader_next(loader, out);
+  if (st != BP_OK || out->done) return st;
+  return bp_devio_upload(&r->io, out->buffer, r->upload[out->buffer], 2);
+}

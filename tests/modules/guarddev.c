@@ -1,0 +1,479 @@
+/* The "guarded" device plugin, for tests only: a device whose arena the
+ * host cannot touch. It proves that the core reaches arena memory only
+ * through the device ABI (copies, stream tasks), as it must on a GPU.
+ *
+ * Model:
+ *  - Two devices (0 and 1), so that ranks map to devices. Arena memory is
+ *    anonymous mappings kept PROT_NONE: any host load or store outside the
+ *    plugin's own work is a SIGSEGV.
+ *  - The "window": while any stream task runs (a copy or a host function),
+ *    every arena of the plugin is readable and writable; when the last one
+ *    ends they go back to PROT_NONE. A counter under one lock; mprotect at
+ *    its 0 <-> 1 edges. Ranks as threads read each other's arenas inside
+ *    their collectives, hence one window for all arenas.
+ *  - Kernels are the "cpu" ones (kernel_kind) and are synchronous host code,
+ *    so the host runs them inside stream_enqueue_host tasks on the compute
+ *    stream (BP_ABI_DEVICE_HOST_TASK_KERNELS): inside the window.
+ *  - A stream is one worker thread and a FIFO; events are sequence numbers
+ *    (recorded / completed) under the event's lock. An event is destroyed
+ *    only when no task refers to it (the host's streams are idle then).
+ *  - Counters for the tests (copies per stream role, waits of compute
+ *    streams on events a transfer stream recorded, host tasks) are reached
+ *    through an extension of the device (GUARD_EXT_TYPE, below): the only
+ *    exported symbol stays the entry. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bp_abi.h"
+#include "bp_abi_device.h"
+#include "guarddev.h"
+
+#define GUARD_DEVICES 2
+
+static _Thread_local char guard_error[256];
+
+static int guard_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int guard_fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(guard_error, sizeof guard_error, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+static const char *guard_last_error(void) { return guard_error; }
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* ---- arenas and the window ------------------------------------------------- */
+
+typedef struct arena {
+  struct arena *next;
+  void *ptr;     /* what arena_alloc returned */
+  void *map;     /* the mapping */
+  size_t length; /* of the mapping */
+} arena;
+
+static pthread_mutex_t window_mu = PTHREAD_MUTEX_INITIALIZER;
+static arena *arenas;    /* under window_mu */
+static int window_open;  /* tasks running now; under window_mu */
+static guard_stats stats; /* under window_mu */
+
+static void protect_all(int prot) {
+  for (arena *a = arenas; a; a = a->next)
+    if (mprotect(a->map, a->length, prot) != 0) {
+      fprintf(stderr, "guarddev: mprotect: %s\n", strerror(errno));
+      abort();
+    }
+}
+
+static void window_enter(void) {
+  pthread_mutex_lock(&window_mu);
+  if (window_open++ == 0) protect_all(PROT_READ | PROT_WRITE);
+  pthread_mutex_unlock(&window_mu);
+}
+
+static void window_leave(void) {
+  pthread_mutex_lock(&window_mu);
+  if (--window_open == 0) protect_all(PROT_NONE);
+  pthread_mutex_unlock(&window_mu);
+}
+
+static void count(uint64_t *counter) {
+  pthread_mutex_lock(&window_mu);
+  (*counter)++;
+  pthread_mutex_unlock(&window_mu);
+}
+
+static int guard_arena_alloc(int device, uint64_t bytes, uint64_t alignment, void **ptr_out) {
+  if (!ptr_out) return guard_fail(BP_ABI_ERR_INVALID, "arena_alloc: ptr_out is NULL");
+  if (device < 0 || device >= GUARD_DEVICES)
+    return guard_fail(BP_ABI_ERR_INVALID, "arena_alloc: no device %d (0..%d)", device,
+                      GUARD_DEVICES - 1);
+  if (bytes == 0 || alignment < 256 || (alignment & (alignment - 1)))
+    return guard_fail(BP_ABI_ERR_INVALID, "arena_alloc: %llu bytes aligned to %llu",
+                      (unsigned long long)bytes, (unsigned long long)alignment);
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  const size_t align = alignment > page ? (size_t)alignment : page;
+  const size_t length = ((size_t)bytes + page - 1) / page * page + align;
+  arena *a = calloc(1, sizeof *a);
+  if (!a) return guard_fail(BP_ABI_ERR_NOMEM, "arena_alloc: out of memory");
+  pthread_mutex_lock(&window_mu);
+  const int prot = window_open ? PROT_READ | PROT_WRITE : PROT_NONE;
+  a->map = mmap(NULL, length, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (a->map == MAP_FAILED) {
+    pthread_mutex_unlock(&window_mu);
+    free(a);
+    return guard_fail(BP_ABI_ERR_NOMEM, "arena_alloc: mmap: %s", strerror(errno));
+  }
+  a->length = length;
+  a->ptr = (void *)(((uintptr_t)a->map + align - 1) / align * align);
+  a->next = arenas;
+  arenas = a;
+  stats.arenas++;
+  pthread_mutex_unlock(&window_mu);
+  *ptr_out = a->ptr; /* zero-filled */
+  return BP_ABI_OK;
+}
+
+static void guard_arena_free(int device, void *ptr, uint64_t bytes) {
+  (void)device;
+  (void)bytes;
+  if (!ptr) return;
+  pthread_mutex_lock(&window_mu);
+  arena **link = &arenas;
+  while (*link && (*link)->ptr != ptr) link = &(*link)->next;
+  arena *a = *link;
+  if (a) {
+    *link = a->next;
+    munmap(a->map, a->length);
+    stats.arenas--;
+  }
+  pthread_mutex_unlock(&window_mu);
+  free(a);
+}
+
+/* ---- events ------------------------------------------------------------------ */
+
+struct bp_abi_event {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t recorded, completed; /* sequence numbers */
+  int recorded_role;            /* the role of the stream of the last record */
+  double done_ms;
+};
+
+static int guard_event_create(int device, bp_abi_event **out) {
+  if (!out) return guard_fail(BP_ABI_ERR_INVALID, "event_create: event_out is NULL");
+  if (device < 0 || device >= GUARD_DEVICES)
+    return guard_fail(BP_ABI_ERR_INVALID, "event_create: no device %d", device);
+  bp_abi_event *e = calloc(1, sizeof *e);
+  if (!e) return guard_fail(BP_ABI_ERR_NOMEM, "event_create: out of memory");
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv, NULL);
+  e->recorded_role = -1;
+  *out = e;
+  return BP_ABI_OK;
+}
+
+static void guard_event_destroy(bp_abi_event *e) {
+  if (!e) return;
+  pthread_cond_destroy(&e->cv);
+  pthread_mutex_destroy(&e->mu);
+  free(e);
+}
+
+static void event_wait_for(bp_abi_event *e, uint64_t seq) {
+  pthread_mutex_lock(&e->mu);
+  while (e->completed < seq) pthread_cond_wait(&e->cv, &e->mu);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- streams ----------------------------------------------------------------- */
+
+typedef enum { TASK_HOST, TASK_COPY, TASK_RECORD, TASK_WAIT } task_kind;
+
+typedef struct task {
+  struct task *next;
+  task_kind kind;
+  void (*fn)(void *);
+  void *arg;
+  void *dst;
+  const void *src;
+  uint64_t bytes;
+  bp_abi_event *event;
+  uint64_t seq;
+} task;
+
+struct bp_abi_stream {
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work, cv_idle;
+  task *head, *tail;
+  uint64_t enqueued, completed;
+  int stop, role, device;
+  pthread_t thread;
+};
+
+static _Thread_local bp_abi_stream *current_stream;
+
+static void task_run(const task *t) {
+  switch (t->kind) {
+  case TASK_HOST:
+    window_enter();
+    t->fn(t->arg);
+    window_leave();
+    break;
+  case TASK_COPY:
+    window_enter();
+    if (t->bytes) memmove(t->dst, t->src, (size_t)t->bytes);
+    window_leave();
+    break;
+  case TASK_RECORD:
+    pthread_mutex_lock(&t->event->mu);
+    if (t->seq > t->event->completed) t->event->completed = t->seq;
+    t->event->done_ms = now_ms();
+    pthread_cond_broadcast(&t->event->cv);
+    pthread_mutex_unlock(&t->event->mu);
+    break;
+  case TASK_WAIT:
+    event_wait_for(t->event, t->seq);
+    break;
+  }
+}
+
+static void *worker(void *arg) {
+  bp_abi_stream *s = arg;
+  current_stream = s;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->head && !s->stop) pthread_cond_wait(&s->cv_work, &s->mu);
+    if (!s->head) break;
+    task *t = s->head;
+    s->head = t->next;
+    if (!s->head) s->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    task_run(t);
+    free(t);
+    pthread_mutex_lock(&s->mu);
+    if (++s->completed == s->enqueued) pthread_cond_broadcast(&s->cv_idle);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+static int push(bp_abi_stream *s, task *t) {
+  if (!t) return guard_fail(BP_ABI_ERR_NOMEM, "out of memory");
+  pthread_mutex_lock(&s->mu);
+  if (s->tail)
+    s->tail->next = t;
+  else
+    s->head = t;
+  s->tail = t;
+  s->enqueued++;
+  pthread_cond_signal(&s->cv_work);
+  pthread_mutex_unlock(&s->mu);
+  return BP_ABI_OK;
+}
+
+static task *task_new(task_kind kind) {
+  task *t = calloc(1, sizeof *t);
+  if (t) t->kind = kind;
+  return t;
+}
+
+static int guard_stream_create(int device, int role, bp_abi_stream **out) {
+  if (!out) return guard_fail(BP_ABI_ERR_INVALID, "stream_create: stream_out is NULL");
+  if (device < 0 || device >= GUARD_DEVICES)
+    return guard_fail(BP_ABI_ERR_INVALID, "stream_create: no device %d", device);
+  if (role < BP_ABI_STREAM_COMPUTE || role > BP_ABI_STREAM_UPDATE)
+    return guard_fail(BP_ABI_ERR_INVALID, "stream_create: unknown role %d", role);
+  bp_abi_stream *s = calloc(1, sizeof *s);
+  if (!s) return guard_fail(BP_ABI_ERR_NOMEM, "stream_create: out of memory");
+  s->role = role;
+  s->device = device;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv_work, NULL);
+  pthread_cond_init(&s->cv_idle, NULL);
+  int rc = pthread_create(&s->thread, NULL, worker, s);
+  if (rc != 0) {
+    free(s);
+    return guard_fail(BP_ABI_ERR_DEVICE, "stream_create: %s", strerror(rc));
+  }
+  *out = s;
+  return BP_ABI_OK;
+}
+
+static void guard_stream_destroy(bp_abi_stream *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  s->stop = 1;
+  pthread_cond_signal(&s->cv_work);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  pthread_cond_destroy(&s->cv_idle);
+  pthread_cond_destroy(&s->cv_work);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+static int guard_stream_synchronize(bp_abi_stream *s) {
+  if (!s) return guard_fail(BP_ABI_ERR_INVALID, "stream_synchronize: stream is NULL");
+  if (current_stream == s)
+    return guard_fail(BP_ABI_ERR_INVALID, "stream_synchronize: from the stream's own task");
+  pthread_mutex_lock(&s->mu);
+  while (s->completed != s->enqueued) pthread_cond_wait(&s->cv_idle, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  return BP_ABI_OK;
+}
+
+static int guard_stream_enqueue_host(bp_abi_stream *s, void (*fn)(void *), void *arg) {
+  if (!s || !fn) return guard_fail(BP_ABI_ERR_INVALID, "stream_enqueue_host: NULL argument");
+  count(s->role == BP_ABI_STREAM_COMPUTE ? &stats.compute_host_tasks : &stats.other_host_tasks);
+  task *t = task_new(TASK_HOST);
+  if (t) {
+    t->fn = fn;
+    t->arg = arg;
+  }
+  return push(s, t);
+}
+
+static void *guard_stream_native(bp_abi_stream *s) { return s; }
+
+static int guard_event_record(bp_abi_event *e, bp_abi_stream *s) {
+  if (!e || !s) return guard_fail(BP_ABI_ERR_INVALID, "event_record: NULL argument");
+  task *t = task_new(TASK_RECORD);
+  if (!t) return guard_fail(BP_ABI_ERR_NOMEM, "event_record: out of memory");
+  pthread_mutex_lock(&e->mu);
+  t->seq = ++e->recorded;
+  e->recorded_role = s->role;
+  pthread_mutex_unlock(&e->mu);
+  t->event = e;
+  return push(s, t);
+}
+
+static int guard_stream_wait_event(bp_abi_stream *s, bp_abi_event *e) {
+  if (!s || !e) return guard_fail(BP_ABI_ERR_INVALID, "stream_wait_event: NULL argument");
+  pthread_mutex_lock(&e->mu);
+  const uint64_t seq = e->recorded;
+  const int from = e->recorded_role;
+  pthread_mutex_unlock(&e->mu);
+  if (seq == 0) return BP_ABI_OK; /* never recorded */
+  if (s->role == BP_ABI_STREAM_COMPUTE && from == BP_ABI_STREAM_TRANSFER)
+    count(&stats.compute_waits_on_transfer);
+  task *t = task_new(TASK_WAIT);
+  if (!t) return guard_fail(BP_ABI_ERR_NOMEM, "stream_wait_event: out of memory");
+  t->event = e;
+  t->seq = seq;
+  return push(s, t);
+}
+
+static int guard_event_synchronize(bp_abi_event *e) {
+  if (!e) return guard_fail(BP_ABI_ERR_INVALID, "event_synchronize: event is NULL");
+  pthread_mutex_lock(&e->mu);
+  const uint64_t seq = e->recorded;
+  pthread_mutex_unlock(&e->mu);
+  event_wait_for(e, seq);
+  return BP_ABI_OK;
+}
+
+static int guard_event_elapsed_ms(bp_abi_event *a, bp_abi_event *b, float *ms) {
+  if (!a || !b || !ms) return guard_fail(BP_ABI_ERR_INVALID, "event_elapsed_ms: NULL argument");
+  *ms = (float)(b->done_ms - a->done_ms);
+  return BP_ABI_OK;
+}
+
+static int copy(const char *what, void *dst, const void *src, uint64_t bytes, bp_abi_stream *s,
+                uint64_t *counter) {
+  if (!s) return guard_fail(BP_ABI_ERR_INVALID, "%s: stream is NULL", what);
+  if (bytes && (!dst || !src)) return guard_fail(BP_ABI_ERR_INVALID, "%s: NULL pointer", what);
+  count(counter);
+  task *t = task_new(TASK_COPY);
+  if (t) {
+    t->dst = dst;
+    t->src = src;
+    t->bytes = bytes;
+  }
+  return push(s, t);
+}
+
+static int guard_copy_h2d(void *dst, const void *src, uint64_t bytes, bp_abi_stream *s) {
+  return copy("copy_h2d", dst, src, bytes, s,
+              s && s->role == BP_ABI_STREAM_TRANSFER ? &stats.h2d_transfer : &stats.h2d_other);
+}
+static int guard_copy_d2h(void *dst, const void *src, uint64_t bytes, bp_abi_stream *s) {
+  return copy("copy_d2h", dst, src, bytes, s, &stats.d2h);
+}
+static int guard_copy_d2d(void *dst, const void *src, uint64_t bytes, bp_abi_stream *s) {
+  return copy("copy_d2d", dst, src, bytes, s, &stats.d2d);
+}
+
+static int guard_host_alloc_pinned(uint64_t bytes, void **out) {
+  if (!out || bytes == 0) return guard_fail(BP_ABI_ERR_INVALID, "host_alloc_pinned: bad argument");
+  void *p = NULL;
+  if (posix_memalign(&p, 256, (size_t)bytes) != 0)
+    return guard_fail(BP_ABI_ERR_NOMEM, "host_alloc_pinned: out of memory");
+  *out = p;
+  return BP_ABI_OK;
+}
+
+static void guard_host_free_pinned(void *p) { free(p); }
+
+static int guard_device_count(int *out) {
+  if (!out) return guard_fail(BP_ABI_ERR_INVALID, "device_count: NULL");
+  *out = GUARD_DEVICES;
+  return BP_ABI_OK;
+}
+
+/* ---- the tests' extension ------------------------------------------------------ */
+
+static void guard_read_stats(guard_stats *out) {
+  pthread_mutex_lock(&window_mu);
+  *out = stats;
+  pthread_mutex_unlock(&window_mu);
+}
+
+static const guard_ext ext = {
+    .header = {.struct_size = sizeof(guard_ext), .type = GUARD_EXT_TYPE, .next = NULL},
+    .read_stats = guard_read_stats,
+};
+
+static const bp_abi_device device = {
+    .struct_size = sizeof(bp_abi_device),
+    .kind = "guarded",
+    .device_count = guard_device_count,
+    .arena_alloc = guard_arena_alloc,
+    .arena_free = guard_arena_free,
+    .stream_create = guard_stream_create,
+    .stream_destroy = guard_stream_destroy,
+    .stream_synchronize = guard_stream_synchronize,
+    .stream_enqueue_host = guard_stream_enqueue_host,
+    .stream_native = guard_stream_native,
+    .event_create = guard_event_create,
+    .event_destroy = guard_event_destroy,
+    .event_record = guard_event_record,
+    .stream_wait_event = guard_stream_wait_event,
+    .event_synchronize = guard_event_synchronize,
+    .event_elapsed_ms = guard_event_elapsed_ms,
+    .copy_h2d = guard_copy_h2d,
+    .copy_d2h = guard_copy_d2h,
+    .copy_d2d = guard_copy_d2d,
+    .host_alloc_pinned = guard_host_alloc_pinned,
+    .host_free_pinned = guard_host_free_pinned,
+    .last_error = guard_last_error,
+    .extensions = &ext.header,
+#ifdef GUARD_CLAIMS_HOST
+    /* a lie, for the test that the guard catches the host's own accesses */
+    .flags = BP_ABI_DEVICE_HOST_ACCESSIBLE,
+#else
+    .flags = BP_ABI_DEVICE_HOST_TASK_KERNELS,
+#endif
+    .kernel_kind = "cpu",
+};
+
+static int init(const bp_abi_host *host) { return host->register_device(host->ctx, &device); }
+
+static const bp_abi_module module = {
+    .struct_size = sizeof(bp_abi_module),
+    .abi_major = BP_ABI_MAJOR,
+    .abi_minor_built = BP_ABI_MINOR,
+    .abi_minor_required = 4,
+    .name = "device-guarded",
+    .version = "0.0.0",
+    .build_id = "test",
+    .init = init,
+};
+
+BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void);
+BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void) { return &module; }

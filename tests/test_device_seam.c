@@ -1,0 +1,368 @@
+/* The device seam: the trainer reaches arena memory only through the device
+ * plugin. Proven on the "guarded" test device (tests/modules/guarddev.c),
+ * whose arenas are PROT_NONE outside the plugin's own copies and stream
+ * tasks and which runs the cpu kernels: a host load or store of an arena
+ * anywhere else is a SIGSEGV. On it, training (the MLP, the CNN, a model
+ * with batch norm), evaluation, checkpoint, resume and read-tensor work and
+ * match the cpu device bit for bit, on 1 rank and on 2; the batches travel
+ * through pinned staging and the transfer stream, and the compute stream
+ * waits for them on events. Data: small generated MNIST-format sets. */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blueprint/plan.h"
+#include "blueprint/registry.h"
+#include "blueprint/train.h"
+#include "modules/guarddev.h"
+#include "run_util.h"
+
+#ifndef BP_GUARDED_DIR
+#error "BP_GUARDED_DIR: the directory of the guarded test device"
+#endif
+
+static bp_registry *registry; /* discovery plus the guarded device, shared by every trainer */
+
+static void registry_open(void) {
+  if (registry) return;
+  const char *paths[] = {BP_GUARDED_DIR};
+  ck_assert_int_eq(bp_registry_create(&registry), BP_OK);
+  ck_assert_msg(bp_registry_discover(registry, paths, 1) == BP_OK, "%s", bp_last_error());
+  ck_assert_ptr_nonnull(bp_registry_find_device(registry, "guarded"));
+}
+
+static const bp_abi_device *guarded(void) {
+  registry_open();
+  return bp_registry_find_device(registry, "guarded");
+}
+
+static guard_stats stats_now(void) {
+  const bp_abi_ext_header *e = guarded()->extensions;
+  while (e && e->type != GUARD_EXT_TYPE) e = e->next;
+  ck_assert_ptr_nonnull(e);
+  guard_stats s;
+  ((const guard_ext *)(const void *)e)->read_stats(&s);
+  return s;
+}
+
+/* ---- the guard itself ------------------------------------------------------------ */
+
+static void touch(void *arg) { *(volatile float *)arg = 2.0f; }
+
+/* Inside a stream task the arena is reachable; afterwards the copy back
+ * shows the task's store. */
+START_TEST(a_stream_task_reaches_the_arena_and_a_copy_reads_it) {
+  const bp_abi_device *d = guarded();
+  void *arena = NULL;
+  bp_abi_stream *s = NULL;
+  ck_assert_int_eq(d->arena_alloc(1, 4096, 256, &arena), BP_ABI_OK);
+  ck_assert_int_eq(d->stream_create(1, BP_ABI_STREAM_COMPUTE, &s), BP_ABI_OK);
+  ck_assert_int_eq(d->stream_enqueue_host(s, touch, arena), BP_ABI_OK);
+  float back = 0;
+  ck_assert_int_eq(d->copy_d2h(&back, arena, sizeof back, s), BP_ABI_OK);
+  ck_assert_int_eq(d->stream_synchronize(s), BP_ABI_OK);
+  ck_assert(back == 2.0f);
+  d->stream_destroy(s);
+  d->arena_free(1, arena, 4096);
+}
+END_TEST
+
+/* Outside the plugin's work a host store is a fault: the test can fail. */
+START_TEST(a_host_store_into_the_arena_faults) {
+  const bp_abi_device *d = guarded();
+  void *arena = NULL;
+  ck_assert_int_eq(d->arena_alloc(0, 4096, 256, &arena), BP_ABI_OK);
+  touch(arena);
+  ck_abort_msg("the store did not fault");
+}
+END_TEST
+
+/* The same device claiming host access: the trainer then fills the arena
+ * with its own stores, and the first one faults. The guard catches what
+ * the seam must avoid. */
+START_TEST(the_host_path_on_a_guarded_arena_faults) {
+  const char *paths[] = {BP_GUARDED_HOST_DIR};
+  bp_registry *r = NULL;
+  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
+  ck_assert_int_eq(bp_registry_discover(r, paths, 1), BP_OK);
+  toy_env e = toy_env_open(TOY_BN_MODEL_LAYERS "train: {batch: 8, eval_batch: 8, epochs: 1}\n",
+                           16, 8, 1);
+  bp_train_options o;
+  bp_train_options_init(&o);
+  o.registry = r;
+  o.device = "guarded";
+  o.data_dir = e.data;
+  bp_trainer *t = NULL;
+  bp_trainer_create_from_file(e.model, &o, &t);
+  ck_abort_msg("creating the trainer did not fault: %s", bp_last_error());
+}
+END_TEST
+
+/* ---- training --------------------------------------------------------------------- */
+
+static const char bn_model[] =
+    TOY_BN_MODEL_LAYERS "train: {batch: 24, eval_batch: 20, epochs: 2, lr: 0.02}\n";
+
+typedef struct run_opts {
+  const char *device;
+  int ranks;
+  int64_t batch;
+  int64_t stop_after;   /* 0: run every epoch */
+  const char *checkpoint, *resume;
+  const char *devices;
+} run_opts;
+
+static bp_trainer *make(const char *model, const char *data, const run_opts *r) {
+  registry_open();
+  bp_train_options o;
+  bp_train_options_init(&o);
+  o.registry = registry;
+  o.device = r->device;
+  o.devices = r->devices;
+  o.ranks = r->ranks;
+  o.data_dir = data;
+  o.epochs = 2;
+  o.batch = r->batch;
+  o.eval_batch = 20;
+  o.train_limit = 100;
+  o.test_limit = 30;
+  o.seed = 3;
+  o.stop_after_steps = r->stop_after;
+  o.checkpoint_path = r->checkpoint;
+  o.resume_path = r->resume;
+  bp_trainer *t = NULL;
+  bp_status st = bp_trainer_create_from_file(model, &o, &t);
+  ck_assert_msg(st == BP_OK, "create on %s: %s", r->device, bp_last_error());
+  return t;
+}
+
+/* The reports of every epoch a run trains (at most 4). */
+typedef struct reports {
+  bp_epoch_report r[4];
+  int n;
+} reports;
+
+static void keep(void *user, const bp_epoch_report *r) {
+  reports *k = user;
+  if (k->n < 4) k->r[k->n++] = *r;
+}
+
+static void train_all(bp_trainer *t, reports *k) {
+  ck_assert_msg(bp_trainer_train(t, keep, k) == BP_OK, "train: %s", bp_last_error());
+}
+
+/* Every FP32 tensor of the state regions (B .. V: BN statistics,
+ * parameters, optimizer moments), on every local rank, bit for bit. */
+static void same_state(bp_trainer *a, bp_trainer *b) {
+  const bp_plan *p = bp_trainer_plan(a);
+  int compared = 0;
+  for (int rank = 0; rank < bp_trainer_local_ranks(a); rank++)
+    for (int32_t id = 0; id < bp_plan_tensor_count(p); id++) {
+      const bp_dtensor *d = bp_plan_tensor(p, 0, id);
+      if (d->dtype != BP_DTYPE_FP32 || d->region > BP_REGION_V_CONV_DEEP ||
+          d->region == BP_REGION_R ||
+          (d->region >= BP_REGION_G_BN_BIAS && d->region <= BP_REGION_G_CONV_DEEP))
+        continue;
+      const uint64_t n = bp_dtensor_host_elems(d);
+      float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+      ck_assert(x && y);
+      ck_assert_msg(bp_trainer_read_rank_tensor(a, rank, d->name, x, n) == BP_OK, "%s",
+                    bp_last_error());
+      ck_assert_msg(bp_trainer_read_rank_tensor(b, rank, d->name, y, n) == BP_OK, "%s",
+                    bp_last_error());
+      ck_assert_msg(memcmp(x, y, (size_t)n * sizeof *x) == 0, "rank %d: tensor %s differs", rank,
+                    d->name);
+      free(x);
+      free(y);
+      compared++;
+    }
+  ck_assert_int_ge(compared, 2);
+}
+
+static void same_reports(const reports *a, const reports *b) {
+  ck_assert_int_eq(a->n, b->n);
+  for (int i = 0; i < a->n; i++) {
+    ck_assert_int_eq(a->r[i].samples, b->r[i].samples);
+    ck_assert_msg(a->r[i].train_loss == b->r[i].train_loss, "epoch %d: train loss %.9g vs %.9g",
+                  i + 1, a->r[i].train_loss, b->r[i].train_loss);
+    ck_assert(a->r[i].train_accuracy == b->r[i].train_accuracy);
+    ck_assert_msg(a->r[i].test_loss == b->r[i].test_loss, "epoch %d: test loss %.9g vs %.9g",
+                  i + 1, a->r[i].test_loss, b->r[i].test_loss);
+    ck_assert(a->r[i].test_accuracy == b->r[i].test_accuracy);
+    ck_assert(isfinite(a->r[i].train_loss));
+  }
+}
+
+/* `model` trained on cpu and on guarded with `ranks` ranks: the same
+ * reports, the same state, the same evaluation, the same checkpoint file. */
+static void check_model(const char *model, int ranks, int64_t batch) {
+  toy_env e = toy_env_open(bn_model, 100, 30, 7);
+  char *ck_cpu = path_in(e.dir, "cpu.ckpt"), *ck_dev = path_in(e.dir, "guarded.ckpt");
+  const char *m = model ? model : e.model;
+  if (strcmp(m, "mlp") == 0) m = e.mlp;
+  const guard_stats before = stats_now();
+  reports rc = {0}, rg = {0};
+  bp_trainer *c = make(m, e.data, &(run_opts){"cpu", ranks, batch, 0, ck_cpu, NULL, NULL});
+  bp_trainer *g = make(m, e.data, &(run_opts){"guarded", ranks, batch, 0, ck_dev, NULL, NULL});
+  train_all(c, &rc);
+  train_all(g, &rg);
+  ck_assert_int_eq(rc.n, 2);
+  same_reports(&rc, &rg);
+  same_state(c, g);
+  bp_eval_report ec, eg;
+  ck_assert_int_eq(bp_trainer_evaluate(c, &ec), BP_OK);
+  ck_assert_msg(bp_trainer_evaluate(g, &eg) == BP_OK, "%s", bp_last_error());
+  ck_assert(ec.loss == eg.loss && ec.accuracy == eg.accuracy && ec.samples == eg.samples);
+  ck_assert_msg(same_file(ck_cpu, ck_dev), "the checkpoints differ");
+  /* the batches went through the transfer stream and compute waited on them */
+  const guard_stats after = stats_now();
+  const uint64_t steps = (uint64_t)bp_trainer_state(g).global_step;
+  ck_assert_uint_ge(after.h2d_transfer - before.h2d_transfer, 2 * steps * (uint64_t)ranks);
+  ck_assert_uint_ge(after.compute_waits_on_transfer - before.compute_waits_on_transfer,
+                    steps * (uint64_t)ranks);
+  ck_assert_uint_ge(after.compute_host_tasks - before.compute_host_tasks, steps * (uint64_t)ranks);
+  ck_assert_uint_eq(after.h2d_other, before.h2d_other); /* every upload on a transfer stream */
+  bp_trainer_destroy(c);
+  bp_trainer_destroy(g);
+  ck_assert_uint_eq(stats_now().arenas, before.arenas); /* every arena freed */
+  free(ck_cpu);
+  free(ck_dev);
+  toy_env_close(&e);
+}
+
+START_TEST(the_mlp_trains_on_the_guarded_device_as_on_cpu) { check_model("mlp", 1, 16); }
+END_TEST
+
+START_TEST(batch_norm_trains_on_the_guarded_device_as_on_cpu) { check_model(NULL, 1, 24); }
+END_TEST
+
+START_TEST(two_ranks_train_on_the_guarded_device_as_on_cpu) {
+  check_model(NULL, 2, 24);
+  check_model("mlp", 2, 16);
+}
+END_TEST
+
+START_TEST(the_cnn_trains_on_the_guarded_device_as_on_cpu) {
+  char *cnn = NULL;
+  const char *src = getenv("BP_SOURCE_DIR");
+  ck_assert_ptr_nonnull(src);
+  cnn = malloc(strlen(src) + 32);
+  sprintf(cnn, "%s/models/cnn.yaml", src);
+  check_model(cnn, 1, 16);
+  free(cnn);
+}
+END_TEST
+
+/* Stopped after 3 steps, checkpointed and resumed on the guarded device:
+ * the end state is the cpu device's uninterrupted run's. */
+START_TEST(a_resumed_run_on_the_guarded_device_ends_as_on_cpu) {
+  toy_env e = toy_env_open(bn_model, 100, 30, 7);
+  char *ck = path_in(e.dir, "stop.ckpt");
+  reports rc = {0}, r1 = {0}, r2 = {0};
+  bp_trainer *c = make(e.model, e.data, &(run_opts){"cpu", 1, 24, 0, NULL, NULL, NULL});
+  train_all(c, &rc);
+  bp_trainer *g = make(e.model, e.data, &(run_opts){"guarded", 1, 24, 3, ck, NULL, NULL});
+  train_all(g, &r1);
+  ck_assert_int_eq(bp_trainer_state(g).global_step, 3);
+  bp_trainer_destroy(g);
+  g = make(e.model, e.data, &(run_opts){"guarded", 1, 24, 0, NULL, ck, NULL});
+  ck_assert_int_eq(bp_trainer_state(g).global_step, 3);
+  train_all(g, &r2);
+  same_state(c, g);
+  ck_assert(rc.r[1].test_loss == r2.r[r2.n - 1].test_loss);
+  bp_trainer_destroy(c);
+  bp_trainer_destroy(g);
+  free(ck);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* Ranks map to devices; a list names them; a bad list is refused. */
+START_TEST(a_devices_list_maps_ranks_and_a_bad_one_is_refused) {
+  toy_env e = toy_env_open(bn_model, 100, 30, 7);
+  reports a = {0}, b = {0};
+  bp_trainer *one = make(e.model, e.data, &(run_opts){"guarded", 2, 24, 0, NULL, NULL, "1,0"});
+  bp_trainer *two = make(e.model, e.data, &(run_opts){"guarded", 2, 24, 0, NULL, NULL, NULL});
+  train_all(one, &a);
+  train_all(two, &b);
+  same_reports(&a, &b);
+  bp_trainer_destroy(one);
+  bp_trainer_destroy(two);
+  bp_train_options o;
+  bp_train_options_init(&o);
+  o.registry = registry;
+  o.device = "guarded";
+  o.devices = "0,7";
+  o.data_dir = e.data;
+  bp_trainer *t = NULL;
+  ck_assert_int_eq(bp_trainer_create_from_file(e.model, &o, &t), BP_ERR_INVALID);
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "devices '0,7'"));
+  o.devices = NULL;
+  o.device = "nosuch";
+  ck_assert_int_eq(bp_trainer_create_from_file(e.model, &o, &t), BP_ERR_INVALID);
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "unknown device 'nosuch'"));
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "guarded"));
+  o.device = "guarded";
+  o.autotune = 1;
+  ck_assert_int_eq(bp_trainer_create_from_file(e.model, &o, &t), BP_ERR_UNSUPPORTED);
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "autotune"));
+  toy_env_close(&e);
+}
+END_TEST
+
+/* The command line reaches the device through --plugin and --device, and
+ * prints what the cpu device prints, timings aside. */
+START_TEST(blueprint_train_runs_on_the_guarded_device) {
+  toy_env e = toy_env_open(bn_model, 100, 30, 7);
+  char *m_cpu = path_in(e.dir, "cpu.jsonl"), *m_dev = path_in(e.dir, "guarded.jsonl");
+  run_result c = RUN("train", e.model, "--data", e.data, "--epochs", "1", "--train-limit", "60",
+                     "--quiet", "--metrics", m_cpu, "--ranks", "2");
+  ck_assert_msg(c.status == 0, "%s", c.err);
+  run_result g = RUN("train", e.model, "--data", e.data, "--epochs", "1", "--train-limit", "60",
+                     "--quiet", "--metrics", m_dev, "--ranks", "2", "--plugin", BP_GUARDED_DIR,
+                     "--device", "guarded", "--devices", "1,0");
+  ck_assert_msg(g.status == 0, "%s", g.err);
+  const char *keys[] = {"train_loss", "test_loss", "test_accuracy"};
+  for (int i = 0; i < 3; i++) {
+    const double a = jsonl_number(m_cpu, "epoch", 0, keys[i], NULL);
+    const double b = jsonl_number(m_dev, "epoch", 0, keys[i], NULL);
+    ck_assert_msg(isfinite(a) && a == b, "%s: %g on cpu, %g on guarded", keys[i], a, b);
+  }
+  run_free(&c);
+  run_free(&g);
+  free(m_cpu);
+  free(m_dev);
+  toy_env_close(&e);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("device_seam");
+  TCase *g = tcase_create("guard");
+  tcase_add_test(g, a_stream_task_reaches_the_arena_and_a_copy_reads_it);
+  tcase_add_test_raise_signal(g, a_host_store_into_the_arena_faults, SIGSEGV);
+  tcase_add_test_raise_signal(g, the_host_path_on_a_guarded_arena_faults, SIGSEGV);
+  suite_add_tcase(s, g);
+  TCase *t = tcase_create("train");
+  tcase_set_timeout(t, 600);
+  tcase_add_test(t, the_mlp_trains_on_the_guarded_device_as_on_cpu);
+  tcase_add_test(t, batch_norm_trains_on_the_guarded_device_as_on_cpu);
+  tcase_add_test(t, two_ranks_train_on_the_guarded_device_as_on_cpu);
+  tcase_add_test(t, the_cnn_trains_on_the_guarded_device_as_on_cpu);
+  tcase_add_test(t, a_resumed_run_on_the_guarded_device_ends_as_on_cpu);
+  tcase_add_test(t, a_devices_list_maps_ranks_and_a_bad_one_is_refused);
+  tcase_add_test(t, blueprint_train_runs_on_the_guarded_device);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(suite());
+  srunner_run_all(r, CK_NORMAL);
+  const int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
