@@ -10,6 +10,7 @@ packages=(
   zlib1g-dev                                     # gzip'd IDX data
   libopenblas-dev                                # ops/blas GEMM kernels (OpenBLAS)
   libdnnl-dev                                    # ops/blas GEMM kernels (oneDNN, bp_ops_dnnl)
+  libxnnpack-dev libpthreadpool-dev              # ops/xnnpack forward kernels (bp_ops_xnnpack)
   libopenmpi-dev openmpi-bin                     # mpirun ranks (ops/allreduce mpi)
   dataset-fashion-mnist                          # default data set (test_data_fashion_mnist)
   python3                                        # JSON checks in the CLI tests

@@ -4,7 +4,8 @@
 #   ci/test.sh sanitize   clang, AddressSanitizer + UndefinedBehaviorSanitizer, in build-sanitize/
 #   ci/test.sh thread     clang, ThreadSanitizer, in build-tsan/: the suites whose
 #                         threads share memory (ranks, all-reduce, loader, resume,
-#                         the per-rank thread pool, kernel state under two ranks)
+#                         the per-rank thread pool, kernel state under two ranks,
+#                         the device seam's streams and staging)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-normal}
@@ -32,7 +33,7 @@ case "$mode" in
     # BLAS kernels take the rank's count) OpenBLAS runs in the calling rank,
     # where every write is ordered by our own barriers and checked
     export BP_THREADS=1
-    filter=(-R "^(test_allreduce|test_train_ranks|test_data_loader|test_train_resume|test_threads|test_kernel_state)$")
+    filter=(-R "^(test_allreduce|test_train_ranks|test_data_loader|test_train_resume|test_threads|test_kernel_state|test_device_seam)$")
     ;;
   *) echo "ci/test.sh: unknown mode '$mode' (normal, sanitize or thread)" >&2; exit 2 ;;
 esac

@@ -13,11 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "blueprint/plan.h"
 #include "blueprint/registry.h"
 #include "blueprint/train.h"
 #include "modules/guarddev.h"
+#include "modules/state_module.h"
 #include "run_util.h"
 
 #ifndef BP_GUARDED_DIR
@@ -70,34 +73,61 @@ START_TEST(a_stream_task_reaches_the_arena_and_a_copy_reads_it) {
 }
 END_TEST
 
-/* Outside the plugin's work a host store is a fault: the test can fail. */
-START_TEST(a_host_store_into_the_arena_faults) {
+/* Runs fn in a child process and asserts that it died of a memory fault:
+ * SIGSEGV, or under a sanitizer, which turns the fault into its report,
+ * SIGABRT (abort_on_error) or exit status 66 (ThreadSanitizer's). A child
+ * that returns exits 0, and fails the test. */
+static void expect_fault(void (*fn)(void), const char *what) {
+  fflush(NULL);
+  const pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    fn();
+    _exit(0);
+  }
+  int status = 0;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  const int faulted = (WIFSIGNALED(status) && (WTERMSIG(status) == SIGSEGV ||
+                                               WTERMSIG(status) == SIGABRT)) ||
+                      (WIFEXITED(status) && WEXITSTATUS(status) == 66);
+  ck_assert_msg(faulted, "%s: no fault (status %#x)", what, (unsigned)status);
+}
+
+static void store_outside(void) {
   const bp_abi_device *d = guarded();
   void *arena = NULL;
-  ck_assert_int_eq(d->arena_alloc(0, 4096, 256, &arena), BP_ABI_OK);
+  if (d->arena_alloc(0, 4096, 256, &arena) != BP_ABI_OK) _exit(3);
   touch(arena);
-  ck_abort_msg("the store did not fault");
 }
+
+/* Outside the plugin's work a host store is a fault: the test can fail. */
+START_TEST(a_host_store_into_the_arena_faults) { expect_fault(store_outside, "a host store"); }
 END_TEST
 
 /* The same device claiming host access: the trainer then fills the arena
  * with its own stores, and the first one faults. The guard catches what
  * the seam must avoid. */
-START_TEST(the_host_path_on_a_guarded_arena_faults) {
+static toy_env host_env;
+
+static void create_on_lying_device(void) {
   const char *paths[] = {BP_GUARDED_HOST_DIR};
   bp_registry *r = NULL;
-  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
-  ck_assert_int_eq(bp_registry_discover(r, paths, 1), BP_OK);
-  toy_env e = toy_env_open(TOY_BN_MODEL_LAYERS "train: {batch: 8, eval_batch: 8, epochs: 1}\n",
-                           16, 8, 1);
+  if (bp_registry_create(&r) != BP_OK || bp_registry_discover(r, paths, 1) != BP_OK) _exit(3);
   bp_train_options o;
   bp_train_options_init(&o);
   o.registry = r;
   o.device = "guarded";
-  o.data_dir = e.data;
+  o.data_dir = host_env.data;
   bp_trainer *t = NULL;
-  bp_trainer_create_from_file(e.model, &o, &t);
-  ck_abort_msg("creating the trainer did not fault: %s", bp_last_error());
+  bp_trainer_create_from_file(host_env.model, &o, &t);
+  fprintf(stderr, "created: %s\n", bp_last_error());
+}
+
+START_TEST(the_host_path_on_a_guarded_arena_faults) {
+  host_env = toy_env_open(TOY_BN_MODEL_LAYERS "train: {batch: 8, eval_batch: 8, epochs: 1}\n",
+                          16, 8, 1);
+  expect_fault(create_on_lying_device, "the trainer's host path");
+  toy_env_close(&host_env);
 }
 END_TEST
 
@@ -256,26 +286,92 @@ START_TEST(the_cnn_trains_on_the_guarded_device_as_on_cpu) {
 }
 END_TEST
 
-/* Stopped after 3 steps, checkpointed and resumed on the guarded device:
- * the end state is the cpu device's uninterrupted run's. */
-START_TEST(a_resumed_run_on_the_guarded_device_ends_as_on_cpu) {
+/* Write-tensor and read-tensor round trip through the device, on every
+ * rank, and the written weights take part in the next evaluation as on cpu. */
+START_TEST(a_written_tensor_reads_back_and_counts_as_on_cpu) {
   toy_env e = toy_env_open(bn_model, 100, 30, 7);
-  char *ck = path_in(e.dir, "stop.ckpt");
+  bp_trainer *t[2];
+  bp_eval_report r[2];
+  const char *dev[2] = {"cpu", "guarded"};
+  for (int i = 0; i < 2; i++) {
+    t[i] = make(e.model, e.data, &(run_opts){dev[i], 2, 24, 0, NULL, NULL, NULL});
+    const bp_plan *p = bp_trainer_plan(t[i]);
+    const bp_dtensor *d = bp_plan_tensor(p, 0, bp_plan_find_tensor(p, "fc.w"));
+    ck_assert_ptr_nonnull(d);
+    const uint64_t n = bp_dtensor_host_elems(d);
+    float *w = malloc((size_t)n * sizeof *w), *back = malloc((size_t)n * sizeof *back);
+    ck_assert(w && back);
+    for (uint64_t k = 0; k < n; k++) w[k] = (float)((k * 37) % 101) / 1000.0f - 0.05f;
+    ck_assert_msg(bp_trainer_write_tensor(t[i], "fc.w", w, n) == BP_OK, "%s", bp_last_error());
+    for (int rank = 0; rank < 2; rank++) {
+      ck_assert_int_eq(bp_trainer_read_rank_tensor(t[i], rank, "fc.w", back, n), BP_OK);
+      ck_assert(memcmp(w, back, (size_t)n * sizeof *w) == 0);
+    }
+    ck_assert_int_eq(bp_trainer_write_tensor(t[i], "fc.w", w, n - 1), BP_ERR_INVALID);
+    ck_assert_msg(bp_trainer_evaluate(t[i], &r[i]) == BP_OK, "%s", bp_last_error());
+    free(w);
+    free(back);
+  }
+  ck_assert(r[0].loss == r[1].loss && r[0].accuracy == r[1].accuracy);
+  bp_trainer_destroy(t[0]);
+  bp_trainer_destroy(t[1]);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* Double buffering: while step k runs, batch k+1 is taken from the loader
+ * (which filled its pinned staging meanwhile) and copied into the idle
+ * input buffer on the transfer stream, while the step is in flight on the
+ * compute stream. Every compute task sleeps 50 ms first
+ * (GUARD_COMPUTE_DELAY_MS), so that a slow machine cannot finish a step
+ * before the host has taken the next batch. */
+START_TEST(the_next_batch_is_uploaded_while_the_step_runs) {
+  setenv("GUARD_COMPUTE_DELAY_MS", "50", 1); /* this test's process only */
+  toy_env e = toy_env_open(bn_model, 100, 30, 7);
+  const guard_stats before = stats_now();
+  reports r = {0};
+  bp_trainer *g = make(e.mlp, e.data, &(run_opts){"guarded", 1, 16, 0, NULL, NULL, NULL});
+  train_all(g, &r);
+  const guard_stats after = stats_now();
+  const uint64_t steps = (uint64_t)bp_trainer_state(g).global_step;
+  const uint64_t overlapped = after.uploads_during_compute - before.uploads_during_compute;
+  printf("%llu input copies ran while the step before them ran, over %llu training steps\n",
+         (unsigned long long)overlapped, (unsigned long long)steps);
+  /* two copies (images, labels) a batch, and every step but each epoch's
+   * last has a next batch (an evaluation's batches too); uploads ordered
+   * after the steps would make 0 */
+  ck_assert_uint_ge(overlapped, 2 * (steps - 2));
+  bp_trainer_destroy(g);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* Stopped after 3 steps, checkpointed and resumed on the guarded device
+ * (1 rank, then 2): the end state is the cpu device's uninterrupted run's. */
+START_TEST(a_resumed_run_on_the_guarded_device_ends_as_on_cpu) {
+  const int ranks = _i + 1;
+  toy_env e = toy_env_open(bn_model, 100, 30, 7);
+  char *ck = path_in(e.dir, "stop.ckpt"), *ck_cpu = path_in(e.dir, "cpu.ckpt"),
+       *ck_end = path_in(e.dir, "end.ckpt");
   reports rc = {0}, r1 = {0}, r2 = {0};
-  bp_trainer *c = make(e.model, e.data, &(run_opts){"cpu", 1, 24, 0, NULL, NULL, NULL});
+  /* both ends checkpointed: on 2 ranks that gathers the moments (graph.h) */
+  bp_trainer *c = make(e.model, e.data, &(run_opts){"cpu", ranks, 24, 0, ck_cpu, NULL, NULL});
   train_all(c, &rc);
-  bp_trainer *g = make(e.model, e.data, &(run_opts){"guarded", 1, 24, 3, ck, NULL, NULL});
+  bp_trainer *g = make(e.model, e.data, &(run_opts){"guarded", ranks, 24, 3, ck, NULL, NULL});
   train_all(g, &r1);
   ck_assert_int_eq(bp_trainer_state(g).global_step, 3);
   bp_trainer_destroy(g);
-  g = make(e.model, e.data, &(run_opts){"guarded", 1, 24, 0, NULL, ck, NULL});
+  g = make(e.model, e.data, &(run_opts){"guarded", ranks, 24, 0, ck_end, ck, NULL});
   ck_assert_int_eq(bp_trainer_state(g).global_step, 3);
   train_all(g, &r2);
   same_state(c, g);
   ck_assert(rc.r[1].test_loss == r2.r[r2.n - 1].test_loss);
+  ck_assert_msg(same_file(ck_cpu, ck_end), "the final checkpoints differ");
   bp_trainer_destroy(c);
   bp_trainer_destroy(g);
   free(ck);
+  free(ck_cpu);
+  free(ck_end);
   toy_env_close(&e);
 }
 END_TEST
@@ -313,6 +409,46 @@ START_TEST(a_devices_list_maps_ranks_and_a_bad_one_is_refused) {
 }
 END_TEST
 
+/* A kernel's failure inside the device's stream task reaches the caller
+ * with its status and reason, and on 2 ranks stops both (no rank is left
+ * waiting in the all-reduce). The kernel: tests/modules/state.c, pinned. */
+START_TEST(a_kernel_failure_on_the_device_keeps_its_reason) {
+  const char *paths[] = {BP_GUARDED_DIR, BP_KERNEL_STATE_DIR};
+  bp_registry *r = NULL;
+  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
+  ck_assert_msg(bp_registry_discover(r, paths, 2) == BP_OK, "%s", bp_last_error());
+  tm_state_stats *stats = NULL;
+  for (int i = 0; i < bp_registry_kernel_count(r); i++) {
+    const bp_registered_kernel *k = bp_registry_kernel(r, i);
+    if (strcmp(k->kernel.op, "relu.fwd") == 0 && strcmp(k->kernel.impl, "stateful") == 0)
+      stats = k->kernel.user;
+  }
+  ck_assert_ptr_nonnull(stats);
+  toy_env e = toy_env_open(bn_model, 100, 30, 7);
+  bp_train_options o;
+  bp_train_options_init(&o);
+  o.registry = r;
+  o.device = "guarded";
+  o.ranks = 2;
+  o.data_dir = e.data;
+  o.train_limit = 48;
+  o.kernels = "relu.fwd=stateful";
+  bp_trainer *t = NULL;
+  ck_assert_msg(bp_trainer_create_from_file(e.mlp, &o, &t) == BP_OK, "%s", bp_last_error());
+  stats->fail_run = BP_ABI_ERR_DEVICE;
+  bp_epoch_report rep;
+  ck_assert_int_eq(bp_trainer_train_epoch(t, &rep), BP_ERR_DEVICE);
+  const char *msg = bp_last_error();
+  ck_assert_msg(strstr(msg, "rank 0") && strstr(msg, "(relu.fwd/stateful) failed") &&
+                    strstr(msg, "went stale"),
+                "%s", msg);
+  stats->fail_run = 0;
+  bp_trainer_destroy(t);
+  bp_registry_destroy(r);
+  toy_env_close(&e);
+}
+END_TEST
+
 /* The command line reaches the device through --plugin and --device, and
  * prints what the cpu device prints, timings aside. */
 START_TEST(blueprint_train_runs_on_the_guarded_device) {
@@ -343,8 +479,8 @@ static Suite *suite(void) {
   Suite *s = suite_create("device_seam");
   TCase *g = tcase_create("guard");
   tcase_add_test(g, a_stream_task_reaches_the_arena_and_a_copy_reads_it);
-  tcase_add_test_raise_signal(g, a_host_store_into_the_arena_faults, SIGSEGV);
-  tcase_add_test_raise_signal(g, the_host_path_on_a_guarded_arena_faults, SIGSEGV);
+  tcase_add_test(g, a_host_store_into_the_arena_faults);
+  tcase_add_test(g, the_host_path_on_a_guarded_arena_faults);
   suite_add_tcase(s, g);
   TCase *t = tcase_create("train");
   tcase_set_timeout(t, 600);
@@ -352,9 +488,12 @@ static Suite *suite(void) {
   tcase_add_test(t, batch_norm_trains_on_the_guarded_device_as_on_cpu);
   tcase_add_test(t, two_ranks_train_on_the_guarded_device_as_on_cpu);
   tcase_add_test(t, the_cnn_trains_on_the_guarded_device_as_on_cpu);
-  tcase_add_test(t, a_resumed_run_on_the_guarded_device_ends_as_on_cpu);
+  tcase_add_loop_test(t, a_resumed_run_on_the_guarded_device_ends_as_on_cpu, 0, 2);
+  tcase_add_test(t, the_next_batch_is_uploaded_while_the_step_runs);
+  tcase_add_test(t, a_written_tensor_reads_back_and_counts_as_on_cpu);
   tcase_add_test(t, a_devices_list_maps_ranks_and_a_bad_one_is_refused);
   tcase_add_test(t, blueprint_train_runs_on_the_guarded_device);
+  tcase_add_test(t, a_kernel_failure_on_the_device_keeps_its_reason);
   suite_add_tcase(s, t);
   return s;
 }

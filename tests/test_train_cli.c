@@ -43,10 +43,21 @@ static void teardown(void) {
 
 START_TEST(command_line_errors) {
   REFUSED(2, T, "no model file given", "train");
-  REFUSED(2, T, "'abc' is not a positive integer", "train", mlp, "--epochs", "abc");
-  REFUSED(2, T, "--epochs: '0' is not a positive integer", "train", mlp, "--epochs", "0");
+  REFUSED(2, T, "'abc' is not an integer in [1, 1000000]", "train", mlp, "--epochs", "abc");
+  REFUSED(2, T, "--epochs: '0' is not an integer in [1, 1000000]", "train", mlp, "--epochs", "0");
+  /* every numeric option has a stated range, and the message states it */
+  REFUSED(2, T, "--epochs: '9223372036854775807' is out of range [1, 1000000]", "train", mlp,
+          "--epochs", "9223372036854775807");
+  REFUSED(2, T, "--lr: '1e308' is out of range [0, 1000000]", "train", mlp, "--lr", "1e308");
+  REFUSED(2, T, "--warmup-epochs: '1e308' is out of range [0, 1000000]", "train", mlp,
+          "--warmup-epochs", "1e308");
+  REFUSED(2, T, "--step-gamma: '2e6' is out of range [0, 1000000]", "train", mlp, "--step-gamma",
+          "2e6");
+  REFUSED(2, T, "--crop-pad: '5000' is out of range [0, 1024]", "train", mlp, "--crop-pad", "5000");
+  REFUSED(2, T, "--batch: '9999999999999' is out of range [1, 1099511627776]", "train", mlp,
+          "--batch", "9999999999999");
   REFUSED(2, T, "--batch: '1.5'", "train", mlp, "--batch", "1.5");
-  REFUSED(2, T, "--lr: '-1' is not a finite number", "train", mlp, "--lr", "-1");
+  REFUSED(2, T, "--lr: '-1' is not a number in [0, 1000000]", "train", mlp, "--lr", "-1");
   REFUSED(2, T, "--lr: 'nan'", "train", mlp, "--lr", "nan");
   REFUSED(2, T, "--momentum: '1'", "train", mlp, "--momentum", "1");
   REFUSED(2, T, "--ranks: '0' is not a positive integer", "train", mlp, "--ranks", "0");

@@ -198,6 +198,29 @@ START_TEST(autotune_excludes_the_wrong_kernels_and_never_picks_them) {
 }
 END_TEST
 
+/* A training run with --autotune and the wrong module: the wrong kernels are
+ * named and never run (relu.fwd/overread is caught by the guard pages of
+ * the in-process check; relu.fwd/padwrite is right on these unpadded FP32
+ * features, so it may win). */
+START_TEST(train_with_autotune_names_and_skips_the_wrong_kernels) {
+  toy_env e = toy_env_open(TOY_BN_MODEL_LAYERS "train: {batch: 16, eval_batch: 20, epochs: 1}\n",
+                           64, 40, 5);
+  run_result r = RUN("train", e.model, "--data", e.data, "--autotune", "--plugin", WRONG_PATH);
+  ck_assert_msg(r.status == 0, "%s%s", r.out, r.err);
+  ck_assert_ptr_nonnull(
+      strstr(r.err, "autotune: excluded fc.bwd_data/noacc for node 'fc.bwd_data': accumulate=1"));
+  ck_assert_ptr_nonnull(
+      strstr(r.err, "autotune: excluded fc.bwd_data/offset for node 'fc.bwd_data'"));
+  ck_assert_ptr_nonnull(strstr(r.err, "autotune: excluded relu.fwd/overread for node 'relu1.fwd': "
+                                      "read past slot_bytes of input 0"));
+  ck_assert_ptr_null(strstr(r.out, "noacc"));
+  ck_assert_ptr_null(strstr(r.out, "offset"));
+  ck_assert_ptr_null(strstr(r.out, "overread"));
+  run_free(&r);
+  toy_env_close(&e);
+}
+END_TEST
+
 /* ---- the command line -------------------------------------------------------------------- */
 
 START_TEST(validate_help_and_bad_command_lines) {
@@ -210,6 +233,7 @@ START_TEST(validate_help_and_bad_command_lines) {
       {"--seed", "x", "--seed 'x' is not a non-negative integer"},
       {"--op", NULL, "--op needs a value"},
       {"--impl", "nosuch", "no loaded kernel matches --impl nosuch"},
+      {"--op", "nosuch.*", "no loaded kernel matches --op nosuch.*"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     r = bad[i][1] ? RUN("validate", bad[i][0], bad[i][1]) : RUN("validate", bad[i][0]);
@@ -300,6 +324,7 @@ int main(void) {
   tcase_add_test(tc, reference_backwards_agree_with_finite_differences);
   tcase_add_test(tc, every_wrong_kernel_fails_with_its_case_named);
   tcase_add_test(tc, autotune_excludes_the_wrong_kernels_and_never_picks_them);
+  tcase_add_test(tc, train_with_autotune_names_and_skips_the_wrong_kernels);
   tcase_add_test(tc, validate_help_and_bad_command_lines);
   tcase_add_test(tc, validate_prints_a_table_and_a_summary);
   tcase_add_test(tc, validate_exits_1_and_names_the_case_of_a_wrong_kernel);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "blueprint/comm.h"
+#include "blueprint/outfile.h"
 #include "commands.h"
 #include "kernel_report.h"
 #include "train_args.h"
@@ -129,6 +130,11 @@ static int run(bp_cli_train_args *a) {
     a->options.progress_interval = 0.5;
   }
   bp_trainer *t = NULL;
+  /* refused before any work: a checkpoint that could never be written */
+  if (a->options.checkpoint_path && bp_output_check(a->options.checkpoint_path, "checkpoint")) {
+    bp_cli_report("train", "%s", bp_last_error());
+    return BP_CLI_EXIT_RUN;
+  }
   if (bp_trainer_create_from_file(a->model_path, &a->options, &t) != BP_OK) {
     bp_cli_report("train", "%s", bp_last_error());
     bp_mpi_abort(BP_CLI_EXIT_RUN);

@@ -3,8 +3,10 @@
  *
  * Exit status: 0 every case passed or was skipped; 1 a case failed, or a
  * --plugin path could not be loaded, or the model does not compile; 2 the
- * command line is wrong (one line on stderr). */
+ * command line is wrong, or its filters match no loaded kernel (one line
+ * on stderr). */
 #include <errno.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,7 +46,7 @@ static const char usage_text[] =
     "  -h, --help      print this help\n"
     "\n"
     "Exit status: 0 all passed or skipped, 1 a case failed (or a --plugin path or\n"
-    "the model could not be loaded), 2 bad command line.\n";
+    "the model could not be loaded), 2 bad command line or no kernel matches.\n";
 
 typedef struct validate_args {
   const char *plugins[MAX_PLUGINS];
@@ -190,12 +192,14 @@ static int run(const validate_args *a) {
   int matched = 0;
   for (int i = 0; i < bp_registry_kernel_count(r); i++) {
     const bp_abi_kernel *k = &bp_registry_kernel(r, i)->kernel;
-    if ((!a->opt.impl || strcmp(a->opt.impl, k->impl) == 0) &&
+    if ((!a->opt.op_glob || fnmatch(a->opt.op_glob, k->op, 0) == 0) &&
+        (!a->opt.impl || strcmp(a->opt.impl, k->impl) == 0) &&
         (!a->opt.device || strcmp(a->opt.device, k->device) == 0))
       matched = 1;
   }
   if (!matched) {
-    bp_cli_report("validate", "no loaded kernel matches%s%s%s%s (see 'blueprint plugins')",
+    bp_cli_report("validate", "no loaded kernel matches%s%s%s%s%s%s (see 'blueprint plugins')",
+                  a->opt.op_glob ? " --op " : "", a->opt.op_glob ? a->opt.op_glob : "",
                   a->opt.impl ? " --impl " : "", a->opt.impl ? a->opt.impl : "",
                   a->opt.device ? " --device " : "", a->opt.device ? a->opt.device : "");
     rc = EXIT_USAGE;

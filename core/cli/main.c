@@ -15,6 +15,7 @@ static const struct {
     {"train", bp_cmd_train, "train a model on Fashion-MNIST (or MNIST-format data)"},
     {"eval", bp_cmd_eval, "evaluate a checkpoint on the test set"},
     {"validate", bp_cmd_validate, "check every kernel against the reference kernel of its op"},
+    {"predict", bp_cmd_predict, "classify images with a trained checkpoint, one at a time"},
 };
 
 static void usage(FILE *out) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blueprint/outfile.h"
 #include "plan_print.h"
 
 #define MARGIN 40.0
@@ -464,6 +465,8 @@ void bp_plan_print_svg(FILE *out, const bp_plan *plan, const bp_plan_print_info 
 
 bp_status bp_plan_write_svg(const char *path, const bp_plan *plan,
                             const bp_plan_print_info *info) {
+  bp_status checked = bp_output_check(path, "SVG");
+  if (checked != BP_OK) return checked;
   size_t len = strlen(path);
   char *tmp = malloc(len + 5);
   if (!tmp) return bp_fail(BP_ERR_NOMEM, "out of memory writing '%s'", path);

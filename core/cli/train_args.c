@@ -86,17 +86,54 @@ static const struct option_spec *find_spec(const char *arg, size_t len, int eval
   return NULL;
 }
 
+/* The largest value an option takes (train.h states the ranges); 0: the
+ * kind's own bound only. */
+static double max_of(option_id id) {
+  switch (id) {
+  case O_EPOCHS:
+  case O_STEP_EVERY:
+  case O_WARMUP: return BP_TRAIN_MAX_EPOCHS;
+  case O_LR:
+  case O_WEIGHT_DECAY:
+  case O_STEP_GAMMA: return BP_TRAIN_MAX_RATE;
+  case O_CROP_PAD: return BP_TRAIN_MAX_CROP_PAD;
+  case O_BATCH:
+  case O_EVAL_BATCH:
+  case O_TEST_LIMIT:
+  case O_TRAIN_LIMIT:
+  case O_LOG_EVERY:
+  case O_STOP_AFTER: return (double)BP_TRAIN_MAX_COUNT;
+  default: return 0;
+  }
+}
+
+/* Refuses a parsed value over its option's stated maximum. */
+static int check_max(const char *cmd, const struct option_spec *s, const char *value, double v,
+                     double lo) {
+  const double hi = max_of(s->id);
+  if (hi == 0 || v <= hi) return 0;
+  bp_cli_report(cmd, "%s: '%.64s' is out of range [%.0f, %.0f]", s->name, value, lo, hi);
+  return -1;
+}
+
 /* Checks `value` for its kind; the parsed number goes to *i or *d. */
 static int check_value(const char *cmd, const struct option_spec *s, const char *value, int64_t *i,
                        double *d) {
+  const double hi = max_of(s->id);
   switch (s->kind) {
   case V_COUNT:
-    if (bp_cli_parse_int(value, 1, i) == 0) return 0;
-    bp_cli_report(cmd, "%s: '%s' is not a positive integer", s->name, value);
+    if (bp_cli_parse_int(value, 1, i) == 0) return check_max(cmd, s, value, (double)*i, 1);
+    if (hi > 0)
+      bp_cli_report(cmd, "%s: '%.64s' is not an integer in [1, %.0f]", s->name, value, hi);
+    else
+      bp_cli_report(cmd, "%s: '%.64s' is not a positive integer", s->name, value);
     return -1;
   case V_COUNT0:
-    if (bp_cli_parse_int(value, 0, i) == 0) return 0;
-    bp_cli_report(cmd, "%s: '%s' is not an integer >= 0", s->name, value);
+    if (bp_cli_parse_int(value, 0, i) == 0) return check_max(cmd, s, value, (double)*i, 0);
+    if (hi > 0)
+      bp_cli_report(cmd, "%s: '%.64s' is not an integer in [0, %.0f]", s->name, value, hi);
+    else
+      bp_cli_report(cmd, "%s: '%.64s' is not an integer >= 0", s->name, value);
     return -1;
   case V_SEED: {
     if (*value >= '0' && *value <= '9') {
@@ -112,8 +149,11 @@ static int check_value(const char *cmd, const struct option_spec *s, const char 
     return -1;
   }
   case V_NUMBER:
-    if (parse_number(value, 0.0, d) == 0) return 0;
-    bp_cli_report(cmd, "%s: '%s' is not a finite number >= 0", s->name, value);
+    if (parse_number(value, 0.0, d) == 0) return check_max(cmd, s, value, *d, 0);
+    if (hi > 0)
+      bp_cli_report(cmd, "%s: '%.64s' is not a number in [0, %.0f]", s->name, value, hi);
+    else
+      bp_cli_report(cmd, "%s: '%.64s' is not a finite number >= 0", s->name, value);
     return -1;
   case V_UNIT:
     if (parse_number(value, 0.0, d) == 0 && *d < 1.0) return 0;
@@ -159,7 +199,7 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_STEP_EVERY: o->step_epochs = i; break;
   case O_TRAIN_LIMIT: o->train_limit = i; break;
   case O_STOP_AFTER: o->stop_after_steps = i; break;
-  case O_CROP_PAD: o->augment.crop_pad = (int)(i > 1024 ? 1024 : i); break;
+  case O_CROP_PAD: o->augment.crop_pad = (int)i; break; /* at most 1024: check_value */
   case O_FLIP: o->augment.flip = 1; break;
   case O_EMA_DECAY: o->ema_decay = d; break;
   case O_AUTOTUNE: o->autotune = 1; break;

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "blueprint/dtype.h"
+#include "blueprint/outfile.h"
 #include "blueprint/threads.h"
 #include "registry-impl.h"
 #include "validate-impl.h"
@@ -138,6 +139,8 @@ static void cache_read(bp_autotune_cache *c, const char *path) {
 
 /* Writes c to its file through path.tmp.<pid> and rename(). */
 static bp_status cache_write(const bp_autotune_cache *c) {
+  bp_status checked = bp_output_prepare(c->path, "autotune cache"); /* outfile.h */
+  if (checked != BP_OK) return checked;
   size_t n = strlen(c->path) + 32;
   char *tmp = malloc(n);
   if (!tmp) return bp_fail(BP_ERR_NOMEM, "out of memory writing %s", c->path);
@@ -365,10 +368,11 @@ static int run_checks(const bp_registry *r, const char *op, const char *device,
   return verdict;
 }
 
-/* The remembered verdict of k on sig, or the checks run now (remembered). */
+/* The remembered verdict of k on sig, or the checks run now (remembered;
+ * *fresh set). */
 static int check_candidate(bp_registry *r, const char *sig, const char *op, const char *device,
                            const bp_abi_kernel_args *args, const bp_registered_kernel *k,
-                           char *why, size_t size) {
+                           char *why, size_t size, int *fresh) {
   bp_autotune_cache *c = r->tune;
   char build[TUNE_FIELD_MAX];
   encode_field(k->build_id, build, sizeof build);
@@ -381,6 +385,7 @@ static int check_candidate(bp_registry *r, const char *sig, const char *op, cons
     }
   }
   why[0] = '\0';
+  *fresh = 1;
   const int verdict = run_checks(r, op, device, args, k, why, size);
   if (verdict == CHECK_NONE) return verdict;
   if (c->check_count == c->check_cap) {
@@ -439,7 +444,9 @@ static bp_status pick_locked(bp_registry *r, const char *op, const char *device,
    * the reference is never timed nor picked */
   int alive = 0, last = -1;
   for (int i = 0; i < n; i++) {
-    const int v = check_candidate(r, sig, op, device, args, cands[i], reason, sizeof reason);
+    int fresh = 0;
+    const int v =
+        check_candidate(r, sig, op, device, args, cands[i], reason, sizeof reason, &fresh);
     passed[i] = v != CHECK_EXCLUDED;
     if (passed[i]) {
       alive++;
@@ -450,7 +457,7 @@ static bp_status pick_locked(bp_registry *r, const char *op, const char *device,
     snprintf(line, sizeof line, "autotune: excluded %s/%s for node '%s': %s\n", op,
              cands[i]->kernel.impl, node && node[0] ? node : "?", reason);
     bp_strcatf(report, report_size, "%s", line);
-    fprintf(stderr, "blueprint: warning: %s", line);
+    if (fresh) fprintf(stderr, "blueprint: warning: %s", line); /* once per node signature */
   }
   if (alive == 0) {
     bp_strcatf(report, report_size,

@@ -61,6 +61,7 @@
 #include <zlib.h>
 
 #include "blueprint/checkpoint.h"
+#include "blueprint/outfile.h"
 
 #define MAGIC "BPCKPT"
 #define MAGIC_BYTES 6
@@ -374,6 +375,7 @@ bp_status bp_checkpoint_save_access(const char *path, const bp_plan *plan,
   encode_header(&h, head);
   encode_table(&l, table);
 
+  if ((st = bp_output_prepare(path, "checkpoint")) != BP_OK) return st; /* outfile.h */
   size_t tmp_cap = strlen(path) + 32;
   char *tmp = malloc(tmp_cap);
   if (!tmp) return bp_fail(BP_ERR_NOMEM, "out of memory saving checkpoint %s", path);
@@ -508,7 +510,7 @@ typedef struct opened {
  * unknown) is the length reported for a file cut inside its header. On
  * success o->fd is open; on failure it is closed. */
 static bp_status open_checked(const char *path, uint64_t expect_bytes, opened *o) {
-  o->fd = open(path, O_RDONLY | O_CLOEXEC);
+  o->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused below, not waited on */
   if (o->fd < 0) {
     int err = errno;
     return bp_fail(BP_ERR_IO, "cannot open checkpoint %s: %s", path, strerror(err));

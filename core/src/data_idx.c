@@ -1,5 +1,9 @@
 /* Datasets in memory and the IDX reader (MNIST and Fashion-MNIST files,
- * gzip'd or plain: zlib's gzread passes plain files through unchanged).
+ * gzip'd or plain, told apart by the gzip magic 1f 8b). One rule for both:
+ * bytes after the data the header promises are refused, and so is a .gz
+ * whose last gzip member is followed by anything but another member
+ * (zlib's gzread would skip such junk silently, so members are inflated
+ * here).
  *
  * IDX layout: a big-endian magic 0x0000TTNN (TT = 0x08: unsigned bytes,
  * NN = number of dimensions), NN big-endian uint32 extents, then the
@@ -9,10 +13,12 @@
 #include "data-impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 enum {
@@ -23,7 +29,8 @@ enum {
 
 #define IDX_PATH_MAX 4096
 #define IDX_FIRST_CHUNK (64u << 20) /* first buffer size for the data */
-#define IDX_READ_CHUNK (1u << 30)   /* gzread takes an unsigned int */
+#define IDX_READ_CHUNK (1u << 30)   /* inflate's avail_out is an unsigned int */
+#define IDX_IN_BYTES (1u << 17)     /* the compressed input buffer */
 
 /* ---- datasets ----------------------------------------------------------- */
 
@@ -134,7 +141,14 @@ bp_status bp_dataset_subset(const bp_dataset *dataset, int64_t first, int64_t co
 
 typedef struct idx_file {
   const char *path;   /* borrowed */
-  gzFile gz;
+  int fd;             /* -1 when closed */
+  int gzip;           /* 1: gzip members, inflated through zs */
+  int zs_live;        /* zs initialized */
+  int member_done;    /* the current gzip member ended */
+  int in_eof;         /* the file has no more bytes */
+  int cut;            /* a gzip member ends early */
+  z_stream zs;
+  uint8_t *in;        /* IDX_IN_BYTES of file bytes; zs.next_in/avail_in the unread part */
   uint32_t magic;
   int ndims;
   uint32_t dims[4];
@@ -142,60 +156,137 @@ typedef struct idx_file {
   uint64_t got;        /* bytes read so far, header included */
 } idx_file;
 
+/* Moves the unread input to the front and reads more; 0 or an errno. */
+static int idx_fill(idx_file *f) {
+  if (f->zs.avail_in && f->zs.next_in != f->in) memmove(f->in, f->zs.next_in, f->zs.avail_in);
+  f->zs.next_in = f->in;
+  while (!f->in_eof && f->zs.avail_in < IDX_IN_BYTES) {
+    ssize_t r = read(f->fd, f->in + f->zs.avail_in, IDX_IN_BYTES - f->zs.avail_in);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno;
+    if (r == 0) f->in_eof = 1;
+    f->zs.avail_in += (uInt)r;
+    if (r > 0) break;
+  }
+  return 0;
+}
+
 static bp_status idx_open(idx_file *f, const char *path) {
   memset(f, 0, sizeof *f);
   f->path = path;
+  f->fd = -1;
+  /* O_NONBLOCK: a FIFO is refused below instead of waited on */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return bp_fail(BP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
   struct stat sb;
-  if (stat(path, &sb) != 0)
-    return bp_fail(BP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-  if (S_ISDIR(sb.st_mode)) return bp_fail(BP_ERR_IO, "cannot read %s: it is a directory", path);
-  errno = 0;
-  f->gz = gzopen(path, "rb");
-  if (!f->gz)
-    return bp_fail(BP_ERR_IO, "cannot open %s: %s", path,
-                   errno ? strerror(errno) : "zlib could not allocate its state");
-  gzbuffer(f->gz, 1u << 17);
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    bp_status st = S_ISDIR(sb.st_mode)
+                       ? bp_fail(BP_ERR_IO, "cannot read %s: it is a directory", path)
+                       : bp_fail(BP_ERR_IO, "cannot read %s: not a regular file", path);
+    close(fd);
+    return st;
+  }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  f->fd = fd;
+  f->in = malloc(IDX_IN_BYTES);
+  if (!f->in) return bp_fail(BP_ERR_NOMEM, "out of memory reading %s", path);
+  f->zs.next_in = f->in;
+  int err = idx_fill(f);
+  if (err == 0 && f->zs.avail_in < 2 && !f->in_eof) err = idx_fill(f);
+  if (err) return bp_fail(BP_ERR_IO, "cannot read %s: %s", path, strerror(err));
+  f->gzip = f->zs.avail_in >= 2 && f->in[0] == 0x1f && f->in[1] == 0x8b;
+  if (f->gzip) {
+    if (inflateInit2(&f->zs, 16 + MAX_WBITS) != Z_OK)
+      return bp_fail(BP_ERR_NOMEM, "out of memory reading %s", path);
+    f->zs_live = 1;
+  }
   return BP_OK;
 }
 
 static void idx_close(idx_file *f) {
-  if (f->gz) gzclose_r(f->gz);
-  f->gz = NULL;
+  if (f->zs_live) inflateEnd(&f->zs);
+  f->zs_live = 0;
+  if (f->fd >= 0) close(f->fd);
+  f->fd = -1;
+  free(f->in);
+  f->in = NULL;
 }
 
-/* Status of a gzread that returned -1. */
-static bp_status idx_read_error(idx_file *f) {
-  int err = Z_OK;
-  const char *msg = gzerror(f->gz, &err);
-  size_t plen = strlen(f->path); /* zlib prefixes "path: " */
-  if (strncmp(msg, f->path, plen) == 0 && strncmp(msg + plen, ": ", 2) == 0) msg += plen + 2;
-  if (err == Z_ERRNO) return bp_fail(BP_ERR_IO, "cannot read %s: %s", f->path, strerror(errno));
-  if (err == Z_MEM_ERROR) return bp_fail(BP_ERR_NOMEM, "out of memory reading %s", f->path);
-  if (err == Z_DATA_ERROR)
-    return bp_fail(BP_ERR_PARSE, "%s: corrupt gzip data (%s)", f->path, msg);
-  return bp_fail(BP_ERR_IO, "cannot read %s: %s", f->path, msg);
-}
-
-/* Reads up to `len` bytes into buf; *n_out < len only at the end of data. */
-static bp_status idx_read(idx_file *f, uint8_t *buf, uint64_t len, uint64_t *n_out) {
+/* Plain: bytes from the buffer, then from the file. */
+static bp_status idx_read_plain(idx_file *f, uint8_t *buf, uint64_t len, uint64_t *n_out) {
   uint64_t n = 0;
   while (n < len) {
+    if (f->zs.avail_in) {
+      uint64_t k = f->zs.avail_in < len - n ? f->zs.avail_in : len - n;
+      memcpy(buf + n, f->zs.next_in, (size_t)k);
+      f->zs.next_in += k;
+      f->zs.avail_in -= (uInt)k;
+      n += k;
+      continue;
+    }
+    if (f->in_eof) break;
     uint64_t want = len - n < IDX_READ_CHUNK ? len - n : IDX_READ_CHUNK;
-    int r = gzread(f->gz, buf + n, (unsigned)want);
-    if (r < 0) return idx_read_error(f);
-    if (r == 0) break;
+    ssize_t r = read(f->fd, buf + n, (size_t)want);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return bp_fail(BP_ERR_IO, "cannot read %s: %s", f->path, strerror(errno));
+    if (r == 0) f->in_eof = 1;
     n += (uint64_t)r;
   }
-  f->got += n;
   *n_out = n;
   return BP_OK;
 }
 
-/* " (the gzip stream ends early)" when zlib saw a cut-off gzip member. */
+/* Gzip: members one after another; anything else after a member is junk. */
+static bp_status idx_read_gzip(idx_file *f, uint8_t *buf, uint64_t len, uint64_t *n_out) {
+  uint64_t n = 0;
+  while (n < len) {
+    if (f->zs.avail_in < 2 && !f->in_eof) {
+      int err = idx_fill(f);
+      if (err) return bp_fail(BP_ERR_IO, "cannot read %s: %s", f->path, strerror(err));
+    }
+    if (f->member_done) {
+      if (f->zs.avail_in == 0 && f->in_eof) break; /* the end of the last member */
+      if (f->zs.avail_in < 2 || f->zs.next_in[0] != 0x1f || f->zs.next_in[1] != 0x8b)
+        return bp_fail(BP_ERR_PARSE,
+                       "%s: trailing bytes after its gzip data (not another gzip member); "
+                       "like a plain IDX file with bytes past its data, it is refused",
+                       f->path);
+      inflateReset(&f->zs);
+      f->member_done = 0;
+    }
+    uint64_t want = len - n < IDX_READ_CHUNK ? len - n : IDX_READ_CHUNK;
+    f->zs.next_out = buf + n;
+    f->zs.avail_out = (uInt)want;
+    int rc = inflate(&f->zs, Z_NO_FLUSH);
+    uint64_t made = want - f->zs.avail_out;
+    n += made;
+    if (rc == Z_STREAM_END) {
+      f->member_done = 1;
+    } else if (rc == Z_MEM_ERROR) {
+      return bp_fail(BP_ERR_NOMEM, "out of memory reading %s", f->path);
+    } else if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_STREAM_ERROR) {
+      return bp_fail(BP_ERR_PARSE, "%s: corrupt gzip data (%s)", f->path,
+                     f->zs.msg ? f->zs.msg : "invalid stream");
+    } else if (made == 0 && f->zs.avail_in == 0 && f->in_eof) {
+      f->cut = 1; /* the member ends early */
+      break;
+    }
+  }
+  *n_out = n;
+  return BP_OK;
+}
+
+/* Reads up to `len` bytes into buf; *n_out < len only at the end of data. */
+static bp_status idx_read(idx_file *f, uint8_t *buf, uint64_t len, uint64_t *n_out) {
+  bp_status st = f->gzip ? idx_read_gzip(f, buf, len, n_out) : idx_read_plain(f, buf, len, n_out);
+  if (st == BP_OK) f->got += *n_out;
+  return st;
+}
+
+/* " (the gzip stream ends early)" when a gzip member was cut off. */
 static const char *idx_cut_note(idx_file *f) {
-  int err = Z_OK;
-  gzerror(f->gz, &err);
-  return err == Z_BUF_ERROR ? " (the gzip stream ends early)" : "";
+  return f->cut ? " (the gzip stream ends early)" : "";
 }
 
 static uint32_t be32(const uint8_t *b) {
@@ -313,6 +404,7 @@ bp_status bp_dataset_load_idx(const char *images_path, const char *labels_path, 
     return bp_fail(BP_ERR_INVALID, "classes %d is outside [0, 256]", classes);
   idx_file fi, fl;
   memset(&fl, 0, sizeof fl);
+  fl.fd = -1; /* not opened yet: idx_close leaves it */
   uint8_t *pixels = NULL, *labels = NULL;
   bp_dataset *d = NULL;
   bp_status st = idx_open(&fi, images_path);
@@ -382,6 +474,8 @@ static bp_status pick_file(const char *dir, const char *name, int is_default, ch
   if (len < 0 || (size_t)len >= cap)
     return bp_fail(BP_ERR_INVALID, "data directory path is too long: %s", dir);
   if (stat(out, &sb) == 0) return BP_OK;
+  if (errno != ENOENT) /* e.g. a symlink loop: the .gz is there but broken */
+    return bp_fail(BP_ERR_IO, "cannot open %s: %s", out, strerror(errno));
   snprintf(out, cap, "%s/%s", dir, name);
   if (stat(out, &sb) == 0) return BP_OK;
   return bp_fail(BP_ERR_IO, "cannot open %s/%s.gz (nor %s/%s): %s%s", dir, name, dir, name,
@@ -407,4 +501,48 @@ bp_status bp_dataset_load_mnist(const char *dir, bp_data_split split, bp_dataset
   st = pick_file(dir, names[split][1], is_default, labels, sizeof labels);
   if (st != BP_OK) return st;
   return bp_dataset_load_idx(images, labels, 10, dataset_out);
+}
+
+bp_status bp_dataset_load_idx_images(const char *images_path, bp_dataset **dataset_out) {
+  if (!images_path || !dataset_out)
+    return bp_fail(BP_ERR_INVALID, "bp_dataset_load_idx_images: NULL argument");
+  idx_file fi;
+  uint8_t *pixels = NULL, *labels = NULL;
+  bp_dataset *d = NULL;
+  bp_status st = idx_open(&fi, images_path);
+  if (st != BP_OK) goto done;
+  st = idx_read_header(&fi, IDX_MAGIC_IMAGES, IDX_MAGIC_IMAGES4);
+  if (st != BP_OK) goto done;
+  bp_dataset_info info = {.count = fi.dims[0],
+                          .height = fi.dims[1],
+                          .width = fi.dims[2],
+                          .channels = fi.ndims == 4 ? fi.dims[3] : 1,
+                          .classes = 1};
+  if (info.channels > BP_DATA_MAX_CHANNELS) {
+    st = bp_fail(BP_ERR_UNSUPPORTED, "%s: images of %lld channels, at most %d are supported",
+                 images_path, (long long)info.channels, BP_DATA_MAX_CHANNELS);
+    goto done;
+  }
+  char what[96];
+  snprintf(what, sizeof what, "%lld images of %lldx%lldx%lld", (long long)info.count,
+           (long long)info.height, (long long)info.width, (long long)info.channels);
+  st = idx_read_data(&fi, what, &pixels);
+  if (st != BP_OK) goto done;
+  labels = calloc((size_t)info.count > 0 ? (size_t)info.count : 1, 1);
+  d = calloc(1, sizeof *d);
+  if (!labels || !d) {
+    free(d);
+    st = bp_fail(BP_ERR_NOMEM, "out of memory creating a dataset");
+    goto done;
+  }
+  d->info = info;
+  d->images = pixels; /* handed over */
+  d->labels = labels;
+  pixels = labels = NULL;
+  *dataset_out = d;
+done:
+  free(pixels);
+  free(labels);
+  idx_close(&fi);
+  return st;
 }

@@ -46,8 +46,8 @@ static int note_dir(bp_registry *r, const char *dir, const char *source, int exi
 }
 
 /* Loads every candidate of a directory in name order. Failures of single
- * modules are recorded, not returned. */
-static bp_status scan_dir(bp_registry *r, const char *dir) {
+ * modules are recorded, not returned; *loaded and *refused count them. */
+static bp_status scan_dir(bp_registry *r, const char *dir, int *loaded, int *refused) {
   DIR *dp = opendir(dir);
   if (!dp)
     return bp_registry_note(r, dir, BP_LOAD_REFUSED, BP_ERR_IO, "cannot read directory: %s",
@@ -75,12 +75,28 @@ static bp_status scan_dir(bp_registry *r, const char *dir) {
     }
     snprintf(path, n, "%s/%s", dir, (char *)names.items[i]);
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) (void)bp_registry_load(r, path);
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+      if (bp_registry_load(r, path) == BP_OK)
+        ++*loaded;
+      else if (bp_registry_record_count(r) > 0 &&
+               bp_registry_record(r, bp_registry_record_count(r) - 1)->outcome ==
+                   BP_LOAD_REFUSED)
+        ++*refused;
+    }
     free(path);
   }
   for (int i = 0; i < names.count; i++) free(names.items[i]);
   free(names.items);
   return st;
+}
+
+/* The message of the first refused record from index `from` on. */
+static const char *first_refusal(const bp_registry *r, int from) {
+  for (int i = from; i < bp_registry_record_count(r); i++) {
+    const bp_load_record *rec = bp_registry_record(r, i);
+    if (rec->outcome == BP_LOAD_REFUSED) return rec->message ? rec->message : "";
+  }
+  return "";
 }
 
 /* A file or a directory. `quiet_missing`: a default directory that does
@@ -103,7 +119,14 @@ static bp_status load_path(bp_registry *r, const char *path, const char *source,
     return bp_registry_note(r, path, BP_LOAD_REFUSED, BP_ERR_IO, "%s (from %s)",
                             strerror(errno), source);
   bp_status st = BP_OK;
-  if (!note_dir(r, real, source, 1)) st = scan_dir(r, real);
+  int loaded = 0, refused = 0, from = bp_registry_record_count(r);
+  if (!note_dir(r, real, source, 1)) st = scan_dir(r, real, &loaded, &refused);
+  /* a directory named on purpose whose every module was refused is an
+   * error, not a quiet success (the records say why for each) */
+  if (st == BP_OK && !quiet_missing && refused > 0 && loaded == 0 &&
+      strcmp(source, "explicit") == 0)
+    st = bp_fail(BP_ERR_IO, "%s: no module loaded: all %d refused (first: %s)", real, refused,
+                 first_refusal(r, from));
   free(real);
   return st;
 }

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "blueprint/outfile.h"
 #include "train-impl.h"
 
 struct bp_metrics {
@@ -19,11 +21,15 @@ bp_status bp_metrics_open(const char *path, int append, bp_metrics **out) {
   bp_metrics *m = calloc(1, sizeof *m);
   if (!m) return bp_fail(BP_ERR_NOMEM, "out of memory opening the metrics file");
   m->path = strdup(path);
-  m->file = m->path ? fopen(path, append ? "a" : "w") : NULL;
+  /* never a FIFO or a device: opened without blocking, checked (outfile.h) */
+  int fd = m->path ? bp_output_open(path, "metrics file", append) : -1;
+  m->file = fd >= 0 ? fdopen(fd, append ? "a" : "w") : NULL;
   if (!m->file) {
     const int err = errno;
+    if (fd >= 0) close(fd);
     free(m->path);
     free(m);
+    if (fd < 0 && path) return BP_ERR_IO; /* bp_output_open said why */
     return bp_fail(BP_ERR_IO, "metrics file '%s': %s", path, strerror(err));
   }
   *out = m;

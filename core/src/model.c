@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "layer-impl.h"
+#include "name-index-impl.h"
 
 bp_train_settings bp_train_defaults(void) {
   bp_train_settings t;
@@ -172,6 +173,33 @@ static bp_status check_train(const bp_model *m) {
   return BP_OK;
 }
 
+/* Every layer's type, name (unique: `names` indexes them), values and
+ * inputs; softmax_ce only last. */
+static bp_status check_layers(const bp_model *m, bp_name_index *names) {
+  bp_status st;
+  for (int i = 0; i < m->layer_count; i++) {
+    const bp_layer *l = &m->layers[i];
+    if ((int)l->type < 0 || l->type >= BP_LAYER_TYPE_COUNT)
+      return layer_invalid(m, l, "unknown layer type %d", (int)l->type);
+    if (strnlen(l->name, BP_NAME_MAX) >= BP_NAME_MAX || !bp_layer_name_valid(l->name))
+      return layer_invalid(m, l,
+                           "invalid name: use 1 to %d characters of [A-Za-z0-9_-] ('%s' is "
+                           "reserved for the model's input)",
+                           BP_LAYER_NAME_MAX - 1, BP_MODEL_INPUT_NAME);
+    const int j = bp_name_index_add(names, i); /* an earlier layer of this name */
+    if (j >= 0) {
+      char first[4200];
+      bp_model_where(m, &m->layers[j], first, sizeof first);
+      return layer_invalid(m, l, "duplicate layer name (first used at %s)", first);
+    }
+    if ((st = check_layer_values(m, l)) != BP_OK || (st = check_layer_inputs(m, i)) != BP_OK)
+      return st;
+    if (l->type == BP_LAYER_SOFTMAX_CE && i != m->layer_count - 1)
+      return layer_invalid(m, l, "softmax_ce is the loss and must be the last layer");
+  }
+  return BP_OK;
+}
+
 bp_status bp_model_check(const bp_model *m) {
   if (!m) return bp_fail(BP_ERR_INVALID, "model is NULL");
   char where[4200];
@@ -191,26 +219,12 @@ bp_status bp_model_check(const bp_model *m) {
                      extents[k].name, (long long)BP_MODEL_DIM_MAX, (long long)extents[k].value);
   bp_status st = check_train(m);
   if (st != BP_OK) return st;
-  for (int i = 0; i < m->layer_count; i++) {
-    const bp_layer *l = &m->layers[i];
-    if ((int)l->type < 0 || l->type >= BP_LAYER_TYPE_COUNT)
-      return layer_invalid(m, l, "unknown layer type %d", (int)l->type);
-    if (strnlen(l->name, BP_NAME_MAX) >= BP_NAME_MAX || !bp_layer_name_valid(l->name))
-      return layer_invalid(m, l,
-                           "invalid name: use 1 to %d characters of [A-Za-z0-9_-] ('%s' is "
-                           "reserved for the model's input)",
-                           BP_LAYER_NAME_MAX - 1, BP_MODEL_INPUT_NAME);
-    for (int j = 0; j < i; j++)
-      if (strcmp(m->layers[j].name, l->name) == 0) {
-        char first[4200];
-        bp_model_where(m, &m->layers[j], first, sizeof first);
-        return layer_invalid(m, l, "duplicate layer name (first used at %s)", first);
-      }
-    if ((st = check_layer_values(m, l)) != BP_OK || (st = check_layer_inputs(m, i)) != BP_OK)
-      return st;
-    if (l->type == BP_LAYER_SOFTMAX_CE && i != m->layer_count - 1)
-      return layer_invalid(m, l, "softmax_ce is the loss and must be the last layer");
-  }
+  bp_name_index names;
+  if (bp_name_index_init(&names, m->layers[0].name, sizeof *m->layers, m->layer_count) != 0)
+    return bp_fail(BP_ERR_NOMEM, "%s: out of memory checking %d layers", where, m->layer_count);
+  st = check_layers(m, &names);
+  bp_name_index_free(&names);
+  if (st != BP_OK) return st;
   const bp_layer *last = &m->layers[m->layer_count - 1];
   if (last->type != BP_LAYER_SOFTMAX_CE)
     return layer_invalid(m, last, "the last layer must be softmax_ce (the loss), not %s",

@@ -18,9 +18,11 @@
 #include <yaml.h>
 
 #include "layer-impl.h"
+#include "name-index-impl.h"
 #include "strutil-impl.h"
 
-#define MODEL_FILE_MAX (64u << 20) /* a model file is small; refuse anything huge */
+#define MODEL_FILE_MAX (16u << 20) /* a model file is small; refuse anything huge */
+#define MODEL_DEPTH_MAX 64         /* nested mappings and sequences, at most */
 
 typedef struct parse_ctx {
   const char *file; /* name used in messages (path or display name) */
@@ -32,6 +34,7 @@ typedef struct parse_ctx {
   /* per layer: the scalar nodes naming its producers (unresolved) */
   const yaml_node_t *(*refs)[2];
   int *ref_count;
+  bp_name_index names; /* layer names read so far */
 } parse_ctx;
 
 /* ---- messages ---------------------------------------------------------- */
@@ -448,12 +451,12 @@ static bp_status read_layer(parse_ctx *c, int index, const yaml_node_t *n) {
   } else {
     snprintf(l->name, sizeof l->name, "%s%d", type_name, index);
   }
-  for (int j = 0; j < index; j++)
-    if (strcmp(c->model->layers[j].name, l->name) == 0)
-      return fail_at(c, nn ? nn : n, BP_ERR_INVALID,
-                     "duplicate layer name '%s' (layer %d at line %d has it%s)", l->name, j,
-                     c->model->layers[j].line,
-                     nn ? "" : "; this layer is unnamed and got it by default");
+  const int j = bp_name_index_add(&c->names, index); /* an earlier layer of this name */
+  if (j >= 0)
+    return fail_at(c, nn ? nn : n, BP_ERR_INVALID,
+                   "duplicate layer name '%s' (layer %d at line %d has it%s)", l->name, j,
+                   c->model->layers[j].line,
+                   nn ? "" : "; this layer is unnamed and got it by default");
   snprintf(owner, sizeof owner, "%s layer '%s'", type_name, l->name);
 
   /* every other field: the type's keys, each at most once (check_keys) */
@@ -527,8 +530,8 @@ static bp_status resolve_refs(parse_ctx *c) {
         l->inputs[k] = BP_MODEL_INPUT;
         continue;
       }
-      int j = 0;
-      while (j < m->layer_count && strcmp(m->layers[j].name, ref) != 0) j++;
+      int j = bp_name_index_find(&c->names, ref);
+      if (j < 0) j = m->layer_count;
       char pv[48];
       if (j == m->layer_count)
         return fail_at(c, rn, BP_ERR_INVALID,
@@ -557,7 +560,6 @@ static bp_status read_layers(parse_ctx *c, const yaml_node_t *n) {
         node_preview(n, pv, sizeof pv));
   ptrdiff_t count = n->data.sequence.items.top - n->data.sequence.items.start;
   if (count == 0) return fail_at(c, n, BP_ERR_INVALID, "'layers' is empty");
-  /* name look-ups are linear: keep hostile inputs from taking minutes */
   if (count > BP_MODEL_LAYERS_MAX)
     return fail_at(c, n, BP_ERR_INVALID, "'layers' lists %td layers; at most %d are allowed", count,
                    BP_MODEL_LAYERS_MAX);
@@ -565,7 +567,8 @@ static bp_status read_layers(parse_ctx *c, const yaml_node_t *n) {
   m->layers = calloc((size_t)count, sizeof *m->layers);
   c->refs = calloc((size_t)count, sizeof *c->refs);
   c->ref_count = calloc((size_t)count, sizeof *c->ref_count);
-  if (!m->layers || !c->refs || !c->ref_count)
+  if (!m->layers || !c->refs || !c->ref_count ||
+      bp_name_index_init(&c->names, m->layers[0].name, sizeof *m->layers, (int)count) != 0)
     return bp_fail(BP_ERR_NOMEM, "%s: out of memory for %td layers", c->file, count);
   for (int i = 0; i < (int)count; i++) {
     m->layer_count = i + 1; /* destroy() frees what was read so far */
@@ -758,6 +761,48 @@ static bp_status yaml_error(const parse_ctx *c, const yaml_parser_t *p) {
                  p->problem ? p->problem : "malformed input", context);
 }
 
+/* A pass over the events before the document is built: nesting deeper
+ * than MODEL_DEPTH_MAX is refused at its first level too many (libyaml's
+ * loader takes quadratic time on deep nesting), and so is an explicit tag:
+ * `!!str 5` would otherwise read as the plain 5, although quoted values
+ * are strings and refused where numbers are expected. */
+static bp_status prescan(const parse_ctx *c) {
+  yaml_parser_t p;
+  if (!yaml_parser_initialize(&p))
+    return bp_fail(BP_ERR_NOMEM, "%s: out of memory starting the YAML parser", c->file);
+  yaml_parser_set_input_string(&p, (const unsigned char *)c->text, c->length);
+  bp_status st = BP_OK;
+  int depth = 0;
+  for (;;) {
+    yaml_event_t e;
+    if (!yaml_parser_parse(&p, &e)) {
+      st = yaml_error(c, &p);
+      break;
+    }
+    const yaml_event_type_t type = e.type;
+    const size_t line = e.start_mark.line + 1, col = e.start_mark.column + 1;
+    const char *tag = type == YAML_SCALAR_EVENT             ? (const char *)e.data.scalar.tag
+                      : type == YAML_SEQUENCE_START_EVENT ? (const char *)e.data.sequence_start.tag
+                      : type == YAML_MAPPING_START_EVENT  ? (const char *)e.data.mapping_start.tag
+                                                          : NULL;
+    if (tag)
+      st = bp_fail(BP_ERR_INVALID,
+                   "%s:%zu:%zu: explicit YAML tag '%.64s': a model file takes plain values "
+                   "(write 5, not !!str 5)",
+                   c->file, line, col, tag);
+    else if ((type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) &&
+             ++depth > MODEL_DEPTH_MAX)
+      st = bp_fail(BP_ERR_INVALID, "%s:%zu:%zu: nesting deeper than %d levels; not a model file",
+                   c->file, line, col, MODEL_DEPTH_MAX);
+    else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT)
+      depth--;
+    yaml_event_delete(&e);
+    if (st != BP_OK || type == YAML_STREAM_END_EVENT) break;
+  }
+  yaml_parser_delete(&p);
+  return st;
+}
+
 /* ---- entry points ------------------------------------------------------ */
 
 bp_status bp_model_parse(const char *text, size_t length, const char *display_name,
@@ -769,6 +814,9 @@ bp_status bp_model_parse_with_registry(const char *text, size_t length, const ch
                                        const bp_registry *registry, bp_model **model_out) {
   if (!model_out || (!text && length > 0))
     return bp_fail(BP_ERR_INVALID, "bp_model_parse: NULL argument");
+  if (length > MODEL_FILE_MAX)
+    return bp_fail(BP_ERR_INVALID, "%s: %zu bytes, larger than %u MiB; not a model file",
+                   display_name ? display_name : "<memory>", length, MODEL_FILE_MAX >> 20);
   parse_ctx c;
   memset(&c, 0, sizeof c);
   c.registry = registry;
@@ -788,8 +836,10 @@ bp_status bp_model_parse_with_registry(const char *text, size_t length, const ch
     return bp_fail(BP_ERR_NOMEM, "%s: out of memory starting the YAML parser", c.file);
   }
   yaml_parser_set_input_string(&parser, (const unsigned char *)c.text, length);
-  bp_status st = BP_OK;
-  if (!yaml_parser_load(&parser, &doc)) { /* on failure libyaml frees doc itself */
+  bp_status st = prescan(&c);
+  if (st != BP_OK) {
+    /* refused before the document is built */
+  } else if (!yaml_parser_load(&parser, &doc)) { /* on failure libyaml frees doc itself */
     st = yaml_error(&c, &parser);
   } else {
     c.doc = &doc;
@@ -816,6 +866,7 @@ bp_status bp_model_parse_with_registry(const char *text, size_t length, const ch
   yaml_parser_delete(&parser);
   free(c.refs);
   free(c.ref_count);
+  bp_name_index_free(&c.names);
   if (st != BP_OK) {
     bp_model_destroy(m);
     return st;

@@ -22,7 +22,40 @@ struct bp_plan {
   uint64_t total_bytes;
   void *attachment; /* plan-impl.h: owned, freed by attachment_free */
   void (*attachment_free)(void *);
+  /* names of variant 0's tensors: open addressing, id + 1 (0: empty), a
+   * power-of-two size at least twice the count; NULL: search linearly */
+  int32_t *name_index;
+  uint32_t name_index_cap;
 };
+
+static uint32_t name_hash(const char *s) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+static void index_put(int32_t *index, uint32_t cap, const bp_dtensor *ts, int32_t id) {
+  for (uint32_t i = name_hash(ts[id].name) & (cap - 1);; i = (i + 1) & (cap - 1))
+    if (index[i] == 0) {
+      index[i] = id + 1;
+      return;
+    }
+}
+
+/* Adds tensor `id` of variant 0 to the index, growing it; out of memory
+ * drops the index (lookups then search linearly, still correct). */
+static void index_add(bp_plan *p, int32_t id) {
+  if ((uint64_t)(id + 1) * 2 > p->name_index_cap) {
+    uint32_t cap = p->name_index_cap ? 2 * p->name_index_cap : 256;
+    int32_t *grown = cap > p->name_index_cap ? calloc(cap, sizeof *grown) : NULL;
+    free(p->name_index);
+    p->name_index = grown;
+    p->name_index_cap = grown ? cap : 0;
+    if (!grown) return;
+    for (int32_t k = 0; k < id; k++) index_put(grown, cap, p->tensors[0], k);
+  }
+  if (p->name_index) index_put(p->name_index, p->name_index_cap, p->tensors[0], id);
+}
 
 const char *bp_optimizer_name(bp_optimizer opt) {
   switch (opt) {
@@ -77,6 +110,7 @@ const void *bp_plan_attachment(const bp_plan *plan) { return plan ? plan->attach
 void bp_plan_destroy(bp_plan *plan) {
   if (!plan) return;
   bp_plan_attach(plan, NULL, NULL);
+  free(plan->name_index);
   for (int v = 0; v < plan->variant_count; v++) free(plan->tensors[v]);
   free(plan->tensors);
   free(plan->variants);
@@ -190,6 +224,7 @@ static bp_status add_tensor(bp_plan *p, const char *name, bp_shape shape, bp_dty
   }
   p->tensors[v][id] = t;
   p->cursor = id + 1;
+  if (v == 0) index_add(p, id);
   if (id_out) *id_out = id;
   return BP_OK;
 }
@@ -364,6 +399,14 @@ const bp_dtensor *bp_plan_tensor(const bp_plan *p, int v, int32_t id) {
 int32_t bp_plan_find_tensor(const bp_plan *p, const char *name) {
   /* while variant 0 is open its tensors are counted by the cursor */
   int32_t n = p->variant_count == 1 && p->open ? p->cursor : p->tensor_count;
+  if (p->name_index) {
+    const uint32_t mask = p->name_index_cap - 1;
+    for (uint32_t i = name_hash(name) & mask; p->name_index[i]; i = (i + 1) & mask) {
+      int32_t id = p->name_index[i] - 1;
+      if (id < n && strcmp(p->tensors[0][id].name, name) == 0) return id;
+    }
+    return -1;
+  }
   for (int32_t id = 0; id < n; id++)
     if (strcmp(p->tensors[0][id].name, name) == 0) return id;
   return -1;

@@ -1,6 +1,7 @@
 /* Learning-rate schedules (train.h): a pure function of the step of the
  * run, so a resumed run sees the same rates as an uninterrupted one. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "blueprint/train.h"
@@ -22,9 +23,12 @@ int bp_lr_schedule_from_name(const char *name, bp_lr_schedule *out) {
 
 double bp_schedule_lr(const bp_schedule *s, int64_t t) {
   const int64_t spe = s->steps_per_epoch > 0 ? s->steps_per_epoch : 1;
-  const int64_t total = spe * (s->epochs > 0 ? s->epochs : 1);
-  int64_t warm = (int64_t)llround(s->warmup_epochs * (double)spe);
-  if (warm < 0) warm = 0;
+  int64_t total;
+  if (__builtin_mul_overflow(spe, s->epochs > 0 ? s->epochs : 1, &total))
+    total = INT64_MAX; /* saturate: no overflow whatever the caller passes */
+  /* in double first: llround of a value past int64 is undefined */
+  const double warm_d = s->warmup_epochs * (double)spe;
+  int64_t warm = !(warm_d > 0.0) ? 0 : warm_d >= (double)total ? total : (int64_t)llround(warm_d);
   if (warm > total) warm = total;
   if (t < 0) t = 0;
   if (t < warm) return s->lr * (double)(t + 1) / (double)warm;

@@ -195,15 +195,19 @@ bp_status bp_train_job_run(bp_trainer *t, int k, bp_rank_job *job);
  * its upload is done, takes the batch, enqueues its upload. */
 bp_status bp_train_take_batch(bp_trainer *t, int k, bp_data_loader *loader, bp_data_batch *out);
 
-/* train_ranks.c: ranks 1..world-1 run on threads of their own, rank 0 on
- * the caller's. A step's segments run on every rank at once, rank k with
- * the variant of ranks[k] and without the segments of its skip mask; a
- * rank whose compute fails still takes part in every later COMM segment of
- * the job, so no rank waits forever in an all-reduce. With `loaders`, each
- * rank then takes its next batch from loaders[k] into batches[k] in its own
- * thread (an inline loader fills it there: every rank at once). The first
- * failure (lowest rank) is returned with its message. `ranks` ([world]),
- * `segments`, `loaders` and `batches` are borrowed for the call. */
+/* train_ranks.c: the one way a job runs on every local rank. Ranks
+ * 1..local-1 run on threads of their own (started when local > 1), rank 0
+ * on the caller's; with one local rank there is no thread and the job runs
+ * inline. A step's segments run on every rank at once, rank k with the
+ * variant of ranks[k] and without the segments of its skip mask, as a
+ * bp_rank_job (train_run.c): a rank whose compute fails still takes part
+ * in every later collective segment of the job, so no rank waits forever
+ * in an all-reduce. With `loaders`, each rank takes its next batch from
+ * loaders[k] into batches[k] in its own thread (bp_train_take_batch) while
+ * its job runs on its device (on the cpu device, after it: an inline
+ * loader fills it there, every rank at once). The first failure (lowest
+ * rank) is returned with its message. `ranks` ([local]), `segments`,
+ * `loaders` and `batches` are borrowed for the call. */
 bp_status bp_rank_pool_start(bp_trainer *t);
 void bp_rank_pool_stop(bp_trainer *t); /* joins the threads; NULL pool is a no-op */
 bp_status bp_rank_pool_run(bp_trainer *t, const bp_rank_step *ranks, const bp_segment *segments,

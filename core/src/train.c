@@ -36,37 +36,50 @@ static bp_status check_options(const bp_train_options *o) {
   if (o->ranks > BP_TRAIN_MAX_RANKS)
     return bp_fail(BP_ERR_UNSUPPORTED, "%d ranks: at most %d ranks run as threads", o->ranks,
                    BP_TRAIN_MAX_RANKS);
-  if (o->epochs < 0 || o->batch < 0 || o->eval_batch < 0 || o->train_limit < 0 ||
-      o->test_limit < 0 || o->log_every < 0 || o->stop_after_steps < 0 || o->step_epochs < 1)
-    return bp_fail(BP_ERR_INVALID,
-                   "epochs, batches, limits, log_every and stop_after_steps must be >= 0 and "
-                   "step_epochs >= 1");
+  if (o->epochs < 0 || o->epochs > BP_TRAIN_MAX_EPOCHS || o->step_epochs < 1 ||
+      o->step_epochs > BP_TRAIN_MAX_EPOCHS)
+    return bp_fail(BP_ERR_INVALID, "epochs %lld must be in [0, %d] and step epochs %lld in [1, %d]",
+                   (long long)o->epochs, BP_TRAIN_MAX_EPOCHS, (long long)o->step_epochs,
+                   BP_TRAIN_MAX_EPOCHS);
+  const int64_t counts[] = {o->batch,      o->eval_batch, o->train_limit,
+                            o->test_limit, o->log_every,  o->stop_after_steps};
+  for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+    if (counts[k] < 0 || counts[k] > BP_TRAIN_MAX_COUNT)
+      return bp_fail(BP_ERR_INVALID,
+                     "batches, limits, log_every and stop_after_steps must be in [0, 2^40], "
+                     "got %lld",
+                     (long long)counts[k]);
   if (o->optimizer < -1 || o->optimizer > BP_OPT_LARS)
     return bp_fail(BP_ERR_INVALID, "unknown optimizer %d", o->optimizer);
   if ((int)o->schedule < 0 || o->schedule > BP_LR_COSINE)
     return bp_fail(BP_ERR_INVALID, "unknown learning-rate schedule %d", (int)o->schedule);
   if ((o->lr >= 0 || !isfinite(o->lr)) && !finite_in(o->lr, 0.0, 1e6))
-    return bp_fail(BP_ERR_INVALID, "learning rate %g must be a finite number >= 0", o->lr);
+    return bp_fail(BP_ERR_INVALID, "learning rate %g must be in [0, %g]", o->lr, BP_TRAIN_MAX_RATE);
   if ((o->momentum >= 0 || !isfinite(o->momentum)) && !finite_in(o->momentum, 0.0, 0.999999))
     return bp_fail(BP_ERR_INVALID, "momentum %g must be in [0, 1)", o->momentum);
   if ((o->weight_decay >= 0 || !isfinite(o->weight_decay)) && !finite_in(o->weight_decay, 0.0, 1e6))
-    return bp_fail(BP_ERR_INVALID, "weight decay %g must be a finite number >= 0", o->weight_decay);
+    return bp_fail(BP_ERR_INVALID, "weight decay %g must be in [0, %g]", o->weight_decay,
+                   BP_TRAIN_MAX_RATE);
   if (!finite_in(o->beta1, 0.0, 0.999999) || !finite_in(o->beta2, 0.0, 0.999999) ||
       !finite_in(o->eps, 1e-30, 1.0) || !finite_in(o->lars_eta, 0.0, 1e6))
     return bp_fail(BP_ERR_INVALID,
                    "beta1 %g and beta2 %g must be in [0, 1), eps %g in (0, 1], "
                    "lars eta %g >= 0",
                    o->beta1, o->beta2, o->eps, o->lars_eta);
-  if (!finite_in(o->step_gamma, 0.0, 1e6) || !finite_in(o->warmup_epochs, 0.0, 1e9))
-    return bp_fail(BP_ERR_INVALID, "step gamma %g and warmup epochs %g must be >= 0", o->step_gamma,
-                   o->warmup_epochs);
+  if (!finite_in(o->step_gamma, 0.0, BP_TRAIN_MAX_RATE))
+    return bp_fail(BP_ERR_INVALID, "step gamma %g must be in [0, %g]", o->step_gamma,
+                   BP_TRAIN_MAX_RATE);
+  if (!finite_in(o->warmup_epochs, 0.0, BP_TRAIN_MAX_EPOCHS))
+    return bp_fail(BP_ERR_INVALID, "warmup epochs %g must be in [0, %d]", o->warmup_epochs,
+                   BP_TRAIN_MAX_EPOCHS);
   if (!finite_in(o->ema_decay, 0.0, 1.0))
     return bp_fail(BP_ERR_INVALID, "ema decay %g must be in [0, 1]", o->ema_decay);
   if (o->progress_interval < 0 || !isfinite(o->progress_interval))
     return bp_fail(BP_ERR_INVALID, "progress interval %g must be >= 0", o->progress_interval);
-  if (o->augment.crop_pad < 0 || o->augment.flip < 0 || o->augment.flip > 1)
-    return bp_fail(BP_ERR_INVALID, "crop padding %d must be >= 0 and flip 0 or 1",
-                   o->augment.crop_pad);
+  if (o->augment.crop_pad < 0 || o->augment.crop_pad > BP_TRAIN_MAX_CROP_PAD ||
+      o->augment.flip < 0 || o->augment.flip > 1)
+    return bp_fail(BP_ERR_INVALID, "crop padding %d must be in [0, %d] and flip 0 or 1",
+                   o->augment.crop_pad, BP_TRAIN_MAX_CROP_PAD);
   if (o->plugin_path_count < 0 || (o->plugin_path_count && !o->plugin_paths))
     return bp_fail(BP_ERR_INVALID, "%d plugin paths without their list", o->plugin_path_count);
   if (o->eval_only && !o->resume_path)
@@ -703,4 +716,20 @@ bp_status bp_trainer_read_rank_tensor(const bp_trainer *t, int rank, const char 
                    (unsigned long long)count);
   /* the io is the rank's own; reading changes nothing the trainer shows */
   return bp_devio_read_tensor((bp_devio *)&t->ranks[rank].io, d, dst);
+}
+
+bp_status bp_trainer_write_tensor(bp_trainer *t, const char *name, const float *src,
+                                  uint64_t count) {
+  if (!t || !name || !src) return bp_fail(BP_ERR_INVALID, "bp_trainer_write_tensor: NULL argument");
+  const int32_t id = bp_plan_find_tensor(t->plan, name);
+  const bp_dtensor *d = id >= 0 ? bp_plan_tensor(t->plan, 0, id) : NULL;
+  if (!d) return bp_fail(BP_ERR_INVALID, "no tensor '%s' in the plan", name);
+  if (count != bp_dtensor_host_elems(d))
+    return bp_fail(BP_ERR_INVALID, "tensor '%s' has %llu elements; %llu given", name,
+                   (unsigned long long)bp_dtensor_host_elems(d), (unsigned long long)count);
+  bp_status st = BP_OK;
+  for (int k = 0; k < t->local && st == BP_OK; k++)
+    st = bp_devio_write_tensor(&t->ranks[k].io, d, src);
+  bp_train_params_changed(t); /* even a failed write may have written some */
+  return st;
 }

@@ -1,6 +1,7 @@
 /* Epochs, steps and evaluation (train.h). The step loop runs pre-bound
- * segments and touches the arena only through the scalars it writes (lr,
- * step) and R when it reads metrics (train-impl.h invariant 4). */
+ * segments as jobs of the ranks (train_run.c) and reaches the arena only
+ * through the ranks' io: the scalars it writes (lr, step), the batches it
+ * uploads and R when it reads metrics (train-impl.h invariant 4). */
 #include <math.h>
 #include <string.h>
 

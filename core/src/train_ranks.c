@@ -1,4 +1,5 @@
-/* Ranks as threads (train-impl.h: bp_rank_pool_*). */
+/* The one way a job runs on the local ranks (train-impl.h: bp_rank_pool_*):
+ * ranks as threads, or inline on the caller's thread for one local rank. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

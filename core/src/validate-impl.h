@@ -110,6 +110,13 @@ typedef struct vbuf {
   unsigned char *guard; /* first byte of the guard page, or NULL */
 } vbuf;
 
+/* Memory of a check (buffers, snapshots, values) is tracked, so a guarded
+ * check cut short by a fault (validate_guard.c) releases it all at once.
+ * Process-wide: one check at a time. */
+void *vc_mem_calloc(size_t count, size_t size);
+void vc_mem_free(void *p); /* NULL ok */
+void vc_mem_release_all(void);
+
 int vbuf_alloc(vbuf *b, uint64_t bytes, int guard); /* 0 on success */
 void vbuf_free(vbuf *b);                           /* zeroed ok */
 

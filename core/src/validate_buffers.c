@@ -11,6 +11,51 @@
 #include "bp_abi_sdk.h"
 #include "validate-impl.h"
 
+/* ---- memory of a check: released at once when a guarded check is cut short ---- */
+
+#define LIVE_MAX 512
+static struct {
+  void *p;
+  size_t map_bytes; /* 0: malloc'ed */
+} live[LIVE_MAX];
+
+static void live_add(void *p, size_t map_bytes) {
+  for (int i = 0; p && i < LIVE_MAX; i++)
+    if (!live[i].p) {
+      live[i].p = p;
+      live[i].map_bytes = map_bytes;
+      return;
+    }
+}
+
+static void live_remove(void *p) {
+  for (int i = 0; p && i < LIVE_MAX; i++)
+    if (live[i].p == p) {
+      live[i].p = NULL;
+      return;
+    }
+}
+
+void *vc_mem_calloc(size_t count, size_t size) {
+  void *p = calloc(count ? count : 1, size ? size : 1);
+  live_add(p, 0);
+  return p;
+}
+
+void vc_mem_free(void *p) {
+  live_remove(p);
+  free(p);
+}
+
+void vc_mem_release_all(void) {
+  for (int i = 0; i < LIVE_MAX; i++) {
+    if (!live[i].p) continue;
+    if (live[i].map_bytes) munmap(live[i].p, live[i].map_bytes);
+    else free(live[i].p);
+    live[i].p = NULL;
+  }
+}
+
 /* ---- guarded buffers --------------------------------------------------------- */
 
 int vbuf_alloc(vbuf *b, uint64_t bytes, int guard) {
@@ -21,6 +66,7 @@ int vbuf_alloc(vbuf *b, uint64_t bytes, int guard) {
     void *p = NULL;
     if (posix_memalign(&p, 256, (size_t)(bytes ? bytes : 256)) != 0) return -1;
     b->map = b->ptr = p;
+    live_add(p, 0);
     return 0;
   }
   const size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -33,6 +79,7 @@ int vbuf_alloc(vbuf *b, uint64_t bytes, int guard) {
   }
   b->map = m;
   b->map_bytes = data + page;
+  live_add(m, b->map_bytes);
   b->guard = (unsigned char *)m + data;
   /* the slot ends at the guard; its start keeps 256-byte alignment */
   b->ptr = (unsigned char *)(((uintptr_t)b->guard - (uintptr_t)bytes) & ~(uintptr_t)255);
@@ -41,6 +88,7 @@ int vbuf_alloc(vbuf *b, uint64_t bytes, int guard) {
 
 void vbuf_free(vbuf *b) {
   if (!b->map) return;
+  live_remove(b->map);
   if (b->map_bytes) munmap(b->map, b->map_bytes);
   else free(b->map);
   memset(b, 0, sizeof *b);
@@ -234,7 +282,7 @@ int vt_is_poison(const bp_abi_tensor *t, const void *p, int64_t i) {
 }
 
 unsigned char *vt_logical_mask(const bp_abi_tensor *t) {
-  unsigned char *m = calloc(1, (size_t)(t->slot_bytes ? t->slot_bytes : 1));
+  unsigned char *m = vc_mem_calloc(1, (size_t)(t->slot_bytes ? t->slot_bytes : 1));
   if (!m) return NULL;
   const int64_t n = vt_count(t);
   const size_t es = vt_elem_size(t->dtype);

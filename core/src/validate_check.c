@@ -60,7 +60,7 @@ static int64_t stray_write(const bp_abi_tensor *t, const unsigned char *now,
       at = (int64_t)b;
       break;
     }
-  free(mask);
+  vc_mem_free(mask);
   return at;
 }
 
@@ -111,10 +111,10 @@ static int run_once(const run_spec *s, double **got, char *why, size_t why_size)
     out_ptrs[o] = out[o].ptr;
   }
   for (int i = 0; i < c->num_inputs && rc == RUN_OK; i++)
-    if (!(snap_in[i] = malloc((size_t)c->in[i].d.slot_bytes + 1))) rc = RUN_NOMEM;
+    if (!(snap_in[i] = vc_mem_calloc((size_t)c->in[i].d.slot_bytes + 1, 1))) rc = RUN_NOMEM;
     else memcpy(snap_in[i], in[i].ptr, (size_t)c->in[i].d.slot_bytes);
   for (int o = 0; o < c->num_outputs && rc == RUN_OK; o++)
-    if (!(snap_out[o] = malloc((size_t)c->out[o].d.slot_bytes + 1))) rc = RUN_NOMEM;
+    if (!(snap_out[o] = vc_mem_calloc((size_t)c->out[o].d.slot_bytes + 1, 1))) rc = RUN_NOMEM;
     else memcpy(snap_out[o], out_ptrs[o], (size_t)c->out[o].d.slot_bytes);
 
   bp_abi_tensor ind[VC_MAX], outd[VC_MAX];
@@ -215,8 +215,8 @@ static int run_once(const run_spec *s, double **got, char *why, size_t why_size)
   for (int i = 0; i < VC_MAX; i++) {
     vbuf_free(&in[i]);
     vbuf_free(&out[i]);
-    free(snap_in[i]);
-    free(snap_out[i]);
+    vc_mem_free(snap_in[i]);
+    vc_mem_free(snap_out[i]);
   }
   vbuf_free(&ws);
   vbuf_guard_clear();
@@ -346,13 +346,13 @@ static int vals_alloc(vals *x, const vc_tensor *t, int n) {
   memset(x, 0, sizeof *x);
   for (int i = 0; i < n; i++) {
     const int64_t count = vt_count(&t[i].d);
-    if (!(x->v[i] = calloc((size_t)(count > 0 ? count : 1), sizeof(double)))) return -1;
+    if (!(x->v[i] = vc_mem_calloc((size_t)(count > 0 ? count : 1), sizeof(double)))) return -1;
   }
   return 0;
 }
 
 static void vals_free(vals *x) {
-  for (int i = 0; i < VC_MAX; i++) free(x->v[i]);
+  for (int i = 0; i < VC_MAX; i++) vc_mem_free(x->v[i]);
   memset(x, 0, sizeof *x);
 }
 

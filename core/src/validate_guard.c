@@ -5,7 +5,8 @@
  * another thread, goes to the handler that was installed before. One
  * check at a time in the process (the caller serializes: autotune holds
  * its lock); the kernel gets one thread, so its reads happen on the
- * checking thread. What the interrupted kernel had allocated is lost. */
+ * checking thread. The check's own memory is released after a fault;
+ * what the interrupted kernel had allocated itself is lost. */
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -51,6 +52,7 @@ void vc_check_guarded(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc
              "read past slot_bytes of %s (it touched the guard page right after the slot)",
              fault_owner ? fault_owner : "a tensor");
     vbuf_guard_clear();
+    vc_mem_release_all(); /* what the interrupted check had allocated */
   }
   jump_to = NULL;
   sigaction(SIGSEGV, &previous_segv, NULL);

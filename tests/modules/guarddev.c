@@ -18,9 +18,12 @@
  *    (recorded / completed) under the event's lock. An event is destroyed
  *    only when no task refers to it (the host's streams are idle then).
  *  - Counters for the tests (copies per stream role, waits of compute
- *    streams on events a transfer stream recorded, host tasks) are reached
+ *    streams on events a transfer stream recorded, host tasks, uploads
+ *    enqueued after a compute task and run before it was done) are reached
  *    through an extension of the device (GUARD_EXT_TYPE, below): the only
- *    exported symbol stays the entry. */
+ *    exported symbol stays the entry. GUARD_COMPUTE_DELAY_MS (read at
+ *    stream creation) makes every compute task sleep that long first, so a
+ *    test sees the overlap of uploads with steps reliably. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -69,6 +72,8 @@ typedef struct arena {
 static pthread_mutex_t window_mu = PTHREAD_MUTEX_INITIALIZER;
 static arena *arenas;    /* under window_mu */
 static int window_open;  /* tasks running now; under window_mu */
+/* compute host tasks enqueued, and run to the end; under window_mu */
+static uint64_t compute_enqueued, compute_done;
 static guard_stats stats; /* under window_mu */
 
 static void protect_all(int prot) {
@@ -195,6 +200,10 @@ typedef struct task {
   uint64_t bytes;
   bp_abi_event *event;
   uint64_t seq;
+  int upload;  /* COPY: host to device on a transfer stream */
+  uint64_t after; /* COPY: compute_enqueued when it was enqueued */
+  int compute; /* HOST: on a compute stream */
+  int delay_ms;
 } task;
 
 struct bp_abi_stream {
@@ -203,6 +212,7 @@ struct bp_abi_stream {
   task *head, *tail;
   uint64_t enqueued, completed;
   int stop, role, device;
+  int delay_ms; /* GUARD_COMPUTE_DELAY_MS, compute streams */
   pthread_t thread;
 };
 
@@ -211,12 +221,26 @@ static _Thread_local bp_abi_stream *current_stream;
 static void task_run(const task *t) {
   switch (t->kind) {
   case TASK_HOST:
+    if (t->compute && t->delay_ms)
+      nanosleep(&(struct timespec){0, t->delay_ms * 1000000L}, NULL);
     window_enter();
     t->fn(t->arg);
     window_leave();
+    if (t->compute) {
+      pthread_mutex_lock(&window_mu);
+      compute_done++;
+      pthread_mutex_unlock(&window_mu);
+    }
     break;
   case TASK_COPY:
     window_enter();
+    if (t->upload) {
+      pthread_mutex_lock(&window_mu);
+      /* a compute task enqueued before this copy is not done yet (tasks of
+       * one stream end in order; the tests run one compute stream) */
+      if (compute_done < t->after) stats.uploads_during_compute++;
+      pthread_mutex_unlock(&window_mu);
+    }
     if (t->bytes) memmove(t->dst, t->src, (size_t)t->bytes);
     window_leave();
     break;
@@ -283,6 +307,8 @@ static int guard_stream_create(int device, int role, bp_abi_stream **out) {
   if (!s) return guard_fail(BP_ABI_ERR_NOMEM, "stream_create: out of memory");
   s->role = role;
   s->device = device;
+  const char *delay = getenv("GUARD_COMPUTE_DELAY_MS");
+  if (delay && role == BP_ABI_STREAM_COMPUTE) s->delay_ms = atoi(delay) % 1000;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv_work, NULL);
   pthread_cond_init(&s->cv_idle, NULL);
@@ -322,9 +348,15 @@ static int guard_stream_enqueue_host(bp_abi_stream *s, void (*fn)(void *), void 
   if (!s || !fn) return guard_fail(BP_ABI_ERR_INVALID, "stream_enqueue_host: NULL argument");
   count(s->role == BP_ABI_STREAM_COMPUTE ? &stats.compute_host_tasks : &stats.other_host_tasks);
   task *t = task_new(TASK_HOST);
-  if (t) {
-    t->fn = fn;
-    t->arg = arg;
+  if (!t) return guard_fail(BP_ABI_ERR_NOMEM, "stream_enqueue_host: out of memory");
+  t->fn = fn;
+  t->arg = arg;
+  t->compute = s->role == BP_ABI_STREAM_COMPUTE;
+  t->delay_ms = s->delay_ms;
+  if (t->compute) {
+    pthread_mutex_lock(&window_mu);
+    compute_enqueued++;
+    pthread_mutex_unlock(&window_mu);
   }
   return push(s, t);
 }
@@ -375,7 +407,7 @@ static int guard_event_elapsed_ms(bp_abi_event *a, bp_abi_event *b, float *ms) {
 }
 
 static int copy(const char *what, void *dst, const void *src, uint64_t bytes, bp_abi_stream *s,
-                uint64_t *counter) {
+                uint64_t *counter, int upload) {
   if (!s) return guard_fail(BP_ABI_ERR_INVALID, "%s: stream is NULL", what);
   if (bytes && (!dst || !src)) return guard_fail(BP_ABI_ERR_INVALID, "%s: NULL pointer", what);
   count(counter);
@@ -384,19 +416,24 @@ static int copy(const char *what, void *dst, const void *src, uint64_t bytes, bp
     t->dst = dst;
     t->src = src;
     t->bytes = bytes;
+    t->upload = upload;
+    pthread_mutex_lock(&window_mu);
+    t->after = compute_enqueued;
+    pthread_mutex_unlock(&window_mu);
   }
   return push(s, t);
 }
 
 static int guard_copy_h2d(void *dst, const void *src, uint64_t bytes, bp_abi_stream *s) {
-  return copy("copy_h2d", dst, src, bytes, s,
-              s && s->role == BP_ABI_STREAM_TRANSFER ? &stats.h2d_transfer : &stats.h2d_other);
+  const int transfer = s && s->role == BP_ABI_STREAM_TRANSFER;
+  return copy("copy_h2d", dst, src, bytes, s, transfer ? &stats.h2d_transfer : &stats.h2d_other,
+              transfer);
 }
 static int guard_copy_d2h(void *dst, const void *src, uint64_t bytes, bp_abi_stream *s) {
-  return copy("copy_d2h", dst, src, bytes, s, &stats.d2h);
+  return copy("copy_d2h", dst, src, bytes, s, &stats.d2h, 0);
 }
 static int guard_copy_d2d(void *dst, const void *src, uint64_t bytes, bp_abi_stream *s) {
-  return copy("copy_d2d", dst, src, bytes, s, &stats.d2d);
+  return copy("copy_d2d", dst, src, bytes, s, &stats.d2d, 0);
 }
 
 static int guard_host_alloc_pinned(uint64_t bytes, void **out) {

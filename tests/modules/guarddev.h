@@ -17,6 +17,8 @@ typedef struct guard_stats {
   uint64_t compute_host_tasks;        /* stream_enqueue_host on compute streams */
   uint64_t other_host_tasks;
   uint64_t compute_waits_on_transfer; /* a compute stream waits on a transfer stream's event */
+  uint64_t uploads_during_compute;    /* transfer-stream copy_h2d enqueued after a compute
+                                         task and run before that task was done */
 } guard_stats;
 
 typedef struct guard_ext {

@@ -93,6 +93,9 @@ typedef enum bp_data_split {
  * 0 takes max label + 1. The paths are borrowed. */
 bp_status bp_dataset_load_idx(const char *images_path, const char *labels_path, int classes,
                               bp_dataset **dataset_out);
+/* Reads an IDX image file alone (the same formats and checks, no label
+ * file), for inference on unlabeled images: every label 0, classes 1. */
+bp_status bp_dataset_load_idx_images(const char *images_path, bp_dataset **dataset_out);
 
 /* Reads one split of an MNIST-format directory: the four standard file
  * names, each as NAME.gz or else NAME. `dir` NULL means

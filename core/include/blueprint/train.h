@@ -135,6 +135,13 @@ typedef struct bp_eval_report {
   double seconds;
 } bp_eval_report;
 
+/* Stated ranges of the options below (bp_trainer_create refuses values
+ * outside them, naming the range; `blueprint train` does so per option). */
+#define BP_TRAIN_MAX_EPOCHS 1000000   /* epochs, step_epochs, warmup_epochs */
+#define BP_TRAIN_MAX_RATE 1e6         /* lr, weight_decay, step_gamma, lars_eta */
+#define BP_TRAIN_MAX_COUNT (INT64_C(1) << 40) /* limits, batches, log_every, stop_after_steps */
+#define BP_TRAIN_MAX_CROP_PAD 1024
+
 typedef struct bp_train_options {
   /* data */
   const char *data_dir;    /* MNIST-format directory; NULL: Fashion-MNIST (BP_DATA_DEFAULT_DIR) */
@@ -253,6 +260,12 @@ bp_status bp_trainer_read_tensor(const bp_trainer *trainer, const char *name, fl
  * mpirun). */
 bp_status bp_trainer_read_rank_tensor(const bp_trainer *trainer, int rank, const char *name,
                                       float *dst, uint64_t count);
+/* Writes `count` compact NHWC FP32 values from src into tensor `name` of
+ * every rank this process holds (they stay equal), converted to the
+ * tensor's dtype, and tells the kernels the parameters changed. Between
+ * steps. The same errors as read. */
+bp_status bp_trainer_write_tensor(bp_trainer *trainer, const char *name, const float *src,
+                                  uint64_t count);
 /* Ranks of the run: options' ranks, or the process count under mpirun. */
 int bp_trainer_world(const bp_trainer *trainer);
 /* The global rank of this process's first rank: 0 with ranks as threads,
