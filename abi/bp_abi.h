@@ -255,14 +255,21 @@ struct bp_abi_device; /* bp_abi_device.h */
  * A model file names a layer by `type:`; besides the built-in types, a
  * module may register one. The host then compiles it like a built-in
  * parameter-free layer: an output feature and its gradient slot of the
- * output shape in the feature dtype (FP16 under AMP, else FP32), one
- * forward node and (unless backward_op is NULL) one backward node, both
- * running ops registered before the layer (by this module or an earlier
- * one), with kernels for them.
- *   forward_op   in: x0 [, x1]          out: y
- *   backward_op  in: x0 [, x1], y, dy   out: dx0 [, dx1]   (accumulate)
+ * output shape in the feature dtype (FP16 under AMP, else FP32), the saved
+ * tensors it declares (bp_abi_layer_saved), one forward node and (unless
+ * backward_op is NULL) one backward node, both running ops registered
+ * before the layer (by this module or an earlier one), with kernels for
+ * them. With S saved tensors (0..BP_ABI_LAYER_SAVED_MAX):
+ *   forward_op   in: x0 [, x1]                     out: y, saved0 .. saved(S-1)
+ *   backward_op  in: x0 [, x1], y, dy, saved0 ..   out: dx0 [, dx1]   (accumulate)
+ * The forward writes the saved tensors in every step (evaluation too) and
+ * the backward of the same step reads them; nothing else touches them.
+ * A per-node scratch buffer is no layer field: a kernel asks for one
+ * through its workspace_size (bp_abi_kernel).
  * The output shape is the forward op's infer_shape (bp_abi_op; rule 7 of
- * bp_abi_ops.h), or x0's shape when the op has none. The YAML keys of the
+ * bp_abi_ops.h; the host reads outputs[0] only, the saved tensors' shapes
+ * come from their declarations), or x0's shape when the op has none. The
+ * YAML keys of the
  * layer fill the attribute block (the same block goes to both ops) through
  * `attrs`: each key is type-checked and range-checked, takes its default
  * when absent, and a key the schema does not list is an error. Bytes no
@@ -271,11 +278,14 @@ struct bp_abi_device; /* bp_abi_device.h */
  * accumulate_offset, and 0 there in the forward node.
  * Registration is refused (naming the module) when the type is a built-in
  * one or another module's, an op is missing or has other tensor counts
- * than above, the ops' attr_size differs from the layer's, or a key is
+ * than above, the ops' attr_size differs from the layer's, a key is
  * invalid (a reserved key, a duplicate, outside the block, a default
- * outside its range). */
+ * outside its range) or a saved tensor is (another dtype, a flag not 0/1,
+ * channels outside 0..BP_ABI_LAYER_SAVED_CHANNELS_MAX or set per channel). */
 #define BP_ABI_LAYER_ATTR_SIZE_MAX 64 /* bytes of a layer's attribute block */
 #define BP_ABI_LAYER_ATTRS_MAX 32     /* keys of one layer type */
+#define BP_ABI_LAYER_SAVED_MAX 4      /* saved tensors of one layer type */
+#define BP_ABI_LAYER_SAVED_CHANNELS_MAX 65536
 
 enum {
   BP_ABI_LAYER_ATTR_INT = 0,   /* int32_t at offset; a plain YAML integer */
@@ -296,6 +306,24 @@ typedef struct bp_abi_layer_attr {
   int32_t required;     /* 1: the key must be present (default_value unused) */
 } bp_abi_layer_attr;
 
+/* One saved tensor of a layer type: what its forward records for its
+ * backward (as maxpool's argmax mask or batchnorm's batch statistics).
+ * The plan names it "<layer>.saved<k>" and places it by dtype: FP32 with
+ * the FP32 features (region F32), INT8 with the masks (S_MASK), FP16 with
+ * the FP16 features under AMP (F16) and with the temporaries (T)
+ * otherwise, INT32 with the temporaries (T). Its shape is [N, H, W,
+ * channels] with the output's N, H, W (channels 0: the output's C), or
+ * [1, 1, 1, C] with the output's C when per_channel. An array of them is
+ * strided by the first element's struct_size (bp_abi_ops.h rule 6). */
+typedef struct bp_abi_layer_saved {
+  uint32_t struct_size;
+  int32_t dtype;       /* BP_ABI_DTYPE_FP32, _FP16, _INT8 or _INT32 (explicit, never
+                          "the feature dtype") */
+  int32_t per_channel; /* 1: [1,1,1,C_out]; 0: per sample [N,H_out,W_out,channels] */
+  int32_t channels;    /* per sample: 1..BP_ABI_LAYER_SAVED_CHANNELS_MAX, or 0 for the
+                          output's C; per channel: 0 */
+} bp_abi_layer_saved;
+
 /* A layer type (host->register_layer). Strings and the attrs array stay
  * valid while the module is loaded (static storage). */
 typedef struct bp_abi_layer {
@@ -312,6 +340,11 @@ typedef struct bp_abi_layer {
                                  (multiple of 4); UINT32_MAX: none (only without backward_op) */
   const bp_abi_layer_attr *attrs; /* [num_attrs] the YAML keys */
   int32_t num_attrs;       /* 0..BP_ABI_LAYER_ATTRS_MAX */
+  /* Memory needs besides y and dy: the saved tensors, in the order the
+   * ops take them (absent from a shorter struct_size: none). */
+  const bp_abi_layer_saved *saved; /* [num_saved] */
+  int32_t num_saved;       /* 0..BP_ABI_LAYER_SAVED_MAX; the forward op then has 1 + num_saved
+                              outputs and the backward op num_inputs + 2 + num_saved inputs */
 } bp_abi_layer;
 
 /* Log levels for bp_abi_host.log. */

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bp_abi.h"
@@ -41,6 +42,24 @@ extern "C" {
 #else
 #define BP_SDK_PRINTF(fmt_index, first_arg)
 #endif
+
+/* The tree's one assert: an always-on check of an internal invariant
+ * (never of a caller's input, which gets a status and a reason). It prints
+ * "blueprint: file:line: invariant broken: cond" and aborts, in every build
+ * type (NDEBUG does not remove it). */
+#ifndef BP_ASSERT
+#define BP_ASSERT(cond)                                                                   \
+  do {                                                                                    \
+    if (!(cond)) bp_sdk_assert_fail(#cond, __FILE__, __LINE__);                           \
+  } while (0)
+#endif
+#if defined(__GNUC__)
+__attribute__((noreturn, cold))
+#endif
+static inline void bp_sdk_assert_fail(const char *what, const char *file, int line) {
+  fprintf(stderr, "blueprint: %s:%d: invariant broken: %s\n", file, line, what);
+  abort();
+}
 
 /* 1 when the struct at p (which begins with struct_size) reaches `field`
  * of `type`: the field is present (abi/README.md, versioning rule 2). */

@@ -55,10 +55,22 @@ static void put_le64(unsigned char *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
+/* The final CRC of format version 2: every byte before it except the
+ * header CRC (bytes 380..383), so that it depends on the whole header. */
+static uint32_t body_crc_v2(const unsigned char *img, size_t n) {
+  uint32_t c = 0xffffffffu;
+  for (size_t i = 0; i < n - TRAILER_BYTES; i++) {
+    if (i >= 380 && i < 384) continue;
+    c ^= img[i];
+    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+  }
+  return c ^ 0xffffffffu;
+}
+
 /* Recomputes both CRCs of an edited image, as a well-behaved writer would. */
 static void reseal(unsigned char *img, size_t n) {
   put_le32(img + 380, crc32_ref(img, 380));
-  put_le32(img + n - TRAILER_BYTES, crc32_ref(img, n - TRAILER_BYTES));
+  put_le32(img + n - TRAILER_BYTES, body_crc_v2(img, n));
 }
 
 static uint64_t splitmix(uint64_t *s) {
@@ -350,7 +362,7 @@ START_TEST(file_layout_is_as_documented) {
   ck_assert_uint_eq(n, HEADER_BYTES + TABLE_BYTES + s[0].bytes + s[1].bytes + TRAILER_BYTES);
 
   ck_assert_int_eq(memcmp(img, "BPCKPT", 6), 0);
-  ck_assert_int_eq(img[6], 1); /* u16 version 1, little-endian */
+  ck_assert_int_eq(img[6], 2); /* u16 version 2, little-endian */
   ck_assert_int_eq(img[7], 0);
   ck_assert_uint_eq(le32(img + 8), HEADER_BYTES);
   ck_assert_uint_eq(le32(img + 12), 2);
@@ -382,16 +394,16 @@ START_TEST(file_layout_is_as_documented) {
   ck_assert_str_eq((const char *)t + 64, "N");
   ck_assert_uint_eq(le64(t + 80), s[1].offset);
   ck_assert_uint_eq(le64(t + 88), s[1].bytes);
-  /* data, then CRC of everything before it, then the end marker */
+  /* data, then the CRC of everything before it but the header CRC, then the end marker */
   const unsigned char *d = t + TABLE_BYTES;
   ck_assert_int_eq(memcmp(d, arena + s[0].offset, (size_t)s[0].bytes), 0);
   ck_assert_int_eq(memcmp(d + s[0].bytes, arena + s[1].offset, (size_t)s[1].bytes), 0);
-  ck_assert_uint_eq(le32(img + n - 12), crc32_ref(img, n - 12));
+  ck_assert_uint_eq(le32(img + n - 12), body_crc_v2(img, n));
   ck_assert_int_eq(memcmp(img + n - 8, "BPCKEND\n", 8), 0);
 
   bp_checkpoint_info info;
   ck_assert_msg(bp_checkpoint_read_info(path, &info) == BP_OK, "%s", bp_last_error());
-  ck_assert_uint_eq(info.format_version, 1);
+  ck_assert_uint_eq(info.format_version, 2);
   ck_assert_uint_eq(info.plan_hash, bp_plan_hash(p));
   ck_assert_uint_eq(info.plan_total_bytes, bp_plan_total_bytes(p));
   ck_assert_uint_eq(info.data_bytes, s[0].bytes + s[1].bytes);
@@ -694,14 +706,14 @@ START_TEST(not_a_checkpoint_and_future_versions) {
   expect_refused_(&f, img, m, BP_ERR_PARSE, "wrong magic", "BPCKPU");
 
   /* a later format, properly sealed by its writer */
-  const uint16_t versions[] = {2, 0x100, 0xffff};
+  const uint16_t versions[] = {3, 0x100, 0xffff};
   for (int i = 0; i < 3; i++) {
     memcpy(img, f.image, m);
     img[6] = (unsigned char)versions[i];
     img[7] = (unsigned char)(versions[i] >> 8);
     reseal(img, m);
     char needle[96];
-    snprintf(needle, sizeof needle, "has format version %u, newer than this build reads (1)",
+    snprintf(needle, sizeof needle, "has format version %u, newer than this build reads (2)",
              (unsigned)versions[i]);
     expect_refused_(&f, img, m, BP_ERR_UNSUPPORTED, needle, "future version");
   }
@@ -745,6 +757,80 @@ static void expect_other_plan_refused(fixture *f, bp_plan *other, const char *wh
   free(img);
   free(src);
 }
+
+/* The header of one valid checkpoint joined to the body of another of the
+ * same layout (another epoch, other weights): format version 1 accepted
+ * it, as its final CRC also covered the header CRC, whose residue is one
+ * constant; version 2 refuses it. */
+START_TEST(a_header_spliced_onto_another_body_is_refused) {
+  fixture f;
+  fixture_init(&f, (bp_plan_options){0, 0, BP_OPT_SGD});
+  size_t m = f.image_bytes;
+  char other_path[4200];
+  in_tmp(other_path, sizeof other_path, "other.ckpt");
+  unsigned char *other_arena = random_arena(f.plan, 99);
+  bp_train_state later = sample_state;
+  later.epoch += 1;
+  later.global_step += 100;
+  ck_assert_int_eq(bp_checkpoint_save(other_path, f.plan, other_arena, &later), BP_OK);
+  size_t n = 0;
+  unsigned char *other = read_file(other_path, &n);
+  ck_assert_uint_eq(n, m);
+  unsigned char *img = dup_bytes(other, m);
+  memcpy(img, f.image, HEADER_BYTES); /* header of f.image, body of `other` */
+  expect_refused_(&f, img, m, BP_ERR_PARSE, "is corrupt (CRC mismatch)", "spliced header");
+  memcpy(img, other, HEADER_BYTES); /* and the other way round */
+  memcpy(img + HEADER_BYTES, f.image + HEADER_BYTES, m - HEADER_BYTES);
+  expect_refused_(&f, img, m, BP_ERR_PARSE, "is corrupt (CRC mismatch)", "spliced body");
+  free(img);
+  free(other);
+  free(other_arena);
+  fixture_free(&f);
+}
+END_TEST
+
+/* Values a CRC cannot judge, in a properly sealed header: refused. And a
+ * version-1 file (sealed by its own rule) is still read. */
+START_TEST(counters_no_trainer_writes_are_refused_and_version_1_still_reads) {
+  fixture f;
+  fixture_init(&f, (bp_plan_options){0, 0, BP_OPT_SGD});
+  size_t m = f.image_bytes;
+  unsigned char *img = dup_bytes(f.image, m);
+  static const struct {
+    size_t at;
+    uint64_t value;
+    const char *needle;
+  } bad[] = {
+      {80, UINT64_C(0x7ff8000000000000), "loss scale not a finite number > 0"}, /* NaN */
+      {80, UINT64_C(0xbff0000000000000), "loss scale"},                         /* -1 */
+      {80, 0, "loss scale"},                                                    /* 0 */
+      {56, UINT64_C(1) << 62, "epoch past the trainer's range"},
+      {64, UINT64_C(1) << 62, "step counters"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    memcpy(img, f.image, m);
+    put_le64(img + bad[k].at, bad[k].value);
+    reseal(img, m);
+    expect_refused_(&f, img, m, BP_ERR_PARSE, bad[k].needle, bad[k].needle);
+  }
+  memcpy(img, f.image, m);
+  img[96 + 3] = '\n';
+  reseal(img, m);
+  expect_refused_(&f, img, m, BP_ERR_PARSE, "control characters", "a newline in the text");
+  /* version 1: the final CRC covers the header CRC too */
+  memcpy(img, f.image, m);
+  img[6] = 1;
+  put_le32(img + 380, crc32_ref(img, 380));
+  put_le32(img + m - TRAILER_BYTES, crc32_ref(img, m - TRAILER_BYTES));
+  write_file(f.path, img, m);
+  bp_train_state out;
+  ck_assert_msg(bp_checkpoint_load(f.path, f.plan, f.arena, &out) == BP_OK, "%s",
+                bp_last_error());
+  assert_state_eq(&out, &sample_state);
+  free(img);
+  fixture_free(&f);
+}
+END_TEST
 
 START_TEST(another_plan_is_refused) {
   fixture f;
@@ -858,6 +944,8 @@ int main(void) {
   tcase_add_test(tc, truncated_files_are_refused);
   tcase_add_test(tc, every_flipped_bit_is_refused);
   tcase_add_test(tc, not_a_checkpoint_and_future_versions);
+  tcase_add_test(tc, a_header_spliced_onto_another_body_is_refused);
+  tcase_add_test(tc, counters_no_trainer_writes_are_refused_and_version_1_still_reads);
   tcase_add_test(tc, another_plan_is_refused);
   tcase_add_test(tc, read_info_refuses_what_load_refuses);
   tcase_add_test(tc, misuse_is_refused);

@@ -59,7 +59,8 @@ static const char usage_text[] =
     "                      (default: Fashion-MNIST's)\n"
     "  --batch B, --eval-batch B, --optimizer NAME\n"
     "                      as in the training run, when not the model file's\n"
-    "  --threads N         threads the kernels may use (default: every core)\n"
+    "  --threads N         threads the kernels may use (default 1: one image is\n"
+    "                      too little work to split)\n"
     "  --kernels PINS      pin kernels: op_glob=impl,... (default: BP_KERNELS)\n"
     "  --plugin PATH       load this op module (file or directory) too\n"
     "  -h, --help          print this help\n"
@@ -286,7 +287,9 @@ static bp_status predictor_open(const predict_args *a, predictor *p) {
   if ((st = bp_graph_build(m, p->plan, &go, &p->graph)) != BP_OK) return st;
   if ((st = bp_arena_create(p->plan, bp_host_allocator(), 0, &p->arena)) != BP_OK) return st;
   p->base = bp_arena_base(p->arena);
-  const int threads = a->threads ? (int)(a->threads < 1024 ? a->threads : 1024) : bp_threads_share(1);
+  /* one image is too little work to split: threads only add hand-offs
+   * (measured: bench/RESULTS.md, issue 14) */
+  const int threads = a->threads ? (int)(a->threads < 1024 ? a->threads : 1024) : 1;
   if ((st = bp_threads_create(threads, &p->threads)) != BP_OK) return st;
   const char *pins = a->pins ? a->pins : getenv("BP_KERNELS");
   bp_exec_options eo = {.device = "cpu",

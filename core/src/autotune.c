@@ -225,12 +225,14 @@ static void timer_close(tune_timer *t) {
   t->stream = NULL;
 }
 
-static void timer_open(tune_timer *t, const bp_registry *r, const char *device, int rank) {
+static void timer_open(tune_timer *t, const bp_registry *r, const char *device,
+                       int device_index) {
   memset(t, 0, sizeof *t);
   t->dev = bp_registry_find_device(r, device);
   if (!t->dev) return;
   int count = 0;
-  if (t->dev->device_count(&count) == BP_ABI_OK && rank >= 0 && rank < count) t->index = rank;
+  if (t->dev->device_count(&count) == BP_ABI_OK && device_index >= 0 && device_index < count)
+    t->index = device_index;
   if (!t->dev->event_elapsed_ms || !t->dev->stream_native) return;
   if (t->dev->stream_create(t->index, BP_ABI_STREAM_COMPUTE, &t->stream) != BP_ABI_OK ||
       t->dev->event_create(t->index, &t->start) != BP_ABI_OK ||
@@ -425,7 +427,7 @@ static bp_status cache_for(bp_registry *r, const char *path) {
 
 /* Looks the node up, or times it and stores the winner; lock held. */
 static bp_status pick_locked(bp_registry *r, const char *op, const char *device,
-                             const bp_abi_kernel_args *args,
+                             int device_index, const bp_abi_kernel_args *args,
                              const bp_registered_kernel *const *cands, int n, const char *path,
                              const char *node, int *winner_out, char *report,
                              size_t report_size) {
@@ -496,7 +498,7 @@ static bp_status pick_locked(bp_registry *r, const char *op, const char *device,
   }
 
   tune_timer timer;
-  timer_open(&timer, r, device, args->rank);
+  timer_open(&timer, r, device, device_index);
   int winner = -1;
   double best = 0;
   for (int i = 0; i < n; i++) {
@@ -536,11 +538,11 @@ out:
 }
 
 bp_status bp_autotune_pick(bp_registry *r, const char *op, const char *device,
-                           const bp_abi_kernel_args *args,
+                           int device_index, const bp_abi_kernel_args *args,
                            const bp_registered_kernel *const *cands, int n, const char *cache_path,
                            const char *node, int *winner_out, char *report, size_t report_size) {
   pthread_mutex_lock(&r->tune_lock);
-  bp_status st = pick_locked(r, op, device, args, cands, n, cache_path ? cache_path : "", node,
+  bp_status st = pick_locked(r, op, device, device_index, args, cands, n, cache_path ? cache_path : "", node,
                              winner_out, report, report_size);
   pthread_mutex_unlock(&r->tune_lock);
   return st;

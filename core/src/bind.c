@@ -5,15 +5,7 @@
 
 #include "blueprint/exec.h"
 #include "blueprint/threads.h"
-
-#define EXEC_ASSERT(cond)                                                                      \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, "blueprint: %s:%d: executor invariant broken: %s\n", __FILE__, __LINE__, \
-              #cond);                                                                          \
-      abort();                                                                                 \
-    }                                                                                          \
-  } while (0)
+#include "bp_abi_sdk.h"
 
 #define T_MAX BP_NODE_MAX_TENSORS
 
@@ -89,14 +81,14 @@ static void resolve_tensor(const bp_exec *x, int v, const bp_node_tensor *nt, bp
                            uint64_t *offset) {
   if (nt->id >= 0) {
     const bp_dtensor *t = bp_plan_tensor(x->plan, v, nt->id);
-    EXEC_ASSERT(t != NULL); /* graph invariant 1 */
+    BP_ASSERT(t != NULL); /* graph invariant 1 */
     desc_of_dtensor(t, desc);
     *offset = t->offset;
   } else {
     desc_of_span(nt->span, nt->dtype, desc);
     *offset = nt->span.offset;
   }
-  EXEC_ASSERT(*offset <= x->arena_bytes && desc->slot_bytes <= x->arena_bytes - *offset);
+  BP_ASSERT(*offset <= x->arena_bytes && desc->slot_bytes <= x->arena_bytes - *offset);
 }
 
 /* Pointer of a tensor at `offset` for input buffer `buffer`: tensors in I_A
@@ -185,6 +177,7 @@ static bp_status bind_node(bp_exec *x, bp_registry *r, int v, const bp_node *n, 
   so.autotune = x->options.autotune;
   so.autotune_cache = x->options.autotune_cache;
   so.node = n->name;
+  so.device_index = x->options.device_index;
   const bp_registered_kernel *k = NULL;
   bp_status st = bp_registry_select(r, n->op, x->device, &b->args[0], &so, &k);
   x->reason[0] = '\0'; /* what autotune's runs may have left */
@@ -305,7 +298,7 @@ bp_status bp_exec_create(const bp_graph *graph, bp_registry *registry, void *are
                                                                     : x->device);
   x->ia = bp_plan_region_span(x->plan, BP_REGION_I_A);
   x->ib = bp_plan_region_span(x->plan, BP_REGION_I_B);
-  EXEC_ASSERT(x->ia.bytes == x->ib.bytes); /* invariant 1 */
+  BP_ASSERT(x->ia.bytes == x->ib.bytes); /* invariant 1 */
   x->variant_count = bp_plan_variant_count(x->plan);
   x->segments = calloc((size_t)x->variant_count, sizeof *x->segments);
   bp_status st = x->segments ? BP_OK : bp_fail(BP_ERR_NOMEM, "out of memory binding a graph");
@@ -335,7 +328,7 @@ bp_status bp_exec_create(const bp_graph *graph, bp_registry *registry, void *are
     for (int s = 0; s < BP_SEGMENT_COUNT; s++)
       for (int k = 0; k < x->segments[v][s].count; k++) {
         bound_node *b = &x->segments[v][s].nodes[k];
-        EXEC_ASSERT(b->workspace_bytes <= x->workspace_bytes); /* invariant 3 */
+        BP_ASSERT(b->workspace_bytes <= x->workspace_bytes); /* invariant 3 */
         for (int buf = 0; buf < 2; buf++) {
           b->args[buf].workspace = b->workspace_bytes ? x->workspace : NULL;
           b->args[buf].workspace_bytes = b->workspace_bytes;

@@ -1,13 +1,13 @@
 /* Checkpoints: the file format, an atomic save and a load that validates the
  * whole file before it changes one byte of the arena.
  *
- * File format, version 1 (also docs/checkpoint-format.md). Every integer is
+ * File format, version 2 (also docs/checkpoint-format.md). Every integer is
  * little-endian and fixed-width, whatever the host; the double is stored as
  * its IEEE-754 binary64 bits in a u64.
  *
  *   offset  bytes  field
  *        0      6  magic "BPCKPT"
- *        6      2  u16 format version (1)
+ *        6      2  u16 format version (2)
  *        8      4  u32 header bytes (384)
  *       12      4  u32 section count (2)
  *       16      8  u64 plan hash (bp_plan_hash)
@@ -30,10 +30,18 @@
  *                     8  u64 offset of the span in the arena
  *                     8  u64 bytes of the span (0 is allowed and listed)
  *        D      .  data: each section's bytes, in table order, as in the arena
- *        .      4  u32 CRC-32 (zlib's crc32) of every byte before it
+ *        .      4  u32 CRC-32 (zlib's crc32) of every byte before it except
+ *                  the header CRC (bytes 380..383)
  *        .      8  end marker "BPCKEND\n"
  *
- * Version 1 has two sections: B..E_CONV_DEEP (BN statistics, master weights,
+ * Version 2 binds the header to the body. In version 1 the final CRC also
+ * covered the header CRC, and the CRC-32 of any message followed by its own
+ * CRC is one constant: every valid header left the same state behind, so a
+ * header spliced onto another file's body passed. Leaving the header CRC
+ * out makes the final CRC depend on every header field. Version-1 files are
+ * still read, by their own rule (they cannot detect such a splice).
+ *
+ * Version 2 (as 1) has two sections: B..E_CONV_DEEP (BN statistics, master weights,
  * EMA) and M_BN_BIAS..N (moments, LARS norms). A file is
  * 384 + 2*48 + data + 12 bytes.
  *
@@ -43,8 +51,9 @@
  * change with the version number.
  *
  * Validation order on load: magic -> version -> header length -> header CRC
- * -> header consistency -> file length -> plan hash -> body CRC -> end marker
- * -> section table. The header CRC makes every size in the header
+ * -> header consistency and counters (loss scale finite and > 0, epoch and
+ * steps in the trainer's ranges, no control characters in the text) -> file
+ * length -> plan hash -> body CRC -> end marker -> section table. The header CRC makes every size in the header
  * trustworthy before it is used, so a flipped bit reads as "corrupt", not as
  * a wrong length. Nothing is allocated from a size in the file: the data is
  * staged in a buffer sized from the plan and only copied into the arena once
@@ -62,6 +71,8 @@
 
 #include "blueprint/checkpoint.h"
 #include "blueprint/outfile.h"
+#include "blueprint/train.h" /* BP_TRAIN_MAX_*: the counters' ranges */
+#include "bp_abi_sdk.h"
 
 #define MAGIC "BPCKPT"
 #define MAGIC_BYTES 6
@@ -186,7 +197,7 @@ static void encode_table(const layout *l, unsigned char out[TABLE_BYTES]) {
     for (int k = 0; k < 2; k++) {
       const char *name = bp_region_get(section_regions[s][k])->name;
       size_t n = strlen(name);
-      if (n >= REGION_NAME_BYTES) abort(); /* region names are short by construction */
+      BP_ASSERT(n < REGION_NAME_BYTES); /* region names are short by construction */
       memcpy(e + k * REGION_NAME_BYTES, name, n);
     }
     put_u64(e + 32, l->span[s].offset);
@@ -241,6 +252,26 @@ static void decode_header(const unsigned char in[HEADER_BYTES], header *h) {
   h->state.good_steps = get_u64(in + 88);
   memcpy(h->text, in + TEXT_AT, BP_CHECKPOINT_TEXT_MAX - 1);
   h->text[BP_CHECKPOINT_TEXT_MAX - 1] = '\0';
+}
+
+/* What a CRC cannot judge: values no trainer writes. A writer sanitizes
+ * the text, so a control character in it means another writer. */
+static bp_status check_counters(const char *path, const header *h) {
+  const bp_train_state *s = &h->state;
+  const char *bad = NULL;
+  if (!(s->loss_scale > 0.0) || s->loss_scale > 1e38) bad = "loss scale not a finite number > 0";
+  else if (s->epoch > BP_TRAIN_MAX_EPOCHS) bad = "epoch past the trainer's range";
+  else if (s->step > (uint64_t)BP_TRAIN_MAX_COUNT || s->global_step > (uint64_t)INT64_MAX ||
+           s->good_steps > (uint64_t)INT64_MAX)
+    bad = "step counters past the trainer's range";
+  for (const char *c = h->text; !bad && *c; c++)
+    if ((unsigned char)*c < 0x20 || (unsigned char)*c == 0x7f)
+      bad = "control characters in the identification text";
+  if (!bad) return BP_OK;
+  return bp_fail(BP_ERR_PARSE,
+                 "checkpoint %s is corrupt (%s: epoch %" PRIu64 ", step %" PRIu64
+                 ", loss scale %g)",
+                 path, bad, s->epoch, s->step, s->loss_scale);
 }
 
 /* Control characters (and DEL) become spaces so that the text stays one line. */
@@ -400,9 +431,10 @@ bp_status bp_checkpoint_save_access(const char *path, const bp_plan *plan,
   }
 
   unsigned char *chunk = malloc(CHUNK_BYTES);
-  uint32_t crc = crc_start();
+  uint32_t head_crc = crc_start(); /* unused: the final CRC leaves the header CRC out */
+  uint32_t crc = crc_update(crc_start(), head, HEADER_CRC_AT);
   const char *stage = "writing";
-  int failed = !chunk || write_part(f, head, HEADER_BYTES, &crc) ||
+  int failed = !chunk || write_part(f, head, HEADER_BYTES, &head_crc) ||
                write_part(f, table, TABLE_BYTES, &crc);
   bp_status read_st = chunk ? BP_OK : bp_fail(BP_ERR_NOMEM, "out of memory saving %s", path);
   for (int s = 0; s < SECTION_COUNT && !failed; s++)
@@ -572,6 +604,7 @@ static bp_status open_checked(const char *path, uint64_t expect_bytes, opened *o
                  h->file_bytes);
     goto fail;
   }
+  if ((st = check_counters(path, h)) != BP_OK) goto fail;
   uint64_t size = (uint64_t)sb.st_size;
   if (size < h->file_bytes) {
     st = truncated(path, size, h->file_bytes);
@@ -597,7 +630,8 @@ fail:
 static bp_status read_body(const char *path, const opened *o, unsigned char table[TABLE_BYTES],
                            unsigned char *data) {
   const header *h = &o->h;
-  uint32_t crc = crc_update(crc_start(), o->raw, HEADER_BYTES);
+  /* version 2 leaves the header CRC out (see the top); version 1 did not */
+  uint32_t crc = crc_update(crc_start(), o->raw, h->version >= 2 ? HEADER_CRC_AT : HEADER_BYTES);
   uint64_t pos = HEADER_BYTES, got = 0;
   int err;
   if ((err = read_full(o->fd, table, TABLE_BYTES, &got)) != 0) return read_error(path, err);

@@ -47,8 +47,9 @@
  *               or F16): the feature and its gradient slot.
  *   softmax_ce  <l>.prob [N,1,1,classes] FP32 (T); results loss and
  *               correct [1,1,1,1] (R).
- *   a type from an op module: only <l>.out and <l>.dout, of the shape its
- *               forward op infers (layer_module.c).
+ *   a type from an op module: <l>.out and <l>.dout, of the shape its
+ *               forward op infers, and the saved tensors it declares,
+ *               <l>.saved<k> (F32, S_MASK, F16 or T by dtype; layer_module.c).
  * Parameter seeds are a hash of the tensor name, so editing one layer does
  * not reshuffle the initial values of the others. */
 #include <stdarg.h>
@@ -273,7 +274,8 @@ static bp_model_tensors *record_new(const bp_model *m) {
   }
   const bp_param_ids none = {-1, -1, -1, -1, -1, -1, -1, -1};
   for (size_t i = 0; i < n; i++) {
-    r->layers[i] = (bp_layer_tensors){-1, -1, none, none, {-1, -1}, {-1, -1}, -1, -1};
+    r->layers[i] = (bp_layer_tensors){-1, -1, none, none, {-1, -1}, {-1, -1}, -1, -1, {0}};
+    for (int k = 0; k < BP_ABI_LAYER_SAVED_MAX; k++) r->layers[i].saved_by_module[k] = -1;
     memcpy(r->names[i], m->layers[i].name, BP_NAME_MAX);
     r->names[i][BP_NAME_MAX - 1] = '\0';
     r->types[i] = m->layers[i].type;

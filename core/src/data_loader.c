@@ -28,17 +28,9 @@
 #include <string.h>
 
 #include "data-impl.h"
+#include "bp_abi_sdk.h"
 
 /* Always-on check of an internal invariant (a bug, never bad input). */
-#define LOADER_ASSERT(cond)                                                                  \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      fprintf(stderr, "blueprint: %s:%d: data loader invariant broken: %s\n", __FILE__,      \
-              __LINE__, #cond);                                                              \
-      abort();                                                                               \
-    }                                                                                        \
-  } while (0)
-
 typedef enum { BUF_FREE = 0, BUF_READY, BUF_HELD } buf_state;
 
 typedef struct loader_buffer {
@@ -79,11 +71,11 @@ struct bp_data_loader {
 };
 
 static void check_locked(const bp_data_loader *l) {
-  LOADER_ASSERT(l->delivered <= l->produced && l->produced <= l->delivered + 2);
+  BP_ASSERT(l->delivered <= l->produced && l->produced <= l->delivered + 2);
   int held = 0;
   for (int b = 0; b < 2; b++) held += l->buf[b].state == BUF_HELD;
-  LOADER_ASSERT(held <= 1);
-  LOADER_ASSERT(l->held < 0 || l->buf[l->held].state == BUF_HELD);
+  BP_ASSERT(held <= 1);
+  BP_ASSERT(l->held < 0 || l->buf[l->held].state == BUF_HELD);
 }
 
 /* Fills buffer `b` with step `step` of epoch `epoch` (perm is that epoch's). */
@@ -133,7 +125,7 @@ static bp_status produce_one(bp_data_loader *l) {
   bp_status st = fill_one(l, b, l->epoch, l->step); /* b is FREE: only the producer touches it */
   if (st != BP_OK) return st;
   pthread_mutex_lock(&l->mutex);
-  LOADER_ASSERT(b->state == BUF_FREE);
+  BP_ASSERT(b->state == BUF_FREE);
   b->state = BUF_READY;
   l->produced++;
   check_locked(l);

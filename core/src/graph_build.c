@@ -34,15 +34,7 @@
 
 #include "blueprint/graph.h"
 #include "layer-impl.h"
-
-#define GRAPH_ASSERT(cond)                                                                  \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      fprintf(stderr, "blueprint: %s:%d: graph invariant broken: %s\n", __FILE__, __LINE__, \
-              #cond);                                                                       \
-      abort();                                                                              \
-    }                                                                                       \
-  } while (0)
+#include "bp_abi_sdk.h"
 
 typedef struct seg_list {
   bp_node *nodes;
@@ -186,7 +178,7 @@ static void analyze(build_ctx *x) {
 static bp_node *node_add(build_ctx *x, bp_segment seg, const char *op, int layer,
                          const char *what) {
   seg_list *s = &x->vg->segs[seg];
-  GRAPH_ASSERT(s->count < s->cap); /* capacity is sized from the layer count */
+  BP_ASSERT(s->count < s->cap); /* capacity is sized from the layer count */
   bp_node *n = &s->nodes[s->count++];
   memset(n, 0, sizeof *n);
   n->op = op;
@@ -199,19 +191,19 @@ static bp_node *node_add(build_ctx *x, bp_segment seg, const char *op, int layer
 }
 
 void bp_node_in(bp_node *n, int32_t id) {
-  GRAPH_ASSERT(n->num_inputs < BP_NODE_MAX_TENSORS && id >= 0);
+  BP_ASSERT(n->num_inputs < BP_NODE_MAX_TENSORS && id >= 0);
   n->inputs[n->num_inputs++] = (bp_node_tensor){id, {0, 0}, BP_DTYPE_FP32};
 }
 void bp_node_out(bp_node *n, int32_t id) {
-  GRAPH_ASSERT(n->num_outputs < BP_NODE_MAX_TENSORS && id >= 0);
+  BP_ASSERT(n->num_outputs < BP_NODE_MAX_TENSORS && id >= 0);
   n->outputs[n->num_outputs++] = (bp_node_tensor){id, {0, 0}, BP_DTYPE_FP32};
 }
 static void in_span(bp_node *n, bp_span s, bp_dtype dt) {
-  GRAPH_ASSERT(n->num_inputs < BP_NODE_MAX_TENSORS);
+  BP_ASSERT(n->num_inputs < BP_NODE_MAX_TENSORS);
   n->inputs[n->num_inputs++] = (bp_node_tensor){-1, s, dt};
 }
 static void out_span(bp_node *n, bp_span s, bp_dtype dt) {
-  GRAPH_ASSERT(n->num_outputs < BP_NODE_MAX_TENSORS);
+  BP_ASSERT(n->num_outputs < BP_NODE_MAX_TENSORS);
   n->outputs[n->num_outputs++] = (bp_node_tensor){-1, s, dt};
 }
 
@@ -220,7 +212,7 @@ static void out_span(bp_node *n, bp_span s, bp_dtype dt) {
 static bp_span resolve(const build_ctx *x, bp_region first, bp_region last) {
   bp_span s = {0, 0};
   bp_status st = bp_plan_resolve(x->plan, first, last, &s);
-  GRAPH_ASSERT(st == BP_OK);
+  BP_ASSERT(st == BP_OK);
   return s;
 }
 
@@ -233,7 +225,7 @@ static bp_span family_span(const build_ctx *x, bp_param_family f, bp_param_kind 
 /* The bytes of one tensor in this variant (padding of channels included). */
 static bp_span tensor_span(const build_ctx *x, int32_t id) {
   const bp_dtensor *t = bp_plan_tensor(x->plan, x->variant, id);
-  GRAPH_ASSERT(t != NULL);
+  BP_ASSERT(t != NULL);
   return (bp_span){t->offset, bp_dtensor_device_elems(t) * bp_dtype_size(t->dtype)};
 }
 
@@ -262,7 +254,7 @@ bp_node *bp_layer_node(bp_layer_graph *g, const char *op, const char *what) {
 bp_node *bp_layer_backward_node(bp_layer_graph *g, const char *op, const char *what,
                                 size_t accumulate_offset) {
   build_ctx *x = ctx_of(g);
-  GRAPH_ASSERT(x->pend_count < x->pend_cap && accumulate_offset + 4 <= sizeof(bp_node_attrs));
+  BP_ASSERT(x->pend_count < x->pend_cap && accumulate_offset + 4 <= sizeof(bp_node_attrs));
   pending *p = &x->pend[x->pend_count++];
   memset(p, 0, sizeof *p);
   p->node.op = op;
@@ -275,7 +267,7 @@ bp_node *bp_layer_backward_node(bp_layer_graph *g, const char *op, const char *w
 void bp_layer_grad_out(bp_layer_graph *g, bp_node *n, int32_t id) {
   build_ctx *x = ctx_of(g);
   pending *p = &x->pend[x->pend_count - 1];
-  GRAPH_ASSERT(x->pend_count > 0 && n == &p->node && p->slot_count < 3);
+  BP_ASSERT(x->pend_count > 0 && n == &p->node && p->slot_count < 3);
   p->slot_outputs[p->slot_count++] = n->num_outputs;
   bp_node_out(n, id);
 }
@@ -371,7 +363,7 @@ static bp_status build_backward(build_ctx *x) {
       SET_ATTRS(z, range, {0.0f, 0.0f});
     }
     seg_list *b = &x->vg->segs[BP_SEGMENT_BACKWARD];
-    GRAPH_ASSERT(b->count < b->cap);
+    BP_ASSERT(b->count < b->cap);
     b->nodes[b->count++] = p->node;
   }
   free(x->pend);
@@ -425,7 +417,7 @@ static void update_node(build_ctx *x, const char *name, bp_param_kind k0, bp_par
              o->eta});
   if (b) {
     const bp_span whole = family_span(x, BP_FAMILY_W, b->k0, b->k1);
-    GRAPH_ASSERT(w.offset >= whole.offset && w.offset + w.bytes <= whole.offset + whole.bytes);
+    BP_ASSERT(w.offset >= whole.offset && w.offset + w.bytes <= whole.offset + whole.bytes);
     n->shard_domain = whole.bytes / sizeof(float);
     n->shard_first = (w.offset - whole.offset) / sizeof(float);
   }

@@ -60,6 +60,7 @@ typedef struct bp_layer_tensors {
   int32_t saved[2];        /* batchnorm save_mean, save_invstd */
   int32_t mask;            /* maxpool argmax */
   int32_t prob;            /* softmax_ce probabilities (T) */
+  int32_t saved_by_module[BP_ABI_LAYER_SAVED_MAX]; /* a module layer's "<l>.saved<k>" */
 } bp_layer_tensors;
 
 /* Ids of the tensors every model has (compile.c lists them). */

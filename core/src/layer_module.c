@@ -3,9 +3,11 @@
  * (bp_layer.module) and the attribute block the parser filled from the
  * YAML keys (bp_layer.attrs).
  *
- *   tensors   "<l>.out", "<l>.dout" of the output shape, feature dtype
- *   forward   forward_op   in: x0 [, x1]          out: y
- *   backward  backward_op  in: x0 [, x1], y, dy   out: dx0 [, dx1]
+ *   tensors   "<l>.saved<k>" as declared (bp_abi_layer_saved: F32 for
+ *             FP32, S_MASK for INT8, F16 for FP16 under AMP, else T), then
+ *             "<l>.out", "<l>.dout" of the output shape, feature dtype
+ *   forward   forward_op   in: x0 [, x1]                 out: y, saved0 ..
+ *   backward  backward_op  in: x0 [, x1], y, dy, saved0 ..  out: dx0 [, dx1]
  *             (accumulate flag at accumulate_offset, graph.h's rules)
  * The output shape is the forward op's infer_shape, or x0's without one. */
 #include <stdio.h>
@@ -68,17 +70,20 @@ static bp_status module_shape(bp_layer_compile *c) {
   const bp_abi_op *op = t->forward;
   c->out = c->in[0];
   if (!op->infer_shape) return BP_OK;
-  bp_abi_tensor in[2], out;
+  /* outputs y and the saved tensors: the op may describe them all; only
+   * y's description is read (the saved ones follow their declarations) */
+  bp_abi_tensor in[2], outs[1 + BP_ABI_LAYER_SAVED_MAX];
   for (int k = 0; k < c->layer->input_count; k++) in[k] = abi_tensor(c->in[k], c->fx);
-  memset(&out, 0, sizeof out); /* bp_abi_ops.h rule 7 */
-  out.struct_size = sizeof out;
+  memset(outs, 0, sizeof outs); /* bp_abi_ops.h rule 7 */
+  for (int k = 0; k < 1 + BP_ABI_LAYER_SAVED_MAX; k++) outs[k].struct_size = sizeof outs[k];
   char reason[256] = "";
-  if (op->infer_shape(t->layer.attr_size ? c->layer->attrs : NULL, in, &out, reason,
+  if (op->infer_shape(t->layer.attr_size ? c->layer->attrs : NULL, in, outs, reason,
                       sizeof reason) != 0) {
     reason[sizeof reason - 1] = '\0';
     return bp_layer_fail(c, BP_ERR_SHAPE, "%s layer: its op %s (from %s) refuses its input: %s",
                          t->layer.type, op->name, t->path, reason[0] ? reason : "(no reason)");
   }
+  const bp_abi_tensor out = outs[0];
   const bp_shape s = {out.shape[0], out.shape[1], out.shape[2], out.shape[3]};
   char a[96];
   if (out.dtype != (int32_t)c->fx || s.n != c->in[0].n || s.h < 1 || s.w < 1 || s.c < 1 ||
@@ -91,6 +96,37 @@ static bp_status module_shape(bp_layer_compile *c) {
                          (int)out.dtype, (long long)c->in[0].n, (long long)BP_MODEL_DIM_MAX,
                          bp_dtype_name(c->fx));
   c->out = s;
+  return BP_OK;
+}
+
+/* ---- saved tensors ---------------------------------------------------------------- */
+
+/* "<l>.saved<k>" for each declared saved tensor, where the built-ins keep
+ * theirs: FP32 with the features (as batchnorm's statistics), INT8 with
+ * the masks (as maxpool's argmax); FP16 with the FP16 features, which
+ * exist only under AMP, else with INT32 in the temporaries. */
+static bp_status module_alloc(bp_layer_compile *c) {
+  const bp_registered_layer *t = c->layer->module;
+  const int f16 = bp_region_enabled(bp_plan_get_options(c->plan), BP_REGION_F16);
+  for (int k = 0; k < t->layer.num_saved; k++) {
+    const bp_abi_layer_saved *d = &t->saved[k];
+    const bp_shape shape = d->per_channel ? (bp_shape){1, 1, 1, c->out.c}
+                                          : (bp_shape){c->out.n, c->out.h, c->out.w,
+                                                       d->channels ? d->channels : c->out.c};
+    const bp_dtype dtype = (bp_dtype)d->dtype;
+    char what[16], name[BP_NAME_MAX];
+    snprintf(what, sizeof what, "saved%d", k);
+    bp_layer_tensor_name(name, c->layer, what);
+    int32_t *id = &c->t->saved_by_module[k];
+    bp_status st;
+    if (dtype == BP_DTYPE_FP32 || (dtype == BP_DTYPE_FP16 && f16))
+      st = bp_plan_alloc_feature(c->plan, name, shape, dtype, id);
+    else if (dtype == BP_DTYPE_INT8)
+      st = bp_plan_alloc_mask(c->plan, name, shape, id);
+    else
+      st = bp_plan_alloc_temp(c->plan, name, shape, dtype, id);
+    if (st != BP_OK) return bp_layer_plan_fail(c, st);
+  }
   return BP_OK;
 }
 
@@ -110,6 +146,7 @@ static void module_forward(bp_layer_graph *g) {
   bp_node *n = bp_layer_node(g, l->module->layer.forward_op, "fwd");
   for (int k = 0; k < l->input_count; k++) bp_node_in(n, bp_layer_input(g, k));
   bp_node_out(n, g->t->out);
+  for (int k = 0; k < l->module->layer.num_saved; k++) bp_node_out(n, g->t->saved_by_module[k]);
   module_attrs(n, l);
 }
 
@@ -124,6 +161,7 @@ static void module_backward(bp_layer_graph *g) {
   for (int k = 0; k < l->input_count; k++) bp_node_in(n, bp_layer_input(g, k));
   bp_node_in(n, g->t->out);
   bp_node_in(n, g->t->dout);
+  for (int k = 0; k < t->num_saved; k++) bp_node_in(n, g->t->saved_by_module[k]);
   for (int k = 0; k < l->input_count; k++) bp_layer_grad_out(g, n, bp_layer_input_grad(g, k));
   module_attrs(n, l);
   n->attr_version = l->module->backward->attr_version;
@@ -143,6 +181,7 @@ const bp_layer_desc bp_layer_module = {
     .passes_grad = module_passes_grad,
     .check = module_check,
     .shape = module_shape,
+    .alloc = module_alloc,
     .forward = module_forward,
     .backward = module_backward,
 };

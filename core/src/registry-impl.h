@@ -27,17 +27,12 @@
 #include "blueprint/registry.h"
 #include "loader-impl.h"
 #include "strutil-impl.h"
+#include "bp_abi_sdk.h"
 
 /* Path shown for what the host registers itself. */
 #define BP_BUILTIN_PATH "<builtin>"
 
 /* Aborts with file and line when an internal invariant breaks (STYLE.md 5). */
-#define BP_REG_ASSERT(cond)                                                               \
-  do {                                                                                    \
-    if (!(cond)) bp_registry_assert_fail(#cond, __FILE__, __LINE__);                      \
-  } while (0)
-void bp_registry_assert_fail(const char *what, const char *file, int line)
-    __attribute__((noreturn));
 
 /* An op and the file that registered it. `op` comes first, so a
  * bp_reg_op * is a valid const bp_abi_op *. */
@@ -147,10 +142,12 @@ const bp_abi_op *bp_builtin_ops(int *count_out);
  * rewritten (cache_path NULL: kept in memory only). Writes *winner_out
  * (index into cands; -1 when every candidate was excluded: the caller
  * falls back to the reference) and what it did, one line per candidate,
- * into report (NUL-terminated). */
+ * into report (NUL-terminated). Device events, streams and workspace come
+ * from device `device_index` of the device plugin (bp_select_options). */
 bp_status bp_autotune_pick(bp_registry *r, const char *op, const char *device,
-                           const bp_abi_kernel_args *args, const bp_registered_kernel *const *cands,
-                           int n, const char *cache_path, const char *node, int *winner_out,
+                           int device_index, const bp_abi_kernel_args *args,
+                           const bp_registered_kernel *const *cands, int n,
+                           const char *cache_path, const char *node, int *winner_out,
                            char *report, size_t report_size);
 void bp_autotune_cache_free(bp_autotune_cache *cache); /* NULL is a no-op */
 

@@ -10,11 +10,6 @@
 
 #include "registry-impl.h"
 
-void bp_registry_assert_fail(const char *what, const char *file, int line) {
-  fprintf(stderr, "blueprint: %s:%d: registry invariant failed: %s\n", file, line, what);
-  abort();
-}
-
 int bp_registry_name_valid(const char *name) {
   if (!name || !name[0]) return 0;
   size_t n = 0;
@@ -31,7 +26,7 @@ int bp_registry_name_valid(const char *name) {
 static void record_publish(bp_registry *r, bp_reg_record *rec) {
   bp_record_fill_empty(rec);
   if (!rec->pub.source) rec->pub.source = r->loading_source ? r->loading_source : "";
-  BP_REG_ASSERT(r->records.count < r->records.cap);
+  BP_ASSERT(r->records.count < r->records.cap);
   r->records.items[r->records.count++] = rec;
 }
 

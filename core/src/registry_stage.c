@@ -284,9 +284,11 @@ static int check_layer_attr(bp_registry *r, const bp_abi_layer *t, const bp_abi_
 }
 
 /* The op `name` of layer type `type` must exist (committed or staged by
- * this module) with the tensor counts a layer of `inputs` inputs needs. */
+ * this module) with the tensor counts a layer of `inputs` inputs and
+ * `saved` saved tensors needs. */
 static const bp_abi_op *layer_op(bp_registry *r, const char *type, const char *role,
-                                 const char *name, int inputs, int want_in, int want_out) {
+                                 const char *name, int inputs, int saved, int want_in,
+                                 int want_out) {
   const char *path = NULL;
   const bp_abi_op *op = name ? find_op(r, name, &path) : NULL;
   if (!op) {
@@ -299,12 +301,50 @@ static const bp_abi_op *layer_op(bp_registry *r, const char *type, const char *r
   if (op->num_inputs != want_in || op->num_outputs != want_out) {
     refuse(r, BP_ABI_ERR_INVALID,
            "layer type '%s': %s op '%s' has %d inputs and %d outputs; a layer of %d input%s "
-           "needs %d and %d",
+           "and %d saved tensor%s needs %d and %d",
            type, role, name, op->num_inputs, op->num_outputs, inputs, inputs == 1 ? "" : "s",
-           want_in, want_out);
+           saved, saved == 1 ? "" : "s", want_in, want_out);
     return NULL;
   }
   return op;
+}
+
+/* Copies layer type `t`'s saved tensors into out[t->num_saved] (strided,
+ * bp_abi_ops.h rule 6) and checks each: a dtype the plan places, a 0/1
+ * flag, channels in range (0 per channel). */
+static int copy_layer_saved(bp_registry *r, const bp_abi_layer *t, bp_abi_layer_saved *out) {
+  const char *type = t->type;
+  if (t->num_saved == 0) return BP_ABI_OK;
+  uint32_t stride = 0;
+  memcpy(&stride, t->saved, sizeof stride);
+  if (stride < BP_ABI_END(bp_abi_layer_saved, channels) || stride > BP_ABI_STRUCT_MAX)
+    return refuse(r, BP_ABI_ERR_INVALID,
+                  "layer type '%s': saved tensor struct_size %u, outside %zu..%u bytes", type,
+                  (unsigned)stride, BP_ABI_END(bp_abi_layer_saved, channels), BP_ABI_STRUCT_MAX);
+  for (int k = 0; k < t->num_saved; k++) {
+    bp_abi_layer_saved *s = &out[k];
+    bp_abi_copy(s, sizeof *s, (const char *)t->saved + (size_t)k * stride);
+    if (s->dtype != BP_ABI_DTYPE_FP32 && s->dtype != BP_ABI_DTYPE_FP16 &&
+        s->dtype != BP_ABI_DTYPE_INT8 && s->dtype != BP_ABI_DTYPE_INT32)
+      return refuse(r, BP_ABI_ERR_INVALID,
+                    "layer type '%s': saved tensor %d has dtype %d (FP32, FP16, INT8 or INT32)",
+                    type, k, (int)s->dtype);
+    if (s->per_channel != 0 && s->per_channel != 1)
+      return refuse(r, BP_ABI_ERR_INVALID,
+                    "layer type '%s': saved tensor %d has per_channel %d (0 or 1)", type, k,
+                    (int)s->per_channel);
+    if (s->per_channel && s->channels != 0)
+      return refuse(r, BP_ABI_ERR_INVALID,
+                    "layer type '%s': saved tensor %d is per channel ([1,1,1,C] of the output) "
+                    "but has %d channels (must be 0)",
+                    type, k, (int)s->channels);
+    if (s->channels < 0 || s->channels > BP_ABI_LAYER_SAVED_CHANNELS_MAX)
+      return refuse(r, BP_ABI_ERR_INVALID,
+                    "layer type '%s': saved tensor %d has %d channels (0 for the output's C, or "
+                    "1..%d)",
+                    type, k, (int)s->channels, BP_ABI_LAYER_SAVED_CHANNELS_MAX);
+  }
+  return BP_ABI_OK;
 }
 
 static int host_register_layer(void *ctx, const bp_abi_layer *layer) {
@@ -339,11 +379,17 @@ static int host_register_layer(void *ctx, const bp_abi_layer *layer) {
   if (t.num_attrs < 0 || t.num_attrs > BP_ABI_LAYER_ATTRS_MAX || (t.num_attrs > 0 && !t.attrs))
     return refuse(r, BP_ABI_ERR_INVALID, "layer type '%s': %d attributes (0..%d, with their list)",
                   type, (int)t.num_attrs, BP_ABI_LAYER_ATTRS_MAX);
-  const bp_abi_op *fwd = layer_op(r, type, "forward", t.forward_op, t.num_inputs, t.num_inputs, 1);
+  if (t.num_saved < 0 || t.num_saved > BP_ABI_LAYER_SAVED_MAX || (t.num_saved > 0 && !t.saved))
+    return refuse(r, BP_ABI_ERR_INVALID,
+                  "layer type '%s': %d saved tensors (0..%d, with their list)", type,
+                  (int)t.num_saved, BP_ABI_LAYER_SAVED_MAX);
+  const int ns = (int)t.num_saved;
+  const bp_abi_op *fwd =
+      layer_op(r, type, "forward", t.forward_op, t.num_inputs, ns, t.num_inputs, 1 + ns);
   if (!fwd) return BP_ABI_ERR_INVALID;
   const bp_abi_op *bwd = NULL;
   if (t.backward_op) {
-    bwd = layer_op(r, type, "backward", t.backward_op, t.num_inputs, t.num_inputs + 2,
+    bwd = layer_op(r, type, "backward", t.backward_op, t.num_inputs, ns, t.num_inputs + 2 + ns,
                    t.num_inputs);
     if (!bwd) return BP_ABI_ERR_INVALID;
     if (t.accumulate_offset == UINT32_MAX || t.accumulate_offset % 4 != 0 ||
@@ -361,9 +407,15 @@ static int host_register_layer(void *ctx, const bp_abi_layer *layer) {
   /* one allocation: the copy, then its attributes (bp_abi_ops.h rule 6:
    * strided by the writer's struct_size) */
   const size_t n = (size_t)t.num_attrs;
-  bp_registered_layer *staged = calloc(1, sizeof *staged + n * sizeof(bp_abi_layer_attr));
+  bp_registered_layer *staged = calloc(1, sizeof *staged + n * sizeof(bp_abi_layer_attr) +
+                                              (size_t)ns * sizeof(bp_abi_layer_saved));
   if (!staged) return refuse(r, BP_ABI_ERR_NOMEM, "out of memory registering layer '%s'", type);
   bp_abi_layer_attr *attrs = (bp_abi_layer_attr *)(staged + 1);
+  bp_abi_layer_saved *saved = (bp_abi_layer_saved *)(attrs + n);
+  if (copy_layer_saved(r, &t, saved) != BP_ABI_OK) {
+    free(staged);
+    return BP_ABI_ERR_INVALID;
+  }
   uint32_t stride = 0;
   if (n) memcpy(&stride, t.attrs, sizeof stride);
   if (n && (stride < BP_ABI_END(bp_abi_layer_attr, required) || stride > BP_ABI_STRUCT_MAX)) {
@@ -386,6 +438,8 @@ static int host_register_layer(void *ctx, const bp_abi_layer *layer) {
   staged->layer = t;
   staged->layer.attrs = attrs;
   staged->attrs = attrs;
+  staged->layer.saved = ns ? saved : NULL;
+  staged->saved = staged->layer.saved;
   staged->forward = fwd;
   staged->backward = bwd;
   staged->path = r->stage.path;
@@ -408,7 +462,7 @@ void bp_stage_host_init(bp_registry *r) {
 }
 
 void bp_stage_begin(bp_registry *r, const char *path) {
-  BP_REG_ASSERT(!r->stage.active && r->stage.ops.count == 0 && r->stage.kernels.count == 0 &&
+  BP_ASSERT(!r->stage.active && r->stage.ops.count == 0 && r->stage.kernels.count == 0 &&
                 r->stage.devices.count == 0 && r->stage.layers.count == 0);
   r->stage.active = 1;
   r->stage.path = path;

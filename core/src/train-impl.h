@@ -35,20 +35,12 @@
 #include "blueprint/threads.h"
 #include "blueprint/train.h"
 #include "device-io-impl.h"
+#include "bp_abi_sdk.h"
 
 /* Most ranks a trainer holds (ranks as threads, train_ranks.c). */
 #define BP_TRAIN_MAX_RANKS BP_COMM_MAX_WORLD
 
 /* Aborts on a broken internal invariant (a bug, never bad input). */
-#define TRAIN_ASSERT(cond)                                                                    \
-  do {                                                                                        \
-    if (!(cond)) {                                                                            \
-      fprintf(stderr, "blueprint: %s:%d: trainer invariant broken: %s\n", __FILE__, __LINE__, \
-              #cond);                                                                         \
-      abort();                                                                                \
-    }                                                                                         \
-  } while (0)
-
 /* The segments every rank must run, whatever its share: collectives. */
 #define BP_TRAIN_COLLECTIVE \
   ((1u << BP_SEGMENT_COMM) | (1u << BP_SEGMENT_GATHER) | (1u << BP_SEGMENT_STATE))

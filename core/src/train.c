@@ -320,7 +320,7 @@ static bp_status compile_and_build(bp_trainer *t) {
   t->v_train = bp_plan_find_variant(t->plan, "train");
   t->v_eval = bp_plan_find_variant(t->plan, "eval");
   t->v_eval_last = bp_plan_find_variant(t->plan, "eval_last");
-  TRAIN_ASSERT(t->v_train == 0 && t->v_eval > 0);
+  BP_ASSERT(t->v_train == 0 && t->v_eval > 0);
 
   bp_graph_options go;
   bp_graph_options_init(&go);
@@ -349,8 +349,8 @@ static bp_status compile_and_build(bp_trainer *t) {
     t->input_ids[b] = ids->input[b];
     t->label_ids[b] = ids->label[b];
   }
-  TRAIN_ASSERT(t->lr && t->step && t->loss && t->correct);
-  for (int b = 0; b < 2; b++) TRAIN_ASSERT(t->input_ids[b] >= 0 && t->label_ids[b] >= 0);
+  BP_ASSERT(t->lr && t->step && t->loss && t->correct);
+  for (int b = 0; b < 2; b++) BP_ASSERT(t->input_ids[b] >= 0 && t->label_ids[b] >= 0);
   return BP_OK;
 }
 
@@ -370,12 +370,12 @@ static void plan_rank_steps(bp_trainer *t) {
     if (global[kind] == 0) continue; /* the epoch divides: no short last batch */
     const int big = bp_plan_find_variant(t->plan, names[kind][0]);
     const int small = bp_plan_find_variant(t->plan, names[kind][1]);
-    TRAIN_ASSERT(big >= 0);
+    BP_ASSERT(big >= 0);
     for (int k = 0; k < t->local; k++) {
       int64_t offset, count;
       const bp_status shard =
           bp_data_shard(global[kind], t->world, t->first_rank + k, &offset, &count);
-      TRAIN_ASSERT(shard == BP_OK);
+      BP_ASSERT(shard == BP_OK);
       bp_rank_step *r = &t->rank_steps[kind][k];
       r->count = count;
       r->skip = BP_TRAIN_SKIP_ACTIVE;
@@ -386,7 +386,7 @@ static void plan_rank_steps(bp_trainer *t) {
         r->variant = big;
       } else {
         /* the compiler and data.h follow the same rule: the other share is "_small" */
-        TRAIN_ASSERT(small >= 0 && count == bp_plan_variant(t->plan, small)->batch);
+        BP_ASSERT(small >= 0 && count == bp_plan_variant(t->plan, small)->batch);
         r->variant = small;
       }
     }

@@ -45,7 +45,7 @@ bp_status bp_train_arena_init(bp_trainer *t, bp_train_rank *r) {
   for (int c = 0; c < bp_graph_constant_count(t->graph) && st == BP_OK; c++) {
     const bp_graph_constant *k = bp_graph_constant_get(t->graph, c);
     const bp_dtensor *d = bp_plan_tensor(p, 0, k->id);
-    TRAIN_ASSERT(d && k->bytes <= d->slot_bytes);
+    BP_ASSERT(d && k->bytes <= d->slot_bytes);
     st = bp_devio_write(&r->io, d->offset, k->data, k->bytes);
   }
   if (st != BP_OK) return st;

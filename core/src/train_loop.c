@@ -71,10 +71,10 @@ static void agree_batches(const bp_trainer *t, const bp_data_batch *bk, bp_data_
   *b = bk[0];
   const bp_rank_step *rs = b->done ? NULL : rank_steps_of(t, b->global_count);
   for (int k = 0; k < t->local; k++) {
-    TRAIN_ASSERT(bk[k].done == b->done &&
+    BP_ASSERT(bk[k].done == b->done &&
                  (b->done || (bk[k].step == b->step && bk[k].epoch == b->epoch &&
                               bk[k].buffer == b->buffer && bk[k].global_count == b->global_count)));
-    TRAIN_ASSERT(b->done || bk[k].count == rs[k].count);
+    BP_ASSERT(b->done || bk[k].count == rs[k].count);
   }
 }
 
@@ -95,7 +95,7 @@ static bp_status next_batch(bp_trainer *t, bp_data_loader **loaders, bp_data_bat
 static bp_status run_step(bp_trainer *t, const bp_data_batch *b, bp_data_loader **loaders,
                           bp_data_batch *next) {
   const bp_rank_step *rs = rank_steps_of(t, b->global_count);
-  TRAIN_ASSERT(rs[0].variant >= 0); /* a short batch exists only when train_last was compiled */
+  BP_ASSERT(rs[0].variant >= 0); /* a short batch exists only when train_last was compiled */
   const int64_t tstep = (int64_t)t->state.epoch * t->steps_per_epoch + b->step;
   t->last_lr = bp_schedule_lr(&t->schedule, tstep);
   bp_status ws = bp_train_write_scalars(t, t->last_lr, (int64_t)t->state.global_step + 1);
@@ -176,7 +176,7 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
   bp_data_batch b;
   if (st == BP_OK) st = next_batch(t, loaders, &b);
   while (st == BP_OK && !b.done) {
-    TRAIN_ASSERT(b.epoch == (int64_t)t->state.epoch && b.step == (int64_t)t->state.step);
+    BP_ASSERT(b.epoch == (int64_t)t->state.epoch && b.step == (int64_t)t->state.step);
     bp_data_batch next;
     if ((st = run_step(t, &b, loaders, &next)) != BP_OK) break;
     t->state.step++;
@@ -255,7 +255,7 @@ bp_status bp_trainer_evaluate(bp_trainer *t, bp_eval_report *out) {
   if (st == BP_OK) st = bp_train_take_batch(t, 0, loader, &b);
   while (st == BP_OK && !b.done) {
     const int v = b.global_count == t->eval_batch ? t->v_eval : t->v_eval_last;
-    TRAIN_ASSERT(v >= 0); /* a short batch exists only when eval_last was compiled */
+    BP_ASSERT(v >= 0); /* a short batch exists only when eval_last was compiled */
     job = (bp_rank_job){.variant = v, .buffer = b.buffer, .segments = batch_segments, .count = 2};
     bp_train_job_start(t, 0, &job);
     bp_data_batch next; /* taken while the batch runs */

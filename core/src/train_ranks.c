@@ -132,16 +132,16 @@ bp_status bp_rank_pool_run(bp_trainer *t, const bp_rank_step *ranks, const bp_se
                            int count, int buffer, bp_data_loader **loaders,
                            bp_data_batch *batches) {
   bp_rank_pool *p = t->pool;
-  TRAIN_ASSERT(count >= 0 && count <= BP_SEGMENT_COUNT);
+  BP_ASSERT(count >= 0 && count <= BP_SEGMENT_COUNT);
   if (t->local == 1) { /* inline: the same part on the caller's thread */
-    TRAIN_ASSERT(!p && ranks[0].variant >= 0);
+    BP_ASSERT(!p && ranks[0].variant >= 0);
     return rank_part(t, 0, &ranks[0], segments, count, buffer, loaders ? loaders[0] : NULL,
                      batches);
   }
-  TRAIN_ASSERT(p);
+  BP_ASSERT(p);
   /* a skipped collective would leave the other ranks waiting in it */
   for (int k = 0; k < t->local; k++)
-    TRAIN_ASSERT(ranks[k].variant >= 0 && !(ranks[k].skip & BP_TRAIN_COLLECTIVE));
+    BP_ASSERT(ranks[k].variant >= 0 && !(ranks[k].skip & BP_TRAIN_COLLECTIVE));
   memcpy(p->ranks, ranks, (size_t)t->local * sizeof *ranks);
   p->count = count;
   p->buffer = buffer;

@@ -28,7 +28,7 @@
  * Errors: every function returns BP_ABI_OK or an error code and leaves a
  * message for last_error() on the calling thread. Nothing aborts on a
  * caller's arguments; a broken internal invariant aborts through
- * CPU_ASSERT. */
+ * BP_ASSERT (bp_abi_sdk.h). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -42,19 +42,11 @@
 
 #include "bp_abi.h"
 #include "bp_abi_device.h"
+#include "bp_abi_sdk.h"
 
 #ifndef BP_PLUGIN_VERSION
 #define BP_PLUGIN_VERSION "0.0.0"
 #endif
-
-#define CPU_ASSERT(cond)                                                                     \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      fprintf(stderr, "bp_device_cpu: %s:%d: invariant failed: %s\n", __FILE__, __LINE__,    \
-              #cond);                                                                        \
-      abort();                                                                               \
-    }                                                                                        \
-  } while (0)
 
 /* Arenas of at least this many bytes are mapped (2 MiB aligned) and
  * advised to use transparent huge pages. */
@@ -111,7 +103,7 @@ static cpu_point *cpu_point_create(void) {
 
 static void cpu_point_ref(cpu_point *p) {
   pthread_mutex_lock(&p->mu);
-  CPU_ASSERT(p->refs > 0);
+  BP_ASSERT(p->refs > 0);
   p->refs++;
   pthread_mutex_unlock(&p->mu);
 }
@@ -119,7 +111,7 @@ static void cpu_point_ref(cpu_point *p) {
 static void cpu_point_unref(cpu_point *p) {
   if (!p) return;
   pthread_mutex_lock(&p->mu);
-  CPU_ASSERT(p->refs > 0);
+  BP_ASSERT(p->refs > 0);
   int last = --p->refs == 0;
   pthread_mutex_unlock(&p->mu);
   if (last) {
@@ -131,7 +123,7 @@ static void cpu_point_unref(cpu_point *p) {
 
 static void cpu_point_complete(cpu_point *p) {
   pthread_mutex_lock(&p->mu);
-  CPU_ASSERT(!p->done);
+  BP_ASSERT(!p->done);
   p->done_ms = cpu_now_ms();
   p->done = 1;
   pthread_cond_broadcast(&p->cv);
@@ -211,7 +203,7 @@ static void *cpu_stream_worker(void *arg) {
     free(t);
     pthread_mutex_lock(&s->mu);
     s->completed++;
-    CPU_ASSERT(s->completed <= s->enqueued);
+    BP_ASSERT(s->completed <= s->enqueued);
     if (s->completed == s->enqueued) pthread_cond_broadcast(&s->cv_idle);
   }
   pthread_mutex_unlock(&s->mu);
@@ -273,13 +265,13 @@ fail_mutex:
 /* Runs what is enqueued, then stops the worker. */
 static void cpu_stream_destroy(bp_abi_stream *s) {
   if (!s) return;
-  CPU_ASSERT(cpu_current_stream != s); /* a stream's own task may not destroy it */
+  BP_ASSERT(cpu_current_stream != s); /* a stream's own task may not destroy it */
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
   pthread_cond_signal(&s->cv_work);
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->thread, NULL);
-  CPU_ASSERT(s->head == NULL && s->completed == s->enqueued);
+  BP_ASSERT(s->head == NULL && s->completed == s->enqueued);
   pthread_cond_destroy(&s->cv_idle);
   pthread_cond_destroy(&s->cv_work);
   pthread_mutex_destroy(&s->mu);

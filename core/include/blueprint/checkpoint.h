@@ -13,7 +13,7 @@
  * plan hash) before one byte of the arena changes; a corrupt, truncated or
  * mismatched file is refused with a message naming the file and the fault.
  *
- * The file format (version 1) is documented in core/src/checkpoint.c and
+ * The file format (version 2) is documented in core/src/checkpoint.c and
  * docs/checkpoint-format.md. Refusals and their status:
  *   BP_ERR_IO          the file cannot be opened or read, or written
  *   BP_ERR_PARSE       not a checkpoint (wrong magic), truncated, corrupt
@@ -45,7 +45,7 @@ typedef struct bp_train_state {
 } bp_train_state;
 
 /* The format version this build writes (and the newest it reads). */
-#define BP_CHECKPOINT_FORMAT_VERSION 1
+#define BP_CHECKPOINT_FORMAT_VERSION 2
 /* Bytes of the identification text field, NUL included. */
 #define BP_CHECKPOINT_TEXT_MAX 256
 

@@ -77,6 +77,7 @@ typedef struct bp_registered_layer {
   const bp_abi_op *forward;       /* the op layer.forward_op names */
   const bp_abi_op *backward;      /* the op layer.backward_op names, or NULL */
   const char *path;               /* the module file that registered it */
+  const bp_abi_layer_saved *saved; /* [layer.num_saved] copies (layer.saved is this), or NULL */
 } bp_registered_layer;
 
 bp_status bp_registry_create(bp_registry **registry_out);
@@ -183,6 +184,9 @@ typedef struct bp_select_options {
   /* (optional) the node's name, for messages (autotune names the kernels
    * it excludes: "autotune: excluded <op>/<impl> for node '<node>': why") */
   const char *node;
+  /* Which device of the node's device plugin autotune times on (its
+   * streams, events and workspace); the executor's device_index. */
+  int device_index;
 } bp_select_options;
 
 /* Picks the kernel for `op` on `device` with these args: pins -> kernels
