@@ -264,6 +264,7 @@ struct bp_abi_device; /* bp_abi_device.h */
  *   backward_op  in: x0 [, x1], y, dy, saved0 ..   out: dx0 [, dx1]   (accumulate)
  * The forward writes the saved tensors in every step (evaluation too) and
  * the backward of the same step reads them; nothing else touches them.
+ * The kernels' dtypes masks cover the saved tensors' dtypes too.
  * A per-node scratch buffer is no layer field: a kernel asks for one
  * through its workspace_size (bp_abi_kernel).
  * The output shape is the forward op's infer_shape (bp_abi_op; rule 7 of

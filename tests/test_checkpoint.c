@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +85,10 @@ static unsigned char *random_arena(const bp_plan *p, uint64_t seed) {
   size_t n = (size_t)bp_plan_total_bytes(p);
   unsigned char *a = malloc(n);
   ck_assert_ptr_nonnull(a);
-  for (size_t i = 0; i < n; i++) a[i] = (unsigned char)splitmix(&seed);
+  /* Clearing bit 30 of every (little-endian) 32-bit word keeps each float's
+   * exponent below all ones: random but finite, as load requires of state. */
+  for (size_t i = 0; i < n; i++)
+    a[i] = (unsigned char)(splitmix(&seed) & (i % 4 == 3 ? 0xbf : 0xff));
   return a;
 }
 
@@ -789,6 +793,72 @@ START_TEST(a_header_spliced_onto_another_body_is_refused) {
 }
 END_TEST
 
+/* The first tensor of `region` in the plan. */
+static const bp_dtensor *first_in(const bp_plan *p, bp_region region) {
+  for (int32_t id = 0; id < bp_plan_tensor_count(p); id++) {
+    const bp_dtensor *t = bp_plan_tensor(p, 0, id);
+    if (t->region == region) return t;
+  }
+  ck_abort_msg("no tensor in region %s", bp_region_get(region)->name);
+  return NULL;
+}
+
+/* Element (n, 0, 0, c) of an FP32 tensor in a host arena. */
+static void put_f32(unsigned char *arena, const bp_dtensor *t, int64_t n, int64_t c, float v) {
+  memcpy(arena + t->offset + 4 * (uint64_t)(n * t->dev_stride[0] + c * t->dev_stride[3]), &v,
+         sizeof v);
+}
+
+/* A properly sealed checkpoint of a diverged run: one NaN or infinity in a
+ * weight, an EMA copy, a BN statistic or a moment is refused with a line
+ * naming the file and the tensor; a NaN in a tensor's padding is not one of
+ * its values and loads. */
+START_TEST(non_finite_state_is_refused_by_tensor_name) {
+  fixture f;
+  fixture_init(&f, (bp_plan_options){0, 1, BP_OPT_ADAMW});
+  const struct {
+    bp_region region;
+    float value;
+  } cases[] = {
+      {BP_REGION_W_CONV_FIRST, NAN},  {BP_REGION_W_FC_BIAS, -INFINITY},
+      {BP_REGION_E_FC_WEIGHT, INFINITY}, {BP_REGION_B, NAN},
+      {BP_REGION_M_BN_WEIGHT, NAN},   {BP_REGION_V_FC_WEIGHT, INFINITY},
+  };
+  unsigned char *src = random_arena(f.plan, 40);
+  char sealed[4200];
+  in_tmp(sealed, sizeof sealed, "diverged.ckpt");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const bp_dtensor *t = first_in(f.plan, cases[i].region);
+    const int64_t n = t->shape.n - 1, c = t->shape.c - 1; /* the last element of a row */
+    float keep;
+    memcpy(&keep, src + t->offset + 4 * (uint64_t)(n * t->dev_stride[0] + c * t->dev_stride[3]),
+           sizeof keep);
+    put_f32(src, t, n, c, cases[i].value);
+    ck_assert_int_eq(bp_checkpoint_save(sealed, f.plan, src, &sample_state), BP_OK);
+    put_f32(src, t, n, c, keep);
+    size_t m = 0;
+    unsigned char *img = read_file(sealed, &m);
+    char want[256];
+    snprintf(want, sizeof want, "holds non-finite values in '%s' (a diverged run?)", t->name);
+    expect_refused_(&f, img, m, BP_ERR_PARSE, want, bp_region_get(cases[i].region)->name);
+    free(img);
+  }
+  /* padding: the bytes after conv1.w's 54 values, up to the next tensor
+   * (offsets are multiples of 256) */
+  const bp_dtensor *w = first_in(f.plan, BP_REGION_W_CONV_FIRST);
+  const uint64_t end = w->offset + 4 * (uint64_t)(w->shape.n * w->dev_stride[0]);
+  ck_assert_uint_ne(end % 256, 0);
+  const float nan = NAN;
+  memcpy(src + end, &nan, sizeof nan);
+  ck_assert_int_eq(bp_checkpoint_save(sealed, f.plan, src, &sample_state), BP_OK);
+  bp_train_state got;
+  ck_assert_msg(bp_checkpoint_load(sealed, f.plan, f.arena, &got) == BP_OK, "%s",
+                bp_last_error());
+  free(src);
+  fixture_free(&f);
+}
+END_TEST
+
 /* Values a CRC cannot judge, in a properly sealed header: refused. And a
  * version-1 file (sealed by its own rule) is still read. */
 START_TEST(counters_no_trainer_writes_are_refused_and_version_1_still_reads) {
@@ -945,6 +1015,7 @@ int main(void) {
   tcase_add_test(tc, every_flipped_bit_is_refused);
   tcase_add_test(tc, not_a_checkpoint_and_future_versions);
   tcase_add_test(tc, a_header_spliced_onto_another_body_is_refused);
+  tcase_add_test(tc, non_finite_state_is_refused_by_tensor_name);
   tcase_add_test(tc, counters_no_trainer_writes_are_refused_and_version_1_still_reads);
   tcase_add_test(tc, another_plan_is_refused);
   tcase_add_test(tc, read_info_refuses_what_load_refuses);

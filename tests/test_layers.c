@@ -12,6 +12,7 @@
 #include "blueprint/model.h"
 #include "blueprint/registry.h"
 #include "layer-impl.h"
+#include "run_util.h"
 
 /* tests/modules/layers.c built as layers<case>.so */
 static const char *module_path(int tm_case) {
@@ -80,7 +81,7 @@ END_TEST
 
 START_TEST(a_module_registers_a_layer_type) {
   bp_registry *r = registry_with(0);
-  ck_assert_int_eq(bp_registry_layer_count(r), 2); /* tl_act, tl_stop */
+  ck_assert_int_eq(bp_registry_layer_count(r), 4); /* tl_act, tl_stop, tl_mrelu, tl_save */
   const bp_registered_layer *l = bp_registry_find_layer(r, "tl_act");
   ck_assert_ptr_nonnull(l);
   ck_assert_ptr_eq(l, bp_registry_layer(r, 0));
@@ -91,6 +92,19 @@ START_TEST(a_module_registers_a_layer_type) {
   ck_assert_str_eq(l->attrs[1].key, "gain");
   ck_assert_ptr_eq(l->layer.attrs, l->attrs);
   ck_assert_msg(strstr(l->path, "layers0.so") != NULL, "%s", l->path);
+  ck_assert_int_eq(l->layer.num_saved, 0);
+  ck_assert_ptr_null(l->saved);
+  /* saved tensors are copied with the type (strided by their struct_size) */
+  l = bp_registry_find_layer(r, "tl_save");
+  ck_assert_ptr_nonnull(l);
+  ck_assert_int_eq(l->layer.num_saved, 3);
+  ck_assert_ptr_eq(l->layer.saved, l->saved);
+  ck_assert_int_eq(l->saved[0].dtype, BP_ABI_DTYPE_FP32);
+  ck_assert_int_eq(l->saved[0].per_channel, 1);
+  ck_assert_int_eq(l->saved[1].dtype, BP_ABI_DTYPE_INT32);
+  ck_assert_int_eq(l->saved[1].channels, 7);
+  ck_assert_int_eq(l->saved[2].dtype, BP_ABI_DTYPE_FP16);
+  ck_assert_int_eq(l->saved[2].channels, 0);
   bp_registry_destroy(r);
 }
 END_TEST
@@ -117,6 +131,12 @@ START_TEST(bad_layer_registrations_are_refused_whole) {
   expect_refused(r, 3, "key 'gain' at offset 64 does not fit");
   expect_refused(r, 4, "key 'gain' defaults to 7, outside its range");
   expect_refused(r, 5, "a backward op needs its int32 accumulate flag");
+  expect_refused(r, 7,
+                 "forward op 'tl.mrelu.fwd' has 1 inputs and 1 outputs; a layer of 1 input and 1 "
+                 "saved tensor needs 1 and 2");
+  expect_refused(r, 8, "saved tensor 0 has dtype 4 (FP32, FP16, INT8 or INT32)");
+  expect_refused(r, 9, "saved tensor 0 is per channel ([1,1,1,C] of the output) but has 3");
+  expect_refused(r, 10, "5 saved tensors (0..4, with their list)");
   bp_registry_destroy(r);
 }
 END_TEST
@@ -307,6 +327,142 @@ START_TEST(a_module_layer_compiles_to_its_nodes) {
 }
 END_TEST
 
+/* Tensor `name` of plan p (variant 0) has this shape, dtype and region. */
+static int32_t expect_tensor(const bp_plan *p, const char *name, bp_shape shape, bp_dtype dtype,
+                             bp_region region) {
+  const int32_t id = bp_plan_find_tensor(p, name);
+  ck_assert_msg(id >= 0, "no tensor %s", name);
+  const bp_dtensor *t = bp_plan_tensor(p, 0, id);
+  ck_assert_msg(t->shape.n == shape.n && t->shape.h == shape.h && t->shape.w == shape.w &&
+                    t->shape.c == shape.c,
+                "%s: [%lld,%lld,%lld,%lld]", name, (long long)t->shape.n, (long long)t->shape.h,
+                (long long)t->shape.w, (long long)t->shape.c);
+  ck_assert_int_eq(t->dtype, dtype);
+  ck_assert_int_eq(t->region, region);
+  return id;
+}
+
+#define SAVED_MODEL                                                                          \
+  "input: {height: 4, width: 4, channels: 2, classes: 3}\n"                                  \
+  "layers:\n"                                                                                \
+  "  - {type: conv, name: c, filters: 5, kernel: 3, pad: 1}\n"                              \
+  "  - {type: tl_mrelu, name: act}\n"                                                       \
+  "  - {type: tl_save, name: sv}\n" TAIL "train: {batch: 8}\n"
+
+START_TEST(saved_tensors_are_planned_and_wired_into_both_nodes) {
+  bp_registry *r = registry_with(0);
+  bp_model *m = NULL;
+  bp_plan *p = NULL;
+  bp_graph *g = NULL;
+  build(r, SAVED_MODEL, &m, &p, &g);
+  /* the mask where maxpool keeps its argmax; the others by dtype */
+  const bp_shape y = {8, 4, 4, 5};
+  const int32_t mask = expect_tensor(p, "act.saved0", y, BP_DTYPE_INT8, BP_REGION_S_MASK);
+  const int32_t s0 =
+      expect_tensor(p, "sv.saved0", (bp_shape){1, 1, 1, 5}, BP_DTYPE_FP32, BP_REGION_F32);
+  const int32_t s1 =
+      expect_tensor(p, "sv.saved1", (bp_shape){8, 4, 4, 7}, BP_DTYPE_INT32, BP_REGION_T);
+  const int32_t s2 = expect_tensor(p, "sv.saved2", y, BP_DTYPE_FP16, BP_REGION_T); /* no AMP */
+  ck_assert_int_eq(bp_plan_find_tensor(p, "act.saved1"), -1);
+  const bp_model_tensors *rec = bp_model_tensors_of(p);
+  ck_assert_int_eq(rec->layers[1].saved_by_module[0], mask);
+  ck_assert_int_eq(rec->layers[1].saved_by_module[1], -1);
+  ck_assert_int_eq(rec->layers[2].saved_by_module[2], s2);
+  /* the forward writes them after y, the backward reads them after dy */
+  const bp_node *f = find_node(g, BP_SEGMENT_FORWARD, "tl.mrelu.fwd");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(f->num_outputs, 2);
+  ck_assert_int_eq(f->outputs[0].id, rec->layers[1].out);
+  ck_assert_int_eq(f->outputs[1].id, mask);
+  const bp_node *b = find_node(g, BP_SEGMENT_BACKWARD, "tl.mrelu.bwd");
+  ck_assert_ptr_nonnull(b);
+  ck_assert_int_eq(b->num_inputs, 4); /* x, y, dy, mask */
+  ck_assert_int_eq(b->inputs[2].id, rec->layers[1].dout);
+  ck_assert_int_eq(b->inputs[3].id, mask);
+  ck_assert_int_eq(b->outputs[0].id, rec->layers[0].dout);
+  f = find_node(g, BP_SEGMENT_FORWARD, "tl.save.fwd");
+  b = find_node(g, BP_SEGMENT_BACKWARD, "tl.save.bwd");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_int_eq(f->num_outputs, 4);
+  ck_assert_int_eq(b->num_inputs, 6);
+  const int32_t want[3] = {s0, s1, s2};
+  for (int k = 0; k < 3; k++) {
+    ck_assert_int_eq(f->outputs[1 + k].id, want[k]);
+    ck_assert_int_eq(b->inputs[3 + k].id, want[k]);
+  }
+  bp_graph_destroy(g);
+  bp_plan_destroy(p);
+
+  /* under AMP an FP16 saved tensor sits with the FP16 features */
+  bp_compile_options co = bp_compile_options_from_model(m);
+  co.plan.amp = 1;
+  ck_assert_msg(bp_model_compile(m, &co, &p) == BP_OK, "%s", bp_last_error());
+  expect_tensor(p, "sv.saved2", y, BP_DTYPE_FP16, BP_REGION_F16);
+  expect_tensor(p, "act.saved0", y, BP_DTYPE_INT8, BP_REGION_S_MASK);
+  bp_plan_destroy(p);
+  bp_model_destroy(m);
+  bp_registry_destroy(r);
+}
+END_TEST
+
+/* Trains `layer` (a relu) in an MLP on toy data; the metrics file in dir. */
+static char *train_with(const char *dir, const char *data, const char *layer, const char *tag) {
+  char text[1024], name[64];
+  snprintf(text, sizeof text,
+           "name: mlp\n"
+           "input: {height: 28, width: 28, channels: 1, classes: 10}\n"
+           "layers:\n"
+           "  - {type: fc, name: fc1, units: 32}\n"
+           "  - {type: %s, name: act}\n"
+           "  - {type: fc, name: fc2, units: 10}\n"
+           "  - {type: softmax_ce, name: loss}\n"
+           "train: {batch: 32, eval_batch: 64, epochs: 1, optimizer: sgd, lr: 0.05, "
+           "momentum: 0.9}\n",
+           layer);
+  snprintf(name, sizeof name, "%s.yaml", tag);
+  char *model = path_in(dir, name);
+  write_file(model, text, strlen(text));
+  snprintf(name, sizeof name, "%s.jsonl", tag);
+  char *metrics = path_in(dir, name);
+  run_result rr = RUN("train", model, "--data", data, "--plugin", module_path(0), "--quiet",
+                      "--train-limit", "320", "--test-limit", "128", "--metrics", metrics,
+                      "--log-every", "1");
+  ck_assert_msg(rr.status == 0, "%s: status %d: %s", layer, rr.status, rr.err);
+  run_free(&rr);
+  free(model);
+  return metrics;
+}
+
+START_TEST(a_saved_mask_relu_trains_bit_for_bit_like_relu) {
+  char *dir = tmp_dir_create(), *data = path_in(dir, "data");
+  ck_assert_int_eq(sh("mkdir -p '%s'", data), 0);
+  write_toy_mnist(data, 320, 128, 11);
+  char *builtin = train_with(dir, data, "relu", "builtin");
+  char *module = train_with(dir, data, "tl_mrelu", "module");
+  int steps = 0, steps2 = 0;
+  jsonl_number(builtin, "step", 0, "train_loss", &steps);
+  jsonl_number(module, "step", 0, "train_loss", &steps2);
+  ck_assert_int_eq(steps, 10);
+  ck_assert_int_eq(steps2, steps);
+  /* the losses print with 9 digits, enough to tell two floats apart: one
+   * gradient bit off in one step shows in every step after it */
+  for (int i = 0; i < steps; i++) {
+    const double a = jsonl_number(builtin, "step", i, "train_loss", NULL);
+    const double b = jsonl_number(module, "step", i, "train_loss", NULL);
+    ck_assert_msg(a == b, "step %d: relu loss %.9g, tl_mrelu loss %.9g", i, a, b);
+  }
+  ck_assert(jsonl_number(builtin, "step", steps - 1, "train_loss", NULL) <
+            jsonl_number(builtin, "step", 0, "train_loss", NULL));
+  ck_assert(jsonl_number(builtin, "epoch", 0, "test_accuracy", NULL) ==
+            jsonl_number(module, "epoch", 0, "test_accuracy", NULL));
+  free(builtin);
+  free(module);
+  free(data);
+  tmp_dir_remove(dir);
+}
+END_TEST
+
 START_TEST(a_plan_of_another_model_is_refused) {
   bp_registry *r = registry_with(0);
   bp_model *m = NULL, *other = NULL;
@@ -340,6 +496,8 @@ int main(void) {
   tcase_add_test(tc, a_module_layer_compiles_to_its_nodes);
   tcase_add_test(tc, a_model_file_uses_a_module_type);
   tcase_add_test(tc, a_plan_of_another_model_is_refused);
+  tcase_add_test(tc, saved_tensors_are_planned_and_wired_into_both_nodes);
+  tcase_add_test(tc, a_saved_mask_relu_trains_bit_for_bit_like_relu);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

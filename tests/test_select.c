@@ -383,6 +383,26 @@ START_TEST(autotune_cache_is_reused_and_invalidated_by_a_new_build_id) {
 }
 END_TEST
 
+/* Autotune times on the device the node runs on (bp_select_options
+ * device_index), not on the one its rank number names. */
+START_TEST(autotune_uses_the_nodes_device_index) {
+  bp_registry *r = load("tune_a", "tune", NULL);
+  node nd;
+  node_init(&nd, 2, 1, FP32, 1, 4, 1);
+  nd.args.rank = 0;
+  char report[2048];
+  bp_select_options o = {.pins = "", .autotune = 1, .report = report,
+                         .report_size = sizeof report, .device_index = 1};
+  const bp_registered_kernel *k = NULL;
+  ck_assert_msg(bp_registry_select(r, "add.fwd", "tunedev", &nd.args, &o, &k) == BP_OK, "%s",
+                bp_last_error());
+  tm_stats *s = k->kernel.user;
+  ck_assert_int_gt(s->event_records, 0);
+  ck_assert_int_eq(s->last_device, 1);
+  bp_registry_destroy(r);
+}
+END_TEST
+
 START_TEST(autotune_times_with_device_events_and_tolerates_a_bad_cache) {
   make_tmp();
   FILE *f = fopen(cache_path, "w");
@@ -438,6 +458,7 @@ int main(void) {
   tcase_add_test(tc, default_kernel_follows_priority_and_reference_rules);
   tcase_add_test(tc, autotune_picks_the_faster_kernel_and_writes_the_cache);
   tcase_add_test(tc, autotune_cache_is_reused_and_invalidated_by_a_new_build_id);
+  tcase_add_test(tc, autotune_uses_the_nodes_device_index);
   tcase_add_test(tc, autotune_times_with_device_events_and_tolerates_a_bad_cache);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -542,8 +542,8 @@ bp_status bp_autotune_pick(bp_registry *r, const char *op, const char *device,
                            const bp_registered_kernel *const *cands, int n, const char *cache_path,
                            const char *node, int *winner_out, char *report, size_t report_size) {
   pthread_mutex_lock(&r->tune_lock);
-  bp_status st = pick_locked(r, op, device, device_index, args, cands, n, cache_path ? cache_path : "", node,
-                             winner_out, report, report_size);
+  bp_status st = pick_locked(r, op, device, device_index, args, cands, n,
+                             cache_path ? cache_path : "", node, winner_out, report, report_size);
   pthread_mutex_unlock(&r->tune_lock);
   return st;
 }

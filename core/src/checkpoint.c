@@ -53,14 +53,15 @@
  * Validation order on load: magic -> version -> header length -> header CRC
  * -> header consistency and counters (loss scale finite and > 0, epoch and
  * steps in the trainer's ranges, no control characters in the text) -> file
- * length -> plan hash -> body CRC -> end marker -> section table. The header CRC makes every size in the header
- * trustworthy before it is used, so a flipped bit reads as "corrupt", not as
- * a wrong length. Nothing is allocated from a size in the file: the data is
- * staged in a buffer sized from the plan and only copied into the arena once
- * every check has passed. */
+ * length -> plan hash -> body CRC -> end marker -> section table. The header
+ * CRC makes every size in the header trustworthy before it is used, so a
+ * flipped bit reads as "corrupt", not as a wrong length. Nothing is
+ * allocated from a size in the file: the data is staged in a buffer sized
+ * from the plan and only copied into the arena once every check has passed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,8 +262,7 @@ static bp_status check_counters(const char *path, const header *h) {
   const char *bad = NULL;
   if (!(s->loss_scale > 0.0) || s->loss_scale > 1e38) bad = "loss scale not a finite number > 0";
   else if (s->epoch > BP_TRAIN_MAX_EPOCHS) bad = "epoch past the trainer's range";
-  else if (s->step > (uint64_t)BP_TRAIN_MAX_COUNT || s->global_step > (uint64_t)INT64_MAX ||
-           s->good_steps > (uint64_t)INT64_MAX)
+  else if (s->step > (uint64_t)BP_TRAIN_MAX_COUNT || s->global_step > (uint64_t)INT64_MAX)
     bad = "step counters past the trainer's range";
   for (const char *c = h->text; !bad && *c; c++)
     if ((unsigned char)*c < 0x20 || (unsigned char)*c == 0x7f)
@@ -706,6 +706,43 @@ bp_status bp_checkpoint_read_info(const char *path, bp_checkpoint_info *info_out
   return BP_OK;
 }
 
+/* Refuses state that holds a NaN or an infinity: the weights, EMA copies, BN
+ * statistics and optimizer state of a diverged run, which no CRC objects to
+ * and which would only spread through every later step. Reads the staged
+ * (host) bytes, before anything reaches an arena; every state region is FP32
+ * (region.h), and only a tensor's elements are read, never its padding.
+ * Names the first such tensor in arena order. */
+static bp_status check_finite(const char *path, const bp_plan *plan, const layout *l,
+                              const unsigned char *staging) {
+  const int32_t count = bp_plan_tensor_count(plan);
+  uint64_t base = 0; /* the span's first byte in staging */
+  for (int s = 0; s < SECTION_COUNT; s++) {
+    for (int r = (int)section_regions[s][0]; r <= (int)section_regions[s][1]; r++) {
+      for (int32_t id = 0; id < count; id++) {
+        const bp_dtensor *t = bp_plan_tensor(plan, 0, id);
+        if (!t || (int)t->region != r || t->dtype != BP_DTYPE_FP32) continue;
+        const unsigned char *p = staging + base + (t->offset - l->span[s].offset);
+        const bp_shape sh = t->shape;
+        for (int64_t n = 0; n < sh.n; n++)
+          for (int64_t h = 0; h < sh.h; h++)
+            for (int64_t w = 0; w < sh.w; w++) {
+              const int64_t at = n * t->dev_stride[0] + h * t->dev_stride[1] + w * t->dev_stride[2];
+              for (int64_t c = 0; c < sh.c; c++) {
+                float v;
+                memcpy(&v, p + 4 * (at + c * t->dev_stride[3]), sizeof v); /* any alignment */
+                if (!isfinite(v))
+                  return bp_fail(BP_ERR_PARSE,
+                                 "checkpoint %s holds non-finite values in '%s' (a diverged run?)",
+                                 path, t->name);
+              }
+            }
+      }
+    }
+    base += l->span[s].bytes;
+  }
+  return BP_OK;
+}
+
 bp_status bp_checkpoint_load(const char *path, const bp_plan *plan, void *arena,
                              bp_train_state *state_out) {
   if (!arena) return bp_fail(BP_ERR_INVALID, "bp_checkpoint_load: NULL argument");
@@ -756,6 +793,7 @@ bp_status bp_checkpoint_load_access(const char *path, const bp_plan *plan,
                    "from this plan's)",
                    path);
   }
+  if (st == BP_OK) st = check_finite(path, plan, &l, staging);
   if (st != BP_OK) {
     free(staging);
     return st;

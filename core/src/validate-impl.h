@@ -59,6 +59,12 @@ typedef struct vc_case {
   int collective;        /* allreduce.*: never run alone */
 } vc_case;
 
+/* ---- validate.c ------------------------------------------------------------ */
+
+/* The cpu reference kernel (BP_ABI_KERNEL_REFERENCE) of op in r, or NULL:
+ * the oracle the checks compare against. */
+const bp_abi_kernel *vc_reference(const bp_registry *r, const char *op);
+
 /* ---- validate_ops.c ------------------------------------------------------ */
 
 /* Fills what the op's conventions decide and the case left open: fill
@@ -67,6 +73,10 @@ typedef struct vc_case {
 void vc_op_complete(vc_case *c);
 
 /* ---- validate_cases.c ---------------------------------------------------- */
+
+/* c emptied for op: no tensors or attributes, no aliases, every fill rule
+ * VC_FILL_UNSET. */
+void vc_case_init(vc_case *c, const char *op);
 
 /* For an op of a module layer type (bp_abi_layer): the accumulate flag of
  * its backward op, and (defaults) the layer's attribute defaults written

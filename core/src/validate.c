@@ -161,7 +161,7 @@ static void run_isolated(job *j, vc_outcome *out) {
 
 /* ---- selection ------------------------------------------------------------------------ */
 
-static const bp_abi_kernel *reference_of(const bp_registry *r, const char *op) {
+const bp_abi_kernel *vc_reference(const bp_registry *r, const char *op) {
   for (int i = 0; i < bp_registry_kernel_count(r); i++) {
     const bp_registered_kernel *k = bp_registry_kernel(r, i);
     if ((k->kernel.flags & BP_ABI_KERNEL_REFERENCE) && strcmp(k->kernel.op, op) == 0 &&
@@ -213,7 +213,7 @@ static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
              "no cases: the op is not in the built-in table and has no infer_shape (try --model)");
     goto done;
   }
-  const bp_abi_kernel *ref = reference_of(r, k->op);
+  const bp_abi_kernel *ref = vc_reference(r, k->op);
   const int no_ref = ref == NULL;
   if (!ref) ref = k; /* conventions only */
   /* a kernel that claims FP16 also gets the FP16 twin of every case */

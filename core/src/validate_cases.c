@@ -47,20 +47,24 @@ static vc_case table[TABLE_MAX];
 static int table_count;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
-static vc_case *add(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static vc_case *add(const char *op, const char *fmt, ...) {
-  if (table_count == TABLE_MAX) return NULL;
-  vc_case *c = &table[table_count++];
+void vc_case_init(vc_case *c, const char *op) {
   memset(c, 0, sizeof *c);
   c->op = op;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(c->name, sizeof c->name, fmt, ap);
-  va_end(ap);
   for (int i = 0; i < VC_MAX; i++) {
     c->alias[i] = -1;
     c->in[i].fill = c->out[i].fill = VC_FILL_UNSET;
   }
+}
+
+static vc_case *add(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static vc_case *add(const char *op, const char *fmt, ...) {
+  if (table_count == TABLE_MAX) return NULL;
+  vc_case *c = &table[table_count++];
+  vc_case_init(c, op);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->name, sizeof c->name, fmt, ap);
+  va_end(ap);
   return c;
 }
 
@@ -75,6 +79,33 @@ static void attrs(vc_case *c, const void *a, uint32_t size) {
 #define F16 BP_ABI_DTYPE_FP16
 #define I8 BP_ABI_DTYPE_INT8
 #define I32 BP_ABI_DTYPE_INT32
+
+/* The three ops of a layer with weights (conv2d, fc; ops[] names them in
+ * this order), wired as the plan wires them:
+ *   fwd         x, w [, b] -> y
+ *   bwd_data    dy, w -> dx          (dy as y, dx as x)
+ *   bwd_filter  x, dy -> dw [, db]   (dw as w, db as b) */
+static void weighted_cases(const char *const ops[3], const char *name, bp_abi_tensor x,
+                           bp_abi_tensor w, const bp_abi_tensor *b, bp_abi_tensor y,
+                           const void *a, uint32_t attr_size) {
+  vc_case *c = add(ops[0], "%s", name);
+  in(c, x);
+  in(c, w);
+  if (b) in(c, *b);
+  out(c, y);
+  attrs(c, a, attr_size);
+  c = add(ops[1], "%s", name);
+  in(c, y);
+  in(c, w);
+  out(c, x);
+  attrs(c, a, attr_size);
+  c = add(ops[2], "%s", name);
+  in(c, x);
+  in(c, y);
+  out(c, w);
+  if (b) out(c, *b);
+  attrs(c, a, attr_size);
+}
 
 /* ---- conv2d ------------------------------------------------------------------ */
 
@@ -132,23 +163,8 @@ static void conv_cases(void) {
     const bp_abi_tensor y = vc_tensor_desc(F32, g->n, oh, ow, g->k, g->ypad);
     const bp_abi_tensor w = vc_tensor_desc(F32, g->k, g->kh, g->kw, g->c / g->groups, g->wpad);
     const bp_abi_tensor b = vc_tensor_desc(F32, 1, 1, 1, g->k, g->bpad);
-    vc_case *c = add("conv2d.fwd", "%s", name);
-    in(c, x);
-    in(c, w);
-    if (g->bias) in(c, b);
-    out(c, y);
-    attrs(c, &a, sizeof a);
-    c = add("conv2d.bwd_data", "%s", name);
-    in(c, y);
-    in(c, w);
-    out(c, x);
-    attrs(c, &a, sizeof a);
-    c = add("conv2d.bwd_filter", "%s", name);
-    in(c, x);
-    in(c, y);
-    out(c, w);
-    if (g->bias) out(c, b);
-    attrs(c, &a, sizeof a);
+    static const char *const ops[3] = {"conv2d.fwd", "conv2d.bwd_data", "conv2d.bwd_filter"};
+    weighted_cases(ops, name, x, w, g->bias ? &b : NULL, y, &a, sizeof a);
   }
 }
 
@@ -181,23 +197,8 @@ static void fc_cases(void) {
     const bp_abi_tensor y = vc_tensor_desc(F32, g->n, 1, 1, g->o, g->ypad);
     const bp_abi_tensor w = vc_tensor_desc(F32, g->o, 1, 1, g->h * g->w * g->c, g->wpad);
     const bp_abi_tensor b = vc_tensor_desc(F32, 1, 1, 1, g->o, g->bpad);
-    vc_case *c = add("fc.fwd", "%s", name);
-    in(c, x);
-    in(c, w);
-    if (g->bias) in(c, b);
-    out(c, y);
-    attrs(c, &a, sizeof a);
-    c = add("fc.bwd_data", "%s", name);
-    in(c, y);
-    in(c, w);
-    out(c, x);
-    attrs(c, &a, sizeof a);
-    c = add("fc.bwd_filter", "%s", name);
-    in(c, x);
-    in(c, y);
-    out(c, w);
-    if (g->bias) out(c, b);
-    attrs(c, &a, sizeof a);
+    static const char *const ops[3] = {"fc.fwd", "fc.bwd_data", "fc.bwd_filter"};
+    weighted_cases(ops, name, x, w, g->bias ? &b : NULL, y, &a, sizeof a);
   }
 }
 
@@ -495,13 +496,8 @@ int vc_infer_cases(const bp_registry *r, const bp_abi_op *op, vc_case *out_cases
     return 0;
   for (size_t i = 0; i < sizeof geos / sizeof geos[0] && count < cap; i++) {
     vc_case *c = &out_cases[count];
-    memset(c, 0, sizeof *c);
-    c->op = op->name;
+    vc_case_init(c, op->name);
     plain_name(&geos[i], c->name, sizeof c->name);
-    for (int k = 0; k < VC_MAX; k++) {
-      c->alias[k] = -1;
-      c->in[k].fill = c->out[k].fill = VC_FILL_UNSET;
-    }
     bp_abi_tensor ins[VC_MAX], outs[VC_MAX];
     for (int k = 0; k < op->num_inputs; k++)
       ins[k] = vc_tensor_desc(F32, geos[i].n, geos[i].h, geos[i].w, geos[i].c, geos[i].pad);

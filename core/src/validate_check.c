@@ -376,6 +376,17 @@ static void note_error(vc_outcome *out, double err, double tol) {
   }
 }
 
+/* Compares got with want and notes the error; on a mismatch fails out at
+ * stage and returns 0. */
+static int agrees(vc_outcome *out, const char *stage, const vc_case *c, double *const *got,
+                  double *const *want, char *why, size_t why_size) {
+  double err, tol;
+  const int ok = compare(c, got, want, &err, &tol, why, why_size);
+  note_error(out, err, tol);
+  if (!ok) fail(out, stage, why);
+  return ok;
+}
+
 void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c,
               const vc_check_options *o, vc_outcome *out) {
   out->verdict = BP_VALIDATE_PASS;
@@ -448,13 +459,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
       fail(out, "", why);
       goto done;
     }
-    double err, tol;
-    ok = compare(c, got.v, ref0.v, &err, &tol, why, sizeof why);
-    note_error(out, err, tol);
-    if (!ok) {
-      fail(out, "differs from the reference", why);
-      goto done;
-    }
+    if (!agrees(out, "differs from the reference", c, got.v, ref0.v, why, sizeof why)) goto done;
   } else {
     for (int i = 0; i < c->num_outputs; i++)
       memcpy(got.v[i], ref0.v[i], (size_t)vt_count(&c->out[i].d) * sizeof(double));
@@ -513,35 +518,23 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
         goto done;
       }
     }
-    double err, tol;
-    ok = compare(c, got_acc.v, ref_acc.v, &err, &tol, why, sizeof why);
-    note_error(out, err, tol);
-    if (!ok) {
-      fail(out, "accumulate=1 (out += result) is wrong", why);
+    if (!agrees(out, "accumulate=1 (out += result) is wrong", c, got_acc.v, ref_acc.v, why,
+                sizeof why))
       goto done;
-    }
   }
 
   /* 6: in place, when the kernel says it may */
   if ((k->flags & BP_ABI_KERNEL_IN_PLACE) && c->inplace_in >= 0 && c->num_outputs > 0 &&
       c->alias[0] < 0) {
+    char stage[64];
+    snprintf(stage, sizeof stage, "in place (output 0 = input %d)", c->inplace_in);
     run_spec ks = {k, c, 0, in.v, start, c->inplace_in, o};
     rc = run_once(&ks, p2.v, why, sizeof why);
     if (rc != RUN_OK) {
-      char stage[64];
-      snprintf(stage, sizeof stage, "in place (output 0 = input %d)", c->inplace_in);
       fail(out, stage, why);
       goto done;
     }
-    double err, tol;
-    ok = compare(c, p2.v, ref0.v, &err, &tol, why, sizeof why);
-    note_error(out, err, tol);
-    if (!ok) {
-      char stage[64];
-      snprintf(stage, sizeof stage, "in place (output 0 = input %d)", c->inplace_in);
-      fail(out, stage, why);
-      goto done;
-    }
+    if (!agrees(out, stage, c, p2.v, ref0.v, why, sizeof why)) goto done;
   }
 done:
   vals_free(&in);
@@ -586,8 +579,7 @@ int vc_case_narrow(const vc_case *c, vc_case *out) {
 }
 
 int vc_case_from_args(const char *op, const bp_abi_kernel_args *args, vc_case *c) {
-  memset(c, 0, sizeof *c);
-  c->op = op;
+  vc_case_init(c, op);
   snprintf(c->name, sizeof c->name, "the node's shapes");
   if (args->num_inputs < 0 || args->num_inputs > VC_MAX || args->num_outputs < 0 ||
       args->num_outputs > VC_MAX || args->attr_size > sizeof c->attrs ||
@@ -598,10 +590,6 @@ int vc_case_from_args(const char *op, const bp_abi_kernel_args *args, vc_case *c
   /* arrays of ABI structs step by the first element's struct_size (rule 6) */
   const size_t in_step = args->num_inputs ? args->inputs[0].struct_size : 0;
   const size_t out_step = args->num_outputs ? args->outputs[0].struct_size : 0;
-  for (int i = 0; i < VC_MAX; i++) {
-    c->alias[i] = -1;
-    c->in[i].fill = c->out[i].fill = VC_FILL_UNSET;
-  }
   for (int i = 0; i < c->num_inputs; i++) {
     const bp_abi_tensor *t = (const bp_abi_tensor *)((const char *)args->inputs + i * in_step);
     memcpy(&c->in[i].d, t, t->struct_size < sizeof c->in[i].d ? t->struct_size : sizeof c->in[i].d);

@@ -120,16 +120,6 @@ void vc_grad_row_name(int row, const char **op_out, char *case_name, size_t case
   snprintf(case_name, case_name_size, "gradcheck %s", fc ? fc->name : "?");
 }
 
-static const bp_abi_kernel *reference(const bp_registry *r, const char *op) {
-  for (int i = 0; i < bp_registry_kernel_count(r); i++) {
-    const bp_registered_kernel *k = bp_registry_kernel(r, i);
-    if ((k->kernel.flags & BP_ABI_KERNEL_REFERENCE) && strcmp(k->kernel.op, op) == 0 &&
-        strcmp(k->kernel.device, "cpu") == 0)
-      return &k->kernel;
-  }
-  return NULL;
-}
-
 typedef struct gctx {
   const bp_abi_kernel *fwd;
   const vc_case *c;
@@ -210,8 +200,8 @@ void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const
   g.c = fc;
   g.o = o;
   g.softmax = softmax;
-  g.fwd = reference(r, f->fwd);
-  const bp_abi_kernel *bk = softmax ? NULL : reference(r, bw->op);
+  g.fwd = vc_reference(r, f->fwd);
+  const bp_abi_kernel *bk = softmax ? NULL : vc_reference(r, bw->op);
   if (!g.fwd || (!softmax && !bk)) {
     out->verdict = BP_VALIDATE_SKIP;
     snprintf(out->detail, sizeof out->detail, "no reference kernel for %s",
@@ -280,12 +270,8 @@ void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const
     ngrad = 1;
   } else {
     /* the backward case: descriptors from the forward one */
-    bc.op = bw->op;
+    vc_case_init(&bc, bw->op);
     snprintf(bc.name, sizeof bc.name, "%s", fcase.name);
-    for (int k = 0; k < VC_MAX; k++) {
-      bc.alias[k] = -1;
-      bc.in[k].fill = bc.out[k].fill = VC_FILL_UNSET;
-    }
     bc.num_inputs = bw->num_inputs;
     for (int k = 0; k < bw->num_inputs; k++) {
       const gsrc s = bw->in[k];

@@ -71,17 +71,12 @@ bp_status vc_model_cases(const bp_registry *r, const char *path, vc_case **cases
           cases = grown;
         }
         vc_case *c = &cases[count];
-        memset(c, 0, sizeof *c);
-        c->op = n->op; /* static storage (graph.h) */
+        vc_case_init(c, n->op); /* n->op: static storage (graph.h) */
         snprintf(c->name, sizeof c->name, "%.60s%s%.30s", n->name, v ? " @" : "",
                  v ? bp_plan_variant(plan, v)->name : "");
         c->num_inputs = n->num_inputs;
         c->num_outputs = n->num_outputs;
         uint64_t in_off[VC_MAX];
-        for (int i = 0; i < VC_MAX; i++) {
-          c->alias[i] = -1;
-          c->in[i].fill = c->out[i].fill = VC_FILL_UNSET;
-        }
         for (int i = 0; i < n->num_inputs; i++)
           describe(plan, v, &n->inputs[i], &c->in[i].d, &in_off[i]);
         for (int o = 0; o < n->num_outputs; o++) {

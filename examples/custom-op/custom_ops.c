@@ -93,6 +93,20 @@ static int relu_run(void *user, const bp_abi_kernel_args *args) {
   return run_unary(args, relu, NULL);
 }
 
+/* infer_shape of every op here: y has x's dtype and shape (rule 7 of
+ * bp_abi_ops.h: dtype and shape only, the host lays y out). */
+static int same_as_x(const void *attrs, const bp_abi_tensor *inputs, bp_abi_tensor *outputs,
+                     char *reason, size_t reason_size) {
+  (void)attrs;
+  if (!inputs || !outputs) {
+    bp_sdk_fail(reason, reason_size, "no tensors");
+    return 1;
+  }
+  outputs[0].dtype = inputs[0].dtype;
+  memcpy(outputs[0].shape, inputs[0].shape, sizeof outputs[0].shape);
+  return 0;
+}
+
 static const bp_abi_kernel relu_custom = {
     .struct_size = sizeof(bp_abi_kernel),
     .op = "relu.fwd",
@@ -118,19 +132,6 @@ typedef struct scale_shift_attrs {
 } scale_shift_attrs;
 #define SCALE_SHIFT_ATTR_VERSION 1
 
-static int scale_shift_infer(const void *attrs, const bp_abi_tensor *inputs,
-                             bp_abi_tensor *outputs, char *reason, size_t reason_size) {
-  (void)attrs;
-  if (!inputs || !outputs) {
-    bp_sdk_fail(reason, reason_size, "no tensors");
-    return 1;
-  }
-  /* dtype and shape only (rule 7 of bp_abi_ops.h): the host lays y out */
-  outputs[0].dtype = inputs[0].dtype;
-  memcpy(outputs[0].shape, inputs[0].shape, sizeof outputs[0].shape);
-  return 0;
-}
-
 static const bp_abi_op scale_shift_op = {
     .struct_size = sizeof(bp_abi_op),
     .name = "scale_shift.fwd",
@@ -138,7 +139,7 @@ static const bp_abi_op scale_shift_op = {
     .num_outputs = 1,
     .attr_size = sizeof(scale_shift_attrs),
     .attr_version = SCALE_SHIFT_ATTR_VERSION,
-    .infer_shape = scale_shift_infer,
+    .infer_shape = same_as_x,
 };
 
 /* The attribute block as this build knows it; 0 with a reason if absent. */
@@ -207,11 +208,7 @@ typedef struct leaky_relu_attrs {
 /* Every input and output has x's shape (fp32, unit channel stride). */
 static int leaky_check(const bp_abi_kernel_args *args, int inputs, char *reason,
                        size_t reason_size) {
-  if (!args || args->struct_size < offsetof(bp_abi_kernel_args, attr_size) + sizeof args->attr_size)
-    return bp_sdk_fail(reason, reason_size, "missing or short args");
-  if (args->num_inputs != inputs || args->num_outputs != 1)
-    return bp_sdk_fail(reason, reason_size, "%d inputs, %d outputs (want %d, 1)",
-                       args->num_inputs, args->num_outputs, inputs);
+  if (!bp_sdk_check_args(args, inputs, 1, reason, reason_size)) return 0;
   if (!args->attrs || args->attr_size < sizeof(leaky_relu_attrs))
     return bp_sdk_fail(reason, reason_size,
                        "leaky_relu attributes missing (%u bytes, want %zu)",
@@ -238,28 +235,19 @@ static int leaky_bwd_supports(void *user, const bp_abi_kernel_args *args, char *
   return leaky_check(args, 3, reason, reason_size);
 }
 
-/* Offset, in elements, of pixel (n,h,w) of tensor t. */
-static int64_t at(const bp_abi_tensor *t, int64_t n, int64_t h, int64_t w) {
-  return n * t->stride[0] + h * t->stride[1] + w * t->stride[2];
+static float leaky(float x, const void *ctx) {
+  const leaky_relu_attrs *a = ctx;
+  return x > 0.0f ? x : a->slope * x;
 }
 
+/* The forward is one more unary op: run_unary walks x and y. */
 static int leaky_fwd_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  if (!leaky_check(args, 1, NULL, 0) || !args->input_ptrs || !args->output_ptrs)
+  if (!leaky_check(args, 1, bp_sdk_args_reason(args), bp_sdk_args_reason_size(args)))
     return BP_ABI_ERR_INVALID;
   leaky_relu_attrs a;
   memcpy(&a, args->attrs, sizeof a);
-  const bp_abi_tensor *xt = bp_sdk_input(args, 0), *yt = bp_sdk_output(args, 0);
-  const float *x = args->input_ptrs[0];
-  float *y = args->output_ptrs[0];
-  for (int64_t n = 0; n < xt->shape[0]; n++)
-    for (int64_t h = 0; h < xt->shape[1]; h++)
-      for (int64_t w = 0; w < xt->shape[2]; w++) {
-        const float *xr = x + at(xt, n, h, w);
-        float *yr = y + at(yt, n, h, w);
-        for (int64_t c = 0; c < xt->shape[3]; c++) yr[c] = xr[c] > 0.0f ? xr[c] : a.slope * xr[c];
-      }
-  return BP_ABI_OK;
+  return run_unary(args, leaky, &a);
 }
 
 static int leaky_bwd_run(void *user, const bp_abi_kernel_args *args) {
@@ -270,32 +258,18 @@ static int leaky_bwd_run(void *user, const bp_abi_kernel_args *args) {
   memcpy(&a, args->attrs, sizeof a);
   const bp_abi_tensor *xt = bp_sdk_input(args, 0), *dyt = bp_sdk_input(args, 2);
   const bp_abi_tensor *dxt = bp_sdk_output(args, 0);
-  const float *x = args->input_ptrs[0], *dy = args->input_ptrs[2];
-  float *dx = args->output_ptrs[0];
-  for (int64_t n = 0; n < xt->shape[0]; n++)
-    for (int64_t h = 0; h < xt->shape[1]; h++)
-      for (int64_t w = 0; w < xt->shape[2]; w++) {
-        const float *xr = x + at(xt, n, h, w), *dyr = dy + at(dyt, n, h, w);
-        float *dxr = dx + at(dxt, n, h, w);
-        for (int64_t c = 0; c < xt->shape[3]; c++) {
-          const float g = dyr[c] * (xr[c] > 0.0f ? 1.0f : a.slope);
-          dxr[c] = a.accumulate ? dxr[c] + g : g;
-        }
-      }
-  return BP_ABI_OK;
-}
-
-/* Both ops give x's dtype and shape (rule 7 of bp_abi_ops.h). */
-static int leaky_infer(const void *attrs, const bp_abi_tensor *inputs, bp_abi_tensor *outputs,
-                       char *reason, size_t reason_size) {
-  (void)attrs;
-  if (!inputs || !outputs) {
-    bp_sdk_fail(reason, reason_size, "no tensors");
-    return 1;
+  const float *x = bp_sdk_input_f32(args, 0), *dy = bp_sdk_input_f32(args, 2);
+  float *dx = bp_sdk_output_f32(args, 0);
+  BP_SDK_FOR_EACH_PIXEL(xt, n, h, w) {
+    const float *xr = x + bp_sdk_offset(xt, n, h, w, 0);
+    const float *dyr = dy + bp_sdk_offset(dyt, n, h, w, 0);
+    float *dxr = dx + bp_sdk_offset(dxt, n, h, w, 0);
+    for (int64_t c = 0; c < xt->shape[3]; c++) {
+      const float g = dyr[c] * (xr[c] > 0.0f ? 1.0f : a.slope);
+      dxr[c] = a.accumulate ? dxr[c] + g : g;
+    }
   }
-  outputs[0].dtype = inputs[0].dtype;
-  memcpy(outputs[0].shape, inputs[0].shape, sizeof outputs[0].shape);
-  return 0;
+  return BP_ABI_OK;
 }
 
 static const bp_abi_op leaky_fwd_op = {
@@ -305,7 +279,7 @@ static const bp_abi_op leaky_fwd_op = {
     .num_outputs = 1,
     .attr_size = sizeof(leaky_relu_attrs),
     .attr_version = LEAKY_RELU_ATTR_VERSION,
-    .infer_shape = leaky_infer,
+    .infer_shape = same_as_x,
 };
 
 static const bp_abi_op leaky_bwd_op = {
@@ -315,7 +289,7 @@ static const bp_abi_op leaky_bwd_op = {
     .num_outputs = 1,
     .attr_size = sizeof(leaky_relu_attrs),
     .attr_version = LEAKY_RELU_ATTR_VERSION,
-    .infer_shape = leaky_infer,
+    .infer_shape = same_as_x, /* dx has x's shape */
 };
 
 static const bp_abi_kernel leaky_fwd_kernel = {

@@ -16,6 +16,7 @@
  * with the same host thread service (one service per rank), created with
  * that service's count (args->threads->count: the rank's share of the
  * cores), and destroyed with the last node that holds it. */
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -264,11 +265,23 @@ static const bp_abi_kernel *const xnnp_kernels[] = {
     &xnnp_global_avgpool_fwd, &xnnp_relu_fwd, &xnnp_add_fwd,
 };
 
+/* XNNPACK and cpuinfo (which it loads) keep tables of the CPU for the
+ * life of the process, reachable only from their globals, and have no
+ * real teardown; if they unloaded with this module those tables would be
+ * lost (LeakSanitizer reports them). Marking both as never unloaded keeps
+ * them, and a module loaded again finds them initialized. */
+static void xnnp_pin_libraries(void) {
+  static const char *const libs[] = {"libXNNPACK.so.0", "libXNNPACK.so", "libcpuinfo.so.0"};
+  for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) {
+    void *h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+    if (h) dlclose(h); /* the NODELETE mark stays */
+  }
+}
+
 static int xnnp_init(const bp_abi_host *host) {
-  /* xnn_initialize is reference-counted inside XNNPACK (it initializes
-   * once); a second registry loading this module calls it again, which is
-   * harmless. It is never undone: XNNPACK keeps no resources but its
-   * tables. */
+  xnnp_pin_libraries();
+  /* xnn_initialize initializes once per process (later calls return at
+   * once); it is never undone, see xnnp_pin_libraries. */
   const enum xnn_status st = xnn_initialize(NULL);
   if (st != xnn_status_success) {
     char message[256];

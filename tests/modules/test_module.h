@@ -17,6 +17,7 @@ typedef struct tm_stats {
   int runs[4];       /* run() calls per kernel slot */
   int supports;      /* supports() calls */
   int event_records; /* device event_record calls */
+  int last_device;   /* device index of the last event_create or arena_alloc (tune.c) */
 } tm_stats;
 
 /* The descriptor and the exported entry of a module built against this

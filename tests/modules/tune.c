@@ -76,11 +76,11 @@ struct bp_abi_event {
 };
 
 static int dev_count(int *n) {
-  *n = 1;
+  *n = 2;
   return BP_ABI_OK;
 }
 static int dev_alloc(int device, uint64_t bytes, uint64_t alignment, void **ptr) {
-  (void)device;
+  stats.last_device = device;
   return posix_memalign(ptr, (size_t)alignment, (size_t)bytes) == 0 ? BP_ABI_OK
                                                                       : BP_ABI_ERR_NOMEM;
 }
@@ -107,7 +107,7 @@ static int enqueue_host(bp_abi_stream *s, void (*fn)(void *), void *arg) {
 }
 static void *stream_native(bp_abi_stream *s) { return s; }
 static int event_create(int device, bp_abi_event **out) {
-  (void)device;
+  stats.last_device = device;
   *out = calloc(1, sizeof **out);
   return *out ? BP_ABI_OK : BP_ABI_ERR_NOMEM;
 }
