@@ -232,7 +232,15 @@ START_TEST(update_segment_applies_sgd) {
 END_TEST
 
 START_TEST(unsupported_node_is_a_bind_error) {
-  /* AMP features are FP16; no loaded kernel computes conv2d in FP16 */
+  /* AMP features are FP16; no loaded kernel computes batch norm in FP16
+   * (conv2d has FP16 kernels where ops/xnnpack is built) */
+  static const char amp_net[] =
+      "input: {height: 4, width: 4, channels: 1, classes: 2}\n"
+      "layers:\n"
+      "  - {type: batchnorm, name: b1}\n"
+      "  - {type: conv, name: c1, filters: 2, kernel: 3, pad: 1}\n"
+      "  - {type: fc, name: f, units: 2}\n"
+      "  - {type: softmax_ce}\n";
   static const char net[] =
       "input: {height: 4, width: 4, channels: 1, classes: 2}\n"
       "layers:\n"
@@ -240,13 +248,13 @@ START_TEST(unsupported_node_is_a_bind_error) {
       "  - {type: fc, name: f, units: 2}\n"
       "  - {type: softmax_ce}\n";
   xrig x;
-  bp_status st = open_xrig(&x, net, 2, 1, NULL);
+  bp_status st = open_xrig(&x, amp_net, 2, 1, NULL);
   ck_assert_int_eq(st, BP_ERR_UNSUPPORTED);
   const char *msg = bp_last_error();
   ck_assert_msg(strchr(msg, '\n') == NULL, "not one line: %s", msg);
   const char *needles[] = {"variant 'train'",
-                           "node 'c1.fwd'",
-                           "conv2d.fwd",
+                           "node 'b1.fwd'",
+                           "batchnorm.fwd_train",
                            "fp16[2,4,4,1]",
                            "reference:",
                            "fp16; the kernel takes fp32",

@@ -349,6 +349,21 @@ static int32_t expect_tensor(const bp_plan *p, const char *name, bp_shape shape,
   "  - {type: tl_mrelu, name: act}\n"                                                       \
   "  - {type: tl_save, name: sv}\n" TAIL "train: {batch: 8}\n"
 
+START_TEST(plugins_lists_saved_tensors) {
+  run_result r = RUN("plugins", "--plugin", module_path(0));
+  ck_assert_msg(r.status == 0 && strstr(r.out, "saved: int8[N,H,W,C]") &&
+                    strstr(r.out, "saved: fp32[C] int32[N,H,W,7] fp16[N,H,W,C]"),
+                "status %d: %s", r.status, r.out);
+  run_free(&r);
+  r = RUN("plugins", "--plugin", module_path(0), "--json");
+  ck_assert_msg(r.status == 0 && strstr(r.out, "\"saved\": [{\"dtype\": \"int8\", "
+                                               "\"per_channel\": false, \"channels\": 0}]") &&
+                    strstr(r.out, "{\"dtype\": \"fp32\", \"per_channel\": true, \"channels\": 0}"),
+                "status %d: %s", r.status, r.out);
+  run_free(&r);
+}
+END_TEST
+
 START_TEST(saved_tensors_are_planned_and_wired_into_both_nodes) {
   bp_registry *r = registry_with(0);
   bp_model *m = NULL;
@@ -497,6 +512,7 @@ int main(void) {
   tcase_add_test(tc, a_model_file_uses_a_module_type);
   tcase_add_test(tc, a_plan_of_another_model_is_refused);
   tcase_add_test(tc, saved_tensors_are_planned_and_wired_into_both_nodes);
+  tcase_add_test(tc, plugins_lists_saved_tensors);
   tcase_add_test(tc, a_saved_mask_relu_trains_bit_for_bit_like_relu);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -11,9 +11,15 @@
  * --oversubscribe lets 3 processes share 2 cores. */
 #include <check.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "run_util.h"
 
@@ -178,6 +184,113 @@ START_TEST(mpi_failure_after_shared_arenas_ends_every_process) {
 }
 END_TEST
 
+/* The process of `mpirun` (pid `root`, any depth below it) whose
+ * environment says OMPI_COMM_WORLD_RANK=`rank` (Open MPI, as the skip
+ * rule assumes); 0 when none. */
+static pid_t rank_process(pid_t root, int rank) {
+  char want[64];
+  snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  pid_t found = 0;
+  for (struct dirent *e; !found && (e = readdir(d)) != NULL;) {
+    const pid_t p = (pid_t)atol(e->d_name);
+    if (p <= 0 || p == root) continue;
+    /* a descendant of root: follow the parents (/proc/P/stat's 4th field) */
+    pid_t up = p;
+    for (int depth = 0; depth < 8 && up > 1 && up != root; depth++) {
+      char path[64], buf[512];
+      snprintf(path, sizeof path, "/proc/%ld/stat", (long)up);
+      FILE *f = fopen(path, "r");
+      size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+      if (f) fclose(f);
+      buf[n] = 0;
+      const char *paren = strrchr(buf, ')'); /* the name may hold spaces */
+      long parent = 0;
+      if (!paren || sscanf(paren + 1, " %*c %ld", &parent) != 1) break;
+      up = (pid_t)parent;
+    }
+    if (up != root) continue;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/environ", (long)p);
+    size_t n = 0;
+    char *env = (char *)read_file(path, &n);
+    for (size_t at = 0; env && at < n && !found; at += strlen(env + at) + 1)
+      if (strcmp(env + at, want) == 0) found = p;
+    free(env);
+  }
+  closedir(d);
+  return found;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* kill -9 of rank 1 mid-run, after the first checkpoint: mpirun ends with a
+ * non-zero status and a line naming the lost rank within 30 s (no survivor
+ * left waiting in a collective), and the last checkpoint still loads. */
+START_TEST(mpi_a_killed_rank_ends_the_run_and_the_checkpoint_loads) {
+  toy_env e = toy_env_open(bn_model, 600, 40, 3);
+  char *ck = path_in(e.dir, "run.ckpt"), *log = path_in(e.dir, "mpirun.log");
+  char exe[4096];
+  snprintf(exe, sizeof exe, "%s/blueprint", getenv("BP_BINARY_DIR"));
+  const char *argv[] = {"mpirun", "--timeout", "300", "--oversubscribe", "-np", "2",
+                        exe, "train", e.model, "--data", e.data, "--seed", "5",
+                        "--test-limit", "40", "--epochs", "500", "--batch", "50",
+                        "--checkpoint", ck, NULL};
+  const pid_t run = fork();
+  ck_assert_int_ge(run, 0);
+  if (run == 0) {
+    const int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(126);
+    execvp(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  /* the first checkpoint (renamed into place whole), then rank 1 */
+  const double start = now_s();
+  struct stat sb;
+  int status = 0;
+  pid_t victim = 0;
+  while (now_s() - start < 240 && waitpid(run, &status, WNOHANG) == 0) {
+    if (stat(ck, &sb) == 0 && (victim = rank_process(run, 1)) != 0) break;
+    usleep(20000);
+  }
+  ck_assert_msg(victim != 0, "no checkpoint or no rank 1 within 240 s (mpirun %s)",
+                waitpid(run, &status, WNOHANG) == run ? "ended" : "still runs");
+  ck_assert_int_eq(kill(victim, SIGKILL), 0);
+  const double killed = now_s();
+  pid_t done = 0;
+  while ((done = waitpid(run, &status, WNOHANG)) == 0 && now_s() - killed < 30) usleep(20000);
+  if (done == 0) { /* a survivor hangs: end it, then fail */
+    kill(run, SIGKILL);
+    waitpid(run, &status, 0);
+  }
+  size_t n = 0;
+  char *out = (char *)read_file(log, &n);
+  ck_assert_msg(done == run, "mpirun still ran 30 s after rank 1 was killed:\n%s", out);
+  ck_assert_msg(!WIFEXITED(status) || WEXITSTATUS(status) != 0, "mpirun exited 0:\n%s", out);
+  ck_assert_msg(strstr(out, "rank 1") != NULL && strstr(out, "signal 9") != NULL,
+                "no line names the lost rank:\n%s", out);
+  const char *line = strstr(out, "rank 1");
+  while (line > out && line[-1] != '\n') line--;
+  printf("mpirun ended %.1f s after rank 1 was killed: %.*s\n", now_s() - killed,
+         (int)strcspn(line, "\n"), line);
+  free(out);
+  /* the last checkpoint is whole: eval (one process, the run's 2 ranks as
+   * threads: the same plan) reads it */
+  run_result r = RUN("eval", e.model, "--data", e.data, "--test-limit", "40", "--batch", "50",
+                     "--ranks", "2", "--checkpoint", ck);
+  ck_assert_msg(r.status == 0, "eval of the last checkpoint: %s", r.err);
+  run_free(&r);
+  free(ck);
+  free(log);
+  toy_env_close(&e);
+}
+END_TEST
+
 int main(void) {
 #ifndef BP_TEST_WITH_MPI
   printf("SKIP: blueprint was built without MPI (BP_WITH_MPI=OFF)\n");
@@ -196,6 +309,7 @@ int main(void) {
   tcase_add_test(tc, mpi_refuses_ranks_option);
   tcase_add_test(tc, mpi_failure_ends_every_process);
   tcase_add_test(tc, mpi_failure_after_shared_arenas_ends_every_process);
+  tcase_add_test(tc, mpi_a_killed_rank_ends_the_run_and_the_checkpoint_loads);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -186,6 +186,29 @@ START_TEST(bad_checkpoints_are_refused_and_kept) {
 }
 END_TEST
 
+/* A diverged run's checkpoint, properly sealed (saved through the trainer
+ * after a NaN was written into conv1's weights): `train --resume` and
+ * `eval` refuse it with one line naming the file and the tensor. */
+START_TEST(a_checkpoint_holding_nan_weights_is_refused) {
+  toy_env e = env_open();
+  bp_train_options o;
+  bp_train_options_init(&o);
+  o.data_dir = e.data;
+  bp_trainer *t = NULL;
+  ck_assert_msg(bp_trainer_create_from_file(e.model, &o, &t) == BP_OK, "%s", bp_last_error());
+  float w[4 * 3 * 3 * 1];
+  ck_assert_int_eq(bp_trainer_read_tensor(t, "conv1.w", w, 36), BP_OK);
+  w[17] = NAN;
+  ck_assert_int_eq(bp_trainer_write_tensor(t, "conv1.w", w, 36), BP_OK);
+  char *ck = path_in(e.dir, "diverged.ckpt");
+  ck_assert_msg(bp_trainer_save(t, ck) == BP_OK, "%s", bp_last_error());
+  bp_trainer_destroy(t);
+  expect_refused(&e, e.model, ck, "diverged.ckpt holds non-finite values in 'conv1.w'");
+  free(ck);
+  toy_env_close(&e);
+}
+END_TEST
+
 START_TEST(metrics_lines) {
   toy_env e = env_open();
   char *m = path_in(e.dir, "m.jsonl");
@@ -280,6 +303,7 @@ int main(void) {
   tcase_add_test(tc, resume_at_epoch_end_is_exact);
   tcase_add_test(tc, resume_with_ranks_is_exact);
   tcase_add_test(tc, bad_checkpoints_are_refused_and_kept);
+  tcase_add_test(tc, a_checkpoint_holding_nan_weights_is_refused);
   tcase_add_test(tc, metrics_lines);
   tcase_add_test(tc, c_api_save_load_read);
   tcase_set_timeout(tc, 600);

@@ -147,6 +147,27 @@ static int first_of_pair(const bp_registry *r, int index) {
   return 1;
 }
 
+/* Saved tensors of a layer type (0 for a descriptor that ends before them). */
+static int layer_saved_count(const bp_registered_layer *l) {
+  return l->saved ? (int)l->layer.num_saved : 0;
+}
+
+/* "int8[N,H,W,C] fp32[C]" for the layer's saved tensors (C: the output's
+ * channels), "-" when it has none. */
+static void layer_saved(const bp_registered_layer *l, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int k = 0; k < layer_saved_count(l) && used < size; k++) {
+    const bp_abi_layer_saved *t = &l->saved[k];
+    char channels[24] = "C";
+    if (t->channels) snprintf(channels, sizeof channels, "%d", (int)t->channels);
+    used += (size_t)snprintf(buf + used, size - used, "%s%s[%s%s]", k ? " " : "",
+                             bp_dtype_name((bp_dtype)t->dtype),
+                             t->per_channel ? "" : "N,H,W,", channels);
+  }
+  if (!buf[0]) snprintf(buf, size, "-");
+}
+
 static const char *attr_type_name(int32_t type) {
   return type == BP_ABI_LAYER_ATTR_INT     ? "int"
          : type == BP_ABI_LAYER_ATTR_FLOAT ? "float"
@@ -223,11 +244,12 @@ static void print_text(const bp_registry *r, FILE *out) {
   fprintf(out, "\nlayer types: %d from modules\n", bp_registry_layer_count(r));
   for (int i = 0; i < bp_registry_layer_count(r); i++) {
     const bp_registered_layer *l = bp_registry_layer(r, i);
-    char keys[512];
+    char keys[512], saved[256];
     layer_keys(l, keys, sizeof keys);
-    fprintf(out, "  %-16s %d in   %s / %s   keys: %s   %s\n", l->layer.type,
+    layer_saved(l, saved, sizeof saved);
+    fprintf(out, "  %-16s %d in   %s / %s   keys: %s   saved: %s   %s\n", l->layer.type,
             (int)l->layer.num_inputs, l->layer.forward_op,
-            l->layer.backward_op ? l->layer.backward_op : "(no backward)", keys,
+            l->layer.backward_op ? l->layer.backward_op : "(no backward)", keys, saved,
             module_name(r, l->path));
   }
 
@@ -337,6 +359,13 @@ static void print_json(const bp_registry *r, FILE *out) {
                    ", \"required\": %s}",
               attr_type_name(a->type), a->default_value, a->min, a->max,
               a->required ? "true" : "false");
+    }
+    fprintf(out, "], \"saved\": [");
+    for (int k = 0; k < layer_saved_count(l); k++) {
+      const bp_abi_layer_saved *t = &l->saved[k];
+      fprintf(out, "%s{\"dtype\": \"%s\", \"per_channel\": %s, \"channels\": %d}", k ? ", " : "",
+              bp_dtype_name((bp_dtype)t->dtype), t->per_channel ? "true" : "false",
+              (int)t->channels);
     }
     fprintf(out, "], \"module\": ");
     json_str(out, l->path);

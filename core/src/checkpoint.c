@@ -53,7 +53,8 @@
  * Validation order on load: magic -> version -> header length -> header CRC
  * -> header consistency and counters (loss scale finite and > 0, epoch and
  * steps in the trainer's ranges, no control characters in the text) -> file
- * length -> plan hash -> body CRC -> end marker -> section table. The header
+ * length -> plan hash -> body CRC -> end marker -> section table -> every
+ * state value finite (the staged bytes, by tensor). The header
  * CRC makes every size in the header trustworthy before it is used, so a
  * flipped bit reads as "corrupt", not as a wrong length. Nothing is
  * allocated from a size in the file: the data is staged in a buffer sized

@@ -5,9 +5,9 @@
  *  - One device (device 0). Ranks as threads share it; each rank allocates
  *    its own arena.
  *  - A stream is one worker thread and a FIFO of tasks (host functions,
- *    copies, event records, event waits). The worker runs them one at a
- *    time in enqueue order, so work on one stream is ordered; work on
- *    different streams runs concurrently.
+ *    copies, event records, event waits; stream_worker.h). The worker runs
+ *    them one at a time in enqueue order, so work on one stream is ordered;
+ *    work on different streams runs concurrently.
  *  - An event record enqueues a marker. The marker completes, and stamps
  *    the completion time, when the worker reaches it, i.e. when everything
  *    enqueued before it on that stream is done. Each record creates a new
@@ -19,8 +19,8 @@
  *    event that was never recorded is already complete (a no-op wait).
  *
  * Invariants (checked where they are kept):
- *  1. stream->completed <= stream->enqueued; they are equal exactly when the
- *     FIFO is empty and the worker is idle.
+ *  1. A stream's completed <= enqueued; they are equal exactly when the
+ *     FIFO is empty and the worker is idle (kept by stream_worker.c).
  *  2. A point's refcount counts the event naming it plus every pending
  *     marker, wait task and waiter holding it; it is freed at zero.
  *  3. A point goes from pending to done once and never back.
@@ -43,6 +43,7 @@
 #include "bp_abi.h"
 #include "bp_abi_device.h"
 #include "bp_abi_sdk.h"
+#include "stream_worker.h"
 
 #ifndef BP_PLUGIN_VERSION
 #define BP_PLUGIN_VERSION "0.0.0"
@@ -146,7 +147,7 @@ typedef enum cpu_task_kind {
 } cpu_task_kind;
 
 typedef struct cpu_task {
-  struct cpu_task *next;
+  stream_task base; /* first: the worker's view */
   cpu_task_kind kind;
   void (*fn)(void *arg);
   void *arg;
@@ -157,20 +158,13 @@ typedef struct cpu_task {
 } cpu_task;
 
 struct bp_abi_stream {
-  pthread_mutex_t mu;
-  pthread_cond_t cv_work; /* the worker waits here for tasks */
-  pthread_cond_t cv_idle; /* synchronize waits here for completion */
-  cpu_task *head, *tail;
-  uint64_t enqueued, completed; /* invariant 1 */
-  int stop;
+  stream_worker worker; /* invariant 1 */
   int role;
-  pthread_t thread;
 };
 
-/* The stream whose worker is the calling thread (NULL elsewhere). */
-static _Thread_local bp_abi_stream *cpu_current_stream;
-
-static void cpu_task_run(cpu_task *t) {
+/* Runs on the stream's worker thread; frees t. */
+static void cpu_task_run(stream_task *base) {
+  cpu_task *t = (cpu_task *)base;
   switch (t->kind) {
     case CPU_TASK_HOST:
       t->fn(t->arg);
@@ -186,47 +180,20 @@ static void cpu_task_run(cpu_task *t) {
       break;
   }
   cpu_point_unref(t->point);
-}
-
-static void *cpu_stream_worker(void *arg) {
-  bp_abi_stream *s = arg;
-  cpu_current_stream = s;
-  pthread_mutex_lock(&s->mu);
-  for (;;) {
-    while (!s->head && !s->stop) pthread_cond_wait(&s->cv_work, &s->mu);
-    if (!s->head) break; /* stop requested and the FIFO is drained */
-    cpu_task *t = s->head;
-    s->head = t->next;
-    if (!s->head) s->tail = NULL;
-    pthread_mutex_unlock(&s->mu);
-    cpu_task_run(t);
-    free(t);
-    pthread_mutex_lock(&s->mu);
-    s->completed++;
-    BP_ASSERT(s->completed <= s->enqueued);
-    if (s->completed == s->enqueued) pthread_cond_broadcast(&s->cv_idle);
-  }
-  pthread_mutex_unlock(&s->mu);
-  return NULL;
+  free(t);
 }
 
 /* Appends t (handed over) to the FIFO. */
 static void cpu_stream_push(bp_abi_stream *s, cpu_task *t) {
-  t->next = NULL;
-  pthread_mutex_lock(&s->mu);
-  if (s->tail)
-    s->tail->next = t;
-  else
-    s->head = t;
-  s->tail = t;
-  s->enqueued++;
-  pthread_cond_signal(&s->cv_work);
-  pthread_mutex_unlock(&s->mu);
+  stream_worker_push(&s->worker, &t->base);
 }
 
 static cpu_task *cpu_task_new(cpu_task_kind kind) {
   cpu_task *t = calloc(1, sizeof *t);
-  if (t) t->kind = kind;
+  if (t) {
+    t->base.run = cpu_task_run;
+    t->kind = kind;
+  }
   return t;
 }
 
@@ -240,52 +207,29 @@ static int cpu_stream_create(int device, int role, bp_abi_stream **stream_out) {
   bp_abi_stream *s = calloc(1, sizeof *s);
   if (!s) return cpu_fail(BP_ABI_ERR_NOMEM, "stream_create: out of memory");
   s->role = role;
-  int rc = pthread_mutex_init(&s->mu, NULL);
-  if (rc != 0) goto fail_mutex;
-  rc = pthread_cond_init(&s->cv_work, NULL);
-  if (rc != 0) goto fail_cv_work;
-  rc = pthread_cond_init(&s->cv_idle, NULL);
-  if (rc != 0) goto fail_cv_idle;
-  rc = pthread_create(&s->thread, NULL, cpu_stream_worker, s);
-  if (rc != 0) goto fail_thread;
+  const int rc = stream_worker_start(&s->worker);
+  if (rc != 0) {
+    free(s);
+    return cpu_fail(BP_ABI_ERR_DEVICE, "stream_create: %s", strerror(rc));
+  }
   *stream_out = s;
   return BP_ABI_OK;
-
-fail_thread:
-  pthread_cond_destroy(&s->cv_idle);
-fail_cv_idle:
-  pthread_cond_destroy(&s->cv_work);
-fail_cv_work:
-  pthread_mutex_destroy(&s->mu);
-fail_mutex:
-  free(s);
-  return cpu_fail(BP_ABI_ERR_DEVICE, "stream_create: %s", strerror(rc));
 }
 
-/* Runs what is enqueued, then stops the worker. */
+/* Runs what is enqueued, then stops the worker (a stream's own task may
+ * not destroy it). */
 static void cpu_stream_destroy(bp_abi_stream *s) {
   if (!s) return;
-  BP_ASSERT(cpu_current_stream != s); /* a stream's own task may not destroy it */
-  pthread_mutex_lock(&s->mu);
-  s->stop = 1;
-  pthread_cond_signal(&s->cv_work);
-  pthread_mutex_unlock(&s->mu);
-  pthread_join(s->thread, NULL);
-  BP_ASSERT(s->head == NULL && s->completed == s->enqueued);
-  pthread_cond_destroy(&s->cv_idle);
-  pthread_cond_destroy(&s->cv_work);
-  pthread_mutex_destroy(&s->mu);
+  stream_worker_stop(&s->worker);
   free(s);
 }
 
 static int cpu_stream_synchronize(bp_abi_stream *s) {
   if (!s) return cpu_fail(BP_ABI_ERR_INVALID, "stream_synchronize: stream is NULL");
-  if (cpu_current_stream == s)
+  if (stream_worker_is_current(&s->worker))
     return cpu_fail(BP_ABI_ERR_INVALID,
                     "stream_synchronize: called from a task of the same stream (would deadlock)");
-  pthread_mutex_lock(&s->mu);
-  while (s->completed != s->enqueued) pthread_cond_wait(&s->cv_idle, &s->mu);
-  pthread_mutex_unlock(&s->mu);
+  stream_worker_drain(&s->worker);
   return BP_ABI_OK;
 }
 

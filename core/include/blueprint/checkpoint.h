@@ -108,7 +108,9 @@ typedef struct bp_checkpoint_info {
 bp_status bp_checkpoint_read_info(const char *path, bp_checkpoint_info *info_out);
 
 /* Validates `path` against `plan`, then copies its spans into `arena` (host,
- * bp_plan_total_bytes long) and its counters into *state_out. On any error
+ * bp_plan_total_bytes long) and its counters into *state_out. A state value
+ * that is NaN or infinite (a diverged run) is refused, naming the tensor
+ * (docs/checkpoint-format.md, "Reading"). On any error
  * neither the arena nor *state_out is touched. The data is staged in a
  * buffer the size of the state spans (sized from the plan, never from the
  * file) until every check has passed. */
