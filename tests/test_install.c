@@ -80,12 +80,13 @@ START_TEST(headers_only_pkg_config_builds_a_module) {
            "\"$(realpath '%1$s/lib')/blueprint/modules\" && "
            "test \"$(pkg-config --variable=moduledir blueprint)\" = "
            "\"$(pkg-config --variable=moduledir blueprint-abi)\" && "
-           "%2$s %3$s -shared -fPIC -Wl,--no-undefined -DABI_MODULE_IMPL='\"pc\"' "
+           "%2$s %3$s -shared -fPIC %5$s -DABI_MODULE_IMPL='\"pc\"' "
            "'%4$s/tests/install/module/abi_module.c' -o '%1$s/pc_module.so' "
            "$(pkg-config --cflags --libs blueprint-abi) && "
            "'%1$s/bin/blueprint' plugins --plugin '%1$s/pc_module.so' | "
            "grep -q 'loaded  *%1$s/pc_module.so'",
-           prefix, BP_TEST_CC, BP_TEST_CFLAGS, getenv("BP_SOURCE_DIR")),
+           prefix, BP_TEST_CC, BP_TEST_CFLAGS, getenv("BP_SOURCE_DIR"),
+           strcmp(BP_TEST_NO_UNDEFINED, "ON") == 0 ? "-Wl,--no-undefined" : ""),
                    0);
 }
 END_TEST
@@ -97,14 +98,14 @@ START_TEST(headers_only_cmake_target_and_module_dir) {
   ck_assert_int_eq(sh(
            "cmake -S '%2$s/tests/install/module' -B '%1$s/module-build' "
            "-DCMAKE_PREFIX_PATH='%1$s' -DCMAKE_C_COMPILER=%3$s -DCMAKE_C_FLAGS='%4$s' "
-           "-DCMAKE_MODULE_LINKER_FLAGS='%4$s' >/dev/null && "
+           "-DCMAKE_MODULE_LINKER_FLAGS='%4$s' -DABI_MODULE_NO_UNDEFINED=%5$s >/dev/null && "
            "cmake --build '%1$s/module-build' >/dev/null && "
            "test \"$(realpath \"$(cat '%1$s/module-build/module_dir.txt')\")\" = "
            "\"$(realpath '%1$s/lib')/blueprint/modules\" && "
            "cmake --install '%1$s/module-build' >/dev/null && "
            "env -u BP_PLUGIN_PATH '%1$s/bin/blueprint' plugins | "
            "grep -q 'loaded  *%1$s/lib/blueprint/modules/abi_module.so'",
-           prefix, getenv("BP_SOURCE_DIR"), BP_TEST_CC, BP_TEST_CFLAGS),
+           prefix, getenv("BP_SOURCE_DIR"), BP_TEST_CC, BP_TEST_CFLAGS, BP_TEST_NO_UNDEFINED),
                    0);
 }
 END_TEST

@@ -127,6 +127,12 @@ static void close_rank(rank_rig *x) {
   memset(x, 0, sizeof *x);
 }
 
+/* msg holds every string of the NULL-terminated needles. */
+static void expect_all(const char *msg, const char *const *needles) {
+  for (int i = 0; needles[i]; i++)
+    ck_assert_msg(strstr(msg, needles[i]) != NULL, "message lacks \"%s\": %s", needles[i], msg);
+}
+
 static void run_ok(rank_rig *x, bp_segment s) {
   bp_status st = bp_exec_run(x->exec, 0, s, 0);
   ck_assert_msg(st == BP_OK, "%s: %s", bp_segment_name(s), bp_last_error());
@@ -260,8 +266,7 @@ START_TEST(a_failing_run_names_rank_variant_node_op_impl_and_reason) {
   const char *needles[] = {"rank 1",       "variant 'train'",
                            "node 'r.fwd'", "(relu.fwd/stateful)",
                            "failed: the packed weights went stale at generation", NULL};
-  for (int i = 0; needles[i]; i++)
-    ck_assert_msg(strstr(msg, needles[i]) != NULL, "message lacks \"%s\": %s", needles[i], msg);
+  expect_all(msg, needles);
   ck_assert_msg(strchr(msg, '\n') == NULL, "not one line: %s", msg);
 
   s->fail_run = BP_ABI_ERR_DEVICE;
@@ -296,8 +301,7 @@ START_TEST(a_failing_prepare_is_a_bind_error_with_its_reason) {
   const char *needles[] = {"bind",          "rank 0",
                            "variant '",     "node 'r.fwd'",
                            "(relu.fwd/stateful)", "cannot pack 5 channels", NULL};
-  for (int i = 0; needles[i]; i++)
-    ck_assert_msg(strstr(msg, needles[i]) != NULL, "message lacks \"%s\": %s", needles[i], msg);
+  expect_all(msg, needles);
   ck_assert_ptr_null(x.exec);
   ck_assert_int_eq(s->prepares, 1); /* the first failure stops the bind */
   ck_assert_int_eq(s->releases, 0);

@@ -81,6 +81,20 @@ static void expect_nan_narrowed(uint32_t x, uint16_t got, int keep, const char *
   if (got != want) ck_abort_msg("%s NaN %08x: got %04x, want %04x", what, x, got, want);
 }
 
+/* narrow() against oracle() on every 251st float pattern from `first` (17
+ * million floats: all binades, both signs, subnormals, Inf, NaNs with
+ * scattered payloads); NaNs keep `keep` payload bits. */
+static void expect_stride_narrowed(uint32_t first, uint16_t (*narrow)(float),
+                                   uint16_t (*oracle)(float), int keep, const char *what) {
+  const uint64_t stride = 251;
+  for (uint64_t x = first; x <= UINT32_MAX; x += stride) {
+    const float f = float_of((uint32_t)x);
+    const uint16_t got = narrow(f);
+    if (isnan(f)) expect_nan_narrowed((uint32_t)x, got, keep, what);
+    else expect_u16(got, oracle(f), what, (uint32_t)x);
+  }
+}
+
 /* ---- FP16 --------------------------------------------------------------------- */
 
 START_TEST(every_half_widens_exactly_and_nans_come_out_quiet) {
@@ -135,15 +149,7 @@ START_TEST(fp32_to_fp16_rounds_to_nearest_even_at_every_midpoint) {
 END_TEST
 
 START_TEST(fp32_to_fp16_matches_the_oracle_over_a_stride_of_all_floats) {
-  /* every 251st pattern (17 million floats: all binades, both signs,
-   * subnormals, Inf, NaNs with scattered payloads) */
-  const uint64_t stride = 251;
-  for (uint64_t x = 0; x <= UINT32_MAX; x += stride) {
-    const float f = float_of((uint32_t)x);
-    const uint16_t got = bp_sdk_fp32_to_fp16(f);
-    if (isnan(f)) expect_nan_narrowed((uint32_t)x, got, 10, "fp16");
-    else expect_u16(got, half_oracle(f), "fp16", (uint32_t)x);
-  }
+  expect_stride_narrowed(0, bp_sdk_fp32_to_fp16, half_oracle, 10, "fp16");
 }
 END_TEST
 
@@ -241,13 +247,7 @@ START_TEST(fp32_to_bf16_rounds_to_nearest_even_at_every_midpoint) {
 END_TEST
 
 START_TEST(fp32_to_bf16_matches_the_oracle_over_a_stride_of_all_floats) {
-  const uint64_t stride = 251;
-  for (uint64_t x = 7; x <= UINT32_MAX; x += stride) {
-    const float f = float_of((uint32_t)x);
-    const uint16_t got = bp_sdk_fp32_to_bf16(f);
-    if (isnan(f)) expect_nan_narrowed((uint32_t)x, got, 7, "bf16");
-    else expect_u16(got, bf16_oracle(f), "bf16", (uint32_t)x);
-  }
+  expect_stride_narrowed(7, bp_sdk_fp32_to_bf16, bf16_oracle, 7, "bf16");
   ck_assert_uint_eq(bp_sdk_fp32_to_bf16(FLT_MAX), 0x7f80); /* rounds to Inf, as IEEE says */
   ck_assert_uint_eq(bp_sdk_fp32_to_bf16(-FLT_MAX), 0xff80);
   ck_assert_uint_eq(bp_sdk_fp32_to_bf16(float_of(0x7f800001u)), 0x7fc0); /* stays a NaN */

@@ -64,6 +64,16 @@ static int64_t stray_write(const bp_abi_tensor *t, const unsigned char *now,
   return at;
 }
 
+/* b: slot_bytes of t, its guard page (if any) registered as "<side> <i>"
+ * for the fault report. 0, or -1 when out of memory. */
+static int guarded_slot(vbuf *b, const bp_abi_tensor *t, int guard, const char *side, int i) {
+  if (vbuf_alloc(b, t->slot_bytes, guard) != 0) return -1;
+  char what[32];
+  snprintf(what, sizeof what, "%s %d", side, i);
+  vbuf_guard_register(b, what);
+  return 0;
+}
+
 /* Runs the kernel once; outputs' logical elements into got[o]. */
 static int run_once(const run_spec *s, double **got, char *why, size_t why_size) {
   const vc_case *c = s->c;
@@ -81,13 +91,10 @@ static int run_once(const run_spec *s, double **got, char *why, size_t why_size)
 
   for (int i = 0; i < c->num_inputs && rc == RUN_OK; i++) {
     const bp_abi_tensor *t = &c->in[i].d;
-    if (vbuf_alloc(&in[i], t->slot_bytes, s->o->guard) != 0) {
+    if (guarded_slot(&in[i], t, s->o->guard, "input", i) != 0) {
       rc = RUN_NOMEM;
       break;
     }
-    char what[32];
-    snprintf(what, sizeof what, "input %d", i);
-    vbuf_guard_register(&in[i], what);
     vt_fill_input_padding(t, in[i].ptr);
     vt_write(t, in[i].ptr, s->in_vals[i]);
     in_ptrs[i] = in[i].ptr;
@@ -99,13 +106,10 @@ static int run_once(const run_spec *s, double **got, char *why, size_t why_size)
       out_ptrs[o] = in[alias[o]].ptr; /* the input's values are its prior contents */
       continue;
     }
-    if (vbuf_alloc(&out[o], t->slot_bytes, s->o->guard) != 0) {
+    if (guarded_slot(&out[o], t, s->o->guard, "output", o) != 0) {
       rc = RUN_NOMEM;
       break;
     }
-    char what[32];
-    snprintf(what, sizeof what, "output %d", o);
-    vbuf_guard_register(&out[o], what);
     vt_fill_output(t, out[o].ptr, s->prior[o] == NULL);
     if (s->prior[o]) vt_write(t, out[o].ptr, s->prior[o]);
     out_ptrs[o] = out[o].ptr;

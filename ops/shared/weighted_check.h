@@ -24,10 +24,15 @@ typedef struct ops_weighted_roles {
   const char *xname, *wname, *bname, *yname;
 } ops_weighted_roles;
 
-/* Checks the tensor counts of the pass, binds the roles and checks that
- * every tensor is a valid FP32 one. */
+/* Checks the flags of the attributes (0 or 1) and the tensor counts of
+ * the pass, binds the roles and checks that every tensor is a valid FP32
+ * one. */
 static inline int ops_weighted_bind(const bp_abi_kernel_args *args, ops_pass pass, int has_bias,
-                                    ops_weighted_roles *r, char *reason, size_t rs) {
+                                    int accumulate, ops_weighted_roles *r, char *reason,
+                                    size_t rs) {
+  if (!bp_sdk_check_flag(has_bias, "has_bias", reason, rs) ||
+      !bp_sdk_check_flag(accumulate, "accumulate", reason, rs))
+    return 0;
   const int nin = 2 + (pass == OPS_PASS_FWD && has_bias);
   const int nout = 1 + (pass == OPS_PASS_BWD_FILTER && has_bias);
   if (!bp_sdk_check_args(args, nin, nout, reason, rs)) return 0;
@@ -80,12 +85,9 @@ static inline int ops_conv_check(const bp_abi_kernel_args *args, ops_pass pass, 
   if (a.pad_h < 0 || a.pad_w < 0)
     return bp_sdk_fail(reason, rs, "padding %dx%d: each must be >= 0", a.pad_h, a.pad_w);
   if (a.groups < 1) return bp_sdk_fail(reason, rs, "groups %d must be >= 1", a.groups);
-  if (!bp_sdk_check_flag(a.has_bias, "has_bias", reason, rs) ||
-      !bp_sdk_check_flag(a.accumulate, "accumulate", reason, rs))
-    return 0;
 
   ops_weighted_roles r;
-  if (!ops_weighted_bind(args, pass, a.has_bias, &r, reason, rs)) return 0;
+  if (!ops_weighted_bind(args, pass, a.has_bias, a.accumulate, &r, reason, rs)) return 0;
   g->x = r.x, g->w = r.w, g->b = r.b, g->y = r.y;
   g->n = g->x->shape[0], g->h = g->x->shape[1], g->w_ = g->x->shape[2], g->c = g->x->shape[3];
   g->k = g->w->shape[0];
@@ -121,11 +123,8 @@ static inline int ops_fc_check(const bp_abi_kernel_args *args, ops_pass pass, op
   bp_fc_attrs a;
   if (!args) return bp_sdk_fail(reason, rs, "no args");
   if (!bp_sdk_read_attrs(args, &a, sizeof a, reason, rs)) return 0;
-  if (!bp_sdk_check_flag(a.has_bias, "has_bias", reason, rs) ||
-      !bp_sdk_check_flag(a.accumulate, "accumulate", reason, rs))
-    return 0;
   ops_weighted_roles r;
-  if (!ops_weighted_bind(args, pass, a.has_bias, &r, reason, rs)) return 0;
+  if (!ops_weighted_bind(args, pass, a.has_bias, a.accumulate, &r, reason, rs)) return 0;
   g->x = r.x, g->w = r.w, g->b = r.b, g->y = r.y;
   g->n = g->x->shape[0], g->h = g->x->shape[1], g->w_ = g->x->shape[2], g->c = g->x->shape[3];
   g->f = g->h * g->w_ * g->c;

@@ -14,7 +14,8 @@
  *  - Kernels are the "cpu" ones (kernel_kind) and are synchronous host code,
  *    so the host runs them inside stream_enqueue_host tasks on the compute
  *    stream (BP_ABI_DEVICE_HOST_TASK_KERNELS): inside the window.
- *  - A stream is one worker thread and a FIFO; events are sequence numbers
+ *  - A stream is one worker thread and a FIFO (the cpu plugin's
+ *    plugins/cpu/stream_worker.c, compiled in); events are sequence numbers
  *    (recorded / completed) under the event's lock. An event is destroyed
  *    only when no task refers to it (the host's streams are idle then).
  *  - Counters for the tests (copies per stream role, waits of compute
@@ -38,6 +39,7 @@
 #include "bp_abi.h"
 #include "bp_abi_device.h"
 #include "guarddev.h"
+#include "stream_worker.h"
 
 #define GUARD_DEVICES 2
 
@@ -191,7 +193,7 @@ static void event_wait_for(bp_abi_event *e, uint64_t seq) {
 typedef enum { TASK_HOST, TASK_COPY, TASK_RECORD, TASK_WAIT } task_kind;
 
 typedef struct task {
-  struct task *next;
+  stream_task base; /* first: the worker's view */
   task_kind kind;
   void (*fn)(void *);
   void *arg;
@@ -207,18 +209,14 @@ typedef struct task {
 } task;
 
 struct bp_abi_stream {
-  pthread_mutex_t mu;
-  pthread_cond_t cv_work, cv_idle;
-  task *head, *tail;
-  uint64_t enqueued, completed;
-  int stop, role, device;
+  stream_worker worker;
+  int role, device;
   int delay_ms; /* GUARD_COMPUTE_DELAY_MS, compute streams */
-  pthread_t thread;
 };
 
-static _Thread_local bp_abi_stream *current_stream;
-
-static void task_run(const task *t) {
+/* Runs on the stream's worker thread; frees t. */
+static void task_run(stream_task *base) {
+  task *t = (task *)base;
   switch (t->kind) {
   case TASK_HOST:
     if (t->compute && t->delay_ms)
@@ -255,45 +253,21 @@ static void task_run(const task *t) {
     event_wait_for(t->event, t->seq);
     break;
   }
-}
-
-static void *worker(void *arg) {
-  bp_abi_stream *s = arg;
-  current_stream = s;
-  pthread_mutex_lock(&s->mu);
-  for (;;) {
-    while (!s->head && !s->stop) pthread_cond_wait(&s->cv_work, &s->mu);
-    if (!s->head) break;
-    task *t = s->head;
-    s->head = t->next;
-    if (!s->head) s->tail = NULL;
-    pthread_mutex_unlock(&s->mu);
-    task_run(t);
-    free(t);
-    pthread_mutex_lock(&s->mu);
-    if (++s->completed == s->enqueued) pthread_cond_broadcast(&s->cv_idle);
-  }
-  pthread_mutex_unlock(&s->mu);
-  return NULL;
+  free(t);
 }
 
 static int push(bp_abi_stream *s, task *t) {
   if (!t) return guard_fail(BP_ABI_ERR_NOMEM, "out of memory");
-  pthread_mutex_lock(&s->mu);
-  if (s->tail)
-    s->tail->next = t;
-  else
-    s->head = t;
-  s->tail = t;
-  s->enqueued++;
-  pthread_cond_signal(&s->cv_work);
-  pthread_mutex_unlock(&s->mu);
+  stream_worker_push(&s->worker, &t->base);
   return BP_ABI_OK;
 }
 
 static task *task_new(task_kind kind) {
   task *t = calloc(1, sizeof *t);
-  if (t) t->kind = kind;
+  if (t) {
+    t->base.run = task_run;
+    t->kind = kind;
+  }
   return t;
 }
 
@@ -309,10 +283,7 @@ static int guard_stream_create(int device, int role, bp_abi_stream **out) {
   s->device = device;
   const char *delay = getenv("GUARD_COMPUTE_DELAY_MS");
   if (delay && role == BP_ABI_STREAM_COMPUTE) s->delay_ms = atoi(delay) % 1000;
-  pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->cv_work, NULL);
-  pthread_cond_init(&s->cv_idle, NULL);
-  int rc = pthread_create(&s->thread, NULL, worker, s);
+  const int rc = stream_worker_start(&s->worker);
   if (rc != 0) {
     free(s);
     return guard_fail(BP_ABI_ERR_DEVICE, "stream_create: %s", strerror(rc));
@@ -323,24 +294,15 @@ static int guard_stream_create(int device, int role, bp_abi_stream **out) {
 
 static void guard_stream_destroy(bp_abi_stream *s) {
   if (!s) return;
-  pthread_mutex_lock(&s->mu);
-  s->stop = 1;
-  pthread_cond_signal(&s->cv_work);
-  pthread_mutex_unlock(&s->mu);
-  pthread_join(s->thread, NULL);
-  pthread_cond_destroy(&s->cv_idle);
-  pthread_cond_destroy(&s->cv_work);
-  pthread_mutex_destroy(&s->mu);
+  stream_worker_stop(&s->worker);
   free(s);
 }
 
 static int guard_stream_synchronize(bp_abi_stream *s) {
   if (!s) return guard_fail(BP_ABI_ERR_INVALID, "stream_synchronize: stream is NULL");
-  if (current_stream == s)
+  if (stream_worker_is_current(&s->worker))
     return guard_fail(BP_ABI_ERR_INVALID, "stream_synchronize: from the stream's own task");
-  pthread_mutex_lock(&s->mu);
-  while (s->completed != s->enqueued) pthread_cond_wait(&s->cv_idle, &s->mu);
-  pthread_mutex_unlock(&s->mu);
+  stream_worker_drain(&s->worker);
   return BP_ABI_OK;
 }
 
