@@ -396,6 +396,26 @@ fail:
   return st;
 }
 
+/* The images of an IDX file whose header fi has read: their extents as a
+ * dataset (`classes` as given), checked for a channel count the batches
+ * can hold, and the pixels (the caller frees *pixels_out). */
+static bp_status idx_read_images(idx_file *fi, const char *path, int classes,
+                                 bp_dataset_info *info_out, uint8_t **pixels_out) {
+  bp_dataset_info info = {.count = fi->dims[0],
+                          .height = fi->dims[1],
+                          .width = fi->dims[2],
+                          .channels = fi->ndims == 4 ? fi->dims[3] : 1,
+                          .classes = classes};
+  if (info.channels > BP_DATA_MAX_CHANNELS)
+    return bp_fail(BP_ERR_UNSUPPORTED, "%s: images of %lld channels, at most %d are supported",
+                   path, (long long)info.channels, BP_DATA_MAX_CHANNELS);
+  char what[96];
+  snprintf(what, sizeof what, "%lld images of %lldx%lldx%lld", (long long)info.count,
+           (long long)info.height, (long long)info.width, (long long)info.channels);
+  *info_out = info;
+  return idx_read_data(fi, what, pixels_out);
+}
+
 bp_status bp_dataset_load_idx(const char *images_path, const char *labels_path, int classes,
                               bp_dataset **dataset_out) {
   if (!images_path || !labels_path || !dataset_out)
@@ -420,21 +440,10 @@ bp_status bp_dataset_load_idx(const char *images_path, const char *labels_path, 
                  images_path, (unsigned)fi.dims[0], labels_path, (unsigned)fl.dims[0]);
     goto done;
   }
-  bp_dataset_info info = {.count = fi.dims[0],
-                          .height = fi.dims[1],
-                          .width = fi.dims[2],
-                          .channels = fi.ndims == 4 ? fi.dims[3] : 1,
-                          .classes = 256};
-  if (info.channels > BP_DATA_MAX_CHANNELS) {
-    st = bp_fail(BP_ERR_UNSUPPORTED, "%s: images of %lld channels, at most %d are supported",
-                 images_path, (long long)info.channels, BP_DATA_MAX_CHANNELS);
-    goto done;
-  }
-  char what[96];
-  snprintf(what, sizeof what, "%lld images of %lldx%lldx%lld", (long long)info.count,
-           (long long)info.height, (long long)info.width, (long long)info.channels);
-  st = idx_read_data(&fi, what, &pixels);
+  bp_dataset_info info;
+  st = idx_read_images(&fi, images_path, 256, &info, &pixels);
   if (st != BP_OK) goto done;
+  char what[96];
   snprintf(what, sizeof what, "%lld labels", (long long)info.count);
   st = idx_read_data(&fl, what, &labels);
   if (st != BP_OK) goto done;
@@ -513,20 +522,8 @@ bp_status bp_dataset_load_idx_images(const char *images_path, bp_dataset **datas
   if (st != BP_OK) goto done;
   st = idx_read_header(&fi, IDX_MAGIC_IMAGES, IDX_MAGIC_IMAGES4);
   if (st != BP_OK) goto done;
-  bp_dataset_info info = {.count = fi.dims[0],
-                          .height = fi.dims[1],
-                          .width = fi.dims[2],
-                          .channels = fi.ndims == 4 ? fi.dims[3] : 1,
-                          .classes = 1};
-  if (info.channels > BP_DATA_MAX_CHANNELS) {
-    st = bp_fail(BP_ERR_UNSUPPORTED, "%s: images of %lld channels, at most %d are supported",
-                 images_path, (long long)info.channels, BP_DATA_MAX_CHANNELS);
-    goto done;
-  }
-  char what[96];
-  snprintf(what, sizeof what, "%lld images of %lldx%lldx%lld", (long long)info.count,
-           (long long)info.height, (long long)info.width, (long long)info.channels);
-  st = idx_read_data(&fi, what, &pixels);
+  bp_dataset_info info;
+  st = idx_read_images(&fi, images_path, 1, &info, &pixels);
   if (st != BP_OK) goto done;
   labels = calloc((size_t)info.count > 0 ? (size_t)info.count : 1, 1);
   d = calloc(1, sizeof *d);
