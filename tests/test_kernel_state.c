@@ -16,6 +16,7 @@
 #include "blueprint/graph.h"
 #include "blueprint/threads.h"
 #include "blueprint/train.h"
+#include "graph_util.h"
 #include "run_util.h"
 #include "state_module.h"
 
@@ -61,24 +62,10 @@ typedef struct rig {
 
 static void open_rig(rig *g, const char *text, int64_t batch) {
   memset(g, 0, sizeof *g);
-  ck_assert_msg(bp_model_parse(text, strlen(text), "x.yaml", &g->model) == BP_OK, "%s",
-                bp_last_error());
-  bp_compile_options co = bp_compile_options_from_model(g->model);
-  co.batch = co.eval_batch = co.train_size = batch;
-  ck_assert_msg(bp_model_compile(g->model, &co, &g->plan) == BP_OK, "%s", bp_last_error());
-  bp_graph_options go;
-  bp_graph_options_init(&go);
-  go.global_batch = batch;
-  go.train_size = batch;
-  ck_assert_msg(bp_graph_build(g->model, g->plan, &go, &g->graph) == BP_OK, "%s",
-                bp_last_error());
+  graph_util_build(text, "x.yaml", batch, &g->model, &g->plan, &g->graph);
 }
 
-static void close_rig(rig *g) {
-  bp_graph_destroy(g->graph);
-  bp_plan_destroy(g->plan);
-  bp_model_destroy(g->model);
-}
+static void close_rig(rig *g) { graph_util_free(g->model, g->plan, g->graph); }
 
 /* One rank: its arena and its binding. */
 typedef struct rank_rig {

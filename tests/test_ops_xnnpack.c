@@ -15,6 +15,7 @@
 #include "blueprint/graph.h"
 #include "blueprint/threads.h"
 #include "blueprint/train.h"
+#include "graph_util.h"
 #include "run_util.h"
 
 /* Every op the module has a kernel for, on FP32 tensors it accepts. */
@@ -47,26 +48,14 @@ typedef struct rig {
 
 static void open_rig(rig *g) {
   memset(g, 0, sizeof *g);
-  ck_assert_msg(bp_model_parse(net, strlen(net), "net.yaml", &g->model) == BP_OK, "%s",
-                bp_last_error());
-  bp_compile_options co = bp_compile_options_from_model(g->model);
-  co.batch = co.eval_batch = co.train_size = BATCH;
-  ck_assert_msg(bp_model_compile(g->model, &co, &g->plan) == BP_OK, "%s", bp_last_error());
-  bp_graph_options go;
-  bp_graph_options_init(&go);
-  go.global_batch = BATCH;
-  go.train_size = BATCH;
-  ck_assert_msg(bp_graph_build(g->model, g->plan, &go, &g->graph) == BP_OK, "%s",
-                bp_last_error());
+  graph_util_build(net, "net.yaml", BATCH, &g->model, &g->plan, &g->graph);
   ck_assert_int_eq(bp_registry_create(&g->registry), BP_OK);
   ck_assert_msg(bp_registry_discover(g->registry, NULL, 0) == BP_OK, "%s", bp_last_error());
 }
 
 static void close_rig(rig *g) {
   bp_registry_destroy(g->registry);
-  bp_graph_destroy(g->graph);
-  bp_plan_destroy(g->plan);
-  bp_model_destroy(g->model);
+  graph_util_free(g->model, g->plan, g->graph);
 }
 
 /* One rank bound with `pins`: parameters from seed 7, a fixed input. */
