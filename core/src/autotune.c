@@ -329,22 +329,12 @@ static double time_kernel(const tune_timer *t, const char *device,
 
 enum { CHECK_PASSED = 0, CHECK_EXCLUDED = 1, CHECK_NONE = 2 };
 
-static const bp_registered_kernel *reference_kernel(const bp_registry *r, const char *op) {
-  for (int i = 0; i < r->kernels.count; i++) {
-    const bp_registered_kernel *k = r->kernels.items[i];
-    if ((k->kernel.flags & BP_ABI_KERNEL_REFERENCE) && strcmp(k->kernel.op, op) == 0 &&
-        strcmp(k->kernel.device, "cpu") == 0)
-      return k;
-  }
-  return NULL;
-}
-
 /* Runs validate's checks of candidate k on the node; why says what failed. */
 static int run_checks(const bp_registry *r, const char *op, const char *device,
                       const bp_abi_kernel_args *args, const bp_registered_kernel *k, char *why,
                       size_t size) {
-  const bp_registered_kernel *ref = reference_kernel(r, op);
-  if (strcmp(device, "cpu") != 0 || !ref || ref == k) return CHECK_NONE;
+  const bp_abi_kernel *ref = vc_reference(r, op);
+  if (strcmp(device, "cpu") != 0 || !ref || ref == &k->kernel) return CHECK_NONE;
   vc_case *c = malloc(sizeof *c);
   if (!c || vc_case_from_args(op, args, c) != 0 || c->collective) {
     free(c);
@@ -357,7 +347,7 @@ static int run_checks(const bp_registry *r, const char *op, const char *device,
   if (bp_threads_create(1, &own) == BP_OK) {
     const vc_check_options o = {.seed = 1, .guard = 1, .threads = bp_threads_abi(own)};
     vc_outcome out;
-    vc_check_guarded(&k->kernel, &ref->kernel, c, &o, &out);
+    vc_check_guarded(&k->kernel, ref, c, &o, &out);
     if (out.verdict == BP_VALIDATE_FAIL) {
       snprintf(why, size, "%s", out.detail);
       verdict = CHECK_EXCLUDED;
