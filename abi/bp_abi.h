@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define BP_ABI_MAJOR 1
-#define BP_ABI_MINOR 4
+#define BP_ABI_MINOR 5
 
 /* The one symbol a module exports; its type is bp_abi_module_entry_fn. The
  * major is part of the name so a module of another major fails at dlsym

@@ -38,7 +38,10 @@
 extern "C" {
 #endif
 
-#define BP_ABI_ATTR_VERSION 1 /* of every block below, for now */
+/* Version of every block below, for now. 2 (ABI 1.5): softmax_ce,
+ * range and optimizer blocks gained their (1.5) fields; new block
+ * bp_loss_scale_attrs. */
+#define BP_ABI_ATTR_VERSION 2
 
 /* conv2d.fwd       in: x[N,H,W,C], w[K,kh,kw,C/groups], b[1,1,1,K] (has_bias)
  *                  out: y[N,OH,OW,K]             OH = (H + 2*pad_h - (dil_h*(kh-1)+1))/stride_h + 1
@@ -103,17 +106,24 @@ typedef struct bp_batchnorm_attrs {
   int32_t accumulate;
 } bp_batchnorm_attrs;
 
-/* softmax_ce.fwd_bwd  in: logits[N,1,1,K], labels[N,1,1,1] int32
+/* softmax_ce.fwd_bwd  in: logits[N,1,1,K], labels[N,1,1,1] int32,
+ *                         loss_scale[1,1,1,1] fp32 (has_loss_scale, 1.5)
  *                     out: loss[1,1,1,1], correct[1,1,1,1], dlogits[N,1,1,K] (compute_grad)
  * loss += sum over the batch of the (label-smoothed) cross-entropy and
  * correct += the count of argmax == label (both accumulate across steps,
  * zeroed by the executor); dlogits = (softmax - target) * grad_scale,
  * overwritten. grad_scale is 1 / global batch, so gradients summed across
- * ranks are the gradient of the global mean loss. */
+ * ranks are the gradient of the global mean loss.
+ * (1.5) Mixed precision: logits and dlogits may be FP16 (loss and correct
+ * stay FP32); the arithmetic is FP32 and each dlogits element is rounded
+ * to FP16 once, to nearest even. With has_loss_scale, input 2 is the
+ * dynamic loss scale S and dlogits = (softmax - target) * grad_scale * S
+ * (loss and correct are never scaled). */
 typedef struct bp_softmax_ce_attrs {
   float label_smoothing;
   float grad_scale;
   int32_t compute_grad;
+  int32_t has_loss_scale; /* (1.5) input 2: the loss scale */
 } bp_softmax_ce_attrs;
 
 /* Range ops work on spans of regions, each passed as one tensor shaped
@@ -125,21 +135,49 @@ typedef struct bp_softmax_ce_attrs {
  * range.copy   in: src                  out: dst
  * range.scale  in: x                    out: x (in place): x *= scale
  * range.cast   in: src (fp32 or fp16)   out: dst (the other; elements equal)
- * range.ema    in: w                    out: e: e = decay*e + (1-decay)*w
- * range.nan_check  in: x                out: flag[1,1,1,1]: 1 if any NaN/Inf, else unchanged */
+ * range.ema    in: w, [skip]            out: e: e = decay*e + (1-decay)*w
+ * range.nan_check  in: x                out: flag[1,1,1,1]: 1 if any NaN/Inf, else unchanged
+ * range.unscale (1.5)  in: src fp16, scale[1,1,1,1] fp32   out: dst fp32 (same E)
+ *   dst = (float)src * inv, inv = 1.0f / scale rounded to FP32 once (as
+ *   PyTorch's GradScaler; exact for the power-of-two scales it keeps).
+ *   An Inf or NaN in src stays one in dst (nan_check finds it after).
+ *
+ * (1.5) "skip": with has_skip, the op takes one more trailing input,
+ * skip[1,1,1,1] fp32 in S: when it is nonzero the kernel returns without
+ * writing anything (mixed precision skips the update of a step whose
+ * gradients overflowed; the decision stays on the device, so a captured
+ * step needs no host read). range.ema and the optimizer ops take it. */
 typedef struct bp_range_attrs {
-  float scale; /* range.scale */
-  float decay; /* range.ema */
+  float scale;      /* range.scale */
+  float decay;      /* range.ema */
+  int32_t has_skip; /* (1.5) range.ema: input 1 is skip */
 } bp_range_attrs;
 
-/* range.sgd    in: grad, lr             out: w, m
+/* range.loss_scale (1.5)  in: found_inf[1,1,1,1]
+ *                         out: scale, good_steps, step, skipped (each [1,1,1,1], in place)
+ * All FP32 in S (counts exact to 2^24). Dynamic loss scaling with the rule
+ * of PyTorch's GradScaler, applied once per step after the update:
+ *   found_inf != 0: skipped += 1; good_steps = 0; scale *= backoff_factor
+ *                   (unchanged when growth_interval is 0: a static scale)
+ *   found_inf == 0: step += 1; good_steps += 1; when growth_interval > 0 and
+ *                   good_steps >= growth_interval: good_steps = 0 and
+ *                   scale *= growth_factor, unless that product is not finite
+ * `step` is the optimizer's step counter (range.adamw's input), so a
+ * skipped step leaves it where it was. */
+typedef struct bp_loss_scale_attrs {
+  float growth_factor;     /* 2 */
+  float backoff_factor;    /* 0.5 */
+  int32_t growth_interval; /* 2000; 0: static scale */
+} bp_loss_scale_attrs;
+
+/* range.sgd    in: grad, lr, [skip]     out: w, m
  *   g = grad + weight_decay*w (coupled, as PyTorch's SGD)
  *   m = momentum*m + g;  w -= lr * (nesterov ? g + momentum*m : m)
- * range.adamw  in: grad, lr, step       out: w, m, v   (step counts from 1)
+ * range.adamw  in: grad, lr, step, [skip]   out: w, m, v   (step counts from 1)
  *   w -= lr*weight_decay*w (decoupled); m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2
  *   w -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
  * range.lars   in: grad, lr, segments[1,1,1,S+1] int32 (element offsets of
- *              each parameter in the span)   out: w, m, norms[1,1,1,2S]
+ *              each parameter in the span), [skip]   out: w, m, norms[1,1,1,2S]
  *   per parameter: trust = eta*|w| / (|g| + weight_decay*|w|) (1 if a norm is 0),
  *   g' = g + weight_decay*w, m = momentum*m + lr*trust*g', w -= m */
 typedef struct bp_optimizer_attrs {
@@ -148,6 +186,7 @@ typedef struct bp_optimizer_attrs {
   int32_t nesterov;
   float beta1, beta2, eps; /* adamw */
   float eta;               /* lars trust coefficient */
+  int32_t has_skip;        /* (1.5) the trailing skip input (range attrs above) */
 } bp_optimizer_attrs;
 
 /* Collectives over one FP32 span [1,1,1,E] of every rank, in place. Kernels

@@ -68,7 +68,7 @@ END_TEST
 START_TEST(scale_by_hand) {
   tt x = span(FP32, 5), y = span(FP32, 5);
   tt_set(&x, (const float[]){1, -2, 0.5f, 3, 0});
-  bp_range_attrs a = {0.25f, 0};
+  bp_range_attrs a = {0.25f, 0, 0};
   /* out of place, then in place (output 0 is input 0) */
   ops_call c = {"range.scale", {&x}, {&y}, 1, 1, &a, sizeof a};
   ops_run(&c);
@@ -85,7 +85,7 @@ START_TEST(ema_by_hand) {
   tt w = span(FP32, 3), e = span(FP32, 3);
   tt_set(&w, (const float[]){11, 2, -10});
   tt_set(&e, (const float[]){1, 2, 0});
-  bp_range_attrs a = {0, 0.75f}; /* 0.75 and 0.25: every product exact */
+  bp_range_attrs a = {0, 0.75f, 0}; /* 0.75 and 0.25: every product exact */
   ops_call c = {"range.ema", {&w}, {&e}, 1, 1, &a, sizeof a};
   ops_run(&c);
   /* 0.75*1 + 0.25*11 = 3.5; 0.75*2 + 0.25*2 = 2; 0 + 0.25*-10 = -2.5 */
@@ -314,7 +314,7 @@ START_TEST(sgd_by_hand) {
   tt g = span(FP32, 2), w = span(FP32, 2), m = span(FP32, 2), lr = scalar(0.5f);
   tt_set(&g, (const float[]){0.5f, 0.25f});
   tt_set(&w, (const float[]){1, -2});
-  bp_optimizer_attrs a = {0.5f, 0.25f, 0, 0, 0, 0, 0};
+  bp_optimizer_attrs a = {0.5f, 0.25f, 0, 0, 0, 0, 0, 0};
   ops_call c = {"range.sgd", {&g, &lr}, {&w, &m}, 2, 2, &a, sizeof a};
   ops_run(&c);
   ops_expect_close(&m, (const float[]){0.75f, -0.25f}, 0, "m1");
@@ -376,7 +376,7 @@ START_TEST(sgd_matches_pytorch_formulas) {
   fill_span(&w, &rng, -1, 1);
   double rw[SPAN_E], rbuf[SPAN_E];
   for (int64_t i = 0; i < SPAN_E; i++) rw[i] = f32(&w)[i], rbuf[i] = 0.0;
-  bp_optimizer_attrs a = {sc->momentum, sc->weight_decay, sc->nesterov, 0, 0, 0, 0};
+  bp_optimizer_attrs a = {sc->momentum, sc->weight_decay, sc->nesterov, 0, 0, 0, 0, 0};
   ops_call c = {"range.sgd", {&g, &lr}, {&w, &m}, 2, 2, &a, sizeof a};
   const double mu = sc->momentum, wd = sc->weight_decay;
   double err_w = 0, err_m = 0;
@@ -419,7 +419,7 @@ START_TEST(adamw_first_step_by_hand) {
   tt lr = scalar(0.25f), step = scalar(1.0f);
   tt_set(&g, (const float[]){0.125f, -0.125f, 0});
   tt_set(&w, (const float[]){1, 1, 1});
-  bp_optimizer_attrs a = {0, 0, 0, 0.5f, 0.75f, 0x1p-10f, 0};
+  bp_optimizer_attrs a = {0, 0, 0, 0.5f, 0.75f, 0x1p-10f, 0, 0};
   ops_call c = {"range.adamw", {&g, &lr, &step}, {&w, &m, &v}, 3, 3, &a, sizeof a};
   ops_run(&c);
   const double u = 0.25 * 128.0 / 129.0;
@@ -455,7 +455,7 @@ START_TEST(adamw_matches_pytorch_formulas) {
   fill_span(&w, &rng, -1, 1);
   double rw[SPAN_E], rm[SPAN_E], rv[SPAN_E];
   for (int64_t i = 0; i < SPAN_E; i++) rw[i] = f32(&w)[i], rm[i] = rv[i] = 0.0;
-  bp_optimizer_attrs a = {0, ac->weight_decay, 0, ac->beta1, ac->beta2, ac->eps, 0};
+  bp_optimizer_attrs a = {0, ac->weight_decay, 0, ac->beta1, ac->beta2, ac->eps, 0, 0};
   ops_call c = {"range.adamw", {&g, &lr, &step}, {&w, &m, &v}, 3, 3, &a, sizeof a};
   const double b1 = ac->beta1, b2 = ac->beta2, eps = ac->eps, wd = ac->weight_decay;
   double err_w = 0, err_m = 0, err_v = 0;
@@ -513,7 +513,7 @@ START_TEST(lars_by_hand) {
   tt_set(&g, (const float[]){0.6f, 0.8f, 0, 0, 0, 1, -1, 1, 1});
   const int32_t offsets[] = {0, 2, 5, 5, 7};
   memcpy(seg.data, offsets, sizeof offsets);
-  bp_optimizer_attrs a = {0.9f, 0.1f, 0, 0, 0, 0, 0.5f};
+  bp_optimizer_attrs a = {0.9f, 0.1f, 0, 0, 0, 0, 0.5f, 0};
   ops_call c = {"range.lars", {&g, &lr, &seg}, {&w, &m, &norms}, 3, 3, &a, sizeof a};
   ops_run(&c);
   ops_expect_close(&norms, (const float[]){5, 1, 1, 0, 0, 0, 0, (float)sqrt(2.0)}, 1e-6, "norms");
@@ -546,7 +546,7 @@ START_TEST(lars_matches_double_over_steps) {
   fill_span(&w, &rng, -1, 1);
   double rw[SPAN_E], rm[SPAN_E] = {0};
   for (int64_t i = 0; i < SPAN_E; i++) rw[i] = f32(&w)[i];
-  bp_optimizer_attrs a = {0.9f, 5e-4f, 0, 0, 0, 0, 1e-3f};
+  bp_optimizer_attrs a = {0.9f, 5e-4f, 0, 0, 0, 0, 1e-3f, 0};
   ops_call c = {"range.lars", {&g, &lr, &seg}, {&w, &m, &norms}, 3, 3, &a, sizeof a};
   const double mu = a.momentum, wd = a.weight_decay, eta = a.eta;
   double err_w = 0, err_n = 0;
@@ -581,7 +581,7 @@ START_TEST(refuses_with_reasons) {
   tt a8 = span(FP32, 8), b8 = span(FP32, 8), c9 = span(FP32, 9), h8 = span(FP16, 8);
   tt i8 = span(INT32, 8), lr = scalar(0.1f), st = scalar(1), flag = scalar(0);
   tt grid = tt_new(FP32, 2, 1, 1, 4, 0);
-  bp_range_attrs ra = {2.0f, 0.5f};
+  bp_range_attrs ra = {2.0f, 0.5f, 0};
 
   /* spans */
   ops_call z = {"range.zero", {NULL}, {&grid}, 0, 1, NULL, 0};
@@ -604,7 +604,7 @@ START_TEST(refuses_with_reasons) {
 
   ops_call sc = {"range.scale", {&a8}, {&a8}, 1, 1, NULL, 0};
   ops_expect_refused(&sc, "lacks scale");
-  bp_range_attrs inf_scale = {INFINITY, 0};
+  bp_range_attrs inf_scale = {INFINITY, 0, 0};
   sc.attrs = &inf_scale, sc.attr_size = sizeof inf_scale;
   ops_expect_refused(&sc, "scale inf must be finite");
   sc.attrs = &ra, sc.in[0] = &h8, sc.out[0] = &h8;
@@ -618,7 +618,7 @@ START_TEST(refuses_with_reasons) {
   ca.out[0] = &i8;
   ops_expect_refused(&ca, "casts fp32 to fp16");
 
-  bp_range_attrs bad_decay = {0, 1.5f};
+  bp_range_attrs bad_decay = {0, 1.5f, 0};
   ops_call em = {"range.ema", {&a8}, {&b8}, 1, 1, &bad_decay, sizeof bad_decay};
   ops_expect_refused(&em, "decay 1.5 must be in [0, 1]");
   em.attr_size = sizeof(float); /* only scale sent */
@@ -630,7 +630,7 @@ START_TEST(refuses_with_reasons) {
   ops_expect_refused(&nc, "flag: shape [1,1,1,8], expected [1,1,1,1]");
 
   /* sgd */
-  bp_optimizer_attrs o = {0.0f, 0.0f, 1, 0, 0, 0, 0};
+  bp_optimizer_attrs o = {0.0f, 0.0f, 1, 0, 0, 0, 0, 0};
   ops_call sg = {"range.sgd", {&a8, &lr}, {&b8, &c9}, 2, 2, &o, sizeof o};
   ops_expect_refused(&sg, "nesterov needs momentum > 0");
   o.nesterov = 2;
@@ -649,7 +649,7 @@ START_TEST(refuses_with_reasons) {
   ops_expect_refused(&sg, "lacks momentum, weight_decay and nesterov");
 
   /* adamw */
-  bp_optimizer_attrs ad = {0, 0.01f, 0, 0.9f, 0.999f, 0.0f, 0};
+  bp_optimizer_attrs ad = {0, 0.01f, 0, 0.9f, 0.999f, 0.0f, 0, 0};
   tt m8 = span(FP32, 8), v8 = span(FP32, 8);
   ops_call aw = {"range.adamw", {&a8, &lr, &st}, {&b8, &m8, &v8}, 3, 3, &ad, sizeof ad};
   ops_expect_refused(&aw, "eps 0 must be finite and > 0");
@@ -664,7 +664,7 @@ START_TEST(refuses_with_reasons) {
   ops_expect_refused(&aw, "step: dtype int32, expected fp32");
 
   /* lars */
-  bp_optimizer_attrs la = {0.9f, 1e-4f, 1, 0, 0, 0, 1e-3f};
+  bp_optimizer_attrs la = {0.9f, 1e-4f, 1, 0, 0, 0, 1e-3f, 0};
   tt seg = span(INT32, 3), norms = span(FP32, 4), norms6 = span(FP32, 6), seg1 = span(INT32, 1);
   ops_call lc = {"range.lars", {&a8, &lr, &seg}, {&b8, &m8, &norms}, 3, 3, &la, sizeof la};
   ops_expect_refused(&lc, "nesterov is not defined for range.lars");
@@ -690,7 +690,7 @@ START_TEST(run_refuses_bad_values_untouched) {
   tt lr = scalar(0.1f), st = scalar(0.0f);
   tt_set(&g, (const float[]){1, 2, 3, 4});
   tt_set(&w, (const float[]){5, 6, 7, 8});
-  bp_optimizer_attrs ad = {0.9f, 0.01f, 0, 0.9f, 0.999f, 1e-8f, 1e-3f};
+  bp_optimizer_attrs ad = {0.9f, 0.01f, 0, 0.9f, 0.999f, 1e-8f, 1e-3f, 0};
   ops_call aw = {"range.adamw", {&g, &lr, &st}, {&w, &m, &v}, 3, 3, &ad, sizeof ad};
   char reason[256];
   ck_assert_int_eq(ops_supports(&aw, reason, sizeof reason), 1);

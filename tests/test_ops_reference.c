@@ -196,12 +196,12 @@ START_TEST(a_refused_run_says_why_in_the_hosts_buffer) {
   tt loss = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 1, 0);
   tt hits = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 1, 0);
   *tt_i32(&lab, 1, 0, 0, 0) = 7;
-  bp_softmax_ce_attrs ca = {0.0f, 1.0f, 0};
+  bp_softmax_ce_attrs ca = {0.0f, 1.0f, 0, 0};
   ops_call ce = {"softmax_ce.fwd_bwd", {&z, &lab}, {&loss, &hits}, 2, 2, &ca, sizeof ca};
   ck_assert_int_eq(run_with_reason(&ce, reason, sizeof reason), BP_ABI_ERR_INVALID);
   ck_assert_msg(strstr(reason, "sample 1 has label 7, outside [0, 3)"), "%s", reason);
   /* a check that fails in run(): the same reason supports() gives */
-  bp_softmax_ce_attrs bad = {2.0f, 1.0f, 0};
+  bp_softmax_ce_attrs bad = {2.0f, 1.0f, 0, 0};
   ce.attrs = &bad;
   ck_assert_int_eq(run_with_reason(&ce, reason, sizeof reason), BP_ABI_ERR_INVALID);
   ck_assert_msg(strstr(reason, "label_smoothing 2 must be in [0, 1]"), "%s", reason);

@@ -45,7 +45,7 @@ START_TEST(by_hand_with_accumulation) {
     tt_set(&c.z, (const float[]){0, 0, 0, 0, 1.0986122887f, 0});
     *tt_i32(&c.lab, 0, 0, 0, 0) = 1, *tt_i32(&c.lab, 1, 0, 0, 0) = 1;
     *tt_at(&c.loss, 0) = 10, *tt_at(&c.correct, 0) = 3;
-    bp_softmax_ce_attrs a = {0, 0.5f, 1};
+    bp_softmax_ce_attrs a = {0, 0.5f, 1, 0};
     ops_call call = ce_call(&c, &a);
     ops_run(&call);
     ck_assert_float_eq_tol(*tt_at(&c.loss, 0), 11.6094379f, 2e-6f);
@@ -67,7 +67,7 @@ START_TEST(label_smoothing_by_hand) {
   ce c = ce_new(2, 3, 1);
   tt_set(&c.z, (const float[]){0, 0, 0, 0, 1.0986122887f, 0});
   *tt_i32(&c.lab, 0, 0, 0, 0) = 1, *tt_i32(&c.lab, 1, 0, 0, 0) = 1;
-  bp_softmax_ce_attrs a = {0.3f, 1, 1};
+  bp_softmax_ce_attrs a = {0.3f, 1, 1, 0};
   ops_call call = ce_call(&c, &a);
   ops_run(&call);
   ck_assert_float_eq_tol(*tt_at(&c.loss, 0), 1.8291604f, 2e-6f);
@@ -86,7 +86,7 @@ START_TEST(large_logits_are_stable) {
   ce c = ce_new(3, 3, 0);
   tt_set(&c.z, (const float[]){1e4f, 0, -1e4f, 1e4f, 1e4f, -1e4f, -1e4f, -1e4f, -1e4f + 1});
   *tt_i32(&c.lab, 0, 0, 0, 0) = 0, *tt_i32(&c.lab, 1, 0, 0, 0) = 2, *tt_i32(&c.lab, 2, 0, 0, 0) = 2;
-  bp_softmax_ce_attrs a = {0, 1, 1};
+  bp_softmax_ce_attrs a = {0, 1, 1, 0};
   ops_call call = ce_call(&c, &a);
   ops_run(&call);
   /* row 2: e = exp(1) = 2.7182818, loss = -ln(e/(2+e)) = ln(2+e) - 1 = 0.5514448;
@@ -107,7 +107,7 @@ START_TEST(without_gradient) {
   *tt_i32(&c.lab, 0, 0, 0, 0) = 1; /* tie -> 0: miss */
   *tt_i32(&c.lab, 1, 0, 0, 0) = 1; /* hit */
   *tt_i32(&c.lab, 2, 0, 0, 0) = 0; /* hit */
-  bp_softmax_ce_attrs a = {0, 1, 0};
+  bp_softmax_ce_attrs a = {0, 1, 0, 0};
   ops_call call = ce_call(&c, &a);
   ck_assert_int_eq(call.nout, 2);
   ops_run(&call);
@@ -123,7 +123,7 @@ START_TEST(bad_label_changes_nothing) {
   ce c = ce_new(2, 4, 0);
   *tt_i32(&c.lab, 1, 0, 0, 0) = 4;
   *tt_at(&c.loss, 0) = 7;
-  bp_softmax_ce_attrs a = {0, 1, 1};
+  bp_softmax_ce_attrs a = {0, 1, 1, 0};
   ops_call call = ce_call(&c, &a);
   ck_assert_int_eq(ops_run_raw(&call), BP_ABI_ERR_INVALID);
   *tt_i32(&c.lab, 1, 0, 0, 0) = -1;
@@ -159,7 +159,7 @@ START_TEST(gradient_matches_finite_differences) {
       tt_rand(&c.z, &rng, -3, 3);
       for (int n = 0; n < shapes[s][0]; n++)
         *tt_i32(&c.lab, n, 0, 0, 0) = (int32_t)(tt_rand_unit(&rng) * shapes[s][1]);
-      bp_softmax_ce_attrs a = {smoothing[s], 0.25f, 1};
+      bp_softmax_ce_attrs a = {smoothing[s], 0.25f, 1, 0};
       ce_ctx ctx = {ce_call(&c, &a), &c, 0.25};
       ops_run(&ctx.call);
       bp_softmax_ce_attrs nograd = a;
@@ -181,7 +181,7 @@ START_TEST(supports_refuses_with_reason) {
   tt labf = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 1, 1, 0), lab3 = tt_new(BP_ABI_DTYPE_INT32, 3, 1, 1, 1, 0);
   tt loss2 = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 2, 0), dz4 = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 1, 4, 0);
   tt z4 = tt_new(BP_ABI_DTYPE_FP32, 2, 2, 1, 3, 0);
-  bp_softmax_ce_attrs a = {0.1f, 0.5f, 1}, bad = a;
+  bp_softmax_ce_attrs a = {0.1f, 0.5f, 1, 0}, bad = a;
   ops_call ok = ce_call(&c, &a), call = ok;
   char reason[256];
   ck_assert_int_eq(ops_supports(&ok, reason, sizeof reason), 1);

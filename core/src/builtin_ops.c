@@ -37,24 +37,29 @@ static const bp_abi_op builtin_ops[] = {
     BP_OP("batchnorm.fwd_train", 5, 5, bp_batchnorm_attrs),
     BP_OP("batchnorm.fwd_eval", 5, 1, bp_batchnorm_attrs),
     BP_OP("batchnorm.bwd", 5, 3, bp_batchnorm_attrs),
-    /* logits, labels -> loss, correct, [dlogits] */
-    BP_OP("softmax_ce.fwd_bwd", 2, 3, bp_softmax_ce_attrs),
+    /* logits, labels, [loss_scale] -> loss, correct, [dlogits] */
+    BP_OP("softmax_ce.fwd_bwd", 3, 3, bp_softmax_ce_attrs),
     /* spans, each one tensor [1,1,1,elements] */
     BP_OP("range.zero", 0, 1, bp_range_attrs),
     BP_OP("range.copy", 1, 1, bp_range_attrs),
     BP_OP("range.scale", 1, 1, bp_range_attrs),
     BP_OP("range.cast", 1, 1, bp_range_attrs),
-    BP_OP("range.ema", 1, 1, bp_range_attrs),
+    BP_OP("range.ema", 2, 1, bp_range_attrs), /* w, [skip] -> e */
     BP_OP("range.nan_check", 1, 1, bp_range_attrs),
-    /* grad, lr -> w, m | grad, lr, step -> w, m, v | grad, lr, segments -> w, m, norms */
-    BP_OP("range.sgd", 2, 2, bp_optimizer_attrs),
-    BP_OP("range.adamw", 3, 3, bp_optimizer_attrs),
-    BP_OP("range.lars", 3, 3, bp_optimizer_attrs),
+    /* grad, lr, [skip] -> w, m | grad, lr, step, [skip] -> w, m, v |
+     * grad, lr, segments, [skip] -> w, m, norms */
+    BP_OP("range.sgd", 3, 2, bp_optimizer_attrs),
+    BP_OP("range.adamw", 4, 3, bp_optimizer_attrs),
+    BP_OP("range.lars", 4, 3, bp_optimizer_attrs),
     /* x -> x, summed over ranks */
     BP_OP("allreduce.sum", 1, 1, bp_allreduce_attrs),
     /* x -> x: this rank's chunk summed | every chunk from its owner */
     BP_OP("allreduce.reduce_scatter", 1, 1, bp_allreduce_attrs),
     {sizeof(bp_abi_op), "allreduce.all_gather", 1, 1, 0, BP_ABI_ATTR_VERSION, NULL},
+    /* (1.5) mixed precision: fp16 src, scale -> fp32 dst | found_inf ->
+     * scale, good_steps, step, skipped */
+    BP_OP("range.unscale", 2, 1, bp_range_attrs),
+    BP_OP("range.loss_scale", 1, 4, bp_loss_scale_attrs),
 };
 
 const bp_abi_op *bp_builtin_ops(int *count_out) {

@@ -360,7 +360,7 @@ static bp_status build_backward(build_ctx *x) {
       snprintf(what, sizeof what, "zero %s", t->name);
       bp_node *z = node_add(x, BP_SEGMENT_BACKWARD, "range.zero", -1, what);
       out_span(z, tensor_span(x, id), t->dtype);
-      SET_ATTRS(z, range, {0.0f, 0.0f});
+      SET_ATTRS(z, range, {0.0f, 0.0f, 0});
     }
     seg_list *b = &x->vg->segs[BP_SEGMENT_BACKWARD];
     BP_ASSERT(b->count < b->cap);
@@ -379,7 +379,7 @@ static void range_node(build_ctx *x, bp_segment seg, const char *op, const char 
   bp_node *n = node_add(x, seg, op, -1, name);
   if (in.bytes) in_span(n, in, in_dt);
   out_span(n, out, out_dt);
-  SET_ATTRS(n, range, {scale, decay});
+  SET_ATTRS(n, range, {scale, decay, 0});
 }
 
 /* The gradient buckets of the COMM segment, in the order they are reduced
@@ -414,7 +414,7 @@ static void update_node(build_ctx *x, const char *name, bp_param_kind k0, bp_par
   if (lars) bp_node_out(n, x->lars_norms);
   SET_ATTRS(n, optimizer,
             {o->momentum, decayed ? o->weight_decay : 0.0f, o->nesterov, o->beta1, o->beta2, o->eps,
-             o->eta});
+             o->eta, 0});
   if (b) {
     const bp_span whole = family_span(x, BP_FAMILY_W, b->k0, b->k1);
     BP_ASSERT(w.offset >= whole.offset && w.offset + w.bytes <= whole.offset + whole.bytes);

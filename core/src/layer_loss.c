@@ -46,7 +46,7 @@ static void loss_forward(bp_layer_graph *g) {
   bp_node_out(n, g->globals->correct);
   if (grad) bp_node_out(n, bp_layer_input_grad(g, 0));
   BP_SET_ATTRS(n, softmax_ce,
-               {g->layer->label_smoothing, (float)(1.0 / (double)g->global_batch), grad});
+               {g->layer->label_smoothing, (float)(1.0 / (double)g->global_batch), grad, 0});
 }
 
 static const bp_layer_key *const loss_keys[] = {&key_label_smoothing};
