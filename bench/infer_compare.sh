@@ -7,8 +7,8 @@
 #   bench/infer_compare.sh [BUILD_DIR [ROUNDS [MODELS]]]   (defaults: build 3 "mlp cnn resnet8")
 #
 # Each model gets a small checkpoint first (64 training images; accuracy does
-# not matter for speed). Output: one line per measurement, then nothing else;
-# RESULTS.md says how the table is read from them.
+# not matter for speed). Output: one line per measurement, then `uptime`
+# (the load the figures were taken under); RESULTS.md reads its table from them.
 set -eu
 build=${1:-build}
 rounds=${2:-3}
