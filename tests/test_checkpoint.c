@@ -234,6 +234,8 @@ static const bp_train_state sample_state = {
     .global_step = 3290,
     .loss_scale = 32768.5,
     .good_steps = 0xfedcba9876543210ull,
+    .optimizer_steps = 3200,
+    .skipped_steps = 17,
 };
 
 static void assert_state_eq(const bp_train_state *a, const bp_train_state *b) {
@@ -243,6 +245,8 @@ static void assert_state_eq(const bp_train_state *a, const bp_train_state *b) {
   ck_assert_uint_eq(a->global_step, b->global_step);
   ck_assert_int_eq(memcmp(&a->loss_scale, &b->loss_scale, sizeof(double)), 0);
   ck_assert_uint_eq(a->good_steps, b->good_steps);
+  ck_assert_uint_eq(a->optimizer_steps, b->optimizer_steps);
+  ck_assert_uint_eq(a->skipped_steps, b->skipped_steps);
 }
 
 static void state_spans(const bp_plan *p, bp_span out[2]) {
@@ -386,7 +390,9 @@ START_TEST(file_layout_is_as_documented) {
   ck_assert_msg(strncmp(text, "net v1 run 3; ", 14) == 0, "text: %s", text);
   ck_assert_msg(strstr(text, "adamw, amp off, ema on; variants v0 8x4x4, v1 3x4x4") != NULL,
                 "text: %s", text);
-  for (int i = 352; i < 380; i++) ck_assert_int_eq(img[i], 0);
+  ck_assert_uint_eq(le64(img + 352), sample_state.optimizer_steps);
+  ck_assert_uint_eq(le64(img + 360), sample_state.skipped_steps);
+  for (int i = 368; i < 380; i++) ck_assert_int_eq(img[i], 0);
   ck_assert_uint_eq(le32(img + 380), crc32_ref(img, 380));
   /* section table */
   const unsigned char *t = img + HEADER_BYTES;
@@ -876,6 +882,9 @@ START_TEST(counters_no_trainer_writes_are_refused_and_version_1_still_reads) {
       {80, 0, "loss scale"},                                                    /* 0 */
       {56, UINT64_C(1) << 62, "epoch past the trainer's range"},
       {64, UINT64_C(1) << 62, "step counters"},
+      {80, UINT64_C(0x47f0000000000000), "loss scale"}, /* 2^128: past FP32 */
+      {352, 3291, "more optimizer and skipped steps than steps"},
+      {360, 91, "more optimizer and skipped steps than steps"}, /* 3200 + 91 > 3290 */
   };
   for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
     memcpy(img, f.image, m);

@@ -426,8 +426,10 @@ START_TEST(every_shipped_model_plans) {
     snprintf(want, sizeof want, "\ntotal arena bytes per rank: %" PRIu64 " (%.2f MiB)\n",
              bp_plan_total_bytes(p), (double)bp_plan_total_bytes(p) / 1048576.0);
     ck_assert_msg(strstr(r.out, want) != NULL, "%s: no '%s' in\n%s", names[i], want + 1, r.out);
-    /* the last line is the total */
-    ck_assert(strcmp(r.out + r.out_len - strlen(want), want) == 0);
+    /* the total, then what liveness reuse saved */
+    const char *after = strstr(r.out, want) + strlen(want);
+    ck_assert_msg(strncmp(after, "liveness reuse: on, ", 20) == 0, "%s: %s", names[i], after);
+    ck_assert_msg(strstr(after, "\nwithout reuse (--no-reuse): ") != NULL, "%s: %s", names[i], after);
     bp_plan_destroy(p);
     run_free(&r);
     free(path);

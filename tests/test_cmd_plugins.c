@@ -86,7 +86,7 @@ START_TEST(json_is_valid_and_complete) {
       "\"priority\": 5, \"flags\": [\"deterministic\", \"in_place\"]");
   /* a default served only by a reference kernel (add.fwd has faster
    * kernels where ops/xnnpack is built) */
-  has("\"op\": \"range.zero\", \"device\": \"cpu\", \"impl\": \"reference\"");
+  has("\"op\": \"range.copy\", \"device\": \"cpu\", \"impl\": \"reference\"");
   has("\"reference\": true");
   if (system("command -v python3 >/dev/null 2>&1") != 0) return; /* no validator here */
   char cmd[2048];

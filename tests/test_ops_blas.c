@@ -407,7 +407,8 @@ START_TEST(descriptors) {
     const bp_abi_kernel *k = kernel_of(blas_ops[i], GEMM_IMPL);
     ck_assert_str_eq(k->device, "cpu");
     ck_assert_int_eq(k->priority, GEMM_PRIORITY);
-    ck_assert_uint_eq(k->dtypes, BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32));
+    ck_assert_uint_eq(k->dtypes, BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) |
+                                     BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16)); /* FP16: the adapter */
     ck_assert(k->flags & BP_ABI_KERNEL_DETERMINISTIC);
     ck_assert(!(k->flags & BP_ABI_KERNEL_REFERENCE));
     ck_assert(!(k->flags & BP_ABI_KERNEL_IN_PLACE));

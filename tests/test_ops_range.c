@@ -3,7 +3,11 @@
  * independent double-precision rounding; SGD and AdamW over several steps
  * against double re-implementations of PyTorch's formulas; LARS by hand
  * (zero-norm and empty segments) and over steps; slot padding inside a span
- * staying zero; refusals with their reasons. */
+ * staying zero; refusals with their reasons. Mixed precision: unscale
+ * (exact values, Inf/NaN, the run-time scale check), the loss-scale update
+ * (growth at the interval, backoff, no growth to Inf, a static scale, the
+ * counts), the skip input of every update and of EMA (a skipped step
+ * leaves every output byte as it was; skip 0 gives the bits of no skip). */
 #include <check.h>
 #include <float.h>
 #include <math.h>
@@ -11,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bp_abi_sdk.h"
 #include "ops_ref_util.h"
 
 #define FP32 BP_ABI_DTYPE_FP32
@@ -727,6 +732,336 @@ START_TEST(run_refuses_bad_values_untouched) {
 }
 END_TEST
 
+/* ---- mixed precision: unscale ------------------------------------------- */
+
+START_TEST(unscale_exact_values_and_specials) {
+  /* scale 65536 (a power of two): every value divided exactly, Inf and NaN
+   * kept (a NaN keeps sign and payload, quieted, as the widening does);
+   * scale 3: each element is float(h) * (1.0f / 3.0f), one FP32 product */
+  static const uint16_t in[] = {0x3c00, 0xc000, 0x7bff, 0xfbff, 0x0001, 0x8000, 0x0000,
+                                0x7c00, 0xfc00, 0x7e00, 0xfd01, 0x3555, 0x03ff};
+  enum { N = sizeof in / sizeof in[0] };
+  tt src = span(FP16, N), dst = span(FP32, N), sc = scalar(65536.0f);
+  memcpy(src.data, in, sizeof in);
+  ops_call c = {"range.unscale", {&src, &sc}, {&dst}, 2, 1, NULL, 0};
+  ops_run(&c);
+  for (int i = 0; i < N; i++) {
+    const float h = bp_sdk_fp16_to_fp32(in[i]);
+    const float want = isnan(h) ? h : (float)ldexp(half_value(in[i]), -16);
+    ck_assert_msg(bits_of(f32(&dst)[i]) == bits_of(want), "%04x / 65536: %08x, expected %08x",
+                  in[i], bits_of(f32(&dst)[i]), bits_of(want));
+  }
+  ck_assert(isinf(f32(&dst)[7]) && f32(&dst)[7] > 0 && isinf(f32(&dst)[8]) && f32(&dst)[8] < 0);
+  ck_assert(isnan(f32(&dst)[9]) && isnan(f32(&dst)[10]) && signbit(f32(&dst)[10]));
+  f32(&sc)[0] = 3.0f;
+  ops_run(&c);
+  const float inv3 = 1.0f / 3.0f;
+  for (int i = 0; i < N; i++) {
+    const float want = bp_sdk_fp16_to_fp32(in[i]) * inv3;
+    ck_assert_msg(bits_of(f32(&dst)[i]) == bits_of(want), "%04x / 3: %08x, expected %08x", in[i],
+                  bits_of(f32(&dst)[i]), bits_of(want));
+  }
+  ck_assert(tt_padding_intact(&dst));
+  /* a scale that is not finite and > 0 is refused at run time, dst untouched */
+  memset(dst.data, 0, N * sizeof(float));
+  const float bad[] = {0.0f, -2.0f, INFINITY, NAN};
+  for (int b = 0; b < 4; b++) {
+    f32(&sc)[0] = bad[b];
+    ck_assert_msg(ops_run_raw(&c) == BP_ABI_ERR_INVALID, "scale %g accepted", (double)bad[b]);
+  }
+  for (int i = 0; i < N; i++) ck_assert_uint_eq(bits_of(f32(&dst)[i]), 0);
+  tt_free(&src), tt_free(&dst), tt_free(&sc);
+}
+END_TEST
+
+/* ---- mixed precision: loss_scale ---------------------------------------- */
+
+typedef struct scaler {
+  tt found, scale, good, step, skipped;
+  bp_loss_scale_attrs a;
+} scaler;
+
+static scaler scaler_new(float scale, float growth, float backoff, int32_t interval) {
+  scaler s = {scalar(0), scalar(scale), scalar(0), scalar(1), scalar(0),
+              {growth, backoff, interval}};
+  return s;
+}
+static void scaler_step(scaler *s, float found_inf) {
+  f32(&s->found)[0] = found_inf;
+  ops_call c = {"range.loss_scale", {&s->found}, {&s->scale, &s->good, &s->step, &s->skipped},
+                1, 4, &s->a, sizeof s->a};
+  ops_run(&c);
+  ck_assert_uint_eq(bits_of(f32(&s->found)[0]), bits_of(found_inf)); /* only read */
+}
+static void scaler_expect(const scaler *s, float scale, float good, float step, float skipped,
+                          const char *what) {
+  ck_assert_msg(bits_of(f32(&s->scale)[0]) == bits_of(scale) && f32(&s->good)[0] == good &&
+                    f32(&s->step)[0] == step && f32(&s->skipped)[0] == skipped,
+                "%s: scale %g good %g step %g skipped %g, expected %g %g %g %g", what,
+                (double)f32(&s->scale)[0], (double)f32(&s->good)[0], (double)f32(&s->step)[0],
+                (double)f32(&s->skipped)[0], (double)scale, (double)good, (double)step,
+                (double)skipped);
+}
+static void scaler_free(scaler *s) {
+  tt *all[] = {&s->found, &s->scale, &s->good, &s->step, &s->skipped};
+  for (int i = 0; i < 5; i++) {
+    ck_assert(tt_padding_intact(all[i]));
+    tt_free(all[i]);
+  }
+}
+
+START_TEST(loss_scale_grows_at_the_interval_and_backs_off) {
+  scaler s = scaler_new(65536.0f, 2.0f, 0.5f, 3);
+  scaler_step(&s, 0);
+  scaler_expect(&s, 65536.0f, 1, 2, 0, "clean 1");
+  scaler_step(&s, 0);
+  scaler_expect(&s, 65536.0f, 2, 3, 0, "clean 2");
+  scaler_step(&s, 0); /* the third clean step in a row: grow, restart the count */
+  scaler_expect(&s, 131072.0f, 0, 4, 0, "grown");
+  scaler_step(&s, 0);
+  scaler_step(&s, 0);
+  scaler_expect(&s, 131072.0f, 2, 6, 0, "clean 2 again");
+  scaler_step(&s, 1); /* overflow: back off, count again from 0, step stays */
+  scaler_expect(&s, 65536.0f, 0, 6, 1, "backoff");
+  scaler_step(&s, NAN); /* any nonzero flag, NaN included, is an overflow */
+  scaler_expect(&s, 32768.0f, 0, 6, 2, "backoff (nan)");
+  scaler_step(&s, -1);
+  scaler_expect(&s, 16384.0f, 0, 6, 3, "backoff (-1)");
+  for (int i = 0; i < 3; i++) scaler_step(&s, 0);
+  scaler_expect(&s, 32768.0f, 0, 9, 3, "grown after the backoffs");
+  scaler_free(&s);
+}
+END_TEST
+
+START_TEST(loss_scale_never_grows_to_inf) {
+  /* 2^127 * 2 and FLT_MAX * 2 overflow: the scale stays, the count restarts */
+  const float tops[] = {0x1p127f, FLT_MAX};
+  for (int t = 0; t < 2; t++) {
+    scaler s = scaler_new(tops[t], 2.0f, 0.5f, 1);
+    scaler_step(&s, 0);
+    scaler_expect(&s, tops[t], 0, 2, 0, "at the top");
+    scaler_step(&s, 0);
+    scaler_expect(&s, tops[t], 0, 3, 0, "still at the top");
+    scaler_step(&s, 1);
+    scaler_expect(&s, tops[t] * 0.5f, 0, 3, 1, "backoff from the top");
+    scaler_free(&s);
+  }
+}
+END_TEST
+
+START_TEST(loss_scale_static_when_interval_is_zero) {
+  /* growth_interval 0: the scale never moves (the factors are not read);
+   * the counts move as in the dynamic case */
+  scaler s = scaler_new(1024.0f, 0.0f, 0.0f, 0);
+  for (int i = 0; i < 5; i++) scaler_step(&s, 0);
+  scaler_expect(&s, 1024.0f, 5, 6, 0, "clean");
+  scaler_step(&s, 1);
+  scaler_expect(&s, 1024.0f, 0, 6, 1, "overflow");
+  scaler_free(&s);
+}
+END_TEST
+
+START_TEST(loss_scale_refuses_with_reasons) {
+  scaler s = scaler_new(65536.0f, 2.0f, 0.5f, 2000);
+  ops_call c = {"range.loss_scale", {&s.found}, {&s.scale, &s.good, &s.step, &s.skipped}, 1, 4,
+                &s.a, sizeof s.a};
+  char reason[256];
+  ck_assert_int_eq(ops_supports(&c, reason, sizeof reason), 1);
+  c.attr_size = 2 * sizeof(float);
+  ops_expect_refused(&c, "lacks growth_factor, backoff_factor and growth_interval");
+  c.attr_size = sizeof s.a;
+  s.a.growth_interval = -1;
+  ops_expect_refused(&c, "growth_interval -1 must be >= 0");
+  s.a.growth_interval = 10, s.a.growth_factor = 0.5f;
+  ops_expect_refused(&c, "growth_factor 0.5 must be finite and >= 1");
+  s.a.growth_factor = INFINITY;
+  ops_expect_refused(&c, "growth_factor inf must be finite");
+  s.a.growth_factor = 2.0f, s.a.backoff_factor = 0.0f;
+  ops_expect_refused(&c, "backoff_factor 0 must be in (0, 1]");
+  s.a.backoff_factor = 1.5f;
+  ops_expect_refused(&c, "backoff_factor 1.5 must be in (0, 1]");
+  s.a.backoff_factor = 0.5f;
+  c.nout = 3;
+  ops_expect_refused(&c, "expects 1 inputs and 4 outputs, got 1 and 3");
+  c.nout = 4;
+  tt wide = span(FP32, 2), h = span(FP16, 1);
+  c.out[1] = &wide;
+  ops_expect_refused(&c, "good_steps: shape [1,1,1,2], expected [1,1,1,1]");
+  c.out[1] = &s.good, c.in[0] = &h;
+  ops_expect_refused(&c, "found_inf: dtype fp16, expected fp32");
+  c.in[0] = &s.found;
+  /* run-time values: a scale that is not finite and > 0, a negative or
+   * non-finite count; nothing is written */
+  const float bad_scale[] = {0.0f, -1.0f, INFINITY, NAN};
+  for (int b = 0; b < 4; b++) {
+    f32(&s.scale)[0] = bad_scale[b];
+    ck_assert_msg(ops_run_raw(&c) == BP_ABI_ERR_INVALID, "scale %g accepted", (double)bad_scale[b]);
+    ck_assert_uint_eq(bits_of(f32(&s.scale)[0]), bits_of(bad_scale[b]));
+  }
+  f32(&s.scale)[0] = 8.0f, f32(&s.skipped)[0] = -1.0f;
+  ck_assert_int_eq(ops_run_raw(&c), BP_ABI_ERR_INVALID);
+  f32(&s.skipped)[0] = 0.0f, f32(&s.step)[0] = NAN;
+  ck_assert_int_eq(ops_run_raw(&c), BP_ABI_ERR_INVALID);
+  ck_assert_float_eq(f32(&s.scale)[0], 8.0f);
+  ck_assert_float_eq(f32(&s.good)[0], 0.0f);
+  ck_assert_float_eq(f32(&s.skipped)[0], 0.0f);
+  tt_free(&wide), tt_free(&h);
+  scaler_free(&s);
+}
+END_TEST
+
+/* ---- mixed precision: the skip input ------------------------------------ */
+
+/* One update with and without has_skip: `in`/`out` name the tensors of the
+ * call without skip; the skip copy gets the same inputs plus skip. */
+typedef struct skip_case {
+  const char *op;
+  int nin, nout;
+  const void *attrs, *skip_attrs;
+  uint32_t attr_size;
+} skip_case;
+
+/* The state after one call, every output buffer byte for byte (tails too). */
+static void snapshot(tt *const *outs, int nout, unsigned char **buf) {
+  for (int o = 0; o < nout; o++) {
+    buf[o] = malloc(outs[o]->d.slot_bytes);
+    ck_assert_ptr_nonnull(buf[o]);
+    memcpy(buf[o], outs[o]->data, outs[o]->d.slot_bytes);
+  }
+}
+static void expect_same(tt *const *outs, int nout, unsigned char **buf, const char *what) {
+  for (int o = 0; o < nout; o++)
+    ck_assert_msg(memcmp(buf[o], outs[o]->data, outs[o]->d.slot_bytes) == 0,
+                  "%s: output %d changed", what, o);
+}
+
+/* Runs c (has_skip 0) on outs_a and the same call with skip on outs_b
+ * (same starting bits) for several steps: skip 0 gives the very bits of
+ * no skip; skip 1, NaN or -0.5 leaves every output as it was. */
+static void check_skip(const skip_case *k, tt **in, tt **outs_a, tt **outs_b) {
+  tt skip = scalar(0);
+  ops_call plain = {k->op, {NULL}, {NULL}, k->nin, k->nout, k->attrs, k->attr_size};
+  ops_call with = {k->op, {NULL}, {NULL}, k->nin + 1, k->nout, k->skip_attrs, k->attr_size};
+  for (int i = 0; i < k->nin; i++) plain.in[i] = with.in[i] = in[i];
+  with.in[k->nin] = &skip;
+  for (int o = 0; o < k->nout; o++) plain.out[o] = outs_a[o], with.out[o] = outs_b[o];
+  const float skips[] = {0.0f, 1.0f, 0.0f, NAN, -0.5f, 0.0f};
+  for (int t = 0; t < 6; t++) {
+    f32(&skip)[0] = skips[t];
+    unsigned char *before[6];
+    snapshot(outs_b, k->nout, before);
+    if (skips[t] == 0.0f) ops_run(&plain);
+    ops_run(&with);
+    if (skips[t] != 0.0f) expect_same(outs_b, k->nout, before, k->op);
+    for (int o = 0; o < k->nout; o++) {
+      ck_assert_msg(memcmp(outs_a[o]->data, outs_b[o]->data, outs_a[o]->d.slot_bytes) == 0,
+                    "%s step %d: output %d differs from the call without skip", k->op, t, o);
+      free(before[o]);
+    }
+  }
+  tt_free(&skip);
+}
+
+START_TEST(skip_leaves_every_update_untouched) {
+  uint64_t rng = 31;
+  tt g = span(FP32, SPAN_E), lr = scalar(0.05f), st = scalar(3.0f);
+  fill_span(&g, &rng, -1, 1);
+  tt wa = span(FP32, SPAN_E), ma = span(FP32, SPAN_E), va = span(FP32, SPAN_E);
+  tt wb = span(FP32, SPAN_E), mb = span(FP32, SPAN_E), vb = span(FP32, SPAN_E);
+  tt na = span(FP32, 4), nb = span(FP32, 4), seg = span(INT32, 3);
+  const int32_t offsets[] = {0, SPAN_P, SPAN_E};
+  memcpy(seg.data, offsets, sizeof offsets);
+  for (int v = 0; v < 5; v++) { /* sgd (plain, nesterov), adamw, lars, ema */
+    fill_span(&wa, &rng, -1, 1), fill_span(&ma, &rng, -1, 1), fill_span(&va, &rng, 0, 1);
+    tt_copy(&wb, &wa), tt_copy(&mb, &ma), tt_copy(&vb, &va);
+    memset(na.data, 0, 16), memset(nb.data, 0, 16);
+    bp_optimizer_attrs o = {0.9f, 1e-2f, v == 1, 0.9f, 0.999f, 1e-8f, 1e-3f, 0}, os = o;
+    os.has_skip = 1;
+    bp_range_attrs r = {0, 0.75f, 0}, rs = r;
+    rs.has_skip = 1;
+    if (v <= 1) {
+      const skip_case k = {"range.sgd", 2, 2, &o, &os, sizeof o};
+      check_skip(&k, (tt *[]){&g, &lr}, (tt *[]){&wa, &ma}, (tt *[]){&wb, &mb});
+    } else if (v == 2) {
+      const skip_case k = {"range.adamw", 3, 3, &o, &os, sizeof o};
+      check_skip(&k, (tt *[]){&g, &lr, &st}, (tt *[]){&wa, &ma, &va}, (tt *[]){&wb, &mb, &vb});
+    } else if (v == 3) {
+      const skip_case k = {"range.lars", 3, 3, &o, &os, sizeof o};
+      check_skip(&k, (tt *[]){&g, &lr, &seg}, (tt *[]){&wa, &ma, &na}, (tt *[]){&wb, &mb, &nb});
+    } else {
+      const skip_case k = {"range.ema", 1, 1, &r, &rs, sizeof r};
+      check_skip(&k, (tt *[]){&g}, (tt *[]){&wa}, (tt *[]){&wb});
+    }
+  }
+  tt *all[] = {&g, &lr, &st, &wa, &ma, &va, &wb, &mb, &vb, &na, &nb, &seg};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+END_TEST
+
+START_TEST(skip_refusals_have_reasons) {
+  tt g = span(FP32, 8), w = span(FP32, 8), m = span(FP32, 8), v = span(FP32, 8);
+  tt lr = scalar(0.1f), st = scalar(1), skip = scalar(0), wide = span(FP32, 2);
+  tt iskip = span(INT32, 1), seg = span(INT32, 2), norms = span(FP32, 2);
+  bp_optimizer_attrs o = {0.9f, 0, 0, 0.9f, 0.999f, 1e-8f, 1e-3f, 1};
+  ops_call sg = {"range.sgd", {&g, &lr}, {&w, &m}, 2, 2, &o, sizeof o};
+  ops_expect_refused(&sg, "expects 3 inputs and 2 outputs, got 2");
+  sg.in[2] = &skip, sg.nin = 3;
+  char reason[256];
+  ck_assert_int_eq(ops_supports(&sg, reason, sizeof reason), 1);
+  o.has_skip = 0;
+  ops_expect_refused(&sg, "expects 2 inputs and 2 outputs, got 3");
+  o.has_skip = 2;
+  ops_expect_refused(&sg, "attribute has_skip is 2");
+  o.has_skip = 1, sg.in[2] = &wide;
+  ops_expect_refused(&sg, "skip: shape [1,1,1,2], expected [1,1,1,1]");
+  sg.in[2] = &iskip;
+  ops_expect_refused(&sg, "skip: dtype int32, expected fp32");
+  ops_call aw = {"range.adamw", {&g, &lr, &st}, {&w, &m, &v}, 3, 3, &o, sizeof o};
+  ops_expect_refused(&aw, "expects 4 inputs and 3 outputs, got 3");
+  aw.in[3] = &iskip, aw.nin = 4;
+  ops_expect_refused(&aw, "skip: dtype int32");
+  ops_call la = {"range.lars", {&g, &lr, &seg}, {&w, &m, &norms}, 3, 3, &o, sizeof o};
+  ops_expect_refused(&la, "expects 4 inputs and 3 outputs, got 3");
+  la.in[3] = &wide, la.nin = 4;
+  ops_expect_refused(&la, "skip: shape");
+  bp_range_attrs r = {0, 0.5f, 1};
+  ops_call em = {"range.ema", {&g}, {&w}, 1, 1, &r, sizeof r};
+  ops_expect_refused(&em, "expects 2 inputs and 1 outputs, got 1");
+  em.in[1] = &iskip, em.nin = 2;
+  ops_expect_refused(&em, "skip: dtype int32");
+  r.has_skip = 0, em.in[1] = &skip;
+  ops_expect_refused(&em, "expects 1 inputs and 1 outputs, got 2");
+  /* a skipped step reads no other scalar: an lr of Inf is no error then,
+   * but is one as soon as the step runs */
+  o.has_skip = 1, sg.in[2] = &skip;
+  f32(&lr)[0] = INFINITY, f32(&skip)[0] = 1;
+  ck_assert_int_eq(ops_run_raw(&sg), BP_ABI_OK);
+  f32(&skip)[0] = 0;
+  ck_assert_int_eq(ops_run_raw(&sg), BP_ABI_ERR_INVALID);
+  tt *all[] = {&g, &w, &m, &v, &lr, &st, &skip, &wide, &iskip, &seg, &norms};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+END_TEST
+
+START_TEST(unscale_refusals_have_reasons) {
+  tt h8 = span(FP16, 8), f8 = span(FP32, 8), f9 = span(FP32, 9), sc = scalar(2), wide = span(FP32, 2);
+  ops_call c = {"range.unscale", {&h8, &sc}, {&f8}, 2, 1, NULL, 0};
+  char reason[256];
+  ck_assert_int_eq(ops_supports(&c, reason, sizeof reason), 1);
+  c.nin = 1;
+  ops_expect_refused(&c, "expects 2 inputs and 1 outputs, got 1");
+  c.nin = 2, c.in[0] = &f8, c.out[0] = &f9;
+  ops_expect_refused(&c, "src: dtype fp32, expected fp16");
+  c.in[0] = &h8, c.out[0] = &h8;
+  ops_expect_refused(&c, "dst: dtype fp16, expected fp32");
+  c.out[0] = &f9;
+  ops_expect_refused(&c, "src has 8 elements, dst has 9");
+  c.out[0] = &f8, c.in[1] = &wide;
+  ops_expect_refused(&c, "scale: shape [1,1,1,2], expected [1,1,1,1]");
+  tt_free(&h8), tt_free(&f8), tt_free(&f9), tt_free(&sc), tt_free(&wide);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ops_range");
   TCase *tc = tcase_create("range");
@@ -749,6 +1084,14 @@ int main(void) {
   tcase_add_test(tc, lars_matches_double_over_steps);
   tcase_add_test(tc, refuses_with_reasons);
   tcase_add_test(tc, run_refuses_bad_values_untouched);
+  tcase_add_test(tc, unscale_exact_values_and_specials);
+  tcase_add_test(tc, unscale_refusals_have_reasons);
+  tcase_add_test(tc, loss_scale_grows_at_the_interval_and_backs_off);
+  tcase_add_test(tc, loss_scale_never_grows_to_inf);
+  tcase_add_test(tc, loss_scale_static_when_interval_is_zero);
+  tcase_add_test(tc, loss_scale_refuses_with_reasons);
+  tcase_add_test(tc, skip_leaves_every_update_untouched);
+  tcase_add_test(tc, skip_refusals_have_reasons);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

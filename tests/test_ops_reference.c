@@ -19,7 +19,7 @@ static const char *const expected_ops[] = {
     "batchnorm.fwd_train", "batchnorm.fwd_eval", "batchnorm.bwd",      "softmax_ce.fwd_bwd",
     "range.zero",         "range.copy",          "range.scale",        "range.cast",
     "range.ema",          "range.nan_check",     "range.sgd",          "range.adamw",
-    "range.lars",
+    "range.lars",         "range.unscale",       "range.loss_scale",
 };
 #define EXPECTED_COUNT ((int)(sizeof expected_ops / sizeof expected_ops[0]))
 

@@ -1,12 +1,15 @@
 /* softmax_ce reference kernel: loss, correct count (ties), gradient and
  * grad_scale by hand, label smoothing, accumulation of loss and correct,
  * large logits, the gradient against central finite differences of the
- * loss, bad labels and the refusals of supports(). */
+ * loss, bad labels and the refusals of supports(); mixed precision: FP16
+ * logits and dlogits against the FP32 kernel bit for bit, the loss scale
+ * (dlogits only, exactly), bad scales and the refusals. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bp_abi_sdk.h"
 #include "ops_ref_util.h"
 
 typedef struct ce {
@@ -209,6 +212,179 @@ START_TEST(supports_refuses_with_reason) {
 }
 END_TEST
 
+/* ---- mixed precision: FP16 logits and dlogits, the loss scale ------------ */
+
+static uint16_t *h16(const tt *t, int64_t n, int64_t k) {
+  return (uint16_t *)t->data + n * t->d.stride[0] + k * t->d.stride[3];
+}
+
+/* c's logits rounded to FP16 and back (so FP32 and FP16 see the same values). */
+static void round_logits_to_fp16(ce *c) {
+  for (int64_t i = 0; i < tt_count(&c->z); i++)
+    *tt_at(&c->z, i) = bp_sdk_fp16_to_fp32(bp_sdk_fp32_to_fp16(*tt_at(&c->z, i)));
+}
+
+START_TEST(fp16_is_the_fp32_kernel_on_widened_logits) {
+  /* FP16 logits: the FP32 kernel on the widened values, bit for bit (loss,
+   * correct, an FP32 dlogits); an FP16 dlogits is the FP32 one rounded
+   * once. And against FP32 logits that were never rounded: close. */
+  static const int shapes[][2] = {{4, 7}, {3, 10}, {1, 1}};
+  for (int s = 0; s < 3; s++)
+    for (int extra = 0; extra <= 3; extra += 3) {
+      const int N = shapes[s][0], K = shapes[s][1];
+      ce c = ce_new(N, K, extra), exact = ce_new(N, K, extra);
+      uint64_t rng = 4200 + (uint64_t)(s * 10 + extra);
+      tt_rand(&exact.z, &rng, -8, 8);
+      tt_copy(&c.z, &exact.z);
+      round_logits_to_fp16(&c);
+      for (int n = 0; n < N; n++)
+        *tt_i32(&c.lab, n, 0, 0, 0) = *tt_i32(&exact.lab, n, 0, 0, 0) =
+            (int32_t)(tt_rand_unit(&rng) * K);
+      tt z16 = tt_new(BP_ABI_DTYPE_FP16, N, 1, 1, K, extra);
+      tt dz16 = tt_new(BP_ABI_DTYPE_FP16, N, 1, 1, K, 2 * extra);
+      tt dz32 = tt_new(BP_ABI_DTYPE_FP32, N, 1, 1, K, extra);
+      tt loss = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 1, 0), correct = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 1, 0);
+      for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) *h16(&z16, n, k) = bp_sdk_fp32_to_fp16(*tt_f(&c.z, n, 0, 0, k));
+      bp_softmax_ce_attrs a = {0.1f, 0.25f, 1, 0};
+      ops_call ref = ce_call(&c, &a);
+      ops_run(&ref);
+      ops_call half = {"softmax_ce.fwd_bwd", {&z16, &c.lab}, {&loss, &correct, &dz16}, 2, 3, &a, sizeof a};
+      ops_run(&half);
+      ck_assert_uint_eq(bits_of(*tt_at(&loss, 0)), bits_of(*tt_at(&c.loss, 0)));
+      ck_assert_uint_eq(bits_of(*tt_at(&correct, 0)), bits_of(*tt_at(&c.correct, 0)));
+      for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) {
+          const uint16_t want = bp_sdk_fp32_to_fp16(*tt_f(&c.dz, n, 0, 0, k));
+          ck_assert_msg(*h16(&dz16, n, k) == want, "shape %d (%d,%d): %04x, expected %04x", s, n, k,
+                        *h16(&dz16, n, k), want);
+        }
+      /* FP16 logits, FP32 dlogits */
+      *tt_at(&loss, 0) = 0, *tt_at(&correct, 0) = 0;
+      half.out[2] = &dz32;
+      ops_run(&half);
+      for (int64_t i = 0; i < tt_count(&dz32); i++)
+        ck_assert_uint_eq(bits_of(*tt_at(&dz32, i)), bits_of(*tt_at(&c.dz, i)));
+      /* against the unrounded logits: the logits moved by at most 2^-8 */
+      ops_call unrounded = ce_call(&exact, &a);
+      ops_run(&unrounded);
+      ck_assert_float_eq_tol(*tt_at(&loss, 0), *tt_at(&exact.loss, 0), 2e-2 * N);
+      for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++)
+          ck_assert_float_eq_tol(bp_sdk_fp16_to_fp32(*h16(&dz16, n, k)), *tt_f(&exact.dz, n, 0, 0, k),
+                                 5e-3);
+      ck_assert(tt_padding_intact(&z16) && tt_padding_intact(&dz16) && tt_padding_intact(&dz32));
+      ce_free(&c), ce_free(&exact);
+      tt_free(&z16), tt_free(&dz16), tt_free(&dz32), tt_free(&loss), tt_free(&correct);
+    }
+}
+END_TEST
+
+START_TEST(loss_scale_multiplies_dlogits_only) {
+  /* S = 1024, a power of two: every FP32 dlogits element exactly 1024
+   * times the unscaled one; loss and correct not scaled at all. S = 1:
+   * the very bits of has_loss_scale 0. FP16 dlogits with S = 65536: the
+   * scaled FP32 value rounded once. */
+  const int N = 5, K = 9;
+  ce base = ce_new(N, K, 3), sc = ce_new(N, K, 3);
+  uint64_t rng = 77;
+  tt_rand(&base.z, &rng, -4, 4);
+  round_logits_to_fp16(&base);
+  tt_copy(&sc.z, &base.z);
+  for (int n = 0; n < N; n++)
+    *tt_i32(&base.lab, n, 0, 0, 0) = *tt_i32(&sc.lab, n, 0, 0, 0) = (int32_t)(tt_rand_unit(&rng) * K);
+  bp_softmax_ce_attrs a = {0.05f, 0.125f, 1, 0}, as = a;
+  as.has_loss_scale = 1;
+  tt S = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 1, 0);
+  ops_call cb = ce_call(&base, &a);
+  ops_run(&cb);
+  ops_call cs = {"softmax_ce.fwd_bwd", {&sc.z, &sc.lab, &S}, {&sc.loss, &sc.correct, &sc.dz}, 3, 3, &as,
+                 sizeof as};
+  static const float scales[] = {1024.0f, 1.0f};
+  for (int t = 0; t < 2; t++) {
+    *tt_at(&S, 0) = scales[t];
+    *tt_at(&sc.loss, 0) = 0, *tt_at(&sc.correct, 0) = 0;
+    ops_run(&cs);
+    ck_assert_uint_eq(bits_of(*tt_at(&sc.loss, 0)), bits_of(*tt_at(&base.loss, 0)));
+    ck_assert_uint_eq(bits_of(*tt_at(&sc.correct, 0)), bits_of(*tt_at(&base.correct, 0)));
+    for (int64_t i = 0; i < tt_count(&sc.dz); i++)
+      ck_assert_msg(bits_of(*tt_at(&sc.dz, i)) == bits_of(*tt_at(&base.dz, i) * scales[t]),
+                    "S %g element %lld: %a, expected %a", (double)scales[t], (long long)i,
+                    (double)*tt_at(&sc.dz, i), (double)(*tt_at(&base.dz, i) * scales[t]));
+  }
+  tt z16 = tt_new(BP_ABI_DTYPE_FP16, N, 1, 1, K, 0), dz16 = tt_new(BP_ABI_DTYPE_FP16, N, 1, 1, K, 0);
+  for (int64_t i = 0; i < tt_count(&z16); i++)
+    ((uint16_t *)z16.data)[i] = bp_sdk_fp32_to_fp16(*tt_at(&base.z, i));
+  *tt_at(&S, 0) = 65536.0f;
+  *tt_at(&sc.loss, 0) = 0, *tt_at(&sc.correct, 0) = 0;
+  ops_run(&cs); /* FP32 dlogits scaled by 65536 */
+  tt loss = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 1, 0), correct = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 1, 0);
+  ops_call ch = {"softmax_ce.fwd_bwd", {&z16, &sc.lab, &S}, {&loss, &correct, &dz16}, 3, 3, &as, sizeof as};
+  ops_run(&ch);
+  ck_assert_uint_eq(bits_of(*tt_at(&loss, 0)), bits_of(*tt_at(&base.loss, 0)));
+  for (int64_t i = 0; i < tt_count(&dz16); i++)
+    ck_assert_uint_eq(((uint16_t *)dz16.data)[i], bp_sdk_fp32_to_fp16(*tt_at(&sc.dz, i)));
+  ce_free(&base), ce_free(&sc);
+  tt_free(&S), tt_free(&z16), tt_free(&dz16), tt_free(&loss), tt_free(&correct);
+}
+END_TEST
+
+START_TEST(bad_loss_scale_changes_nothing) {
+  ce c = ce_new(2, 3, 0);
+  tt S = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 1, 0);
+  *tt_at(&c.loss, 0) = 7;
+  bp_softmax_ce_attrs a = {0, 1, 1, 1};
+  ops_call call = {"softmax_ce.fwd_bwd", {&c.z, &c.lab, &S}, {&c.loss, &c.correct, &c.dz}, 3, 3, &a,
+                   sizeof a};
+  const float bad[] = {0.0f, -1.0f, INFINITY, NAN};
+  char reason[256];
+  for (int b = 0; b < 4; b++) {
+    *tt_at(&S, 0) = bad[b];
+    ck_assert_int_eq(ops_supports(&call, reason, sizeof reason), 1); /* a run-time value */
+    ck_assert_msg(ops_run_raw(&call) == BP_ABI_ERR_INVALID, "loss scale %g accepted", (double)bad[b]);
+  }
+  ck_assert_float_eq(*tt_at(&c.loss, 0), 7.0f);
+  ck_assert_float_eq(*tt_at(&c.correct, 0), 0.0f);
+  for (int i = 0; i < 6; i++) ck_assert_float_eq(*tt_at(&c.dz, i), 0.0f);
+  ce_free(&c);
+  tt_free(&S);
+}
+END_TEST
+
+START_TEST(mixed_precision_refusals_have_reasons) {
+  ce c = ce_new(2, 3, 0);
+  tt S = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 1, 0), S2 = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 2, 0);
+  tt S16 = tt_new(BP_ABI_DTYPE_FP16, 1, 1, 1, 1, 0), zi = tt_new(BP_ABI_DTYPE_INT32, 2, 1, 1, 3, 0);
+  tt dz8 = tt_new(BP_ABI_DTYPE_INT8, 2, 1, 1, 3, 0);
+  bp_softmax_ce_attrs a = {0, 1, 1, 1};
+  ops_call ok = {"softmax_ce.fwd_bwd", {&c.z, &c.lab, &S}, {&c.loss, &c.correct, &c.dz}, 3, 3, &a,
+                 sizeof a};
+  ops_call call = ok;
+  char reason[256];
+  ck_assert_int_eq(ops_supports(&ok, reason, sizeof reason), 1);
+  call.nin = 2; /* has_loss_scale without the input */
+  ops_expect_refused(&call, "expects 3 inputs and 3 outputs, got 2");
+  bp_softmax_ce_attrs none = a;
+  none.has_loss_scale = 0; /* the input without has_loss_scale */
+  call = ok, call.attrs = &none;
+  ops_expect_refused(&call, "expects 2 inputs and 3 outputs, got 3");
+  bp_softmax_ce_attrs two = a;
+  two.has_loss_scale = 2;
+  call = ok, call.attrs = &two;
+  ops_expect_refused(&call, "attribute has_loss_scale is 2");
+  call = ok, call.in[2] = &S16;
+  ops_expect_refused(&call, "loss_scale: dtype fp16, expected fp32");
+  call = ok, call.in[2] = &S2;
+  ops_expect_refused(&call, "loss_scale: shape [1,1,1,2]");
+  call = ok, call.in[0] = &zi;
+  ops_expect_refused(&call, "logits: dtype int32, expected fp32 or fp16");
+  call = ok, call.out[2] = &dz8;
+  ops_expect_refused(&call, "dlogits: dtype int8, expected fp32 or fp16");
+  ce_free(&c);
+  tt_free(&S), tt_free(&S2), tt_free(&S16), tt_free(&zi), tt_free(&dz8);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ops_softmax_ce");
   TCase *tc = tcase_create("softmax_ce");
@@ -220,6 +396,10 @@ int main(void) {
   tcase_add_test(tc, bad_label_changes_nothing);
   tcase_add_test(tc, gradient_matches_finite_differences);
   tcase_add_test(tc, supports_refuses_with_reason);
+  tcase_add_test(tc, fp16_is_the_fp32_kernel_on_widened_logits);
+  tcase_add_test(tc, loss_scale_multiplies_dlogits_only);
+  tcase_add_test(tc, bad_loss_scale_changes_nothing);
+  tcase_add_test(tc, mixed_precision_refusals_have_reasons);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

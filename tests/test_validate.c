@@ -15,6 +15,7 @@
 #include "bp_abi_ops.h"
 #include "json_mini.h"
 #include "run_util.h"
+#include "validate-impl.h"
 
 #define WRONG_PATH BP_TEST_MODULES "/wrong/wrong.so"
 
@@ -92,6 +93,85 @@ START_TEST(reference_backwards_agree_with_finite_differences) {
 }
 END_TEST
 
+/* ---- AMP twins and the oracle's case ------------------------------------------------ */
+
+static int op_is(const vc_case *c, const char *op) { return strcmp(c->op, op) == 0; }
+
+/* Tensors of an AMP plan (`blueprint plan --amp`): batch norm statistics,
+ * the loss, its count and the loss scale FP32; the mask INT8; labels
+ * INT32; features and gradients FP16 padded to 8 (the model input: 4);
+ * parameters FP16. */
+START_TEST(amp_twins_take_the_dtypes_and_paddings_of_an_amp_plan) {
+  int count = 0, twins = 0, input4 = 0;
+  const vc_case *all = vc_builtin_cases(&count);
+  for (int i = 0; i < count; i++) {
+    vc_case t;
+    const int made = vc_case_amp(&all[i], &t);
+    ck_assert_int_eq(made, strncmp(all[i].op, "range.", 6) != 0 && !all[i].collective);
+    if (!made) continue;
+    twins++;
+    const size_t len = strlen(t.name);
+    ck_assert(len > 5 && strcmp(t.name + len - 5, " fp16") == 0);
+    for (int side = 0; side < 2; side++)
+      for (int k = 0; k < (side ? t.num_outputs : t.num_inputs); k++) {
+        const bp_abi_tensor *d = side ? &t.out[k].d : &t.in[k].d;
+        const bp_abi_tensor *was = side ? &all[i].out[k].d : &all[i].in[k].d;
+        const int bn_stats = (op_is(&t, "batchnorm.fwd_train") && (side ? k >= 1 : k >= 3)) ||
+                             ((op_is(&t, "batchnorm.fwd_eval") || op_is(&t, "batchnorm.bwd")) &&
+                              !side && k >= 3);
+        const int loss = op_is(&t, "softmax_ce.fwd_bwd") && (side ? k <= 1 : k == 2);
+        if (was->dtype != BP_ABI_DTYPE_FP32 || bn_stats || loss) {
+          ck_assert_msg(memcmp(d, was, sizeof *d) == 0, "%s %s: %s %d changed", t.op, t.name,
+                        side ? "output" : "input", k);
+          continue;
+        }
+        ck_assert_int_eq(d->dtype, BP_ABI_DTYPE_FP16);
+        ck_assert(d->shape[0] == was->shape[0] && d->shape[3] == was->shape[3]);
+        ck_assert(d->slot_bytes > 0 && d->stride[2] == d->padded_c);
+        /* features: 8, or 4 for the compact x of a first layer; parameters
+         * keep theirs */
+        const int64_t c = d->shape[3], by8 = (c + 7) / 8 * 8, by4 = (c + 3) / 4 * 4;
+        const int first = !side && k == 0 && was->padded_c == c &&
+                          (op_is(&t, "conv2d.fwd") || op_is(&t, "conv2d.bwd_filter") ||
+                           op_is(&t, "fc.fwd") || op_is(&t, "fc.bwd_filter"));
+        const int params = strncmp(t.op, "conv2d.", 7) == 0 || strncmp(t.op, "fc.", 3) == 0 ||
+                           strncmp(t.op, "batchnorm.", 10) == 0;
+        ck_assert_msg((params && d->padded_c == was->padded_c) ||
+                          d->padded_c == (first ? by4 : by8),
+                      "%s %s: %s %d padded_c %lld", t.op, t.name, side ? "output" : "input", k,
+                      (long long)d->padded_c);
+        input4 += first && d->padded_c == by4 && by4 != by8;
+      }
+    /* the oracle's case: every FP16 tensor back to FP32, same layout */
+    vc_case o;
+    ck_assert_int_eq(vc_case_oracle(&t, &o), 1);
+    for (int k = 0; k < o.num_inputs; k++) {
+      ck_assert_int_ne(o.in[k].d.dtype, BP_ABI_DTYPE_FP16);
+      ck_assert_int_eq(o.in[k].d.padded_c, t.in[k].d.padded_c);
+    }
+    for (int k = 0; k < o.num_outputs; k++) ck_assert_int_ne(o.out[k].d.dtype, BP_ABI_DTYPE_FP16);
+  }
+  ck_assert_int_gt(twins, 150);
+  ck_assert_int_gt(input4, 0); /* the CNN's first conv: C1 -> padded_c 4 */
+  /* skip 0: the oracle runs without the skip input; skip 1: the very case */
+  int skips = 0;
+  for (int i = 0; i < count; i++) {
+    if (all[i].skip_in < 0) continue;
+    vc_case o;
+    const int zero = all[i].in[all[i].skip_in].lo == 0;
+    ck_assert_int_eq(vc_case_oracle(&all[i], &o), zero);
+    if (zero) {
+      ck_assert_int_eq(o.num_inputs, all[i].num_inputs - 1);
+      ck_assert_int_eq(o.skip_in, -1);
+    } else {
+      for (int k = 0; k < all[i].num_outputs; k++) ck_assert(all[i].rmw[k]);
+    }
+    skips++;
+  }
+  ck_assert_int_eq(skips, 16);
+}
+END_TEST
+
 /* ---- the wrong module ---------------------------------------------------------------- */
 
 /* The first failing row of impl, which must name its case and say `needle`. */
@@ -126,21 +206,47 @@ START_TEST(every_wrong_kernel_fails_with_its_case_named) {
     caught++;
   }
   ck_assert_int_gt(caught, 0);
-  /* the one right kernel, FP16 only: its FP16 cases pass against the FP32
-   * reference, its FP32 cases are not its dtype */
+  /* the one right kernel, FP16 only: its FP16 cases (the AMP twins) pass
+   * against the FP32 reference within relu's FP16 tolerance (one rounding
+   * plus 1e-5), its FP32 cases are not its dtype */
   int half = 0;
   for (int i = 0; i < bp_validate_result_count(rep); i++) {
     const bp_validate_result *x = bp_validate_result_get(rep, i);
     if (strcmp(x->impl, "half") != 0) continue;
     if (strstr(x->case_name, " fp16")) {
       ck_assert_msg(x->verdict == BP_VALIDATE_PASS, "%s: %s", x->case_name, x->detail);
-      ck_assert(x->tolerance == 1e-2 && x->error <= 1e-2);
+      ck_assert(x->tolerance == 1e-5 && x->error <= x->tolerance);
       half++;
     } else {
       ck_assert_int_eq(x->verdict, BP_VALIDATE_SKIP);
     }
   }
   ck_assert_int_eq(half, 5);
+  /* truncating instead of rounding to nearest passes a 1e-2 bound, not
+   * the FP16 one of add (one rounding plus 1e-5) */
+  int trunc = 0;
+  for (int i = 0; i < bp_validate_result_count(rep); i++) {
+    const bp_validate_result *x = bp_validate_result_get(rep, i);
+    if (strcmp(x->impl, "trunc16") != 0 || x->verdict != BP_VALIDATE_FAIL) continue;
+    ck_assert_ptr_nonnull(strstr(x->detail, "differs from the reference"));
+    ck_assert(x->error < 1e-2);
+    trunc++;
+  }
+  ck_assert_int_gt(trunc, 0);
+  /* ignoring skip = 1 is caught; skip = 0 and no skip input are right */
+  int skipped = 0;
+  for (int i = 0; i < bp_validate_result_count(rep); i++) {
+    const bp_validate_result *x = bp_validate_result_get(rep, i);
+    if (strcmp(x->impl, "noskip") != 0 || x->verdict == BP_VALIDATE_SKIP) continue;
+    if (strstr(x->case_name, "skip 1")) {
+      ck_assert_int_eq(x->verdict, BP_VALIDATE_FAIL);
+      ck_assert_msg(strstr(x->detail, "skip is 1, but element") != NULL, "%s", x->detail);
+      skipped++;
+    } else {
+      ck_assert_msg(x->verdict == BP_VALIDATE_PASS, "%s: %s", x->case_name, x->detail);
+    }
+  }
+  ck_assert_int_eq(skipped, 2);
   bp_validate_report_destroy(rep);
   bp_registry_destroy(r);
 }
@@ -245,14 +351,48 @@ START_TEST(validate_help_and_bad_command_lines) {
 END_TEST
 
 START_TEST(validate_prints_a_table_and_a_summary) {
-  /* the reference kernels only: other modules (ops/xnnpack) add rows */
+  /* the reference kernels only: other modules (ops/xnnpack) add rows;
+   * 5 cases and their 5 AMP twins each (the reference claims FP16) */
   run_result r = RUN("validate", "--op", "add.*", "--impl", "reference");
   ck_assert_msg(r.status == 0, "%s%s", r.out, r.err);
   ck_assert_ptr_nonnull(strstr(r.out, "op "));
   ck_assert_ptr_nonnull(strstr(r.out, "tolerance"));
   ck_assert_ptr_nonnull(strstr(r.out, "add.bwd              reference"));
   ck_assert_ptr_nonnull(
-      strstr(r.out, "validate: 2 kernels, 10 cases: 10 passed, 0 failed, 0 skipped"));
+      strstr(r.out, "validate: 2 kernels, 20 cases: 20 passed, 0 failed, 0 skipped"));
+  run_free(&r);
+}
+END_TEST
+
+START_TEST(validate_dtype_fp16_runs_only_the_fp16_cases) {
+  run_result r = RUN("validate", "--json", "--impl", "reference", "--dtype", "fp16");
+  ck_assert_msg(r.status == 0, "%s%s", r.out, r.err);
+  char err[256];
+  jm_value *v = jm_parse(r.out, r.out_len, err, sizeof err);
+  ck_assert_msg(v != NULL, "%s", err);
+  ck_assert_str_eq(jm_get(v, "dtype")->text, "fp16");
+  const jm_value *results = jm_get(v, "results");
+  int twins = 0, unscale = 0;
+  for (size_t i = 0; i < results->count; i++) {
+    const jm_value *row = jm_at(results, i);
+    const char *op = jm_get(row, "op")->text, *name = jm_get(row, "case")->text;
+    ck_assert_str_eq(jm_get(row, "verdict")->text, "pass");
+    if (strncmp(op, "range.", 6) == 0) { /* cases of FP16 spans */
+      ck_assert_msg(strstr(name, "fp16") || strcmp(op, "range.unscale") == 0, "%s %s", op, name);
+      unscale += strcmp(op, "range.unscale") == 0;
+      continue;
+    }
+    const size_t len = strlen(name);
+    ck_assert_msg(len > 5 && strcmp(name + len - 5, " fp16") == 0, "%s %s", op, name);
+    twins++;
+  }
+  ck_assert_int_gt(twins, 100);
+  ck_assert_int_eq(unscale, 5);
+  jm_free(v);
+  run_free(&r);
+  r = RUN("validate", "--dtype", "fp64");
+  ck_assert_int_eq(r.status, 2);
+  expect_one_line_error(&r, "blueprint validate: ", "--dtype 'fp64' is not");
   run_free(&r);
 }
 END_TEST
@@ -277,10 +417,11 @@ START_TEST(validate_json_has_the_documented_fields) {
   ck_assert_msg(v != NULL, "%s", err);
   ck_assert_int_eq(jm_get(v, "seed")->kind, JM_NUMBER);
   ck_assert_int_eq(jm_get(v, "model")->kind, JM_NULL);
+  ck_assert_int_eq(jm_get(v, "dtype")->kind, JM_NULL);
   ck_assert_int_eq(jm_get(v, "gradcheck")->kind, JM_BOOL);
   const jm_value *results = jm_get(v, "results");
   ck_assert_int_eq(results->kind, JM_ARRAY);
-  ck_assert_uint_eq(results->count, 5);
+  ck_assert_uint_eq(results->count, 10); /* 5 cases, 5 AMP twins */
   const jm_value *row = jm_at(results, 0);
   static const char *const keys[] = {"op", "impl", "device", "case", "reference", "verdict",
                                      "error", "tolerance", "detail"};
@@ -291,7 +432,7 @@ START_TEST(validate_json_has_the_documented_fields) {
   uint64_t cases = 0, failed = 1;
   ck_assert_int_eq(jm_u64(jm_get(s, "cases"), &cases), 0);
   ck_assert_int_eq(jm_u64(jm_get(s, "failed"), &failed), 0);
-  ck_assert_uint_eq(cases, 5);
+  ck_assert_uint_eq(cases, 10);
   ck_assert_uint_eq(failed, 0);
   jm_free(v);
   run_free(&r);
@@ -309,6 +450,17 @@ START_TEST(validate_takes_the_nodes_of_a_model_as_cases) {
   ck_assert_ptr_nonnull(strstr(r.out, "@train_last"));
   ck_assert_ptr_nonnull(strstr(r.out, " 0 failed, 0 skipped"));
   run_free(&r);
+  /* an AMP plan: FP16 nodes against the FP32 reference, the AMP range ops */
+  toy_env a = toy_env_open(TOY_BN_MODEL_LAYERS
+                           "train: {batch: 6, eval_batch: 4, train_size: 20, amp: true}\n",
+                           1, 1, 1);
+  run_result ra = RUN("validate", "--model", a.model, "--impl", "reference");
+  ck_assert_msg(ra.status == 0, "%s%s", ra.out, ra.err);
+  ck_assert_ptr_nonnull(strstr(ra.out, "range.unscale "));
+  ck_assert_ptr_nonnull(strstr(ra.out, "range.loss_scale "));
+  ck_assert_ptr_nonnull(strstr(ra.out, " 0 failed, 0 skipped"));
+  run_free(&ra);
+  toy_env_close(&a);
   r = RUN("validate", "--model", "/nonexistent/model.yaml");
   ck_assert_int_eq(r.status, 1);
   expect_one_line_error(&r, "blueprint validate: ", "/nonexistent/model.yaml");
@@ -323,11 +475,13 @@ int main(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, reference_kernels_pass_every_builtin_case_of_every_op);
   tcase_add_test(tc, reference_backwards_agree_with_finite_differences);
+  tcase_add_test(tc, amp_twins_take_the_dtypes_and_paddings_of_an_amp_plan);
   tcase_add_test(tc, every_wrong_kernel_fails_with_its_case_named);
   tcase_add_test(tc, autotune_excludes_the_wrong_kernels_and_never_picks_them);
   tcase_add_test(tc, train_with_autotune_names_and_skips_the_wrong_kernels);
   tcase_add_test(tc, validate_help_and_bad_command_lines);
   tcase_add_test(tc, validate_prints_a_table_and_a_summary);
+  tcase_add_test(tc, validate_dtype_fp16_runs_only_the_fp16_cases);
   tcase_add_test(tc, validate_exits_1_and_names_the_case_of_a_wrong_kernel);
   tcase_add_test(tc, validate_json_has_the_documented_fields);
   tcase_add_test(tc, validate_takes_the_nodes_of_a_model_as_cases);

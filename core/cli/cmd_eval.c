@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "kernel_report.h"
+#include "profile_report.h"
 #include "train_args.h"
 
 static const char usage_text[] =
@@ -25,10 +26,12 @@ static const char usage_text[] =
     "  --checkpoint FILE   the checkpoint (required; only read)\n"
     "  --data DIR          MNIST-format directory (default: Fashion-MNIST)\n"
     "  --test-limit N      use the first N test images\n"
-    "  --batch B, --eval-batch B, --ranks R, --optimizer NAME, --ema, --amp\n"
-    "                      as in the training run, when not the model file's\n"
+    "  --batch B, --eval-batch B, --ranks R, --optimizer NAME, --ema, --amp,\n"
+    "  --no-reuse          as in the training run, when not the model file's\n"
     "  --device KIND, --devices LIST, --kernels PINS, --plugin PATH   as for train\n"
     "  --quiet             no kernel table; --verbose: the kernel of every node\n"
+    "  --profile           time every node; print each op's and node's share of an\n"
+    "                      evaluation batch after the run (docs/profile.md)\n"
     "  -h, --help          print this help\n"
     "\n"
     "Exit status: 0 ok, 1 evaluation failed, 2 bad command line.\n";
@@ -46,7 +49,10 @@ int bp_cmd_eval(int argc, char **argv) {
   a.options.eval_only = 1;
   bp_trainer *t = NULL;
   bp_eval_report r;
-  bp_status st = bp_trainer_create_from_file(a.model_path, &a.options, &t);
+  bp_profile *prof = NULL; /* --profile: outlives the trainer */
+  bp_status st = a.profile ? bp_profile_create(NULL, &prof) : BP_OK;
+  a.options.profile = prof;
+  if (st == BP_OK) st = bp_trainer_create_from_file(a.model_path, &a.options, &t);
   if (st == BP_OK) {
     bp_cli_kernel_notes("eval", t);
     if (!a.quiet || a.verbose) bp_cli_kernel_table(stdout, t, "eval", a.verbose);
@@ -55,6 +61,7 @@ int bp_cmd_eval(int argc, char **argv) {
   if (st != BP_OK) {
     bp_cli_report("eval", "%s", bp_last_error());
     bp_trainer_destroy(t);
+    bp_profile_destroy(prof);
     return BP_CLI_EXIT_RUN;
   }
   const bp_train_state s = bp_trainer_state(t);
@@ -62,7 +69,9 @@ int bp_cmd_eval(int argc, char **argv) {
          (unsigned long long)s.epoch, (unsigned long long)s.global_step);
   printf("test loss %.4f  test accuracy %.2f%%  (%lld images, %.1f s)\n", r.loss,
          100.0 * r.accuracy, (long long)r.samples, r.seconds);
+  if (prof) bp_cli_profile_report(stdout, prof, "eval");
   bp_trainer_destroy(t);
+  bp_profile_destroy(prof);
   if (fflush(stdout) != 0 || ferror(stdout)) {
     bp_cli_report("eval", "cannot write to standard output: %s", strerror(errno));
     return BP_CLI_EXIT_RUN;

@@ -35,6 +35,8 @@ static const char usage_text[] =
     "  --optimizer NAME     sgd, adamw or lars\n"
     "  --variants SPEC      more variants: NAME:BATCH[:HxW],... (resolution\n"
     "                       defaults to the model's), e.g. hires:64:32x32,small:16\n"
+    "  --no-reuse           give every feature and gradient slot its own bytes\n"
+    "                       (no liveness packing; docs/plan.md)\n"
     "  --json               print the plan as JSON (docs/plan-json.md) instead\n"
     "  --svg FILE           also draw the arena as an SVG picture into FILE\n"
     "  --plugin PATH        load this op module (file or directory) too: a model may\n"
@@ -53,6 +55,7 @@ typedef struct plan_args {
   bp_variant_spec *extra;                /* owned */
   int extra_count;
   int json;
+  int no_reuse;
   const char *svg_path;
   const char *plugins[16]; /* --plugin paths */
   int plugin_count;
@@ -200,6 +203,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       return 0;
     }
     if (strcmp(arg, "--json") == 0) { a->json = 1; continue; }
+    if (strcmp(arg, "--no-reuse") == 0) { a->no_reuse = 1; continue; }
     if (strcmp(arg, "--amp") == 0) { a->amp = 1; continue; }
     if (strcmp(arg, "--no-amp") == 0) { a->amp = 0; continue; }
     if (strcmp(arg, "--ema") == 0) { a->ema = 1; continue; }
@@ -299,6 +303,7 @@ static int run(const plan_args *a) {
   }
   opt.extra = a->extra;
   opt.extra_count = a->extra_count;
+  opt.no_reuse = a->no_reuse;
   if (bp_model_compile(model, &opt, &plan) != BP_OK) {
     bp_cli_report("plan", "%s", bp_last_error());
     goto done;

@@ -25,6 +25,7 @@
 #include "blueprint/outfile.h"
 #include "commands.h"
 #include "kernel_report.h"
+#include "profile_report.h"
 #include "train_args.h"
 
 static const char usage_text[] =
@@ -43,6 +44,8 @@ static const char usage_text[] =
     "                        rank of N (no --ranks there)\n"
     "  --replicate-update    with several ranks, every rank updates every parameter\n"
     "                        (default: each its own chunk, then gathered; same bits)\n"
+    "  --no-reuse            every feature and gradient slot its own bytes (no\n"
+    "                        liveness packing; the same bits, a larger arena)\n"
     "  --device KIND         device kind a plugin provides: cpu (default), cuda\n"
     "  --devices LIST        device indices the ranks use in turn (0,1); default:\n"
     "                        rank r on device r mod the devices of that kind\n"
@@ -52,7 +55,14 @@ static const char usage_text[] =
     "  --schedule NAME       constant, step (--step-gamma X, --step-every N epochs)\n"
     "                        or cosine; --warmup-epochs N: linear warmup first\n"
     "  --ema, --ema-decay X  keep an EMA of the weights and evaluate on it\n"
-    "  --amp                 FP16 features and working copies (needs FP16 kernels)\n"
+    "  --amp                 mixed precision: FP16 features, gradients and working\n"
+    "                        copies, FP32 master weights, dynamic loss scaling\n"
+    "                        (docs/amp.md): the scale starts at 65536, halves on an\n"
+    "                        overflow (that step's update is skipped) and doubles\n"
+    "                        after 2000 clean steps\n"
+    "  --loss-scale X        with --amp: a static loss scale X (overflow steps are\n"
+    "                        still skipped)\n"
+    "  --loss-scale-growth-interval N  with --amp: clean steps per doubling (2000)\n"
     "  --crop-pad N, --flip  augmentation: random crop with N pixels of padding,\n"
     "                        horizontal flip (off by default)\n"
     "  --train-limit N       use the first N training images (and --test-limit N)\n"
@@ -68,6 +78,10 @@ static const char usage_text[] =
     "  --autotune-cache FILE --autotune, reusing and updating the winners kept in FILE\n"
     "  --quiet               no progress bar and no kernel table\n"
     "  --verbose             list the kernel of every node at start\n"
+    "  --profile             time every node of rank 0 and print, after the run, each\n"
+    "                        op's and node's share of the step and the GFLOP/s of\n"
+    "                        conv and fc against this machine's SGEMM rate\n"
+    "                        (docs/profile.md); with --metrics also a profile line\n"
     "  -h, --help            print this help\n"
     "\n"
     "Exit status: 0 ok, 1 training failed, 2 bad command line.\n";
@@ -106,18 +120,22 @@ static void clear_bar(const bar_state *b) {
 }
 
 static void print_epoch(const bp_epoch_report *r) {
+  char amp[64] = "";
+  if (r->amp)
+    snprintf(amp, sizeof amp, "  loss scale %g (%lld skipped)", r->loss_scale,
+             (long long)r->skipped_steps);
   if (r->complete) {
     printf(
         "epoch %lld/%lld  train loss %.4f  train acc %.2f%%  test acc %.2f%%  %.0f img/s  "
-        "%.1f s\n",
+        "%.1f s%s\n",
         (long long)r->epoch, (long long)r->epochs, r->train_loss, 100.0 * r->train_accuracy,
-        100.0 * r->test_accuracy, r->images_per_second, r->seconds);
+        100.0 * r->test_accuracy, r->images_per_second, r->seconds, amp);
   } else {
     printf(
         "epoch %lld/%lld  stopped at step %lld  train loss %.4f  train acc %.2f%%  %.0f img/s  "
-        "%.1f s\n",
+        "%.1f s%s\n",
         (long long)r->epoch, (long long)r->epochs, (long long)r->steps, r->train_loss,
-        100.0 * r->train_accuracy, r->images_per_second, r->seconds);
+        100.0 * r->train_accuracy, r->images_per_second, r->seconds, amp);
   }
   fflush(stdout);
 }
@@ -135,8 +153,15 @@ static int run(bp_cli_train_args *a) {
     bp_cli_report("train", "%s", bp_last_error());
     return BP_CLI_EXIT_RUN;
   }
+  bp_profile *prof = NULL; /* --profile: outlives the trainer */
+  if (a->profile && bp_profile_create(NULL, &prof) != BP_OK) {
+    bp_cli_report("train", "%s", bp_last_error());
+    return BP_CLI_EXIT_RUN;
+  }
+  a->options.profile = prof;
   if (bp_trainer_create_from_file(a->model_path, &a->options, &t) != BP_OK) {
     bp_cli_report("train", "%s", bp_last_error());
+    bp_profile_destroy(prof);
     bp_mpi_abort(BP_CLI_EXIT_RUN);
     return BP_CLI_EXIT_RUN;
   }
@@ -192,11 +217,13 @@ static int run(bp_cli_train_args *a) {
            (unsigned long long)end.global_step, a->options.checkpoint_path);
   else if (rc == 0 && !isnan(last_test))
     printf("test accuracy %.2f%%\n", 100.0 * last_test);
+  if (rc == 0 && prof) bp_cli_profile_report(stdout, prof, "train");
   if (fflush(stdout) != 0 || ferror(stdout)) {
     bp_cli_report("train", "cannot write to standard output: %s", strerror(errno));
     rc = BP_CLI_EXIT_RUN;
   }
   bp_trainer_destroy(t);
+  bp_profile_destroy(prof);
   return rc;
 }
 

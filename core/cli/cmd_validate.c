@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "blueprint/dtype.h"
 #include "blueprint/registry.h"
 #include "blueprint/validate.h"
 #include "cli_util.h"
@@ -22,7 +23,7 @@
 
 static const char usage_text[] =
     "usage: blueprint validate [--plugin PATH]... [--op GLOB] [--impl NAME] [--device KIND]\n"
-    "                          [--model FILE] [--seed S] [--gradcheck] [--json]\n"
+    "                          [--dtype NAME] [--model FILE] [--seed S] [--gradcheck] [--json]\n"
     "\n"
     "Runs every loaded kernel against the reference kernel of its op (the oracle)\n"
     "on the same seeded random inputs, case by case, and checks: the normalized\n"
@@ -37,6 +38,8 @@ static const char usage_text[] =
     "  --op GLOB       only ops matching GLOB (e.g. 'conv2d.*')\n"
     "  --impl NAME     only kernels of this implementation\n"
     "  --device KIND   only kernels of this device kind (only cpu is validated)\n"
+    "  --dtype NAME    only cases with a tensor of this dtype: fp16 (the AMP twins\n"
+    "                  and FP16 range cases), fp32, int8, int32\n"
     "  --model FILE    the nodes of this model's plan as cases, instead of the\n"
     "                  built-in table\n"
     "  --seed S        seed of the random inputs (default 1)\n"
@@ -74,7 +77,8 @@ static int parse_args(int argc, char **argv, validate_args *a) {
     }
     const int takes = strcmp(arg, "--plugin") == 0 || strcmp(arg, "--op") == 0 ||
                       strcmp(arg, "--impl") == 0 || strcmp(arg, "--device") == 0 ||
-                      strcmp(arg, "--model") == 0 || strcmp(arg, "--seed") == 0;
+                      strcmp(arg, "--model") == 0 || strcmp(arg, "--seed") == 0 ||
+                      strcmp(arg, "--dtype") == 0;
     if (!takes) {
       bp_cli_report("validate", "unknown argument '%s' (try --help)", arg);
       return -1;
@@ -96,6 +100,13 @@ static int parse_args(int argc, char **argv, validate_args *a) {
       a->opt.impl = v;
     } else if (strcmp(arg, "--device") == 0) {
       a->opt.device = v;
+    } else if (strcmp(arg, "--dtype") == 0) {
+      bp_dtype d;
+      if (bp_dtype_from_name(v, &d) != 0 || d == BP_DTYPE_ANY) {
+        bp_cli_report("validate", "--dtype '%s' is not fp32, fp16, int8, int32 or bf16", v);
+        return -1;
+      }
+      a->opt.dtype = v;
     } else if (strcmp(arg, "--model") == 0) {
       a->opt.model_path = v;
     } else {
@@ -146,6 +157,9 @@ static void print_json(FILE *out, const bp_validate_report *rep, const validate_
   const bp_validate_summary s = bp_validate_summarize(rep);
   fprintf(out, "{\n  \"seed\": %llu,\n  \"model\": ", (unsigned long long)a->opt.seed);
   if (a->opt.model_path) json_str(out, a->opt.model_path);
+  else fputs("null", out);
+  fputs(",\n  \"dtype\": ", out);
+  if (a->opt.dtype) json_str(out, a->opt.dtype);
   else fputs("null", out);
   fprintf(out, ",\n  \"gradcheck\": %s,\n  \"results\": [", a->opt.gradcheck ? "true" : "false");
   for (int i = 0; i < bp_validate_result_count(rep); i++) {

@@ -5,9 +5,10 @@
  * all of it, so the parameter regions are slivers); connectors fanning out
  * to a second bar where every region that holds bytes gets a readable width
  * (not to scale) and a label; brackets naming each letter series; a legend
- * table with exact numbers; the regions that hold nothing. Colors follow the
- * series letter, alternating two shades inside a series so neighbours stay
- * apart. */
+ * table with exact numbers; the regions that hold nothing; for a packed
+ * plan, the feature slots over the step's nodes (those in one band at
+ * different times share bytes). Colors follow the series letter,
+ * alternating two shades inside a series so neighbours stay apart. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -386,6 +387,87 @@ static double draw_legend(FILE *out, const bp_plan *plan, const layout *L, doubl
   return y;
 }
 
+/* Whether tensor `id` shares a byte with another tensor of its region. */
+static int shares_bytes(const bp_plan *plan, int32_t id) {
+  const bp_dtensor *t = bp_plan_tensor(plan, 0, id);
+  for (int32_t j = 0; j < bp_plan_tensor_count(plan); j++) {
+    const bp_dtensor *u = bp_plan_tensor(plan, 0, j);
+    if (j != id && u->region == t->region && u->offset < t->offset + t->slot_bytes &&
+        t->offset < u->offset + u->slot_bytes)
+      return 1;
+  }
+  return 0;
+}
+
+/* Liveness packing: for each packed region, its slots over the nodes of
+ * the first variant's step (x) at their offsets (y). Slots in one vertical
+ * band at different times share bytes; those are outlined dark. */
+static double draw_liveness(FILE *out, const bp_plan *plan, double y, double width) {
+  if (!bp_plan_is_packed(plan)) return y;
+  char a[BP_FMT_MAX], b[BP_FMT_MAX];
+  const double chart_h = 240.0, x0 = MARGIN + 70, inner = width - MARGIN - x0;
+  const int32_t n = bp_plan_tensor_count(plan);
+  static const unsigned palette[] = {0x2e9e5b, 0x5cb85c, 0x1b7a44, 0x7fc97f, 0x3f8f6a, 0x9bd3a8};
+  y += 36;
+  fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\" "
+               "fill=\"#3a3a3c\">liveness reuse: %s per rank, %s without</text>\n",
+          MARGIN, y, bp_fmt_bytes(bp_plan_total_bytes(plan), a),
+          bp_fmt_bytes(bp_plan_unpacked_bytes(plan), b));
+  fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#6e6e73\">each feature or "
+               "gradient slot from its first to its last node in variant '",
+          MARGIN, y + 16);
+  xml_text(out, bp_plan_variant(plan, 0)->name);
+  fputs("' (x) at its bytes (y); slots in one band at different times share bytes "
+        "(dark outline)</text>\n", out);
+  y += 30;
+  for (int r = 0; r < BP_REGION_COUNT; r++) {
+    const bp_span s = bp_plan_region_span(plan, (bp_region)r);
+    if (!bp_region_is_packed((bp_region)r) || s.bytes == 0) continue;
+    int32_t nodes = 1;
+    for (int32_t id = 0; id < n; id++) {
+      const bp_live_range lr = bp_plan_live_range(plan, 0, id);
+      if (lr.first >= 0 && lr.last != BP_LIVE_END && lr.last + 1 > nodes) nodes = lr.last + 1;
+      if (lr.first >= nodes) nodes = lr.first + 1;
+    }
+    const double dx = inner / (double)nodes;
+    fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" font-weight=\"bold\" "
+                 "fill=\"#1d1d1f\">%s</text>\n",
+            MARGIN, y + 14, bp_region_get((bp_region)r)->name);
+    fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#6e6e73\">%s</text>\n",
+            MARGIN, y + 30, bp_fmt_bytes(s.bytes, a));
+    fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f4f4f6\" "
+                 "stroke=\"#c7c7cc\"/>\n",
+            x0, y, inner, chart_h);
+    int shade = 0;
+    for (int32_t id = 0; id < n; id++) {
+      const bp_dtensor *t = bp_plan_tensor(plan, 0, id);
+      const bp_live_range lr = bp_plan_live_range(plan, 0, id);
+      if ((int)t->region != r || lr.first < 0) continue;
+      const int32_t last = lr.last == BP_LIVE_END ? nodes - 1 : lr.last;
+      const double rx = x0 + dx * lr.first, rw = dx * (last - lr.first + 1);
+      const double ry = y + chart_h * (double)(t->offset - s.offset) / (double)s.bytes;
+      const double rh = fmax(chart_h * (double)t->slot_bytes / (double)s.bytes, 1.0);
+      const unsigned rgb = palette[shade++ % (int)(sizeof palette / sizeof palette[0])];
+      const int shared = shares_bytes(plan, id);
+      fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#%06x\" "
+                   "stroke=\"%s\" stroke-width=\"%s\"><title>",
+              rx, ry, rw, rh, rgb, shared ? "#1d1d1f" : "#ffffff", shared ? "1.2" : "0.6");
+      xml_text(out, t->name);
+      fprintf(out, ": %s at +%s, nodes %d..%d%s</title></rect>\n", bp_fmt_bytes(t->slot_bytes, a),
+              bp_fmt_count(t->offset - s.offset, b), (int)lr.first, (int)last,
+              shared ? ", shares bytes" : "");
+      if (rw >= text_w(t->name, 10, 0) + 6 && rh >= 13) {
+        fprintf(out, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"10\" fill=\"%s\">", rx + 3,
+                ry + fmin(rh / 2 + 4, 14), ink_on(rgb));
+        xml_text(out, t->name);
+        fputs("</text>\n", out);
+      }
+    }
+    y += chart_h + 24;
+  }
+  return y;
+}
+
 /* The regions without bytes, one reason per line. */
 static double draw_zero_regions(FILE *out, const bp_plan *plan, double y, double width) {
   char zero[2048];
@@ -446,6 +528,7 @@ void bp_plan_print_svg(FILE *out, const bp_plan *plan, const bp_plan_print_info 
   L.y_legend = L.y_brackets + 80;
   y = draw_legend(mem, plan, &L, L.y_legend);
   y = draw_zero_regions(mem, plan, y, L.width);
+  y = draw_liveness(mem, plan, y, L.width);
   L.height = y + MARGIN;
   fclose(mem);
 

@@ -151,6 +151,35 @@ static void print_shape_differences(FILE *out, const bp_plan *plan) {
   free(wcol);
 }
 
+/* Liveness packing: the bytes without it, and how many slots share. */
+static void print_reuse(FILE *out, const bp_plan *plan) {
+  if (!bp_plan_is_packed(plan)) {
+    fprintf(out, "liveness reuse: off (every feature and gradient slot has its own bytes)\n");
+    return;
+  }
+  const uint64_t total = bp_plan_total_bytes(plan), without = bp_plan_unpacked_bytes(plan);
+  int32_t shared = 0, packed = 0;
+  for (int32_t id = 0; id < bp_plan_tensor_count(plan); id++) {
+    const bp_dtensor *t = bp_plan_tensor(plan, 0, id);
+    if (!bp_region_is_packed(t->region)) continue;
+    packed++;
+    for (int32_t j = 0; j < bp_plan_tensor_count(plan); j++) {
+      const bp_dtensor *u = bp_plan_tensor(plan, 0, j);
+      if (j != id && u->region == t->region && u->offset < t->offset + t->slot_bytes &&
+          t->offset < u->offset + u->slot_bytes) {
+        shared++;
+        break;
+      }
+    }
+  }
+  fprintf(out,
+          "liveness reuse: on, %" PRId32 " of %" PRId32 " feature and gradient slots share bytes "
+          "with a slot not live at the same time\n"
+          "without reuse (--no-reuse): %" PRIu64 " (%.2f MiB); reuse saves %.1f%%\n",
+          shared, packed, without, (double)without / (1024.0 * 1024.0),
+          without ? 100.0 * (double)(without - total) / (double)without : 0.0);
+}
+
 void bp_plan_print_table(FILE *out, const bp_plan *plan, const bp_plan_print_info *info) {
   char opts[128];
   const char *name = info && info->model_name && *info->model_name ? info->model_name : "(unnamed)";
@@ -168,4 +197,5 @@ void bp_plan_print_table(FILE *out, const bp_plan *plan, const bp_plan_print_inf
   uint64_t total = bp_plan_total_bytes(plan);
   fprintf(out, "total arena bytes per rank: %" PRIu64 " (%.2f MiB)\n", total,
           (double)total / (1024.0 * 1024.0));
+  print_reuse(out, plan);
 }

@@ -30,7 +30,8 @@ typedef enum {
   O_OPTIMIZER, O_EMA, O_AMP, O_QUIET, O_EPOCHS, O_RANKS, O_SEED, O_RESUME, O_METRICS,
   O_LOG_EVERY, O_LR, O_MOMENTUM, O_WEIGHT_DECAY, O_NESTEROV, O_SCHEDULE, O_WARMUP,
   O_STEP_GAMMA, O_STEP_EVERY, O_TRAIN_LIMIT, O_STOP_AFTER, O_CROP_PAD, O_FLIP, O_EMA_DECAY,
-  O_AUTOTUNE, O_AUTOTUNE_CACHE, O_REPLICATE, O_VERBOSE, O_DEVICES
+  O_AUTOTUNE, O_AUTOTUNE_CACHE, O_REPLICATE, O_VERBOSE, O_DEVICES, O_LOSS_SCALE,
+  O_GROWTH_INTERVAL, O_PROFILE, O_NO_REUSE
 } option_id;
 
 /* Every option: its name, what its value is, and whether eval takes it. */
@@ -52,11 +53,15 @@ static const struct option_spec {
     {O_OPTIMIZER, "--optimizer", V_TEXT, 1},
     {O_EMA, "--ema", V_NONE, 1},
     {O_AMP, "--amp", V_NONE, 1},
+    {O_LOSS_SCALE, "--loss-scale", V_NUMBER, 0},
+    {O_GROWTH_INTERVAL, "--loss-scale-growth-interval", V_COUNT, 0},
     {O_QUIET, "--quiet", V_NONE, 1},
     {O_VERBOSE, "--verbose", V_NONE, 1},
+    {O_PROFILE, "--profile", V_NONE, 1},
     {O_EPOCHS, "--epochs", V_COUNT, 0},
     {O_RANKS, "--ranks", V_COUNT, 1},
     {O_REPLICATE, "--replicate-update", V_NONE, 0},
+    {O_NO_REUSE, "--no-reuse", V_NONE, 1},
     {O_SEED, "--seed", V_SEED, 0},
     {O_RESUME, "--resume", V_FILE, 0},
     {O_METRICS, "--metrics", V_FILE, 0},
@@ -103,6 +108,7 @@ static double max_of(option_id id) {
   case O_TRAIN_LIMIT:
   case O_LOG_EVERY:
   case O_STOP_AFTER: return (double)BP_TRAIN_MAX_COUNT;
+  case O_GROWTH_INTERVAL: return BP_TRAIN_MAX_GROWTH_INTERVAL;
   default: return 0;
   }
 }
@@ -184,6 +190,7 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_AMP: o->amp = 1; break;
   case O_QUIET: a->quiet = 1; break;
   case O_VERBOSE: a->verbose = 1; break;
+  case O_PROFILE: a->profile = 1; break;
   case O_EPOCHS: o->epochs = i; break;
   case O_SEED: o->seed = (uint64_t)i; break;
   case O_RESUME: o->resume_path = value; break;
@@ -194,6 +201,7 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_WEIGHT_DECAY: o->weight_decay = d; break;
   case O_NESTEROV: o->nesterov = 1; break;
   case O_REPLICATE: o->replicate_update = 1; break;
+  case O_NO_REUSE: o->no_reuse = 1; break;
   case O_WARMUP: o->warmup_epochs = d; break;
   case O_STEP_GAMMA: o->step_gamma = d; break;
   case O_STEP_EVERY: o->step_epochs = i; break;
@@ -204,6 +212,14 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_EMA_DECAY: o->ema_decay = d; break;
   case O_AUTOTUNE: o->autotune = 1; break;
   case O_AUTOTUNE_CACHE: o->autotune = 1, o->autotune_cache = value; break;
+  case O_GROWTH_INTERVAL: o->loss_scale_growth_interval = i; break;
+  case O_LOSS_SCALE: /* 0 means "dynamic" in the options: not a scale one can ask for */
+    if (d < BP_TRAIN_MIN_LOSS_SCALE || d > BP_TRAIN_MAX_LOSS_SCALE) {
+      bp_cli_report(cmd, "--loss-scale: '%s' is not a number in [2^-24, 2^64]", value);
+      return -1;
+    }
+    o->loss_scale = d;
+    break;
   case O_RANKS:
     if (i < 1 || i > BP_COMM_MAX_WORLD) {
       bp_cli_report(cmd, "--ranks %lld: must be in [1, %d] (ranks run as threads)", (long long)i,
@@ -314,6 +330,12 @@ int bp_cli_train_parse(int argc, char **argv, int eval, bp_cli_train_args *a) {
   }
   if (eval && !a->options.checkpoint_path) {
     bp_cli_report(a->command, "--checkpoint FILE is required (the checkpoint to evaluate)");
+    return -1;
+  }
+  if (a->options.loss_scale > 0 && a->options.loss_scale_growth_interval > 0) {
+    bp_cli_report(a->command,
+                  "--loss-scale sets a static scale, which never grows: drop "
+                  "--loss-scale-growth-interval (or --loss-scale, for a dynamic scale)");
     return -1;
   }
   if (!eval && a->options.stop_after_steps && !a->options.checkpoint_path) {

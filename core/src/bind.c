@@ -22,6 +22,7 @@ typedef struct bound_node {
   const bp_registered_kernel *kernel; /* borrowed from the registry */
   uint64_t workspace_bytes;
   void *state; /* what the kernel's prepare() made, or NULL; released at destroy */
+  int profile_slot; /* its node in the attached profile */
 } bound_node;
 
 typedef struct bound_segment {
@@ -46,6 +47,7 @@ struct bp_exec {
   bp_threads *own_threads;       /* made when options.threads is NULL */
   uint64_t params_generation;    /* args->params_generation points here */
   char reason[BP_EXEC_REASON_BYTES]; /* args->reason of every node */
+  bp_profile *profile; /* (optional) borrowed: bp_exec_set_profile */
 };
 
 /* ---- descriptors ------------------------------------------------------------ */
@@ -388,12 +390,43 @@ bp_status bp_exec_run(bp_exec *x, int variant, bp_segment segment, int buffer) {
     return bp_fail(BP_ERR_INVALID, "bp_exec_run: variant %d, segment %d, buffer %d", variant,
                    (int)segment, buffer);
   const bound_segment *s = &x->segments[variant][segment];
+  /* profiled: one clock reading before the first node and one after each,
+   * so the node times partition the run (profile.h invariant 1) */
+  bp_profile *p = x->profile && bp_profile_recording(x->profile) ? x->profile : NULL;
+  const uint64_t t0 = p ? bp_profile_now_ns() : 0;
+  uint64_t t = t0;
   for (int k = 0; k < s->count; k++) {
     const bound_node *b = &s->nodes[k];
     const int rc = b->run(b->user, &b->args[buffer]);
+    if (p) {
+      const uint64_t now = bp_profile_now_ns();
+      bp_profile_node_time(p, b->profile_slot, now - t);
+      t = now;
+    }
     if (rc != BP_ABI_OK) return node_failed(x, variant, b, rc);
   }
+  if (p) bp_profile_run_time(p, variant, t - t0);
   return BP_OK;
+}
+
+bp_status bp_exec_set_profile(bp_exec *x, bp_profile *p) {
+  if (!x) return bp_fail(BP_ERR_INVALID, "bp_exec_set_profile: NULL executor");
+  x->profile = NULL;
+  if (!p) return BP_OK;
+  if (bp_profile_variant_count(p) != 0)
+    return bp_fail(BP_ERR_STATE, "bp_exec_set_profile: the profile is attached elsewhere");
+  bp_status st = BP_OK;
+  for (int v = 0; st == BP_OK && v < x->variant_count; v++) {
+    st = bp_profile_add_variant(p, v, bp_plan_variant(x->plan, v)->name);
+    for (int s = 0; st == BP_OK && s < BP_SEGMENT_COUNT; s++)
+      for (int k = 0; st == BP_OK && k < x->segments[v][s].count; k++) {
+        bound_node *b = &x->segments[v][s].nodes[k];
+        st = bp_profile_add_node(p, v, (bp_segment)s, b->node->name, b->kernel->kernel.op,
+                                 b->kernel->kernel.impl, &b->args[0], &b->profile_slot);
+      }
+  }
+  if (st == BP_OK) x->profile = p;
+  return st;
 }
 
 const bp_registered_kernel *bp_exec_kernel(const bp_exec *x, int variant, bp_segment segment,

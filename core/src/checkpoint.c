@@ -22,7 +22,9 @@
  *       88      8  u64 good_steps      /
  *       96    256  identification text: UTF-8, NUL-padded, at most 255 bytes
  *                  (an optional note, then a summary of the plan)
- *      352     28  reserved, written as zero, ignored by version-1 readers
+ *      352      8  u64 optimizer_steps  \ bp_train_state, AMP only (0 without):
+ *      360      8  u64 skipped_steps    / bytes that were reserved (zero) before
+ *      368     12  reserved, written as zero, ignored by version-1 and -2 readers
  *      380      4  u32 CRC-32 of bytes 0..379 (the header CRC)
  *      384   48*S  section table, S entries, in file order:
  *                    16  first region name, NUL-padded ("B")
@@ -61,6 +63,7 @@
  * from the plan and only copied into the arena once every check has passed. */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -92,7 +95,9 @@
 #define TRAILER_BYTES (4 + END_MARKER_BYTES)
 #define CHUNK_BYTES ((size_t)1 << 20)
 
-_Static_assert(TEXT_AT + BP_CHECKPOINT_TEXT_MAX <= HEADER_CRC_AT, "text overlaps the CRC");
+#define AMP_STEPS_AT 352 /* optimizer_steps, skipped_steps: after the text */
+_Static_assert(TEXT_AT + BP_CHECKPOINT_TEXT_MAX <= AMP_STEPS_AT, "text overlaps the AMP steps");
+_Static_assert(AMP_STEPS_AT + 16 <= HEADER_CRC_AT, "the AMP steps overlap the CRC");
 _Static_assert(sizeof(double) == 8, "loss_scale is stored as 64 IEEE bits");
 
 /* The state spans, in file order. Each holds exactly the state regions: the
@@ -232,6 +237,8 @@ static void encode_header(const header *h, unsigned char out[HEADER_BYTES]) {
   put_u64(out + 72, h->state.global_step);
   put_u64(out + 80, double_bits(h->state.loss_scale));
   put_u64(out + 88, h->state.good_steps);
+  put_u64(out + AMP_STEPS_AT, h->state.optimizer_steps);
+  put_u64(out + AMP_STEPS_AT + 8, h->state.skipped_steps);
   size_t n = strnlen(h->text, BP_CHECKPOINT_TEXT_MAX - 1);
   memcpy(out + TEXT_AT, h->text, n);
   put_u32(out + HEADER_CRC_AT, crc_update(crc_start(), out, HEADER_CRC_AT));
@@ -252,6 +259,8 @@ static void decode_header(const unsigned char in[HEADER_BYTES], header *h) {
   h->state.global_step = get_u64(in + 72);
   h->state.loss_scale = bits_double(get_u64(in + 80));
   h->state.good_steps = get_u64(in + 88);
+  h->state.optimizer_steps = get_u64(in + AMP_STEPS_AT);
+  h->state.skipped_steps = get_u64(in + AMP_STEPS_AT + 8);
   memcpy(h->text, in + TEXT_AT, BP_CHECKPOINT_TEXT_MAX - 1);
   h->text[BP_CHECKPOINT_TEXT_MAX - 1] = '\0';
 }
@@ -261,10 +270,14 @@ static void decode_header(const unsigned char in[HEADER_BYTES], header *h) {
 static bp_status check_counters(const char *path, const header *h) {
   const bp_train_state *s = &h->state;
   const char *bad = NULL;
-  if (!(s->loss_scale > 0.0) || s->loss_scale > 1e38) bad = "loss scale not a finite number > 0";
+  /* the scale lives in FP32 (S): growth stops below FP32's largest value */
+  if (!(s->loss_scale > 0.0) || s->loss_scale > FLT_MAX) bad = "loss scale not a finite number > 0";
   else if (s->epoch > BP_TRAIN_MAX_EPOCHS) bad = "epoch past the trainer's range";
   else if (s->step > (uint64_t)BP_TRAIN_MAX_COUNT || s->global_step > (uint64_t)INT64_MAX)
     bad = "step counters past the trainer's range";
+  else if (s->optimizer_steps > s->global_step ||
+           s->skipped_steps > s->global_step - s->optimizer_steps)
+    bad = "more optimizer and skipped steps than steps";
   for (const char *c = h->text; !bad && *c; c++)
     if ((unsigned char)*c < 0x20 || (unsigned char)*c == 0x7f)
       bad = "control characters in the identification text";
@@ -771,10 +784,15 @@ bp_status bp_checkpoint_load_access(const char *path, const bp_plan *plan,
     memcpy(theirs, o.h.text, sizeof theirs);
     sanitize_text(theirs);
     build_text(plan, NULL, ours);
+    /* a file of a build before liveness packing, or of --no-reuse */
+    const int unpacked = bp_plan_is_packed(plan) && o.h.total_bytes == bp_plan_unpacked_bytes(plan);
     return bp_fail(BP_ERR_SHAPE,
                    "checkpoint %s was written for another plan (hash %016" PRIx64
-                   ", this plan %016" PRIx64 "); it holds: %s; this plan: %s",
-                   path, o.h.plan_hash, hash, theirs, ours);
+                   ", this plan %016" PRIx64 "); it holds: %s; this plan: %s%s",
+                   path, o.h.plan_hash, hash, theirs, ours,
+                   unpacked ? "; its size is this plan's without liveness reuse: load it with "
+                              "--no-reuse"
+                            : "");
   }
   /* Sized from the plan, never from the file (whose data_bytes equals it). */
   unsigned char *staging = malloc(l.data_bytes ? (size_t)l.data_bytes : 1);

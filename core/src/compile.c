@@ -22,6 +22,12 @@
  *   loss_scale  fp32 = 1            S_SCALAR
  *   step        fp32 = 0            S_SCALAR   AdamW's step counter (bp_abi_ops.h:
  *                                              scalars are FP32; exact to 2^24 steps)
+ * and, under AMP only (a plan without AMP keeps its bytes and its hash, so
+ * its old checkpoints still load), the dynamic loss scaling's state
+ * (docs/amp.md; the trainer writes loss_scale and step at start):
+ *   found_inf   fp32 = 0            S_SCALAR   1 when the step's gradients overflowed
+ *   good_steps  fp32 = 0            S_SCALAR   clean steps since the scale changed
+ *   skipped     fp32 = 0            S_SCALAR   steps skipped on overflow
  * and, with the LARS optimizer, for its one node over the decayed span
  * (the S weights of conv and fc layers, graph.h):
  *   lars.segments [1,1,1,S+1] int32 T   element offsets of each weight in
@@ -58,6 +64,7 @@
 #include <string.h>
 
 #include "layer-impl.h"
+#include "liveness-impl.h"
 #include "plan-impl.h"
 
 typedef struct compile_ctx {
@@ -229,6 +236,14 @@ static bp_status alloc_globals(const compile_ctx *x) {
       (st = bp_plan_alloc_scalar(x->plan, "step", BP_DTYPE_FP32,
                                  (bp_init){BP_INIT_ZEROS, 0.0f, 0.0f, 0}, &g->step)) != BP_OK)
     return plan_fail(x, -1, st);
+  if (!x->options->plan.amp) return BP_OK;
+  const bp_init zeros = {BP_INIT_ZEROS, 0.0f, 0.0f, 0};
+  if ((st = bp_plan_alloc_scalar(x->plan, "found_inf", BP_DTYPE_FP32, zeros, &g->found_inf)) !=
+          BP_OK ||
+      (st = bp_plan_alloc_scalar(x->plan, "good_steps", BP_DTYPE_FP32, zeros, &g->good_steps)) !=
+          BP_OK ||
+      (st = bp_plan_alloc_scalar(x->plan, "skipped", BP_DTYPE_FP32, zeros, &g->skipped)) != BP_OK)
+    return plan_fail(x, -1, st);
   return BP_OK;
 }
 
@@ -280,7 +295,7 @@ static bp_model_tensors *record_new(const bp_model *m) {
     r->names[i][BP_NAME_MAX - 1] = '\0';
     r->types[i] = m->layers[i].type;
   }
-  r->globals = (bp_global_tensors){{-1, -1}, {-1, -1}, -1, -1, -1, -1, -1, -1, -1};
+  r->globals = (bp_global_tensors){{-1, -1}, {-1, -1}, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
   return r;
 }
 
@@ -378,7 +393,9 @@ bp_status bp_model_compile(const bp_model *model, const bp_compile_options *opti
   }
   if (st == BP_OK) {
     x.variant = NULL;
-    if ((st = bp_plan_finalize(x.plan)) != BP_OK) {
+    if ((st = bp_plan_finalize(x.plan)) == BP_OK && !options->no_reuse)
+      st = bp_liveness_pack_model(model, options, x.plan); /* F slots share bytes */
+    if (st != BP_OK) {
       char why[768];
       snprintf(why, sizeof why, "%s", bp_last_error());
       st =

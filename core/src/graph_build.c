@@ -34,6 +34,7 @@
 
 #include "blueprint/graph.h"
 #include "layer-impl.h"
+#include "liveness-impl.h"
 #include "bp_abi_sdk.h"
 
 typedef struct seg_list {
@@ -83,6 +84,7 @@ void bp_graph_options_init(bp_graph_options *o) {
   o->optimizer.eps = 1e-8f;
   o->optimizer.eta = 0.001f;
   o->ema_decay = 0.999f;
+  o->loss_scale = (bp_loss_scale_attrs){2.0f, 0.5f, 2000};
 }
 
 /* ---- context ---------------------------------------------------------------- */
@@ -107,6 +109,7 @@ typedef struct build_ctx {
   int *reaches;   /* [layer_count] a path to the loss */
   int *flows;     /* [layer_count] the loss's gradient flows back to it */
   int32_t input, lr, step, lars_segments, lars_norms; /* from globals: input in I_A */
+  int32_t loss_scale, found_inf, good_steps, skipped;  /* AMP's scalars (-1 without) */
   int *writers; /* [tensor count] gradient-slot writers, per variant */
   int *written; /* [tensor count] a writer already ran */
   int variant;
@@ -132,13 +135,28 @@ static bp_status find_record(build_ctx *x) {
   x->ids = r->layers;
   x->globals = &r->globals;
   const bp_global_tensors *gt = &r->globals;
-  x->g->tensors = (bp_graph_tensors){{gt->input[0], gt->input[1]}, {gt->label[0], gt->label[1]},
-                                     gt->lr, gt->loss_scale, gt->step, gt->loss, gt->correct};
+  x->g->tensors = (bp_graph_tensors){{gt->input[0], gt->input[1]},
+                                     {gt->label[0], gt->label[1]},
+                                     gt->lr,
+                                     gt->loss_scale,
+                                     gt->step,
+                                     gt->loss,
+                                     gt->correct,
+                                     gt->found_inf,
+                                     gt->good_steps,
+                                     gt->skipped};
   x->input = r->globals.input[0];
   x->lr = r->globals.lr;
   x->step = r->globals.step;
   x->lars_segments = r->globals.lars_segments;
   x->lars_norms = r->globals.lars_norms;
+  x->loss_scale = gt->loss_scale;
+  x->found_inf = gt->found_inf;
+  x->good_steps = gt->good_steps;
+  x->skipped = gt->skipped;
+  if (x->amp && (x->found_inf < 0 || x->good_steps < 0 || x->skipped < 0))
+    return bp_fail(BP_ERR_STATE, "graph of model '%s': an AMP plan without its loss-scale scalars",
+                   x->m->name);
   return BP_OK;
 }
 
@@ -414,7 +432,8 @@ static void update_node(build_ctx *x, const char *name, bp_param_kind k0, bp_par
   if (lars) bp_node_out(n, x->lars_norms);
   SET_ATTRS(n, optimizer,
             {o->momentum, decayed ? o->weight_decay : 0.0f, o->nesterov, o->beta1, o->beta2, o->eps,
-             o->eta, 0});
+             o->eta, x->amp});
+  if (x->amp) bp_node_in(n, x->found_inf); /* the trailing skip input */
   if (b) {
     const bp_span whole = family_span(x, BP_FAMILY_W, b->k0, b->k1);
     BP_ASSERT(w.offset >= whole.offset && w.offset + w.bytes <= whole.offset + whole.bytes);
@@ -436,11 +455,13 @@ static void bucket_node(build_ctx *x, bp_segment seg, const char *op, bp_param_f
   if (strcmp(op, "allreduce.all_gather") != 0) SET_ATTRS(n, allreduce, {1.0f});
 }
 
-/* COMM, UPDATE, GATHER and STATE (graph.h). */
+/* COMM, UPDATE, GATHER and STATE (graph.h). AMP replicates the update:
+ * the overflow check reads every rank's whole, equal G span. */
 static void build_comm_and_update(build_ctx *x) {
   const bp_optimizer opt = bp_plan_get_options(x->plan)->optimizer;
   const int world = x->g->options.world;
-  const int sharded = world > 1 && !x->g->options.replicate_update && opt != BP_OPT_LARS;
+  const int sharded =
+      world > 1 && !x->g->options.replicate_update && opt != BP_OPT_LARS && !x->amp;
   if (world > 1) {
     for (int k = 0; k < BUCKET_COUNT; k++)
       bucket_node(x, BP_SEGMENT_COMM, sharded ? "allreduce.reduce_scatter" : "allreduce.sum",
@@ -452,6 +473,12 @@ static void build_comm_and_update(build_ctx *x) {
       out_span(n, bn, BP_DTYPE_FP32);
       SET_ATTRS(n, allreduce, {1.0f / (float)world});
     }
+  }
+  if (x->amp) {
+    bp_node *n = node_add(x, BP_SEGMENT_UPDATE, "range.nan_check", -1, "nan_check G");
+    in_span(n, family_span(x, BP_FAMILY_G, BP_PARAM_BN_BIAS, BP_PARAM_CONV_DEEP), BP_DTYPE_FP32);
+    bp_node_out(n, x->found_inf);
+    SET_ATTRS(n, range, {0.0f, 0.0f, 0});
   }
   if (!sharded) {
     update_node(x, "update.decay", BP_PARAM_FC_WEIGHT, BP_PARAM_CONV_DEEP, 1, NULL);
@@ -485,8 +512,16 @@ static void build_train_ranges(build_ctx *x) {
                BP_DTYPE_FP16, 0.0f, 0.0f);
     range_node(x, BP_SEGMENT_CAST, "range.cast", "cast W->A", w, BP_DTYPE_FP32, a, BP_DTYPE_FP16,
                0.0f, 0.0f);
-    range_node(x, BP_SEGMENT_CAST_GRAD, "range.cast", "cast G16->G", g16, BP_DTYPE_FP16, g,
-               BP_DTYPE_FP32, 0.0f, 0.0f);
+    bp_node *z = node_add(x, BP_SEGMENT_CAST_GRAD, "range.zero", -1, "zero found_inf");
+    bp_node_out(z, x->found_inf);
+    SET_ATTRS(z, range, {0.0f, 0.0f, 0});
+    if (g16.bytes) {
+      bp_node *u = node_add(x, BP_SEGMENT_CAST_GRAD, "range.unscale", -1, "unscale G16->G");
+      in_span(u, g16, BP_DTYPE_FP16);
+      bp_node_in(u, x->loss_scale);
+      out_span(u, g, BP_DTYPE_FP32);
+      SET_ATTRS(u, range, {0.0f, 0.0f, 0});
+    }
   } else {
     range_node(x, BP_SEGMENT_ZERO_GRAD, "range.zero", "zero_grad", none, BP_DTYPE_FP32, g,
                BP_DTYPE_FP32, 0.0f, 0.0f);
@@ -496,8 +531,24 @@ static void build_train_ranges(build_ctx *x) {
     const bp_span e = family_span(x, BP_FAMILY_E, first, last);
     range_node(x, BP_SEGMENT_EMA, "range.ema", "ema", w, BP_DTYPE_FP32, e, BP_DTYPE_FP32, 0.0f,
                x->g->options.ema_decay);
+    seg_list *ema = &x->vg->segs[BP_SEGMENT_EMA];
+    if (x->amp && ema->count > 0) { /* skipped with the update */
+      bp_node *n = &ema->nodes[ema->count - 1];
+      bp_node_in(n, x->found_inf);
+      n->attrs.range.has_skip = 1;
+    }
     range_node(x, BP_SEGMENT_INIT, "range.copy", "init E=W", w, BP_DTYPE_FP32, e, BP_DTYPE_FP32,
                0.0f, 0.0f);
+  }
+  if (x->amp) { /* last: UPDATE read the scale's step counter, EMA the flag */
+    bp_node *n = node_add(x, BP_SEGMENT_EMA, "range.loss_scale", -1, "loss_scale");
+    bp_node_in(n, x->found_inf);
+    bp_node_out(n, x->loss_scale);
+    bp_node_out(n, x->good_steps);
+    bp_node_out(n, x->step);
+    bp_node_out(n, x->skipped);
+    n->attrs.loss_scale = x->g->options.loss_scale;
+    n->attr_size = sizeof n->attrs.loss_scale;
   }
 }
 
@@ -622,6 +673,15 @@ static bp_status check_options(const bp_model *m, const bp_plan *plan, const bp_
                    (long long)o->global_batch, (long long)o->train_size);
   if (o->eval_ema && !bp_plan_get_options(plan)->ema)
     return bp_fail(BP_ERR_INVALID, "graph: evaluation on the EMA copies needs a plan with ema");
+  const bp_loss_scale_attrs *ls = &o->loss_scale;
+  if (bp_plan_get_options(plan)->amp &&
+      (!(ls->growth_factor >= 1.0f && ls->growth_factor <= 65536.0f) ||
+       !(ls->backoff_factor > 0.0f && ls->backoff_factor <= 1.0f) || ls->growth_interval < 0 ||
+       ls->growth_interval > (1 << 24)))
+    return bp_fail(BP_ERR_INVALID,
+                   "graph: loss scale growth %g must be in [1, 65536], backoff %g in (0, 1] and "
+                   "growth interval %d in [0, 2^24] (counts are FP32 in S)",
+                   (double)ls->growth_factor, (double)ls->backoff_factor, (int)ls->growth_interval);
   for (int i = 0; i < m->layer_count; i++) {
     const bp_layer *l = &m->layers[i];
     if (l->type == BP_LAYER_ADD && l->inputs[0] == l->inputs[1])
@@ -688,6 +748,16 @@ static bp_status build_variant(build_ctx *x, int v) {
   for (int i = 0; i < last; i++)
     if (x->reaches[i]) forward_layer(x, BP_SEGMENT_FORWARD, i, 0);
   forward_layer(x, BP_SEGMENT_LOSS, last, 0);
+  seg_list *loss = &x->vg->segs[BP_SEGMENT_LOSS];
+  if (x->amp && loss->count == 1 && strcmp(loss->nodes[0].op, "softmax_ce.fwd_bwd") == 0 &&
+      loss->nodes[0].attrs.softmax_ce.compute_grad) {
+    /* dlogits = (softmax - target) * grad_scale * S: FP16 gradients keep
+     * their small values (docs/amp.md) */
+    bp_node *n = &loss->nodes[0];
+    BP_ASSERT(n->num_inputs == 2);
+    bp_node_in(n, x->loss_scale);
+    n->attrs.softmax_ce.has_loss_scale = 1;
+  }
   bp_status st = build_backward(x);
   if (st != BP_OK) return st;
   build_train_ranges(x);
@@ -741,6 +811,7 @@ bp_status bp_graph_build(const bp_model *model, const bp_plan *plan,
     if ((st = build_variant(&x, v)) != BP_OK) goto done;
   if (lars && x.lars_segments >= 0 && (st = build_lars_table(&x)) != BP_OK) goto done;
   st = check_graph(&x);
+  if (st == BP_OK) st = bp_liveness_check_graph(plan, x.g); /* a packed plan fits this graph */
 done:
   free(x.needs);
   free(x.reaches);

@@ -69,6 +69,7 @@ typedef struct bp_global_tensors {
   int32_t lr, loss_scale, step;
   int32_t loss, correct;
   int32_t lars_segments, lars_norms; /* -1 unless LARS with weights */
+  int32_t found_inf, good_steps, skipped; /* -1 unless AMP (dynamic loss scaling) */
 } bp_global_tensors;
 
 /* What compile.c keeps with the plan for the graph build (plan-impl.h). */

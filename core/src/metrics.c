@@ -81,6 +81,10 @@ bp_status bp_metrics_write_epoch(bp_metrics *m, const bp_epoch_report *r) {
   num(line, sizeof line, "eval_seconds", r->eval_seconds);
   num(line, sizeof line, "seconds", r->seconds);
   num(line, sizeof line, "lr", r->lr);
+  if (r->amp) {
+    num(line, sizeof line, "loss_scale", r->loss_scale);
+    integer(line, sizeof line, "skipped_steps", r->skipped_steps);
+  }
   size_t n = strlen(line);
   snprintf(line + n, sizeof line - n, ",\"complete\":%s,\"checkpointed\":%s",
            r->complete ? "true" : "false", r->checkpointed ? "true" : "false");
@@ -101,6 +105,12 @@ bp_status bp_metrics_write_step(bp_metrics *m, const bp_train_progress *p) {
   num(line, sizeof line, "images_per_second", p->images_per_second);
   num(line, sizeof line, "seconds", p->seconds);
   return emit(m, line);
+}
+
+bp_status bp_metrics_write_profile(bp_metrics *m, const bp_profile *p) {
+  fputs("{\"event\":\"profile\"", m->file);
+  bp_status st = bp_profile_write_json(p, m->file);
+  return st == BP_OK ? emit(m, "") : st;
 }
 
 /* A JSON string literal: quotes, backslashes and control bytes escaped. */

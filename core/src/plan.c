@@ -20,6 +20,10 @@ struct bp_plan {
   bp_span regions[BP_REGION_COUNT];
   int32_t region_tensors[BP_REGION_COUNT];
   uint64_t total_bytes;
+  /* liveness packing (invariant 8); NULL: not packed */
+  uint64_t *packed_rel;  /* [tensor_count] offset of a packed region's tensor in its region */
+  bp_live_range *live;   /* [variant_count * tensor_count] */
+  uint64_t unpacked_bytes;
   void *attachment; /* plan-impl.h: owned, freed by attachment_free */
   void (*attachment_free)(void *);
   /* names of variant 0's tensors: open addressing, id + 1 (0: empty), a
@@ -111,6 +115,8 @@ void bp_plan_destroy(bp_plan *plan) {
   if (!plan) return;
   bp_plan_attach(plan, NULL, NULL);
   free(plan->name_index);
+  free(plan->packed_rel);
+  free(plan->live);
   for (int v = 0; v < plan->variant_count; v++) free(plan->tensors[v]);
   free(plan->tensors);
   free(plan->variants);
@@ -342,6 +348,34 @@ bp_status bp_plan_alloc_temp(bp_plan *p, const char *name, bp_shape shape, bp_dt
   return add_tensor(p, name, shape, dtype, BP_REGION_T, (bp_init){0}, 0, id_out);
 }
 
+/* Regions in enum order; tensors in allocation order inside each, but
+ * for a packed region of a packed plan, at their packed offsets. */
+static bp_status layout(bp_plan *p) {
+  uint64_t cursor = 0;
+  for (int r = 0; r < BP_REGION_COUNT; r++) {
+    const uint64_t base = cursor;
+    const int packed = p->packed_rel && bp_region_is_packed((bp_region)r);
+    p->regions[r].offset = base;
+    p->region_tensors[r] = 0;
+    for (int32_t id = 0; id < p->tensor_count; id++) {
+      bp_dtensor *t0 = &p->tensors[0][id];
+      if ((int)t0->region != r) continue;
+      uint64_t at = packed ? base + p->packed_rel[id] : cursor, end;
+      if (at < base || __builtin_add_overflow(at, t0->slot_bytes, &end))
+        return bp_fail(BP_ERR_OVERFLOW, "plan size overflows 64 bits at tensor '%s'", t0->name);
+      for (int v = 0; v < p->variant_count; v++) p->tensors[v][id].offset = at;
+      if (end > cursor) cursor = end;
+      p->region_tensors[r]++;
+    }
+    p->regions[r].bytes = cursor - base;
+  }
+  if (cursor > (uint64_t)PTRDIFF_MAX)
+    return bp_fail(BP_ERR_OVERFLOW, "plan of %llu bytes exceeds the address space",
+                   (unsigned long long)cursor);
+  p->total_bytes = cursor;
+  return BP_OK;
+}
+
 bp_status bp_plan_finalize(bp_plan *p) {
   if (p->open || p->finalized || p->variant_count == 0)
     return bp_fail(BP_ERR_STATE, "finalize needs at least one closed variant, once");
@@ -352,27 +386,25 @@ bp_status bp_plan_finalize(bp_plan *p) {
       if (p->tensors[v][id].slot_bytes > slot) slot = p->tensors[v][id].slot_bytes;
     for (int v = 0; v < p->variant_count; v++) p->tensors[v][id].slot_bytes = slot;
   }
-  /* regions in enum order, tensors in allocation order inside each */
-  uint64_t cursor = 0;
-  for (int r = 0; r < BP_REGION_COUNT; r++) {
-    p->regions[r].offset = cursor;
-    p->region_tensors[r] = 0;
-    for (int32_t id = 0; id < p->tensor_count; id++) {
-      bp_dtensor *t0 = &p->tensors[0][id];
-      if ((int)t0->region != r) continue;
-      for (int v = 0; v < p->variant_count; v++) p->tensors[v][id].offset = cursor;
-      if (__builtin_add_overflow(cursor, t0->slot_bytes, &cursor))
-        return bp_fail(BP_ERR_OVERFLOW, "plan size overflows 64 bits at tensor '%s'", t0->name);
-      p->region_tensors[r]++;
-    }
-    p->regions[r].bytes = cursor - p->regions[r].offset;
-  }
-  if (cursor > (uint64_t)PTRDIFF_MAX)
-    return bp_fail(BP_ERR_OVERFLOW, "plan of %llu bytes exceeds the address space",
-                   (unsigned long long)cursor);
-  p->total_bytes = cursor;
+  bp_status st = layout(p);
+  if (st != BP_OK) return st;
+  p->unpacked_bytes = p->total_bytes;
   p->finalized = 1;
   return bp_plan_check(p);
+}
+
+bp_status bp_plan_pack(bp_plan *p, const uint64_t *rel_offsets, const bp_live_range *live) {
+  if (!p->finalized || p->packed_rel)
+    return bp_fail(BP_ERR_STATE, "pack needs a finalized plan, once");
+  const size_t n = (size_t)p->tensor_count, cells = (size_t)p->variant_count * n;
+  p->packed_rel = malloc((n ? n : 1) * sizeof *p->packed_rel);
+  p->live = malloc((cells ? cells : 1) * sizeof *p->live);
+  if (!p->packed_rel || !p->live) return bp_fail(BP_ERR_NOMEM, "out of memory packing a plan");
+  for (size_t id = 0; id < n; id++)
+    p->packed_rel[id] = bp_region_is_packed(p->tensors[0][id].region) ? rel_offsets[id] : 0;
+  memcpy(p->live, live, cells * sizeof *p->live);
+  bp_status st = layout(p);
+  return st != BP_OK ? st : bp_plan_check(p);
 }
 
 int bp_plan_is_finalized(const bp_plan *p) { return p->finalized; }
@@ -413,6 +445,17 @@ int32_t bp_plan_find_tensor(const bp_plan *p, const char *name) {
 }
 
 uint64_t bp_plan_total_bytes(const bp_plan *p) { return p->total_bytes; }
+
+int bp_plan_is_packed(const bp_plan *p) { return p->packed_rel != NULL; }
+uint64_t bp_plan_unpacked_bytes(const bp_plan *p) { return p->unpacked_bytes; }
+
+bp_live_range bp_plan_live_range(const bp_plan *p, int v, int32_t id) {
+  const bp_live_range none = {-1, -1};
+  if (!p->live || v < 0 || v >= p->variant_count || id < 0 || id >= p->tensor_count ||
+      !bp_region_is_packed(p->tensors[0][id].region))
+    return none;
+  return p->live[(size_t)v * (size_t)p->tensor_count + (size_t)id];
+}
 
 bp_span bp_plan_region_span(const bp_plan *p, bp_region region) { return p->regions[region]; }
 

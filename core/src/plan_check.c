@@ -1,6 +1,7 @@
 /* bp_plan_check: verifies the numbered invariants of plan.h on a finalized
  * plan. Called by finalize and by the tests; cheap (linear in tensors). */
 #include <inttypes.h>
+#include <stdlib.h>
 
 #include "blueprint/plan.h"
 
@@ -15,11 +16,19 @@ static bp_status check_layout(const bp_plan *p) {
     if (s.offset % BP_SLOT_ALIGN) return BROKEN("3: region %s base is not 256-aligned", name);
     if (!bp_region_enabled(bp_plan_get_options(p), (bp_region)r) && s.bytes != 0)
       return BROKEN("5: disabled region %s holds %" PRIu64 " bytes", name, s.bytes);
-    /* invariant 2: the region's tensors tile it in allocation order */
+    /* invariant 2: the region's tensors tile it in allocation order;
+     * invariant 8: a packed region's lie inside it, the last end closing it */
+    const int packed = bp_plan_is_packed(p) && bp_region_is_packed((bp_region)r);
     uint64_t cursor = s.offset;
     for (int32_t id = 0; id < bp_plan_tensor_count(p); id++) {
       const bp_dtensor *t = bp_plan_tensor(p, 0, id);
       if ((int)t->region != r) continue;
+      if (packed) {
+        if (t->offset < s.offset)
+          return BROKEN("8: packed tensor '%s' lies before region %s", t->name, name);
+        if (t->offset + t->slot_bytes > cursor) cursor = t->offset + t->slot_bytes;
+        continue;
+      }
       if (t->offset != cursor) return BROKEN("2: tensor '%s' is not at its region cursor", t->name);
       cursor += t->slot_bytes;
     }
@@ -105,11 +114,52 @@ static bp_status check_buckets(const bp_plan *p) {
   return BP_OK;
 }
 
+/* Invariant 8: tensors of a packed region that share a byte are never
+ * live at the same node of any variant. Pairs in offset order, so only
+ * neighbours whose slots reach each other are compared. */
+static int cmp_u64(const void *a, const void *b) {
+  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static bp_status check_packing(const bp_plan *p) {
+  if (!bp_plan_is_packed(p)) return BP_OK;
+  const int32_t n = bp_plan_tensor_count(p);
+  /* (offset, id) pairs, sorted by offset */
+  uint64_t *order = malloc(2 * (size_t)(n ? n : 1) * sizeof *order);
+  if (!order) return bp_fail(BP_ERR_NOMEM, "out of memory checking a plan");
+  int32_t count = 0;
+  for (int32_t id = 0; id < n; id++)
+    if (bp_region_is_packed(bp_plan_tensor(p, 0, id)->region)) {
+      order[2 * count] = bp_plan_tensor(p, 0, id)->offset;
+      order[2 * count + 1] = (uint64_t)id;
+      count++;
+    }
+  qsort(order, (size_t)count, 2 * sizeof *order, cmp_u64);
+  bp_status st = BP_OK;
+  for (int32_t i = 0; i < count && st == BP_OK; i++) {
+    const bp_dtensor *a = bp_plan_tensor(p, 0, (int32_t)order[2 * i + 1]);
+    for (int32_t j = i + 1; j < count && st == BP_OK; j++) {
+      const bp_dtensor *b = bp_plan_tensor(p, 0, (int32_t)order[2 * j + 1]);
+      if (b->offset >= a->offset + a->slot_bytes) break; /* sorted: no later one reaches a */
+      for (int v = 0; v < bp_plan_variant_count(p); v++)
+        if (bp_live_overlap(bp_plan_live_range(p, v, a->id), bp_plan_live_range(p, v, b->id))) {
+          st = BROKEN("8: '%s' and '%s' share bytes and are both live in variant '%s'", a->name,
+                      b->name, bp_plan_variant(p, v)->name);
+          break;
+        }
+    }
+  }
+  free(order);
+  return st;
+}
+
 bp_status bp_plan_check(const bp_plan *p) {
   if (!bp_plan_is_finalized(p)) return BROKEN("0: the plan is not finalized");
   bp_status st;
   if ((st = check_layout(p)) != BP_OK || (st = check_variants(p)) != BP_OK ||
-      (st = check_families(p)) != BP_OK || (st = check_buckets(p)) != BP_OK)
+      (st = check_families(p)) != BP_OK || (st = check_buckets(p)) != BP_OK ||
+      (st = check_packing(p)) != BP_OK)
     return st;
   return BP_OK;
 }

@@ -119,6 +119,8 @@ struct bp_trainer {
   bp_rank_step rank_steps[2][BP_TRAIN_MAX_RANKS];
   const bp_dtensor *lr, *step, *loss,
       *correct;                       /* variant 0 descriptors (same offsets everywhere) */
+  /* AMP: the loss scaling's S scalars (NULL without AMP; docs/amp.md) */
+  const bp_dtensor *loss_scale, *good_steps, *skipped;
   int32_t input_ids[2], label_ids[2]; /* [0] in I_A, [1] in I_B: the loader's two buffers */
   int64_t batch, eval_batch, epochs, steps_per_epoch;
   bp_schedule schedule;
@@ -146,8 +148,16 @@ bp_status bp_train_arena_init(bp_trainer *t, bp_train_rank *r);
  * (bp_exec_params_changed): after initialization, each training step's
  * UPDATE/GATHER (and EMA) segments, and a checkpoint load. Between runs. */
 void bp_train_params_changed(bp_trainer *t);
-/* Writes the scalars of one step (lr, AdamW's step) into every rank. */
+/* Writes the scalars of one step into every rank: lr, and without AMP
+ * AdamW's step (under AMP the device counts it: range.loss_scale). */
 bp_status bp_train_write_scalars(bp_trainer *t, double lr, int64_t step_from_1);
+/* AMP (no-ops without): writes t->state's loss scale, clean-step count,
+ * optimizer step (as the next update's, optimizer_steps + 1) and skipped
+ * count into the S scalars of every local rank, at start and after a
+ * load; reads them back from local rank 0 into t->state (every rank holds
+ * the same: train-impl.h invariant 1), between steps. */
+bp_status bp_train_write_amp_state(bp_trainer *t);
+bp_status bp_train_read_amp_state(bp_trainer *t);
 /* Reads loss and correct count: R summed over this process's ranks in rank
  * order, then, with `all_processes` under mpirun, over the processes (a
  * collective: every process must call it at the same point). Results are
@@ -218,6 +228,8 @@ bp_status bp_metrics_write_epoch(bp_metrics *m, const bp_epoch_report *r);
 bp_status bp_metrics_write_step(bp_metrics *m, const bp_train_progress *p);
 /* The "kernels" line: pins, warnings and bp_trainer_kernel_use's table. */
 bp_status bp_metrics_write_kernels(bp_metrics *m, const bp_trainer *t);
+/* The "profile" line: bp_profile_write_json's object (after each epoch line). */
+bp_status bp_metrics_write_profile(bp_metrics *m, const bp_profile *p);
 void bp_metrics_close(bp_metrics *m); /* NULL is a no-op */
 
 /* Seconds on CLOCK_MONOTONIC. */

@@ -84,6 +84,19 @@ static bp_status check_options(const bp_train_options *o) {
     return bp_fail(BP_ERR_INVALID, "%d plugin paths without their list", o->plugin_path_count);
   if (o->eval_only && !o->resume_path)
     return bp_fail(BP_ERR_INVALID, "evaluation only needs a checkpoint to evaluate");
+  if (o->loss_scale != 0 &&
+      !finite_in(o->loss_scale, BP_TRAIN_MIN_LOSS_SCALE, BP_TRAIN_MAX_LOSS_SCALE))
+    return bp_fail(BP_ERR_INVALID, "loss scale %g must be 0 (dynamic) or in [2^-24, 2^64]",
+                   o->loss_scale);
+  if (o->loss_scale_growth_interval < 0 ||
+      o->loss_scale_growth_interval > BP_TRAIN_MAX_GROWTH_INTERVAL)
+    return bp_fail(BP_ERR_INVALID,
+                   "loss scale growth interval %lld must be in [1, 2^24] (0: %d)",
+                   (long long)o->loss_scale_growth_interval, BP_TRAIN_DEFAULT_GROWTH_INTERVAL);
+  if (o->loss_scale != 0 && o->loss_scale_growth_interval != 0)
+    return bp_fail(BP_ERR_INVALID,
+                   "a static loss scale (%g) never grows: drop the growth interval (%lld)",
+                   o->loss_scale, (long long)o->loss_scale_growth_interval);
   return BP_OK;
 }
 
@@ -131,6 +144,11 @@ static bp_status copy_model(bp_trainer *t, const bp_model *m) {
   if (o->weight_decay >= 0) s->weight_decay = o->weight_decay;
   if (o->amp >= 0) s->amp = o->amp;
   if (o->ema >= 0) s->ema = o->ema;
+  if (!s->amp && (o->loss_scale != 0 || o->loss_scale_growth_interval != 0))
+    return bp_fail(BP_ERR_INVALID,
+                   "model '%s': loss scale options apply to mixed precision only (--amp, or "
+                   "amp: true in the model's train: settings)",
+                   m->name);
   s->kernels[sizeof s->kernels - 1] = '\0'; /* a model built in C may lack the NUL */
   return bp_model_check(t->model);
 }
@@ -315,6 +333,7 @@ static bp_status compile_and_build(bp_trainer *t) {
   co.train_size = train_size;
   co.world = t->world;
   co.eval_size = bp_dataset_get_info(t->test_set)->count;
+  co.no_reuse = t->opt.no_reuse;
   bp_status st = bp_model_compile(t->model, &co, &t->plan);
   if (st != BP_OK) return st;
   t->v_train = bp_plan_find_variant(t->plan, "train");
@@ -337,6 +356,11 @@ static bp_status compile_and_build(bp_trainer *t) {
   go.ema_decay = (float)t->opt.ema_decay;
   go.eval_ema = s->ema && t->opt.eval_ema != 0;
   go.replicate_update = t->opt.replicate_update != 0;
+  go.loss_scale.growth_interval = t->opt.loss_scale_growth_interval
+                                      ? (int32_t)t->opt.loss_scale_growth_interval
+                                      : BP_TRAIN_DEFAULT_GROWTH_INTERVAL;
+  if (t->opt.loss_scale > 0) /* static: interval 0 (bp_abi_ops.h, range.loss_scale) */
+    go.loss_scale.growth_interval = 0;
   if ((st = bp_graph_build(t->model, t->plan, &go, &t->graph)) != BP_OK) return st;
 
   const bp_plan *p = t->plan;
@@ -350,6 +374,12 @@ static bp_status compile_and_build(bp_trainer *t) {
     t->label_ids[b] = ids->label[b];
   }
   BP_ASSERT(t->lr && t->step && t->loss && t->correct);
+  if (s->amp) {
+    t->loss_scale = bp_plan_tensor(p, 0, ids->loss_scale);
+    t->good_steps = bp_plan_tensor(p, 0, ids->good_steps);
+    t->skipped = bp_plan_tensor(p, 0, ids->skipped);
+    BP_ASSERT(t->loss_scale && t->good_steps && t->skipped);
+  }
   for (int b = 0; b < 2; b++) BP_ASSERT(t->input_ids[b] >= 0 && t->label_ids[b] >= 0);
   return BP_OK;
 }
@@ -461,6 +491,11 @@ static bp_status open_rank(bp_trainer *t, int k) {
   };
   /* bind before filling: autotuning runs kernels on the arena */
   if ((st = bp_exec_create(t->graph, t->registry, r->base, &eo, &r->exec)) != BP_OK) return st;
+  if (k == 0 && t->opt.profile) { /* rank 0 is profiled; the yardstick on its threads */
+    if ((st = bp_exec_set_profile(r->exec, t->opt.profile)) != BP_OK) return st;
+    if (r->io.host)
+      bp_profile_measure_sgemm(t->opt.profile, t->registry, t->kernel_kind, eo.threads);
+  }
   return bp_train_arena_init(t, r);
 }
 
@@ -511,9 +546,12 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
   t->schedule =
       (bp_schedule){t->opt.schedule,      t->model->train.lr, t->opt.step_gamma, t->opt.step_epochs,
                     t->opt.warmup_epochs, t->steps_per_epoch, t->epochs};
-  t->state = (bp_train_state){o->seed, 0, 0, 0, 1.0, 0};
+  t->state = (bp_train_state){.seed = o->seed, .loss_scale = 1.0};
+  if (t->loss_scale) /* AMP: the scale starts at the static one, or GradScaler's */
+    t->state.loss_scale = o->loss_scale > 0 ? o->loss_scale : BP_TRAIN_INITIAL_LOSS_SCALE;
   for (int k = 0; k < t->local; k++)
     if ((st = open_rank(t, k)) != BP_OK) return st;
+  if ((st = bp_train_write_amp_state(t)) != BP_OK) return st;
   if (t->local > 1 && (st = bp_rank_pool_start(t)) != BP_OK) return st;
   if (t->resume_path && (st = bp_trainer_load(t, t->resume_path)) != BP_OK) return st;
   if (t->metrics_path && t->first_rank == 0 && /* under mpirun rank 0 writes for all */
@@ -630,6 +668,7 @@ bp_status bp_trainer_save(bp_trainer *t, const char *path) {
   if (!t || !path) return bp_fail(BP_ERR_INVALID, "bp_trainer_save: NULL argument");
   bp_status st = gather_state(t);
   if (st != BP_OK) return st;
+  if ((st = bp_train_read_amp_state(t)) != BP_OK) return st;
   if (t->first_rank != 0) return BP_OK; /* under mpirun rank 0 writes the ranks' one state */
   char note[BP_NAME_MAX + 32];
   snprintf(note, sizeof note, "model %s", t->model->name);
@@ -662,7 +701,7 @@ bp_status bp_trainer_load(bp_trainer *t, const char *path) {
   if (st != BP_OK) return st;
   t->state = loaded;
   t->stopped = 0;
-  return BP_OK;
+  return bp_train_write_amp_state(t); /* the device's counters continue from the file's */
 }
 
 /* ---- accessors ------------------------------------------------------------------------ */
@@ -675,7 +714,7 @@ int bp_trainer_done(const bp_trainer *t) {
 const bp_model *bp_trainer_model(const bp_trainer *t) { return t ? t->model : NULL; }
 const bp_plan *bp_trainer_plan(const bp_trainer *t) { return t ? t->plan : NULL; }
 bp_train_state bp_trainer_state(const bp_trainer *t) {
-  bp_train_state s = {0, 0, 0, 0, 0.0, 0};
+  bp_train_state s = {.loss_scale = 0.0};
   return t ? t->state : s;
 }
 int64_t bp_trainer_steps_per_epoch(const bp_trainer *t) { return t ? t->steps_per_epoch : 0; }

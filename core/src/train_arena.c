@@ -68,10 +68,55 @@ bp_status bp_train_write_scalars(bp_trainer *t, double lr, int64_t step_from_1) 
   for (int k = 0; k < t->local && st == BP_OK; k++) {
     bp_devio *io = &t->ranks[k].io;
     st = bp_devio_write_small(io, t->lr->offset, &lr32, sizeof lr32);
-    if (st == BP_OK)
+    if (st == BP_OK && !t->loss_scale) /* under AMP the device owns the step counter */
       st = bp_devio_write_small(io, t->step->offset, is_int ? (const void *)&step_i : &step32, 4);
   }
   return st;
+}
+
+/* The AMP scalars in S, in one order: loss_scale, good_steps, step, skipped.
+ * FP32, as range.loss_scale keeps them (bp_abi_ops.h). */
+static void amp_scalars(const bp_trainer *t, const bp_dtensor *d[4]) {
+  d[0] = t->loss_scale;
+  d[1] = t->good_steps;
+  d[2] = t->step;
+  d[3] = t->skipped;
+}
+
+bp_status bp_train_write_amp_state(bp_trainer *t) {
+  if (!t->loss_scale) return BP_OK;
+  const bp_train_state *s = &t->state;
+  /* step: the counter the next update uses (AdamW counts from 1) */
+  const float v[4] = {(float)s->loss_scale, (float)s->good_steps,
+                      (float)(s->optimizer_steps + 1), (float)s->skipped_steps};
+  const bp_dtensor *d[4];
+  amp_scalars(t, d);
+  bp_status st = BP_OK;
+  for (int k = 0; k < t->local && st == BP_OK; k++)
+    for (int i = 0; i < 4 && st == BP_OK; i++)
+      st = bp_devio_write_small(&t->ranks[k].io, d[i]->offset, &v[i], sizeof v[i]);
+  return st;
+}
+
+bp_status bp_train_read_amp_state(bp_trainer *t) {
+  if (!t->loss_scale) return BP_OK;
+  const bp_dtensor *d[4];
+  amp_scalars(t, d);
+  float v[4];
+  for (int i = 0; i < 4; i++) {
+    bp_status st = bp_devio_read(&t->ranks[0].io, d[i]->offset, &v[i], sizeof v[i]);
+    if (st != BP_OK) return st;
+  }
+  if (!(v[0] > 0.0f) || !(v[2] >= 1.0f) || !(v[1] >= 0.0f) || !(v[3] >= 0.0f))
+    return bp_fail(BP_ERR_STATE,
+                   "AMP: S holds loss scale %g, clean steps %g, step %g, skipped %g (a "
+                   "range.loss_scale kernel broke its contract?)",
+                   (double)v[0], (double)v[1], (double)v[2], (double)v[3]);
+  t->state.loss_scale = v[0];
+  t->state.good_steps = (uint64_t)v[1];
+  t->state.optimizer_steps = (uint64_t)v[2] - 1;
+  t->state.skipped_steps = (uint64_t)v[3];
+  return BP_OK;
 }
 
 bp_status bp_train_read_results(bp_trainer *t, int all_processes, double *loss_out,

@@ -1,7 +1,9 @@
 /* Epochs, steps and evaluation (train.h). The step loop runs pre-bound
  * segments as jobs of the ranks (train_run.c) and reaches the arena only
- * through the ranks' io: the scalars it writes (lr, step), the batches it
- * uploads and R when it reads metrics (train-impl.h invariant 4). */
+ * through the ranks' io: the scalars it writes (lr, step; under AMP only
+ * lr), the batches it uploads and R when it reads metrics (train-impl.h
+ * invariant 4). Under AMP the loss scale and the step counters are read
+ * from S once per epoch, never inside a step. */
 #include <math.h>
 #include <string.h>
 
@@ -96,15 +98,21 @@ static bp_status run_step(bp_trainer *t, const bp_data_batch *b, bp_data_loader 
                           bp_data_batch *next) {
   const bp_rank_step *rs = rank_steps_of(t, b->global_count);
   BP_ASSERT(rs[0].variant >= 0); /* a short batch exists only when train_last was compiled */
+  bp_profile *prof = t->opt.profile; /* rank 0's step, as rank 0 runs it */
+  if (prof) bp_profile_step_begin(prof, rs[0].variant);
   const int64_t tstep = (int64_t)t->state.epoch * t->steps_per_epoch + b->step;
   t->last_lr = bp_schedule_lr(&t->schedule, tstep);
   bp_status ws = bp_train_write_scalars(t, t->last_lr, (int64_t)t->state.global_step + 1);
-  if (ws != BP_OK) return ws;
+  if (ws != BP_OK) {
+    if (prof) bp_profile_step_end(prof);
+    return ws;
+  }
   const int count = (int)(sizeof step_segments / sizeof step_segments[0]);
   bp_data_batch bk[BP_TRAIN_MAX_RANKS];
   bp_status st = bp_rank_pool_run(t, rs, step_segments, count, b->buffer, loaders, bk);
   bp_train_params_changed(t); /* UPDATE, GATHER and EMA wrote them; the ranks are idle */
   if (st == BP_OK) agree_batches(t, bk, next);
+  if (prof) bp_profile_step_end(prof);
   return st;
 }
 
@@ -167,6 +175,7 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
   out->test_loss = out->test_accuracy = NAN;
   const double t0 = bp_train_now();
   double last_read = t0;
+  const uint64_t skipped_before = t->state.skipped_steps; /* current: read at every epoch's end */
   bp_status st = run_all_ranks(t, t->v_train, BP_SEGMENT_RESET, 0);
   bp_data_loader *loaders[BP_TRAIN_MAX_RANKS] = {NULL};
   for (int k = 0; k < t->local && st == BP_OK; k++)
@@ -202,6 +211,10 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
   out->images_per_second = out->train_seconds > 0 ? (double)out->samples / out->train_seconds : 0;
   out->lr = t->last_lr;
   out->global_step = (int64_t)t->state.global_step;
+  if ((st = bp_train_read_amp_state(t)) != BP_OK) return st; /* the device's counters */
+  out->amp = t->loss_scale != NULL;
+  out->loss_scale = t->state.loss_scale;
+  out->skipped_steps = (int64_t)(t->state.skipped_steps - skipped_before);
   if (!stopped) { /* invariant 2: a finished epoch moves the counters on */
     t->state.epoch++;
     t->state.step = 0;
@@ -221,6 +234,9 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
   }
   out->seconds = bp_train_now() - t0;
   if (t->metrics && (st = bp_metrics_write_epoch(t->metrics, out)) != BP_OK) return st;
+  if (t->metrics && t->opt.profile && /* the profile so far, after each epoch line */
+      (st = bp_metrics_write_profile(t->metrics, t->opt.profile)) != BP_OK)
+    return st;
   return BP_OK;
 }
 
@@ -257,12 +273,15 @@ bp_status bp_trainer_evaluate(bp_trainer *t, bp_eval_report *out) {
     const int v = b.global_count == t->eval_batch ? t->v_eval : t->v_eval_last;
     BP_ASSERT(v >= 0); /* a short batch exists only when eval_last was compiled */
     job = (bp_rank_job){.variant = v, .buffer = b.buffer, .segments = batch_segments, .count = 2};
+    if (t->opt.profile) bp_profile_step_begin(t->opt.profile, v);
     bp_train_job_start(t, 0, &job);
     bp_data_batch next; /* taken while the batch runs */
     const bp_status taken = bp_train_take_batch(t, 0, loader, &next);
     char why[sizeof job.why];
     if (taken != BP_OK) snprintf(why, sizeof why, "%s", bp_last_error());
-    if ((st = bp_train_job_finish(t, 0, &job)) != BP_OK) break;
+    st = bp_train_job_finish(t, 0, &job);
+    if (t->opt.profile) bp_profile_step_end(t->opt.profile);
+    if (st != BP_OK) break;
     if (taken != BP_OK) {
       st = bp_fail(taken, "%s", why);
       break;

@@ -4,7 +4,8 @@
  *
  * Files: validate.c (the driver: kernels x cases, child processes, the
  * report), validate_ops.c (what each built-in op needs: input value
- * ranges, outputs read before written, accumulate, in-place pairs),
+ * ranges, outputs read before written, accumulate, in-place pairs, the
+ * skip input, FP16 tolerances, AMP twins and the oracle's case),
  * validate_cases.c (the built-in case table), validate_model.c (cases from
  * a model's plan), validate_buffers.c (guarded buffers, poison, dtype
  * conversion), validate_check.c (the checks), validate_guard.c (guard
@@ -57,6 +58,9 @@ typedef struct vc_case {
   int accumulate_offset; /* byte offset of the int32 accumulate flag, or -1 */
   int inplace_in;        /* input an IN_PLACE kernel's output 0 may be, or -1 */
   int collective;        /* allreduce.*: never run alone */
+  /* the trailing skip input (has_skip), or -1; when it holds a nonzero
+   * constant every output starts from data and must keep it */
+  int skip_in;
 } vc_case;
 
 /* ---- validate.c ------------------------------------------------------------ */
@@ -68,9 +72,28 @@ const bp_abi_kernel *vc_reference(const bp_registry *r, const char *op);
 /* ---- validate_ops.c ------------------------------------------------------ */
 
 /* Fills what the op's conventions decide and the case left open: fill
- * rules (VC_FILL_UNSET), rmw, accumulate_offset, inplace_in, collective.
+ * rules (VC_FILL_UNSET), rmw, accumulate_offset, inplace_in, collective,
+ * skip_in.
  * Ops it does not know keep uniform [-1, 1) inputs and nothing else. */
 void vc_op_complete(vc_case *c);
+
+/* The tolerance of an FP16 output of op (docs/validate.md): an element
+ * passes when |out - ref| <= rtol*|ref| + atol*max(1, max|ref|). */
+void vc_op_fp16_tolerance(const char *op, double *rtol, double *atol);
+
+/* The AMP twin of a case of a layer op: its tensors in the dtypes and
+ * channel paddings of an AMP plan (features and their gradients FP16
+ * padded to 8, the first layer's input padded to 4, weights FP16, batch
+ * norm statistics, the loss, its count and the loss scale FP32), name
+ * ending in " fp16". 0 for range ops and collectives (their dtypes are
+ * cases of their own) and cases without an FP32 tensor. */
+int vc_case_amp(const vc_case *c, vc_case *out);
+
+/* The case the reference kernel (the oracle) runs for case c: a layer
+ * op's FP16 tensors widened to FP32 (FP16 kernels, the reference's own
+ * included, are held to FP32 math), a skip input that holds 0 dropped
+ * (has_skip 0: skip = 0 must equal no skip). 1 when it differs from c. */
+int vc_case_oracle(const vc_case *c, vc_case *out);
 
 /* ---- validate_cases.c ---------------------------------------------------- */
 
@@ -191,13 +214,9 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
 void vc_check_guarded(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c,
                       const vc_check_options *o, vc_outcome *out);
 
-/* FP16 variants: c with its FP16 tensors made FP32 (widen: what an
- * FP32-only reference runs), or its FP32 tensors made FP16 (narrow: the
- * case for a kernel that claims FP16; not for range ops, whose table has
- * per-dtype cases). Same shapes and padded_c, slots by the plan's rule.
- * 1 when something changed. */
+/* c with its FP16 tensors made FP32: same shapes and padded_c, slots by
+ * the plan's rule, the same (FP16) values. 1 when something changed. */
 int vc_case_widen(const vc_case *c, vc_case *out);
-int vc_case_narrow(const vc_case *c, vc_case *out);
 
 /* The case of a node as a kernel sees it: descriptors and attributes from
  * args (pointers ignored), completed by the op's conventions. Aliases come

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "blueprint/dtype.h"
 #include "blueprint/threads.h"
 #include "validate-impl.h"
 
@@ -179,6 +180,15 @@ static int selected(const bp_validate_options *o, const char *op, const char *im
   return 1;
 }
 
+/* 1 when a tensor of c has the dtype named `name`. */
+static int has_dtype(const vc_case *c, const char *name) {
+  for (int i = 0; i < c->num_inputs; i++)
+    if (strcmp(bp_dtype_name((bp_dtype)c->in[i].d.dtype), name) == 0) return 1;
+  for (int o = 0; o < c->num_outputs; o++)
+    if (strcmp(bp_dtype_name((bp_dtype)c->out[o].d.dtype), name) == 0) return 1;
+  return 0;
+}
+
 static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
                                  const bp_validate_options *o, const bp_abi_kernel *k,
                                  const vc_case *cases, int case_count, int from_model,
@@ -216,15 +226,16 @@ static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
   const bp_abi_kernel *ref = vc_reference(r, k->op);
   const int no_ref = ref == NULL;
   if (!ref) ref = k; /* conventions only */
-  /* a kernel that claims FP16 also gets the FP16 twin of every case */
+  /* a kernel that claims FP16 also gets the AMP twin of every case */
   const int fp16 = (k->dtypes & BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16)) && !from_model;
   for (int i = 0; i < n * (fp16 ? 2 : 1); i++) {
-    vc_case narrow;
+    vc_case amp;
     const vc_case *c = mine[i % n];
     if (i >= n) {
-      if (!vc_case_narrow(c, &narrow)) continue;
-      c = &narrow;
+      if (!vc_case_amp(c, &amp)) continue;
+      c = &amp;
     }
+    if (o->dtype && !has_dtype(c, o->dtype)) continue;
     if (!(row = add_row(rep, k->op, k->impl, k->device, c->name, is_ref))) goto nomem;
     job j = {.registry = r, .k = k, .ref = ref, .c = c, .grad_row = -1,
              .opt = {.seed = o->seed, .guard = o->isolate, .threads = threads}};
@@ -269,6 +280,11 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
                           bp_validate_report **report_out) {
   if (!registry || !options || !report_out)
     return bp_fail(BP_ERR_INVALID, "bp_validate_run: NULL argument");
+  bp_dtype dtype;
+  if (options->dtype && (bp_dtype_from_name(options->dtype, &dtype) != 0 ||
+                         dtype == BP_DTYPE_ANY))
+    return bp_fail(BP_ERR_INVALID, "unknown dtype '%s' (fp32, fp16, int8, int32, bf16)",
+                   options->dtype);
   bp_validate_report *rep = calloc(1, sizeof *rep);
   if (!rep) return bp_fail(BP_ERR_NOMEM, "out of memory validating kernels");
   vc_case *model_cases = NULL;
@@ -293,7 +309,8 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
     st = validate_kernel(rep, registry, options, k, cases, count, options->model_path != NULL,
                          threads ? bp_threads_abi(threads) : NULL);
   }
-  if (st == BP_OK && options->gradcheck)
+  /* gradient checks run the FP32 forward cases */
+  if (st == BP_OK && options->gradcheck && (!options->dtype || strcmp(options->dtype, "fp32") == 0))
     st = gradcheck(rep, registry, options, threads ? bp_threads_abi(threads) : NULL);
   bp_threads_destroy(threads);
   free(model_cases);

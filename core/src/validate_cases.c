@@ -42,7 +42,7 @@ bp_abi_tensor vc_span_desc(int32_t dtype, int64_t elements) {
   return t;
 }
 
-#define TABLE_MAX 384
+#define TABLE_MAX 512
 static vc_case table[TABLE_MAX];
 static int table_count;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
@@ -50,6 +50,7 @@ static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 void vc_case_init(vc_case *c, const char *op) {
   memset(c, 0, sizeof *c);
   c->op = op;
+  c->skip_in = -1;
   for (int i = 0; i < VC_MAX; i++) {
     c->alias[i] = -1;
     c->in[i].fill = c->out[i].fill = VC_FILL_UNSET;
@@ -357,12 +358,124 @@ static void softmax_cases(void) {
     out(c, logits);
     attrs(c, &a, sizeof a);
   }
+  /* (1.5) the loss scale S as input 2: dlogits scaled by it (as large as
+   * FP16 dlogits of the AMP twin hold) */
+  for (size_t i = 0; i < sizeof geos / sizeof geos[0]; i++) {
+    const double scale = geos[i].n >= 4 ? 65536 : 1024;
+    const bp_softmax_ce_attrs a = {.label_smoothing = geos[i].smoothing,
+                                   .grad_scale = 1.0f / (float)geos[i].n, .compute_grad = 1,
+                                   .has_loss_scale = 1};
+    vc_case *c = add("softmax_ce.fwd_bwd", "N%lld K%lld%s smoothing %.1f loss scale %g",
+                     (long long)geos[i].n, (long long)geos[i].k, geos[i].pad ? " padded" : "",
+                     (double)geos[i].smoothing, scale);
+    const bp_abi_tensor logits = vc_tensor_desc(F32, geos[i].n, 1, 1, geos[i].k, geos[i].pad);
+    in(c, logits);
+    in(c, vc_tensor_desc(I32, geos[i].n, 1, 1, 1, 0));
+    in(c, vc_tensor_desc(F32, 1, 1, 1, 1, 0));
+    c->in[2].fill = VC_FILL_CONST;
+    c->in[2].lo = scale;
+    out(c, vc_tensor_desc(F32, 1, 1, 1, 1, 0));
+    out(c, vc_tensor_desc(F32, 1, 1, 1, 1, 0));
+    out(c, logits);
+    attrs(c, &a, sizeof a);
+  }
 }
 
 /* ---- range ops: spans [1,1,1,E] ------------------------------------------------------ */
 
 static const char *dtname(int32_t d) {
   return d == F32 ? "fp32" : d == F16 ? "fp16" : d == I8 ? "int8" : "int32";
+}
+
+/* The skip input (has_skip) of range.ema and the optimizers: 0 must give
+ * what the op gives without it, 1 must leave every output as it was. */
+static void skip_cases(int64_t e) {
+  const bp_range_attrs ra = {.decay = 0.9f, .has_skip = 1};
+  const bp_optimizer_attrs sgd = {.momentum = 0.9f, .weight_decay = 5e-4f, .has_skip = 1};
+  const bp_optimizer_attrs adam = {.weight_decay = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f,
+                                   .eps = 1e-8f, .has_skip = 1};
+  const bp_optimizer_attrs lars = {.momentum = 0.9f, .weight_decay = 5e-4f, .eta = 0.001f,
+                                   .has_skip = 1};
+  const bp_abi_tensor one = vc_tensor_desc(F32, 1, 1, 1, 1, 0);
+  for (int skip = 0; skip < 2; skip++) {
+    vc_case *c[4];
+    c[0] = add("range.ema", "E%lld skip %d", (long long)e, skip);
+    in(c[0], vc_span_desc(F32, e));
+    out(c[0], vc_span_desc(F32, e));
+    attrs(c[0], &ra, sizeof ra);
+    c[1] = add("range.sgd", "E%lld skip %d", (long long)e, skip);
+    in(c[1], vc_span_desc(F32, e));
+    in(c[1], one);
+    for (int k = 0; k < 2; k++) out(c[1], vc_span_desc(F32, e));
+    attrs(c[1], &sgd, sizeof sgd);
+    c[2] = add("range.adamw", "E%lld skip %d", (long long)e, skip);
+    in(c[2], vc_span_desc(F32, e));
+    in(c[2], one);
+    in(c[2], one);
+    for (int k = 0; k < 3; k++) out(c[2], vc_span_desc(F32, e));
+    attrs(c[2], &adam, sizeof adam);
+    c[3] = add("range.lars", "E%lld S2 skip %d", (long long)e, skip);
+    in(c[3], vc_span_desc(F32, e));
+    in(c[3], one);
+    in(c[3], vc_tensor_desc(I32, 1, 1, 1, 3, 0));
+    for (int k = 0; k < 2; k++) out(c[3], vc_span_desc(F32, e));
+    out(c[3], vc_tensor_desc(F32, 1, 1, 1, 4, 0));
+    attrs(c[3], &lars, sizeof lars);
+    for (int k = 0; k < 4; k++) {
+      in(c[k], one);
+      c[k]->in[c[k]->num_inputs - 1].fill = VC_FILL_CONST;
+      c[k]->in[c[k]->num_inputs - 1].lo = skip;
+    }
+  }
+}
+
+/* (1.5) Mixed precision's range ops: range.unscale (FP16 gradients to FP32
+ * by the loss scale) and range.loss_scale (the scale's update). */
+static void amp_range_cases(void) {
+  static const int64_t sizes[] = {64, 1000, 4133};
+  const bp_range_attrs ra = {0};
+  for (size_t s = 0; s < 3; s++)
+    for (int v = 0; v < (s ? 2 : 1); v++) { /* E64: scale 65536; then also NaN, scale 3000 */
+      const int nan = v && s == 1, odd = v && s == 2;
+      vc_case *c = add("range.unscale", "E%lld scale %s%s", (long long)sizes[s],
+                       odd ? "3000" : "65536", nan ? " NaN last" : "");
+      in(c, vc_span_desc(F16, sizes[s]));
+      in(c, vc_tensor_desc(F32, 1, 1, 1, 1, 0));
+      out(c, vc_span_desc(F32, sizes[s]));
+      attrs(c, &ra, sizeof ra);
+      c->in[0].fill = nan ? VC_FILL_NAN_LAST : VC_FILL_UNSET;
+      c->in[0].lo = -1000;
+      c->in[0].hi = 1000;
+      c->in[1].fill = VC_FILL_CONST;
+      c->in[1].lo = odd ? 3000 : 65536;
+    }
+  static const struct {
+    const char *name;
+    double found_inf, scale, good_steps;
+    int32_t interval;
+  } ls[] = {
+      {"clean", 0, 65536, 5, 2000},
+      {"clean, growth at the interval", 0, 65536, 1999, 2000},
+      {"overflow, backoff", 1, 65536, 1999, 2000},
+      {"static, clean", 0, 1024, 5, 0},
+      {"static, overflow", 1, 1024, 5, 0},
+      {"clean, growth not finite", 0, 3e38, 1999, 2000},
+  };
+  for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
+    const bp_loss_scale_attrs a = {.growth_factor = 2.0f, .backoff_factor = 0.5f,
+                                   .growth_interval = ls[i].interval};
+    vc_case *c = add("range.loss_scale", "%s", ls[i].name);
+    in(c, vc_tensor_desc(F32, 1, 1, 1, 1, 0));
+    for (int k = 0; k < 4; k++) out(c, vc_tensor_desc(F32, 1, 1, 1, 1, 0));
+    attrs(c, &a, sizeof a);
+    c->in[0].fill = VC_FILL_CONST;
+    c->in[0].lo = ls[i].found_inf;
+    c->out[0].fill = c->out[1].fill = VC_FILL_CONST;
+    c->out[0].lo = ls[i].scale;
+    c->out[1].lo = ls[i].good_steps;
+  }
+  skip_cases(1000);
+  skip_cases(4133);
 }
 
 static void range_cases(void) {
@@ -434,6 +547,7 @@ static void range_cases(void) {
     out(c, vc_tensor_desc(F32, 1, 1, 1, 2 * segs, 0));
     attrs(c, &lars, sizeof lars);
   }
+  amp_range_cases();
   /* collectives: listed so validate can say why they are skipped */
   static const char *const collectives[] = {"allreduce.sum", "allreduce.reduce_scatter",
                                             "allreduce.all_gather"};

@@ -65,6 +65,12 @@ static const gfamily families[] = {
 };
 #define FAMILIES ((int)(sizeof families / sizeof families[0]))
 
+/* A forward case of family f to differentiate: softmax_ce's with a loss
+ * scale input are left out (their dlogits are the scaled gradient). */
+static int grad_case(const gfamily *f, const vc_case *c) {
+  return strcmp(c->op, f->fwd) == 0 && !(f->num_bwd == 0 && c->num_inputs > 2);
+}
+
 /* Rows of one family: its forward cases times its backward ops (1 for
  * softmax_ce). */
 static int family_cases(const gfamily *f, const vc_case **first) {
@@ -72,7 +78,7 @@ static int family_cases(const gfamily *f, const vc_case **first) {
   const vc_case *all = vc_builtin_cases(&count);
   *first = NULL;
   for (int i = 0; i < count; i++)
-    if (strcmp(all[i].op, f->fwd) == 0) {
+    if (grad_case(f, &all[i])) {
       if (!*first) *first = &all[i];
       n++;
     }
@@ -104,7 +110,7 @@ static void locate(int row, const gfamily **f_out, const vc_case **fc_out, int *
     int count = 0, k = row / per;
     const vc_case *all = vc_builtin_cases(&count);
     for (int c = 0; c < count && !*fc_out; c++)
-      if (strcmp(all[c].op, families[i].fwd) == 0 && k-- == 0) *fc_out = &all[c];
+      if (grad_case(&families[i], &all[c]) && k-- == 0) *fc_out = &all[c];
     *f_out = &families[i];
     *b_out = row % per;
     return;

@@ -47,6 +47,7 @@
 #include "bp_abi.h"
 #include "bp_abi_ops.h"
 #include "bp_abi_sdk.h"
+#include "shared/fp16_convert_x86.h"
 #include "shared/weighted_check.h"
 
 /* Two modules are built from these sources, one per GEMM library (the
@@ -143,12 +144,25 @@ int blas_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
 extern const bp_abi_kernel blas_conv2d_fwd, blas_conv2d_bwd_data, blas_conv2d_bwd_filter;
 extern const bp_abi_kernel blas_fc_fwd, blas_fc_bwd_data, blas_fc_bwd_filter;
 
-#define BLAS_KERNEL(op_name, supports_fn, workspace_fn, run_fn)                                 \
+/* Every kernel also takes FP16 tensors (features, weights, gradients;
+ * mixed with FP32 ones) through the FP16 adapter (shared/fp16_adapter.h):
+ * compact FP32 copies of the FP16 tensors in the workspace (so the padded
+ * layouts refused above are fine when FP16), the FP32 GEMM path, each FP16
+ * output rounded once to nearest even, F16C conversions where the CPU has
+ * them (shared/fp16_convert_x86.h). FP32 calls go straight to the FP32
+ * kernel. BLAS_FP16 makes the adapter's record (accumulate flag offset or
+ * OPS_FP16_NO_ACCUMULATE), BLAS_KERNEL the descriptor. */
+#define BLAS_FP16(supports_fn, workspace_fn, run_fn, acc_offset)                              \
+  {                                                                                          \
+    .supports = (supports_fn), .workspace_size = (workspace_fn), .run = (run_fn),           \
+    .accumulate_offset = (acc_offset), .convert = ops_fp16_convert_fast                     \
+  }
+#define BLAS_KERNEL(op_name, fp16_kernel)                                                     \
   {                                                                                          \
     .struct_size = sizeof(bp_abi_kernel), .op = (op_name), .impl = BLAS_IMPL,               \
-    .device = BLAS_DEVICE, .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32),                    \
-    .priority = BLAS_PRIORITY, .flags = BLAS_FLAGS, .supports = (supports_fn),               \
-    .workspace_size = (workspace_fn), .run = (run_fn)                                        \
+    .device = BLAS_DEVICE,                                                                   \
+    .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16),     \
+    .priority = BLAS_PRIORITY, .flags = BLAS_FLAGS, OPS_FP16_FUNCS(&(fp16_kernel))           \
   }
 
 #endif

@@ -401,11 +401,13 @@ static int conv_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
-const bp_abi_kernel blas_conv2d_fwd =
-    BLAS_KERNEL("conv2d.fwd", conv_supports_fwd, conv_workspace_fwd, conv_run_fwd);
-const bp_abi_kernel blas_conv2d_bwd_data =
-    BLAS_KERNEL("conv2d.bwd_data", conv_supports_bwd_data, conv_workspace_bwd_data,
-                conv_run_bwd_data);
-const bp_abi_kernel blas_conv2d_bwd_filter =
-    BLAS_KERNEL("conv2d.bwd_filter", conv_supports_bwd_filter, conv_workspace_bwd_filter,
-                conv_run_bwd_filter);
+#define CONV_ACC offsetof(bp_conv2d_attrs, accumulate)
+static const ops_fp16_kernel conv_fwd16 =
+    BLAS_FP16(conv_supports_fwd, conv_workspace_fwd, conv_run_fwd, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel conv_bwd_data16 =
+    BLAS_FP16(conv_supports_bwd_data, conv_workspace_bwd_data, conv_run_bwd_data, CONV_ACC);
+static const ops_fp16_kernel conv_bwd_filter16 = BLAS_FP16(
+    conv_supports_bwd_filter, conv_workspace_bwd_filter, conv_run_bwd_filter, CONV_ACC);
+const bp_abi_kernel blas_conv2d_fwd = BLAS_KERNEL("conv2d.fwd", conv_fwd16);
+const bp_abi_kernel blas_conv2d_bwd_data = BLAS_KERNEL("conv2d.bwd_data", conv_bwd_data16);
+const bp_abi_kernel blas_conv2d_bwd_filter = BLAS_KERNEL("conv2d.bwd_filter", conv_bwd_filter16);

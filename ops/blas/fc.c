@@ -110,8 +110,13 @@ static int fc_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
-const bp_abi_kernel blas_fc_fwd = BLAS_KERNEL("fc.fwd", fc_supports_fwd, NULL, fc_run_fwd);
-const bp_abi_kernel blas_fc_bwd_data =
-    BLAS_KERNEL("fc.bwd_data", fc_supports_bwd_data, NULL, fc_run_bwd_data);
-const bp_abi_kernel blas_fc_bwd_filter =
-    BLAS_KERNEL("fc.bwd_filter", fc_supports_bwd_filter, NULL, fc_run_bwd_filter);
+#define FC_ACC offsetof(bp_fc_attrs, accumulate)
+static const ops_fp16_kernel fc_fwd16 =
+    BLAS_FP16(fc_supports_fwd, NULL, fc_run_fwd, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel fc_bwd_data16 =
+    BLAS_FP16(fc_supports_bwd_data, NULL, fc_run_bwd_data, FC_ACC);
+static const ops_fp16_kernel fc_bwd_filter16 =
+    BLAS_FP16(fc_supports_bwd_filter, NULL, fc_run_bwd_filter, FC_ACC);
+const bp_abi_kernel blas_fc_fwd = BLAS_KERNEL("fc.fwd", fc_fwd16);
+const bp_abi_kernel blas_fc_bwd_data = BLAS_KERNEL("fc.bwd_data", fc_bwd_data16);
+const bp_abi_kernel blas_fc_bwd_filter = BLAS_KERNEL("fc.bwd_filter", fc_bwd_filter16);

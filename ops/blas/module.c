@@ -1,6 +1,7 @@
 /* The BLAS op modules (blas-impl.h: one per GEMM provider): the ABI entry
  * (the only exported symbol) and the table of kernels each registers.
- * conv2d and fc, forward and both backwards, FP32, device "cpu",
+ * conv2d and fc, forward and both backwards, FP32 (FP16 through
+ * shared/fp16_adapter.h, blas-impl.h), device "cpu",
  * implementation "blas" (OpenBLAS, priority 10) or "dnnl" (oneDNN,
  * priority 12), flagged DETERMINISTIC (with a fixed thread count,
  * blas-impl.h), not REFERENCE: the registry prefers them to the reference

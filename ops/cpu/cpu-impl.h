@@ -6,7 +6,10 @@
  * dominate a CPU training step besides the GEMMs: range.sgd, range.adamw
  * (optim.c), relu.fwd and relu.bwd (relu.c), maxpool.fwd and maxpool.bwd
  * (pool.c), batchnorm.fwd_train, .fwd_eval and .bwd (batchnorm.c; these
- * two vectorized across channels). Implementation "cpu", device "cpu",
+ * two vectorized across channels); and the span ops of a mixed-precision
+ * step, range.zero, range.cast, range.unscale and range.nan_check
+ * (range_fp16.c: F16C conversions, spans cut into chunks run on the
+ * host's threads). Implementation "cpu", device "cpu",
  * priority 5 (ops/blas uses 10; the reference module is REFERENCE
  * and only serves what nothing else supports), DETERMINISTIC, plus
  * IN_PLACE where the reference kernel has it (relu).
@@ -69,6 +72,7 @@
 #include "bp_abi.h"
 #include "bp_abi_ops.h"
 #include "bp_abi_sdk.h"
+#include "shared/fp16_convert_x86.h"
 
 #define CPU_IMPL "cpu"
 #define CPU_DEVICE "cpu"
@@ -131,6 +135,8 @@ int cpu_channels_contiguous(const bp_abi_tensor *t, const char *name, char *reas
 
 /* The kernels, one descriptor each (optim.c, relu.c, pool.c, batchnorm.c). */
 extern const bp_abi_kernel cpu_range_sgd, cpu_range_adamw, cpu_relu_fwd, cpu_relu_bwd;
+/* range_fp16.c: the span ops of a mixed-precision step */
+extern const bp_abi_kernel cpu_range_zero, cpu_range_cast, cpu_range_unscale, cpu_range_nan_check;
 extern const bp_abi_kernel cpu_maxpool_fwd, cpu_maxpool_bwd;
 extern const bp_abi_kernel cpu_batchnorm_fwd_train, cpu_batchnorm_fwd_eval, cpu_batchnorm_bwd;
 
@@ -146,5 +152,30 @@ extern const bp_abi_kernel cpu_batchnorm_fwd_train, cpu_batchnorm_fwd_eval, cpu_
 #define CPU_KERNEL(op_name, supports_fn, run_fn, extra_flags)                                 \
   CPU_KERNEL_DT(op_name, supports_fn, run_fn, extra_flags, BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32))
 #define CPU_POOL_DTYPES (BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT8))
+
+/* relu, maxpool and batch norm also take FP16 tensors (mixed with FP32
+ * and INT8 ones as the reference takes them) through the FP16 adapter
+ * (shared/fp16_adapter.h): compact FP32 copies, the FP32 loops above (so
+ * padded FP16 features are fine), each FP16 output rounded once; the
+ * conversions are F16C loops where the CPU has them
+ * (shared/fp16_convert_x86.h), the same bits as the scalar ones. FP32
+ * calls go straight to the FP32 kernel. CPU_FP16 / CPU_FP16_ALIAS make the
+ * adapter's record (as REF_FP16 in ops/reference), CPU_KERNEL16 the
+ * descriptor. */
+#define CPU_FP16_DTYPES (BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16))
+#define CPU_FP16_ALIAS(supports_fn, run_fn, acc_offset, n_alias, out0, in0, out1, in1)        \
+  {                                                                                          \
+    .supports = (supports_fn), .run = (run_fn), .accumulate_offset = (acc_offset),          \
+    .alias_count = (n_alias), .alias_out = {(out0), (out1)}, .alias_in = {(in0), (in1)},    \
+    .convert = ops_fp16_convert_fast                                                         \
+  }
+#define CPU_FP16(supports_fn, run_fn, acc_offset) \
+  CPU_FP16_ALIAS(supports_fn, run_fn, acc_offset, 0, 0, 0, 0, 0)
+#define CPU_KERNEL16(op_name, fp16_kernel, extra_flags, dtype_mask)                           \
+  {                                                                                          \
+    .struct_size = sizeof(bp_abi_kernel), .op = (op_name), .impl = CPU_IMPL,                \
+    .device = CPU_DEVICE, .dtypes = (dtype_mask), .priority = CPU_PRIORITY,                  \
+    .flags = CPU_FLAGS | (extra_flags), OPS_FP16_FUNCS(&(fp16_kernel))                       \
+  }
 
 #endif

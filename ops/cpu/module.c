@@ -2,7 +2,10 @@
  * table of kernels it registers, and the choice of the instruction set its
  * loops run with (cpu-impl.h). range.sgd, range.adamw, relu.fwd, relu.bwd,
  * maxpool.fwd, maxpool.bwd, batchnorm.fwd_train, batchnorm.fwd_eval and
- * batchnorm.bwd, FP32 (INT8 for the maxpool mask), device
+ * batchnorm.bwd, FP32 (INT8 for the maxpool mask; the last five also
+ * FP16, through shared/fp16_adapter.h, cpu-impl.h), and range.zero,
+ * range.cast, range.unscale and range.nan_check (the dtypes of the
+ * reference's), device
  * "cpu", implementation "cpu", priority 5, flagged DETERMINISTIC (relu
  * also IN_PLACE), not REFERENCE: the registry prefers
  * them to the reference kernels wherever their supports() holds, and a pin
@@ -35,6 +38,10 @@
 static const bp_abi_kernel *const cpu_kernels[] = {
     &cpu_range_sgd,
     &cpu_range_adamw,
+    &cpu_range_zero,
+    &cpu_range_cast,
+    &cpu_range_unscale,
+    &cpu_range_nan_check,
     &cpu_relu_fwd,
     &cpu_relu_bwd,
     &cpu_maxpool_fwd,

@@ -9,7 +9,8 @@
  * factors of AdamW (bias corrections, decay, step size) are formed in
  * double exactly as the reference forms them. grad, w, m and v never
  * overlap (bp_sdk_check_ptrs), hence restrict. The checks are the
- * reference's own (ops/shared/range_check.h). */
+ * reference's own (ops/shared/range_check.h), the skip input (ABI 1.5)
+ * included: a nonzero skip returns before anything is read or written. */
 #include <math.h>
 #include <string.h>
 
@@ -85,7 +86,7 @@ static int adamw_supports(void *user, const bp_abi_kernel_args *args, char *reas
   return ops_adamw_check(args, &a, reason, rs);
 }
 
-/* range.sgd  in: grad, lr   out: w, m (sgd_run). */
+/* range.sgd  in: grad, lr, [skip]   out: w, m (sgd_run). */
 static int sgd_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_optimizer_attrs a;
@@ -93,15 +94,16 @@ static int sgd_run(void *user, const bp_abi_kernel_args *args) {
   const size_t rs = bp_sdk_args_reason_size(args);
   float lr, step;
   if (!ops_sgd_check(args, &a, reason, rs) ||
-      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs) ||
-      !ops_update_scalars(args, -1, &lr, &step))
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
+  if (ops_skip_set(args, a.has_skip)) return BP_ABI_OK;
+  if (!ops_update_scalars(args, -1, &lr, &step)) return BP_ABI_ERR_INVALID;
   sgd_loop(bp_sdk_output_f32(args, 0), bp_sdk_output_f32(args, 1), bp_sdk_input_f32(args, 0),
            bp_sdk_input(args, 0)->shape[3], lr, a.momentum, a.weight_decay, a.nesterov);
   return BP_ABI_OK;
 }
 
-/* range.adamw  in: grad, lr, step   out: w, m, v (adamw_run). */
+/* range.adamw  in: grad, lr, step, [skip]   out: w, m, v (adamw_run). */
 static int adamw_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_optimizer_attrs a;
@@ -109,9 +111,10 @@ static int adamw_run(void *user, const bp_abi_kernel_args *args) {
   const size_t rs = bp_sdk_args_reason_size(args);
   float lr, step;
   if (!ops_adamw_check(args, &a, reason, rs) ||
-      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs) ||
-      !ops_update_scalars(args, 2, &lr, &step))
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
+  if (ops_skip_set(args, a.has_skip)) return BP_ABI_OK;
+  if (!ops_update_scalars(args, 2, &lr, &step)) return BP_ABI_ERR_INVALID;
   const double t = step;
   const double bc1 = 1.0 - pow((double)a.beta1, t), bc2 = 1.0 - pow((double)a.beta2, t);
   adamw_factors f;

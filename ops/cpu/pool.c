@@ -247,7 +247,12 @@ static int maxpool_run_bwd(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
+/* FP16 through the adapter (the mask stays INT8) */
+static const ops_fp16_kernel maxpool_fwd16 =
+    CPU_FP16(maxpool_supports_fwd, maxpool_run_fwd, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel maxpool_bwd16 =
+    CPU_FP16(maxpool_supports_bwd, maxpool_run_bwd, offsetof(bp_pool_attrs, accumulate));
 const bp_abi_kernel cpu_maxpool_fwd =
-    CPU_KERNEL_DT("maxpool.fwd", maxpool_supports_fwd, maxpool_run_fwd, 0, CPU_POOL_DTYPES);
+    CPU_KERNEL16("maxpool.fwd", maxpool_fwd16, 0, CPU_POOL_DTYPES | CPU_FP16_DTYPES);
 const bp_abi_kernel cpu_maxpool_bwd =
-    CPU_KERNEL_DT("maxpool.bwd", maxpool_supports_bwd, maxpool_run_bwd, 0, CPU_POOL_DTYPES);
+    CPU_KERNEL16("maxpool.bwd", maxpool_bwd16, 0, CPU_POOL_DTYPES | CPU_FP16_DTYPES);

@@ -154,7 +154,12 @@ static int relu_run_bwd(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
+/* FP16 through the adapter; the "may alias" pairs: y with x, dx with dy */
+static const ops_fp16_kernel relu_fwd16 =
+    CPU_FP16_ALIAS(relu_supports_fwd, relu_run_fwd, OPS_FP16_NO_ACCUMULATE, 1, 0, 0, 0, 0);
+static const ops_fp16_kernel relu_bwd16 = CPU_FP16_ALIAS(
+    relu_supports_bwd, relu_run_bwd, offsetof(bp_elementwise_attrs, accumulate), 1, 0, 1, 0, 0);
 const bp_abi_kernel cpu_relu_fwd =
-    CPU_KERNEL("relu.fwd", relu_supports_fwd, relu_run_fwd, BP_ABI_KERNEL_IN_PLACE);
+    CPU_KERNEL16("relu.fwd", relu_fwd16, BP_ABI_KERNEL_IN_PLACE, CPU_FP16_DTYPES);
 const bp_abi_kernel cpu_relu_bwd =
-    CPU_KERNEL("relu.bwd", relu_supports_bwd, relu_run_bwd, BP_ABI_KERNEL_IN_PLACE);
+    CPU_KERNEL16("relu.bwd", relu_bwd16, BP_ABI_KERNEL_IN_PLACE, CPU_FP16_DTYPES);

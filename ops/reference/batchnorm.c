@@ -176,9 +176,17 @@ static int bn_run_bwd(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
+/* fwd_train may update the running statistics in place (outputs 3, 4 the
+ * very same elements as inputs 3, 4) */
+static const ops_fp16_kernel bn_train16 =
+    REF_FP16_ALIAS(bn_supports_train, bn_run_train, OPS_FP16_NO_ACCUMULATE, 2, 3, 3, 4, 4);
+static const ops_fp16_kernel bn_eval16 =
+    REF_FP16(bn_supports_eval, bn_run_eval, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel bn_bwd16 =
+    REF_FP16(bn_supports_bwd, bn_run_bwd, offsetof(bp_batchnorm_attrs, accumulate));
 const bp_abi_kernel ref_batchnorm_fwd_train =
-    REF_KERNEL("batchnorm.fwd_train", bn_supports_train, bn_run_train, 0);
+    REF_KERNEL16("batchnorm.fwd_train", bn_train16, 0, REF_FP16_DTYPES);
 const bp_abi_kernel ref_batchnorm_fwd_eval =
-    REF_KERNEL("batchnorm.fwd_eval", bn_supports_eval, bn_run_eval, 0);
+    REF_KERNEL16("batchnorm.fwd_eval", bn_eval16, 0, REF_FP16_DTYPES);
 const bp_abi_kernel ref_batchnorm_bwd =
-    REF_KERNEL("batchnorm.bwd", bn_supports_bwd, bn_run_bwd, 0);
+    REF_KERNEL16("batchnorm.bwd", bn_bwd16, 0, REF_FP16_DTYPES);

@@ -176,8 +176,15 @@ static int conv_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
-const bp_abi_kernel ref_conv2d_fwd = REF_KERNEL("conv2d.fwd", conv_supports_fwd, conv_run_fwd, 0);
+#define CONV_ACC offsetof(bp_conv2d_attrs, accumulate)
+static const ops_fp16_kernel conv_fwd16 =
+    REF_FP16(conv_supports_fwd, conv_run_fwd, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel conv_bwd_data16 =
+    REF_FP16(conv_supports_bwd_data, conv_run_bwd_data, CONV_ACC);
+static const ops_fp16_kernel conv_bwd_filter16 =
+    REF_FP16(conv_supports_bwd_filter, conv_run_bwd_filter, CONV_ACC);
+const bp_abi_kernel ref_conv2d_fwd = REF_KERNEL16("conv2d.fwd", conv_fwd16, 0, REF_FP16_DTYPES);
 const bp_abi_kernel ref_conv2d_bwd_data =
-    REF_KERNEL("conv2d.bwd_data", conv_supports_bwd_data, conv_run_bwd_data, 0);
+    REF_KERNEL16("conv2d.bwd_data", conv_bwd_data16, 0, REF_FP16_DTYPES);
 const bp_abi_kernel ref_conv2d_bwd_filter =
-    REF_KERNEL("conv2d.bwd_filter", conv_supports_bwd_filter, conv_run_bwd_filter, 0);
+    REF_KERNEL16("conv2d.bwd_filter", conv_bwd_filter16, 0, REF_FP16_DTYPES);

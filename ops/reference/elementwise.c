@@ -140,9 +140,18 @@ static int add_run_bwd(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
+#define EW_ACC offsetof(bp_elementwise_attrs, accumulate)
+/* the "may alias" pairs: relu.fwd y with x, relu.bwd dx with dy */
+static const ops_fp16_kernel relu_fwd16 =
+    REF_FP16_ALIAS(relu_supports_fwd, relu_run_fwd, OPS_FP16_NO_ACCUMULATE, 1, 0, 0, 0, 0);
+static const ops_fp16_kernel relu_bwd16 =
+    REF_FP16_ALIAS(relu_supports_bwd, relu_run_bwd, EW_ACC, 1, 0, 1, 0, 0);
+static const ops_fp16_kernel add_fwd16 =
+    REF_FP16(add_supports_fwd, add_run_fwd, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel add_bwd16 = REF_FP16(add_supports_bwd, add_run_bwd, EW_ACC);
 const bp_abi_kernel ref_relu_fwd =
-    REF_KERNEL("relu.fwd", relu_supports_fwd, relu_run_fwd, BP_ABI_KERNEL_IN_PLACE);
+    REF_KERNEL16("relu.fwd", relu_fwd16, BP_ABI_KERNEL_IN_PLACE, REF_FP16_DTYPES);
 const bp_abi_kernel ref_relu_bwd =
-    REF_KERNEL("relu.bwd", relu_supports_bwd, relu_run_bwd, BP_ABI_KERNEL_IN_PLACE);
-const bp_abi_kernel ref_add_fwd = REF_KERNEL("add.fwd", add_supports_fwd, add_run_fwd, 0);
-const bp_abi_kernel ref_add_bwd = REF_KERNEL("add.bwd", add_supports_bwd, add_run_bwd, 0);
+    REF_KERNEL16("relu.bwd", relu_bwd16, BP_ABI_KERNEL_IN_PLACE, REF_FP16_DTYPES);
+const bp_abi_kernel ref_add_fwd = REF_KERNEL16("add.fwd", add_fwd16, 0, REF_FP16_DTYPES);
+const bp_abi_kernel ref_add_bwd = REF_KERNEL16("add.bwd", add_bwd16, 0, REF_FP16_DTYPES);

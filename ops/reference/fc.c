@@ -123,8 +123,15 @@ static int fc_run_bwd_filter(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
-const bp_abi_kernel ref_fc_fwd = REF_KERNEL("fc.fwd", fc_supports_fwd, fc_run_fwd, 0);
+#define FC_ACC offsetof(bp_fc_attrs, accumulate)
+static const ops_fp16_kernel fc_fwd16 =
+    REF_FP16(fc_supports_fwd, fc_run_fwd, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel fc_bwd_data16 =
+    REF_FP16(fc_supports_bwd_data, fc_run_bwd_data, FC_ACC);
+static const ops_fp16_kernel fc_bwd_filter16 =
+    REF_FP16(fc_supports_bwd_filter, fc_run_bwd_filter, FC_ACC);
+const bp_abi_kernel ref_fc_fwd = REF_KERNEL16("fc.fwd", fc_fwd16, 0, REF_FP16_DTYPES);
 const bp_abi_kernel ref_fc_bwd_data =
-    REF_KERNEL("fc.bwd_data", fc_supports_bwd_data, fc_run_bwd_data, 0);
+    REF_KERNEL16("fc.bwd_data", fc_bwd_data16, 0, REF_FP16_DTYPES);
 const bp_abi_kernel ref_fc_bwd_filter =
-    REF_KERNEL("fc.bwd_filter", fc_supports_bwd_filter, fc_run_bwd_filter, 0);
+    REF_KERNEL16("fc.bwd_filter", fc_bwd_filter16, 0, REF_FP16_DTYPES);

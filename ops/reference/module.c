@@ -1,6 +1,7 @@
 /* The reference op module: its ABI entry (the only exported symbol) and the
  * table of kernels it registers. Every kernel is plain C, FP32 (the range
- * ops also take FP16 and other dtypes where range.c says so), device
+ * ops also take FP16 and other dtypes where range.c says so; the compute
+ * ops take FP16 through shared/fp16_adapter.h, reference-impl.h), device
  * "cpu", implementation "reference", flagged REFERENCE | DETERMINISTIC
  * (relu and range.scale add IN_PLACE), priority 0: the host picks one only
  * when no other kernel supports a node, and tests use them as the oracle. */
@@ -28,6 +29,7 @@ static const bp_abi_kernel *const ref_kernels[] = {
     &ref_range_zero,          &ref_range_copy,         &ref_range_scale,
     &ref_range_cast,          &ref_range_ema,          &ref_range_nan_check,
     &ref_range_sgd,           &ref_range_adamw,        &ref_range_lars,
+    &ref_range_unscale,       &ref_range_loss_scale,
 };
 
 static int ref_init(const bp_abi_host *host) {

@@ -283,15 +283,28 @@ static int gap_run_bwd(void *user, const bp_abi_kernel_args *args) {
 }
 
 #define POOL_MAX_DTYPES (BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT8))
+#define POOL_ACC offsetof(bp_pool_attrs, accumulate)
+#define GAP_ACC offsetof(bp_elementwise_attrs, accumulate)
+static const ops_fp16_kernel maxpool_fwd16 =
+    REF_FP16(maxpool_supports_fwd, maxpool_run_fwd, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel maxpool_bwd16 =
+    REF_FP16(maxpool_supports_bwd, maxpool_run_bwd, POOL_ACC);
+static const ops_fp16_kernel avgpool_fwd16 =
+    REF_FP16(avgpool_supports_fwd, avgpool_run_fwd, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel avgpool_bwd16 =
+    REF_FP16(avgpool_supports_bwd, avgpool_run_bwd, POOL_ACC);
+static const ops_fp16_kernel gap_fwd16 =
+    REF_FP16(gap_supports_fwd, gap_run_fwd, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel gap_bwd16 = REF_FP16(gap_supports_bwd, gap_run_bwd, GAP_ACC);
 const bp_abi_kernel ref_maxpool_fwd =
-    REF_KERNEL_DT("maxpool.fwd", maxpool_supports_fwd, maxpool_run_fwd, 0, POOL_MAX_DTYPES);
+    REF_KERNEL16("maxpool.fwd", maxpool_fwd16, 0, POOL_MAX_DTYPES | REF_FP16_DTYPES);
 const bp_abi_kernel ref_maxpool_bwd =
-    REF_KERNEL_DT("maxpool.bwd", maxpool_supports_bwd, maxpool_run_bwd, 0, POOL_MAX_DTYPES);
+    REF_KERNEL16("maxpool.bwd", maxpool_bwd16, 0, POOL_MAX_DTYPES | REF_FP16_DTYPES);
 const bp_abi_kernel ref_avgpool_fwd =
-    REF_KERNEL("avgpool.fwd", avgpool_supports_fwd, avgpool_run_fwd, 0);
+    REF_KERNEL16("avgpool.fwd", avgpool_fwd16, 0, REF_FP16_DTYPES);
 const bp_abi_kernel ref_avgpool_bwd =
-    REF_KERNEL("avgpool.bwd", avgpool_supports_bwd, avgpool_run_bwd, 0);
+    REF_KERNEL16("avgpool.bwd", avgpool_bwd16, 0, REF_FP16_DTYPES);
 const bp_abi_kernel ref_global_avgpool_fwd =
-    REF_KERNEL("global_avgpool.fwd", gap_supports_fwd, gap_run_fwd, 0);
+    REF_KERNEL16("global_avgpool.fwd", gap_fwd16, 0, REF_FP16_DTYPES);
 const bp_abi_kernel ref_global_avgpool_bwd =
-    REF_KERNEL("global_avgpool.bwd", gap_supports_bwd, gap_run_bwd, 0);
+    REF_KERNEL16("global_avgpool.bwd", gap_bwd16, 0, REF_FP16_DTYPES);

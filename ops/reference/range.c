@@ -1,5 +1,6 @@
 /* Range reference kernels: zero, copy, scale, cast FP32<->FP16, EMA,
- * NaN/Inf check, and the SGD (momentum, Nesterov), AdamW and LARS updates.
+ * NaN/Inf check, unscale and loss-scale update (mixed precision), and the
+ * SGD (momentum, Nesterov), AdamW and LARS updates.
  *
  * Spans (bp_abi_ops.h): every span is one tensor shaped [1,1,1,E] with
  * stride[3] = 1, E elements from its pointer. The host makes one span of
@@ -32,7 +33,13 @@
  * run() checks them (finite lr, step >= 1, segment offsets in order)
  * before writing anything and returns BP_ABI_ERR_INVALID with every
  * output untouched when one is off. No output aliases an input, except
- * range.scale, whose output may be its input (the op is in place). */
+ * range.scale, whose output may be its input (the op is in place).
+ *
+ * Mixed precision (ABI 1.5): range.unscale and range.loss_scale below; and
+ * range.ema and the three updates take, with has_skip, one more trailing
+ * input skip (FP32 [1,1,1,1]): when it holds anything but 0 (a NaN counts
+ * as nonzero), run() returns BP_ABI_OK right after the argument and pointer
+ * checks, having read no scalar and written nothing (ops_skip_set). */
 #include <math.h>
 #include <string.h>
 
@@ -41,36 +48,23 @@
 
 /* ---- checks ------------------------------------------------------------- */
 
-/* The span, scalar and attribute checks, and the SGD and AdamW checks, are
+/* The span, scalar and attribute checks, those of zero, cast, nan_check
+ * and unscale, the skip input and the SGD and AdamW checks are
  * ops/shared/range_check.h (shared with ops/cpu). */
-
-#define RANGE_ALL_DTYPES                                                                   \
-  (BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16) |             \
-   BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT8) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT32) |            \
-   BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_BF16))
-#define RANGE_FLOAT_DTYPES \
-  (BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16))
 
 /* ---- range.zero --------------------------------------------------------- */
 
 /* range.zero  out: x, a span of any dtype; all E elements set to zero bits
  * (0.0 for the float types). */
-static int zero_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
-  bp_range_attrs a;
-  if (!args) return bp_sdk_fail(reason, rs, "no args");
-  return bp_sdk_read_attrs(args, &a, sizeof a, reason, rs) &&
-         bp_sdk_check_args(args, 0, 1, reason, rs) &&
-         ops_span_check(bp_sdk_output(args, 0), "x", -1, reason, rs);
-}
 static int zero_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
-  return zero_check(args, reason, rs);
+  return ops_zero_check(args, reason, rs);
 }
 static int zero_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
-  if (!zero_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
+  if (!ops_zero_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *t = bp_sdk_output(args, 0);
   memset(args->output_ptrs[0], 0, (size_t)(t->shape[3] * bp_sdk_dtype_size(t->dtype)));
@@ -155,32 +149,15 @@ static int scale_run(void *user, const bp_abi_kernel_args *args) {
  *   The project's one conversion, bp_sdk_fp32_to_fp16 / bp_sdk_fp16_to_fp32
  *   (abi/bp_abi_sdk.h: rounding to nearest even, overflow to Inf, NaNs kept
  *   as quiet NaNs of the same sign and payload); FP16 -> FP32 is exact. */
-static int cast_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
-  bp_range_attrs a;
-  if (!args) return bp_sdk_fail(reason, rs, "no args");
-  if (!bp_sdk_read_attrs(args, &a, sizeof a, reason, rs) ||
-      !bp_sdk_check_args(args, 1, 1, reason, rs))
-    return 0;
-  const bp_abi_tensor *src = bp_sdk_input(args, 0), *dst = bp_sdk_output(args, 0);
-  const int32_t sd = src->dtype, dd = dst->dtype;
-  if (!((sd == BP_ABI_DTYPE_FP32 && dd == BP_ABI_DTYPE_FP16) ||
-        (sd == BP_ABI_DTYPE_FP16 && dd == BP_ABI_DTYPE_FP32)))
-    return bp_sdk_fail(reason, rs,
-                       "casts fp32 to fp16 or fp16 to fp32, got src dtype %d and dst dtype %d "
-                       "(fp32 = %d, fp16 = %d)",
-                       (int)sd, (int)dd, BP_ABI_DTYPE_FP32, BP_ABI_DTYPE_FP16);
-  return ops_span_check(src, "src", sd, reason, rs) && ops_span_check(dst, "dst", dd, reason, rs) &&
-         ops_same_count(src, "src", dst, "dst", reason, rs);
-}
 static int cast_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
-  return cast_check(args, reason, rs);
+  return ops_cast_check(args, reason, rs);
 }
 static int cast_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
-  if (!cast_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
+  if (!ops_cast_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   const int64_t n = bp_sdk_input(args, 0)->shape[3];
   if (bp_sdk_input(args, 0)->dtype == BP_ABI_DTYPE_FP32) {
@@ -197,13 +174,15 @@ static int cast_run(void *user, const bp_abi_kernel_args *args) {
 
 /* ---- range.ema ---------------------------------------------------------- */
 
-/* range.ema  in: w   out: e (read and written); FP32 spans of one E
- *   e = decay*e + (1-decay)*w, decay in [0, 1], (1-decay) rounded once. */
+/* range.ema  in: w, [skip]   out: e (read and written); FP32 spans of one E
+ *   e = decay*e + (1-decay)*w, decay in [0, 1], (1-decay) rounded once;
+ *   with has_skip, nothing is written when skip != 0 (ops_skip_set). */
 static int ema_check(const bp_abi_kernel_args *args, bp_range_attrs *a, char *reason, size_t rs) {
   if (!args) return bp_sdk_fail(reason, rs, "no args");
   const size_t needed = OPS_FIELD_END(bp_range_attrs, decay);
   if (!ops_attrs_check(args, a, sizeof *a, needed, "decay", reason, rs) ||
-      !ops_in_unit(a->decay, 1, "decay", reason, rs) || !bp_sdk_check_args(args, 1, 1, reason, rs))
+      !ops_in_unit(a->decay, 1, "decay", reason, rs) ||
+      !ops_skip_args_check(args, a->has_skip, 1, 1, reason, rs))
     return 0;
   const bp_abi_tensor *w = bp_sdk_input(args, 0), *e = bp_sdk_output(args, 0);
   return ops_span_check(w, "w", BP_ABI_DTYPE_FP32, reason, rs) &&
@@ -222,6 +201,7 @@ static int ema_run(void *user, const bp_abi_kernel_args *args) {
   const size_t rs = bp_sdk_args_reason_size(args);
   if (!ema_check(args, &a, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
+  if (ops_skip_set(args, a.has_skip)) return BP_ABI_OK;
   const float *w = bp_sdk_input_f32(args, 0);
   float *e = bp_sdk_output_f32(args, 0);
   const float d = a.decay, one_minus_d = (float)(1.0 - (double)a.decay);
@@ -237,29 +217,17 @@ static int ema_run(void *user, const bp_abi_kernel_args *args) {
  *   was, so one flag collects several spans. FP32 is classified with
  *   isfinite (no compare, no exception even for a signalling NaN), FP16 on
  *   its bits (all exponent bits set). */
-static int nan_check_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
-  bp_range_attrs a;
-  if (!args) return bp_sdk_fail(reason, rs, "no args");
-  if (!bp_sdk_read_attrs(args, &a, sizeof a, reason, rs) ||
-      !bp_sdk_check_args(args, 1, 1, reason, rs))
-    return 0;
-  const bp_abi_tensor *x = bp_sdk_input(args, 0);
-  if (x->dtype != BP_ABI_DTYPE_FP32 && x->dtype != BP_ABI_DTYPE_FP16)
-    return bp_sdk_fail(reason, rs, "x: dtype %d, expected fp32 (%d) or fp16 (%d)", (int)x->dtype,
-                       BP_ABI_DTYPE_FP32, BP_ABI_DTYPE_FP16);
-  return ops_span_check(x, "x", x->dtype, reason, rs) &&
-         ops_scalar_check(bp_sdk_output(args, 0), "flag", reason, rs);
-}
 static int nan_check_supports(void *user, const bp_abi_kernel_args *args, char *reason,
                               size_t rs) {
   (void)user;
-  return nan_check_check(args, reason, rs);
+  return ops_nan_check_check(args, reason, rs);
 }
 static int nan_check_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
-  if (!nan_check_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
+  if (!ops_nan_check_check(args, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   const int64_t n = bp_sdk_input(args, 0)->shape[3];
   int found = 0;
@@ -274,9 +242,124 @@ static int nan_check_run(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
+/* ---- range.unscale ------------------------------------------------------ */
+
+/* range.unscale  in: src FP16 span, scale FP32 [1,1,1,1]   out: dst FP32 span
+ *   (same E): dst = (float)src * inv with inv = 1.0f / scale, one FP32
+ *   division (as PyTorch's GradScaler; exact for a power-of-two scale).
+ *   The widening is exact and the product rounded once, so an Inf or NaN
+ *   in src stays Inf or NaN in dst, and FP16's finite range times inv
+ *   never overflows for scale >= 1. scale is read at run time and must be
+ *   finite and > 0 (ops_unscale_factor); otherwise nothing is written. */
+static int unscale_supports(void *user, const bp_abi_kernel_args *args, char *reason,
+                            size_t rs) {
+  (void)user;
+  return ops_unscale_check(args, reason, rs);
+}
+static int unscale_run(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  float inv;
+  if (!ops_unscale_check(args, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs) || !ops_unscale_factor(args, 1, &inv))
+    return BP_ABI_ERR_INVALID;
+  const uint16_t *src = (const uint16_t *)args->input_ptrs[0];
+  float *dst = bp_sdk_output_f32(args, 0);
+  const int64_t n = bp_sdk_input(args, 0)->shape[3];
+  for (int64_t i = 0; i < n; i++) dst[i] = bp_sdk_fp16_to_fp32(src[i]) * inv;
+  return BP_ABI_OK;
+}
+
+/* ---- range.loss_scale --------------------------------------------------- */
+
+/* range.loss_scale  in: found_inf   out: scale, good_steps, step, skipped
+ *   All FP32 [1,1,1,1]; the outputs are read and written (in place; no
+ *   input aliases them). Once per step, after the update (PyTorch's
+ *   GradScaler.update, torch._amp_update_scale_):
+ *     found_inf != 0 (a NaN counts as nonzero):
+ *       skipped += 1; good_steps = 0;
+ *       scale *= backoff_factor when growth_interval > 0 (else unchanged)
+ *     found_inf == 0:
+ *       step += 1; good_steps += 1;
+ *       when growth_interval > 0 and good_steps >= growth_interval:
+ *         good_steps = 0; scale *= growth_factor when that product is
+ *         finite (else scale stays: it never grows to Inf)
+ *   Products and sums are FP32 (the counts are exact up to 2^24).
+ *   Attributes: the whole bp_loss_scale_attrs block; growth_interval >= 0;
+ *   with growth_interval > 0, growth_factor finite and >= 1 and
+ *   backoff_factor in (0, 1] (a static scale, growth_interval 0, reads
+ *   neither). run() refuses, writing nothing, a scale that is not finite
+ *   and > 0 or a count that is not finite and >= 0. */
+static int loss_scale_check(const bp_abi_kernel_args *args, bp_loss_scale_attrs *a,
+                            char *reason, size_t rs) {
+  static const char *const outs[] = {"scale", "good_steps", "step", "skipped"};
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!ops_attrs_check(args, a, sizeof *a, OPS_FIELD_END(bp_loss_scale_attrs, growth_interval),
+                       "growth_factor, backoff_factor and growth_interval", reason, rs))
+    return 0;
+  if (a->growth_interval < 0)
+    return bp_sdk_fail(reason, rs, "growth_interval %d must be >= 0", (int)a->growth_interval);
+  if (a->growth_interval > 0) {
+    if (!ops_finite_at_least(a->growth_factor, 1.0f, "growth_factor", reason, rs)) return 0;
+    if (!(a->backoff_factor > 0.0f && a->backoff_factor <= 1.0f))
+      return bp_sdk_fail(reason, rs, "backoff_factor %g must be in (0, 1]",
+                         (double)a->backoff_factor);
+  }
+  if (!bp_sdk_check_args(args, 1, 4, reason, rs) ||
+      !ops_scalar_check(bp_sdk_input(args, 0), "found_inf", reason, rs))
+    return 0;
+  for (int o = 0; o < 4; o++)
+    if (!ops_scalar_check(bp_sdk_output(args, o), outs[o], reason, rs)) return 0;
+  return 1;
+}
+static int loss_scale_supports(void *user, const bp_abi_kernel_args *args, char *reason,
+                               size_t rs) {
+  (void)user;
+  bp_loss_scale_attrs a;
+  return loss_scale_check(args, &a, reason, rs);
+}
+static int loss_scale_run(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  static const char *const outs[] = {"scale", "good_steps", "step", "skipped"};
+  bp_loss_scale_attrs a;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!loss_scale_check(args, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
+    return BP_ABI_ERR_INVALID;
+  float v[4]; /* scale, good_steps, step, skipped */
+  for (int o = 0; o < 4; o++) {
+    memcpy(&v[o], args->output_ptrs[o], sizeof v[o]);
+    if (!isfinite(v[o]) || !(o == 0 ? v[o] > 0.0f : v[o] >= 0.0f)) {
+      bp_sdk_set_reason(args, "%s %g must be finite and %s", outs[o], (double)v[o],
+                        o == 0 ? "> 0" : ">= 0");
+      return BP_ABI_ERR_INVALID;
+    }
+  }
+  float scale = v[0], good = v[1], step = v[2], skipped = v[3];
+  if (ops_scalar_in(args, 0) != 0.0f) {
+    skipped += 1.0f;
+    good = 0.0f;
+    if (a.growth_interval > 0) scale *= a.backoff_factor;
+  } else {
+    step += 1.0f;
+    good += 1.0f;
+    if (a.growth_interval > 0 && good >= (float)a.growth_interval) {
+      good = 0.0f;
+      const float grown = scale * a.growth_factor;
+      if (isfinite(grown)) scale = grown;
+    }
+  }
+  const float out[4] = {scale, good, step, skipped};
+  for (int o = 0; o < 4; o++) memcpy(args->output_ptrs[o], &out[o], sizeof out[o]);
+  return BP_ABI_OK;
+}
+
 /* ---- range.sgd ---------------------------------------------------------- */
 
-/* range.sgd  in: grad, lr   out: w, m (FP32 spans of one E; m read and written)
+/* range.sgd  in: grad, lr, [skip]   out: w, m (FP32 spans of one E; m read
+ *   and written)
  *   As torch.optim.SGD (dampening 0, weight decay coupled into the gradient):
  *     g = grad + weight_decay*w          (skipped when weight_decay == 0)
  *     m = momentum*m + g                 (PyTorch starts its buffer at g on
@@ -298,6 +381,7 @@ static int sgd_run(void *user, const bp_abi_kernel_args *args) {
   if (!ops_sgd_check(args, &a, reason, rs) ||
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
+  if (ops_skip_set(args, a.has_skip)) return BP_ABI_OK;
   float lr, step;
   if (!ops_update_scalars(args, -1, &lr, &step)) return BP_ABI_ERR_INVALID;
   const float *grad = bp_sdk_input_f32(args, 0);
@@ -317,7 +401,7 @@ static int sgd_run(void *user, const bp_abi_kernel_args *args) {
 
 /* ---- range.adamw -------------------------------------------------------- */
 
-/* range.adamw  in: grad, lr, step   out: w, m, v (FP32 spans of one E)
+/* range.adamw  in: grad, lr, step, [skip]   out: w, m, v (FP32 spans of one E)
  *   As torch.optim.AdamW (single-tensor path), t = step >= 1:
  *     w  = w * (1 - lr*weight_decay)                  (decoupled decay)
  *     m  = m*beta1 + (1-beta1)*g                      (mul_, add_ with alpha;
@@ -345,6 +429,7 @@ static int adamw_run(void *user, const bp_abi_kernel_args *args) {
   if (!ops_adamw_check(args, &a, reason, rs) ||
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
+  if (ops_skip_set(args, a.has_skip)) return BP_ABI_OK;
   float lr, step;
   if (!ops_update_scalars(args, 2, &lr, &step)) return BP_ABI_ERR_INVALID;
   const double t = step;
@@ -373,7 +458,7 @@ static int adamw_run(void *user, const bp_abi_kernel_args *args) {
 
 /* ---- range.lars --------------------------------------------------------- */
 
-/* range.lars  in: grad, lr, segments   out: w, m, norms
+/* range.lars  in: grad, lr, segments, [skip]   out: w, m, norms
  *   grad, w, m: FP32 spans of one E; segments: INT32 [1,1,1,S+1], S >= 1,
  *   offsets 0 <= s_0 <= s_1 <= ... <= s_S <= E (checked at run time),
  *   parameter j being elements [s_j, s_{j+1}) (its slot padding included);
@@ -402,7 +487,8 @@ static int lars_check(const bp_abi_kernel_args *args, bp_optimizer_attrs *a, cha
     return bp_sdk_fail(reason, rs, "nesterov is not defined for range.lars");
   if (!isfinite(a->eta) || !(a->eta > 0.0f))
     return bp_sdk_fail(reason, rs, "eta %g must be finite and > 0", (double)a->eta);
-  if (!bp_sdk_check_args(args, 3, 3, reason, rs) || !ops_update_spans(args, outs, 2, reason, rs))
+  if (!ops_skip_args_check(args, a->has_skip, 3, 3, reason, rs) ||
+      !ops_update_spans(args, outs, 2, reason, rs))
     return 0;
   const bp_abi_tensor *seg = bp_sdk_input(args, 2), *norms = bp_sdk_output(args, 2);
   if (!ops_span_check(seg, "segments", BP_ABI_DTYPE_INT32, reason, rs) ||
@@ -428,6 +514,7 @@ static int lars_run(void *user, const bp_abi_kernel_args *args) {
   const size_t rs = bp_sdk_args_reason_size(args);
   if (!lars_check(args, &a, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
+  if (ops_skip_set(args, a.has_skip)) return BP_ABI_OK; /* norms keep their last values too */
   float lr, step;
   if (!ops_update_scalars(args, -1, &lr, &step)) return BP_ABI_ERR_INVALID;
   const int32_t *seg = (const int32_t *)args->input_ptrs[2];
@@ -468,16 +555,21 @@ static int lars_run(void *user, const bp_abi_kernel_args *args) {
 /* ---- descriptors -------------------------------------------------------- */
 
 const bp_abi_kernel ref_range_zero =
-    REF_KERNEL_DT("range.zero", zero_supports, zero_run, 0, RANGE_ALL_DTYPES);
+    REF_KERNEL_DT("range.zero", zero_supports, zero_run, 0, OPS_RANGE_ALL_DTYPES);
 const bp_abi_kernel ref_range_copy =
-    REF_KERNEL_DT("range.copy", copy_supports, copy_run, 0, RANGE_ALL_DTYPES);
+    REF_KERNEL_DT("range.copy", copy_supports, copy_run, 0, OPS_RANGE_ALL_DTYPES);
 const bp_abi_kernel ref_range_scale =
     REF_KERNEL("range.scale", scale_supports, scale_run, BP_ABI_KERNEL_IN_PLACE);
 const bp_abi_kernel ref_range_cast =
-    REF_KERNEL_DT("range.cast", cast_supports, cast_run, 0, RANGE_FLOAT_DTYPES);
+    REF_KERNEL_DT("range.cast", cast_supports, cast_run, 0, OPS_RANGE_FLOAT_DTYPES);
 const bp_abi_kernel ref_range_ema = REF_KERNEL("range.ema", ema_supports, ema_run, 0);
 const bp_abi_kernel ref_range_nan_check =
-    REF_KERNEL_DT("range.nan_check", nan_check_supports, nan_check_run, 0, RANGE_FLOAT_DTYPES);
+    REF_KERNEL_DT("range.nan_check", nan_check_supports, nan_check_run, 0,
+                  OPS_RANGE_FLOAT_DTYPES);
+const bp_abi_kernel ref_range_unscale =
+    REF_KERNEL_DT("range.unscale", unscale_supports, unscale_run, 0, OPS_RANGE_FLOAT_DTYPES);
+const bp_abi_kernel ref_range_loss_scale =
+    REF_KERNEL("range.loss_scale", loss_scale_supports, loss_scale_run, 0);
 const bp_abi_kernel ref_range_sgd = REF_KERNEL("range.sgd", sgd_supports, sgd_run, 0);
 const bp_abi_kernel ref_range_adamw = REF_KERNEL("range.adamw", adamw_supports, adamw_run, 0);
 const bp_abi_kernel ref_range_lars =

@@ -26,6 +26,7 @@
 #include "bp_abi.h"
 #include "bp_abi_ops.h"
 #include "bp_abi_sdk.h"
+#include "shared/fp16_adapter.h"
 
 #define REF_IMPL "reference"
 #define REF_DEVICE "cpu"
@@ -70,14 +71,15 @@ extern const bp_abi_kernel ref_global_avgpool_fwd, ref_global_avgpool_bwd;
 extern const bp_abi_kernel ref_batchnorm_fwd_train, ref_batchnorm_fwd_eval, ref_batchnorm_bwd;
 extern const bp_abi_kernel ref_softmax_ce_fwd_bwd;
 extern const bp_abi_kernel ref_range_zero, ref_range_copy, ref_range_scale, ref_range_cast;
-extern const bp_abi_kernel ref_range_ema, ref_range_nan_check;
+extern const bp_abi_kernel ref_range_ema, ref_range_nan_check, ref_range_unscale;
+extern const bp_abi_kernel ref_range_loss_scale;
 extern const bp_abi_kernel ref_range_sgd, ref_range_adamw, ref_range_lars;
 
 /* A descriptor of this module: op name, supports, run, extra flags. The
  * dtype mask names every dtype among the op's tensors (the registry
  * requires each to be in it): FP32, plus INT8 for the maxpool mask,
  * INT32 for the softmax_ce labels and the LARS segments, FP16 for the
- * cast and the NaN check, every dtype for range.zero and range.copy
+ * cast, the NaN check, range.unscale and softmax_ce, every dtype for range.zero and range.copy
  * (REF_KERNEL_DT). */
 #define REF_KERNEL_DT(op_name, supports_fn, run_fn, extra_flags, dtype_mask)                  \
   {                                                                                          \
@@ -87,5 +89,30 @@ extern const bp_abi_kernel ref_range_sgd, ref_range_adamw, ref_range_lars;
   }
 #define REF_KERNEL(op_name, supports_fn, run_fn, extra_flags)                                 \
   REF_KERNEL_DT(op_name, supports_fn, run_fn, extra_flags, BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32))
+
+/* The compute ops of the models (conv2d, fc, relu, add, the pools, batch
+ * norm) also take FP16 tensors (mixed with FP32 and INT8 ones where the
+ * op has them): through the FP16 adapter (shared/fp16_adapter.h), which
+ * widens them into FP32 copies, runs the FP32 kernel above on those and
+ * rounds each FP16 output once, with the SDK's scalar conversions. FP32
+ * calls go straight to the FP32 kernel. REF_FP16(supports, run, offset of
+ * the accumulate flag or OPS_FP16_NO_ACCUMULATE) is the adapter's record
+ * (REF_FP16_ALIAS adds the op's "may alias" pairs), REF_KERNEL16 the
+ * descriptor. */
+#define REF_FP16_DTYPES (BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16))
+#define REF_FP16_ALIAS(supports_fn, run_fn, acc_offset, n_alias, out0, in0, out1, in1)        \
+  {                                                                                          \
+    .supports = (supports_fn), .run = (run_fn), .accumulate_offset = (acc_offset),          \
+    .alias_count = (n_alias), .alias_out = {(out0), (out1)}, .alias_in = {(in0), (in1)},    \
+    .convert = ops_fp16_convert_scalar                                                       \
+  }
+#define REF_FP16(supports_fn, run_fn, acc_offset) \
+  REF_FP16_ALIAS(supports_fn, run_fn, acc_offset, 0, 0, 0, 0, 0)
+#define REF_KERNEL16(op_name, fp16_kernel, extra_flags, dtype_mask)                           \
+  {                                                                                          \
+    .struct_size = sizeof(bp_abi_kernel), .op = (op_name), .impl = REF_IMPL,                \
+    .device = REF_DEVICE, .dtypes = (dtype_mask), .priority = BP_ABI_PRIORITY_REFERENCE,     \
+    .flags = REF_FLAGS | (extra_flags), OPS_FP16_FUNCS(&(fp16_kernel))                       \
+  }
 
 #endif

@@ -2,26 +2,48 @@
  * the logits in one pass.
  *
  * Shape legend (bp_abi_ops.h):
- *   logits  [N,1,1,K] FP32      labels [N,1,1,1] INT32, each in [0, K)
+ *   logits  [N,1,1,K] FP32 or FP16      labels [N,1,1,1] INT32, each in [0, K)
+ *   loss_scale [1,1,1,1] FP32 (has_loss_scale: input 2, S below; else S = 1)
  *   loss    [1,1,1,1] FP32      correct [1,1,1,1] FP32 (a count; the R region is FP32)
- *   dlogits [N,1,1,K] FP32 (compute_grad)
+ *   dlogits [N,1,1,K] FP32 or FP16 (compute_grad; its dtype need not be logits')
  *
  * Per sample, with s = label_smoothing and target t_k = (1-s)*[k == label] + s/K:
  *   lse  = max z + log sum_k exp(z_k - max z)       (stable for any logit size)
  *   loss_n = sum_k t_k * (lse - z_k)
- *   dlogits_k = (exp(z_k - lse) - t_k) * grad_scale
+ *   dlogits_k = (exp(z_k - lse) - t_k) * grad_scale * S
  *   hit_n = argmax_k z_k == label (ties: the first largest k wins)
  * loss += sum_n loss_n and correct += sum_n hit_n (both accumulate across
  * steps; the executor zeroes them); dlogits is overwritten. Everything in
- * double; loss and correct are added once per call.
+ * double; loss and correct are added once per call, never scaled by S.
+ * FP16 (mixed precision): an FP16 logit is widened exactly to FP32 first,
+ * and an FP16 dlogits element is the FP32 one (the double value rounded
+ * to float) rounded once more, to nearest even, by bp_sdk_fp32_to_fp16:
+ * the FP16 kernel is the FP32 kernel on the widened logits with its
+ * dlogits cast. S = 1 leaves every bit as without has_loss_scale; a
+ * power-of-two S scales dlogits exactly while nothing overflows or turns
+ * subnormal. S is read at run time and must be finite and > 0.
  *
  * Device strides that nest in NHWC order; no alignment beyond 4 bytes; the
  * 16-byte tail never read; no output aliases an input. Labels are checked
- * before anything is written: one outside [0, K) makes run() return
- * BP_ABI_ERR_INVALID with every output untouched. */
+ * before anything is written: one outside [0, K) (or a bad S) makes run()
+ * return BP_ABI_ERR_INVALID with every output untouched. */
 #include <math.h>
 
 #include "reference-impl.h"
+
+/* logits and dlogits: FP32 or FP16. */
+static int ce_float_check(const bp_abi_tensor *t, const char *name, char *reason, size_t rs) {
+  if (t->dtype != BP_ABI_DTYPE_FP32 && t->dtype != BP_ABI_DTYPE_FP16)
+    return bp_sdk_fail(reason, rs, "%s: dtype %s, expected fp32 or fp16", name,
+                       bp_sdk_dtype_name(t->dtype));
+  return bp_sdk_check_tensor(t, name, t->dtype, reason, rs);
+}
+
+/* Element k of an FP32 or FP16 tensor at p, widened exactly. */
+static inline float ce_load(const void *p, int32_t dtype, int64_t k) {
+  return dtype == BP_ABI_DTYPE_FP16 ? bp_sdk_fp16_to_fp32(((const uint16_t *)p)[k])
+                                    : ((const float *)p)[k];
+}
 
 static int ce_check(const bp_abi_kernel_args *args, bp_softmax_ce_attrs *a, char *reason,
                     size_t rs) {
@@ -33,17 +55,24 @@ static int ce_check(const bp_abi_kernel_args *args, bp_softmax_ce_attrs *a, char
   if (!isfinite(a->grad_scale))
     return bp_sdk_fail(reason, rs, "grad_scale %g must be finite", (double)a->grad_scale);
   if (!bp_sdk_check_flag(a->compute_grad, "compute_grad", reason, rs) ||
-      !bp_sdk_check_args(args, 2, 2 + a->compute_grad, reason, rs))
+      !bp_sdk_check_flag(a->has_loss_scale, "has_loss_scale", reason, rs) ||
+      !bp_sdk_check_args(args, 2 + a->has_loss_scale, 2 + a->compute_grad, reason, rs))
     return 0;
   const bp_abi_tensor *z = bp_sdk_input(args, 0), *lab = bp_sdk_input(args, 1);
   const bp_abi_tensor *loss = bp_sdk_output(args, 0), *correct = bp_sdk_output(args, 1);
   const bp_abi_tensor *dz = a->compute_grad ? bp_sdk_output(args, 2) : NULL;
-  if (!bp_sdk_check_tensor(z, "logits", BP_ABI_DTYPE_FP32, reason, rs) ||
+  if (!ce_float_check(z, "logits", reason, rs) ||
       !bp_sdk_check_tensor(lab, "labels", BP_ABI_DTYPE_INT32, reason, rs) ||
       !bp_sdk_check_tensor(loss, "loss", BP_ABI_DTYPE_FP32, reason, rs) ||
       !bp_sdk_check_tensor(correct, "correct", BP_ABI_DTYPE_FP32, reason, rs) ||
-      (a->compute_grad && !bp_sdk_check_tensor(dz, "dlogits", BP_ABI_DTYPE_FP32, reason, rs)))
+      (a->compute_grad && !ce_float_check(dz, "dlogits", reason, rs)))
     return 0;
+  if (a->has_loss_scale) {
+    const bp_abi_tensor *ls = bp_sdk_input(args, 2);
+    if (!bp_sdk_check_tensor(ls, "loss_scale", BP_ABI_DTYPE_FP32, reason, rs) ||
+        !bp_sdk_check_shape(ls, "loss_scale", 1, 1, 1, 1, reason, rs))
+      return 0;
+  }
   const int64_t n = z->shape[0], k = z->shape[3];
   if (!bp_sdk_check_shape(z, "logits", n, 1, 1, k, reason, rs) ||
       !bp_sdk_check_shape(lab, "labels", n, 1, 1, 1, reason, rs) ||
@@ -69,7 +98,8 @@ static int ce_run(void *user, const bp_abi_kernel_args *args) {
   if (!ce_check(args, &a, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *tz = bp_sdk_input(args, 0), *tl = bp_sdk_input(args, 1);
-  const float *z = bp_sdk_input_f32(args, 0);
+  const void *z = args->input_ptrs[0];
+  const int32_t zt = tz->dtype;
   const int32_t *labels = (const int32_t *)args->input_ptrs[1];
   const int64_t N = tz->shape[0], K = tz->shape[3], zs = tz->stride[3];
   for (int64_t n = 0; n < N; n++) {
@@ -80,26 +110,39 @@ static int ce_run(void *user, const bp_abi_kernel_args *args) {
       return BP_ABI_ERR_INVALID;
     }
   }
+  double S = 1.0;
+  if (a.has_loss_scale) {
+    const float ls = *bp_sdk_input_f32(args, 2);
+    if (!isfinite(ls) || !(ls > 0.0f)) {
+      bp_sdk_set_reason(args, "loss_scale %g must be finite and > 0", (double)ls);
+      return BP_ABI_ERR_INVALID;
+    }
+    S = ls;
+  }
   const bp_abi_tensor *tg = a.compute_grad ? bp_sdk_output(args, 2) : NULL;
-  float *dz = a.compute_grad ? bp_sdk_output_f32(args, 2) : NULL;
+  void *dz = a.compute_grad ? args->output_ptrs[2] : NULL;
   const double s = a.label_smoothing, off = s / (double)K, on = 1.0 - s + off;
   double loss = 0.0, hits = 0.0;
   for (int64_t n = 0; n < N; n++) {
-    const float *row = z + bp_sdk_offset(tz, n, 0, 0, 0);
+    const int64_t row = bp_sdk_offset(tz, n, 0, 0, 0);
     const int32_t y = labels[bp_sdk_offset(tl, n, 0, 0, 0)];
     int64_t arg = 0;
     for (int64_t k = 1; k < K; k++)
-      if (row[k * zs] > row[arg * zs]) arg = k;
-    const double m = row[arg * zs];
+      if (ce_load(z, zt, row + k * zs) > ce_load(z, zt, row + arg * zs)) arg = k;
+    const double m = ce_load(z, zt, row + arg * zs);
     double sum = 0.0;
-    for (int64_t k = 0; k < K; k++) sum += exp(row[k * zs] - m);
+    for (int64_t k = 0; k < K; k++) sum += exp(ce_load(z, zt, row + k * zs) - m);
     const double lse = m + log(sum);
     double ln = 0.0;
     for (int64_t k = 0; k < K; k++) {
       const double t = k == y ? on : off;
-      if (t != 0.0) ln += t * (lse - row[k * zs]); /* a -inf logit off target adds nothing */
-      if (dz)
-        dz[bp_sdk_offset(tg, n, 0, 0, k)] = (float)((exp(row[k * zs] - lse) - t) * a.grad_scale);
+      const float zk = ce_load(z, zt, row + k * zs);
+      if (t != 0.0) ln += t * (lse - zk); /* a -inf logit off target adds nothing */
+      if (!dz) continue;
+      const float d = (float)((exp(zk - lse) - t) * a.grad_scale * S);
+      const int64_t at = bp_sdk_offset(tg, n, 0, 0, k);
+      if (tg->dtype == BP_ABI_DTYPE_FP16) ((uint16_t *)dz)[at] = bp_sdk_fp32_to_fp16(d);
+      else ((float *)dz)[at] = d;
     }
     loss += ln;
     hits += arg == y;
@@ -112,4 +155,5 @@ static int ce_run(void *user, const bp_abi_kernel_args *args) {
 
 const bp_abi_kernel ref_softmax_ce_fwd_bwd =
     REF_KERNEL_DT("softmax_ce.fwd_bwd", ce_supports, ce_run, 0,
-                  BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT32));
+                  BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16) |
+                      BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT32));

@@ -1,6 +1,7 @@
 /* Argument checks of the range ops (bp_abi_ops.h: spans [1,1,1,E] of
- * regions, FP32 scalars), with the SGD and AdamW checks, shared by the
- * in-tree implementations (ops/reference/range.c, ops/cpu/optim.c), so all
+ * regions, FP32 scalars): zero, cast, nan_check and unscale, the skip
+ * input, the SGD and AdamW checks, shared by the in-tree implementations
+ * (ops/reference/range.c, ops/cpu/optim.c and range_fp16.c), so all
  * accept the same nodes with the same reasons. Header-only (static
  * inline), on the module SDK. */
 #ifndef BP_OPS_SHARED_RANGE_CHECK_H
@@ -9,6 +10,15 @@
 #include <math.h>
 
 #include "bp_abi_sdk.h"
+
+/* The dtype masks of the descriptors: range.zero and range.copy take any
+ * dtype; range.cast, range.nan_check and range.unscale FP32 and FP16. */
+#define OPS_RANGE_ALL_DTYPES                                                               \
+  (BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16) |             \
+   BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT8) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT32) |            \
+   BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_BF16))
+#define OPS_RANGE_FLOAT_DTYPES \
+  (BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16))
 
 /* A span of `dtype` (any known dtype when dtype < 0): a valid tensor
  * (bp_sdk_check_tensor) shaped [1,1,1,E], contiguous. */
@@ -100,8 +110,85 @@ static inline int ops_update_spans(const bp_abi_kernel_args *args, const char *c
   return 1;
 }
 
-/* range.sgd  in: grad, lr   out: w, m: momentum and weight_decay finite
- * and >= 0, nesterov 0 or 1 (and then momentum > 0). */
+/* range.zero  out: x, a span of any dtype. */
+static inline int ops_zero_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
+  bp_range_attrs a;
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  return bp_sdk_read_attrs(args, &a, sizeof a, reason, rs) &&
+         bp_sdk_check_args(args, 0, 1, reason, rs) &&
+         ops_span_check(bp_sdk_output(args, 0), "x", -1, reason, rs);
+}
+
+/* range.cast  in: src   out: dst: one FP32 span and one FP16 span of one E. */
+static inline int ops_cast_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
+  bp_range_attrs a;
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!bp_sdk_read_attrs(args, &a, sizeof a, reason, rs) ||
+      !bp_sdk_check_args(args, 1, 1, reason, rs))
+    return 0;
+  const bp_abi_tensor *src = bp_sdk_input(args, 0), *dst = bp_sdk_output(args, 0);
+  const int32_t sd = src->dtype, dd = dst->dtype;
+  if (!((sd == BP_ABI_DTYPE_FP32 && dd == BP_ABI_DTYPE_FP16) ||
+        (sd == BP_ABI_DTYPE_FP16 && dd == BP_ABI_DTYPE_FP32)))
+    return bp_sdk_fail(reason, rs,
+                       "casts fp32 to fp16 or fp16 to fp32, got src dtype %d and dst dtype %d "
+                       "(fp32 = %d, fp16 = %d)",
+                       (int)sd, (int)dd, BP_ABI_DTYPE_FP32, BP_ABI_DTYPE_FP16);
+  return ops_span_check(src, "src", sd, reason, rs) && ops_span_check(dst, "dst", dd, reason, rs) &&
+         ops_same_count(src, "src", dst, "dst", reason, rs);
+}
+
+/* range.nan_check  in: x, an FP32 or FP16 span   out: flag, an FP32 scalar. */
+static inline int ops_nan_check_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
+  bp_range_attrs a;
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!bp_sdk_read_attrs(args, &a, sizeof a, reason, rs) ||
+      !bp_sdk_check_args(args, 1, 1, reason, rs))
+    return 0;
+  const bp_abi_tensor *x = bp_sdk_input(args, 0);
+  if (x->dtype != BP_ABI_DTYPE_FP32 && x->dtype != BP_ABI_DTYPE_FP16)
+    return bp_sdk_fail(reason, rs, "x: dtype %d, expected fp32 (%d) or fp16 (%d)", (int)x->dtype,
+                       BP_ABI_DTYPE_FP32, BP_ABI_DTYPE_FP16);
+  return ops_span_check(x, "x", x->dtype, reason, rs) &&
+         ops_scalar_check(bp_sdk_output(args, 0), "flag", reason, rs);
+}
+
+/* range.unscale  in: src FP16 span, scale FP32 scalar   out: dst FP32 span
+ * of src's E. */
+static inline int ops_unscale_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
+  bp_range_attrs a;
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!bp_sdk_read_attrs(args, &a, sizeof a, reason, rs) ||
+      !bp_sdk_check_args(args, 2, 1, reason, rs))
+    return 0;
+  const bp_abi_tensor *src = bp_sdk_input(args, 0), *dst = bp_sdk_output(args, 0);
+  return ops_span_check(src, "src", BP_ABI_DTYPE_FP16, reason, rs) &&
+         ops_scalar_check(bp_sdk_input(args, 1), "scale", reason, rs) &&
+         ops_span_check(dst, "dst", BP_ABI_DTYPE_FP32, reason, rs) &&
+         ops_same_count(src, "src", dst, "dst", reason, rs);
+}
+
+/* The trailing skip input (bp_abi_ops.h, ABI 1.5): has_skip is 0 or 1,
+ * the op takes exactly `base_inputs` + has_skip inputs and `outputs`
+ * outputs, and with has_skip the last input is an FP32 scalar named
+ * "skip". */
+static inline int ops_skip_args_check(const bp_abi_kernel_args *args, int32_t has_skip,
+                                      int base_inputs, int outputs, char *reason, size_t rs) {
+  if (!bp_sdk_check_flag(has_skip, "has_skip", reason, rs) ||
+      !bp_sdk_check_args(args, base_inputs + has_skip, outputs, reason, rs))
+    return 0;
+  return !has_skip || ops_scalar_check(bp_sdk_input(args, base_inputs), "skip", reason, rs);
+}
+
+/* 1 when the op has a skip input (the last one) holding a nonzero value
+ * (a NaN counts as nonzero): run() then returns BP_ABI_OK having written
+ * nothing. run() only, after the checks. */
+static inline int ops_skip_set(const bp_abi_kernel_args *args, int32_t has_skip) {
+  return has_skip && ops_scalar_in(args, args->num_inputs - 1) != 0.0f;
+}
+
+/* range.sgd  in: grad, lr, [skip]   out: w, m: momentum and weight_decay
+ * finite and >= 0, nesterov 0 or 1 (and then momentum > 0). */
 static inline int ops_sgd_check(const bp_abi_kernel_args *args, bp_optimizer_attrs *a,
                                 char *reason, size_t rs) {
   static const char *const outs[] = {"w", "m"};
@@ -114,10 +201,11 @@ static inline int ops_sgd_check(const bp_abi_kernel_args *args, bp_optimizer_att
     return 0;
   if (a->nesterov && a->momentum <= 0.0f)
     return bp_sdk_fail(reason, rs, "nesterov needs momentum > 0, got %g", (double)a->momentum);
-  return bp_sdk_check_args(args, 2, 2, reason, rs) && ops_update_spans(args, outs, 2, reason, rs);
+  return ops_skip_args_check(args, a->has_skip, 2, 2, reason, rs) &&
+         ops_update_spans(args, outs, 2, reason, rs);
 }
 
-/* range.adamw  in: grad, lr, step   out: w, m, v: beta1, beta2 in [0, 1);
+/* range.adamw  in: grad, lr, step, [skip]   out: w, m, v: beta1, beta2 in [0, 1);
  * eps finite and > 0 (eps = 0 would turn zero padding into 0/0);
  * weight_decay finite and >= 0. */
 static inline int ops_adamw_check(const bp_abi_kernel_args *args, bp_optimizer_attrs *a,
@@ -132,9 +220,23 @@ static inline int ops_adamw_check(const bp_abi_kernel_args *args, bp_optimizer_a
     return 0;
   if (!isfinite(a->eps) || !(a->eps > 0.0f))
     return bp_sdk_fail(reason, rs, "eps %g must be finite and > 0", (double)a->eps);
-  return bp_sdk_check_args(args, 3, 3, reason, rs) &&
+  return ops_skip_args_check(args, a->has_skip, 3, 3, reason, rs) &&
          ops_update_spans(args, outs, 3, reason, rs) &&
          ops_scalar_check(bp_sdk_input(args, 2), "step", reason, rs);
+}
+
+/* range.unscale's factor: inv = 1.0f / scale, one FP32 division, from the
+ * scalar input `scale_input`, which must be finite and > 0; 0 with a
+ * reason in the host's buffer otherwise (run() only). */
+static inline int ops_unscale_factor(const bp_abi_kernel_args *args, int scale_input,
+                                     float *inv) {
+  const float scale = ops_scalar_in(args, scale_input);
+  if (!isfinite(scale) || !(scale > 0.0f)) {
+    bp_sdk_set_reason(args, "scale %g must be finite and > 0", (double)scale);
+    return 0;
+  }
+  *inv = 1.0f / scale;
+  return 1;
 }
 
 /* The run-time scalars of an update, checked before anything is written:

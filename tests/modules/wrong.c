@@ -7,10 +7,16 @@
  *   relu.fwd/padwrite     correct y, but also writes y's channel padding
  *   relu.fwd/overread     correct y, but reads the element right after
  *                         x's slot (past slot_bytes)
+ *   add.fwd/trunc16       FP16 only: the FP32 sum truncated toward zero,
+ *                         not rounded to nearest (caught by the FP16
+ *                         tolerance: one rounding)
+ *   range.sgd/noskip      FP32 SGD (no nesterov) that ignores the skip input
  * The fc kernels take compact tensors only (supports() says so). One kernel
  * is right, to show FP16 cases against the FP32 reference pass:
  *   relu.fwd/half         FP16 only, correct */
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "bp_abi_ops.h"
 #include "bp_abi_sdk.h"
@@ -121,6 +127,62 @@ static int half_run(void *user, const bp_abi_kernel_args *a) {
   return BP_ABI_OK;
 }
 
+/* ---- add.fwd/trunc16 ------------------------------------------------------ */
+
+static int add_supports(void *user, const bp_abi_kernel_args *a, char *reason, size_t size) {
+  (void)user;
+  if (a->num_inputs != 2 || a->num_outputs != 1) {
+    snprintf(reason, size, "wants 2 inputs and 1 output");
+    return 0;
+  }
+  return 1;
+}
+
+static int trunc16_run(void *user, const bp_abi_kernel_args *a) {
+  (void)user;
+  const bp_abi_tensor *t = &a->outputs[0];
+  const uint16_t *x = a->input_ptrs[0], *z = a->input_ptrs[1];
+  uint16_t *y = a->output_ptrs[0];
+  for (int64_t n = 0; n < t->shape[0]; n++)
+    for (int64_t h = 0; h < t->shape[1]; h++)
+      for (int64_t w = 0; w < t->shape[2]; w++)
+        for (int64_t c = 0; c < t->shape[3]; c++) {
+          const float v = bp_sdk_fp16_to_fp32(x[bp_sdk_offset(&a->inputs[0], n, h, w, c)]) +
+                          bp_sdk_fp16_to_fp32(z[bp_sdk_offset(&a->inputs[1], n, h, w, c)]);
+          uint16_t r = bp_sdk_fp32_to_fp16(v);
+          if (fabsf(bp_sdk_fp16_to_fp32(r)) > fabsf(v)) r--; /* one step toward zero */
+          y[bp_sdk_offset(t, n, h, w, c)] = r;
+        }
+  return BP_ABI_OK;
+}
+
+/* ---- range.sgd/noskip ------------------------------------------------------ */
+
+static int sgd_supports(void *user, const bp_abi_kernel_args *a, char *reason, size_t size) {
+  (void)user;
+  bp_optimizer_attrs at = {0};
+  if (a->attrs) memcpy(&at, a->attrs, a->attr_size < sizeof at ? a->attr_size : sizeof at);
+  if (at.nesterov || a->num_outputs != 2 || a->num_inputs < 2) {
+    snprintf(reason, size, "no nesterov");
+    return 0;
+  }
+  return 1;
+}
+
+static int noskip_run(void *user, const bp_abi_kernel_args *a) {
+  (void)user;
+  bp_optimizer_attrs at = {0};
+  if (a->attrs) memcpy(&at, a->attrs, a->attr_size < sizeof at ? a->attr_size : sizeof at);
+  const float *g = a->input_ptrs[0], lr = *(const float *)a->input_ptrs[1];
+  float *w = a->output_ptrs[0], *m = a->output_ptrs[1];
+  for (int64_t i = 0; i < a->inputs[0].shape[3]; i++) {
+    const float d = g[i] + at.weight_decay * w[i];
+    m[i] = at.momentum * m[i] + d;
+    w[i] -= lr * m[i];
+  }
+  return BP_ABI_OK;
+}
+
 #define WRONG(op_name, impl_name, supports_fn, run_fn)                                       \
   {                                                                                          \
     .struct_size = sizeof(bp_abi_kernel), .op = op_name, .impl = impl_name, .device = "cpu", \
@@ -136,6 +198,10 @@ static const bp_abi_kernel kernels[] = {
     {.struct_size = sizeof(bp_abi_kernel), .op = "relu.fwd", .impl = "half", .device = "cpu",
      .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16), .priority = BP_ABI_PRIORITY_USER,
      .flags = BP_ABI_KERNEL_DETERMINISTIC, .supports = relu_supports, .run = half_run},
+    {.struct_size = sizeof(bp_abi_kernel), .op = "add.fwd", .impl = "trunc16", .device = "cpu",
+     .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16), .priority = BP_ABI_PRIORITY_USER,
+     .flags = BP_ABI_KERNEL_DETERMINISTIC, .supports = add_supports, .run = trunc16_run},
+    WRONG("range.sgd", "noskip", sgd_supports, noskip_run),
 };
 
 static int init(const bp_abi_host *host) {

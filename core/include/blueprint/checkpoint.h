@@ -41,7 +41,9 @@ typedef struct bp_train_state {
   uint64_t step;        /* steps already taken in the current epoch */
   uint64_t global_step; /* steps taken since the start of the run */
   double loss_scale;    /* AMP dynamic loss scale (1 without AMP) */
-  uint64_t good_steps;  /* AMP: steps since the loss scale last changed */
+  uint64_t good_steps;  /* AMP: clean steps since the loss scale last changed */
+  uint64_t optimizer_steps; /* AMP: updates applied (steps not skipped); 0 without AMP */
+  uint64_t skipped_steps;   /* AMP: steps skipped on overflow; 0 without AMP */
 } bp_train_state;
 
 /* The format version this build writes (and the newest it reads). */

@@ -56,6 +56,7 @@
 
 #include "blueprint/comm.h"
 #include "blueprint/graph.h"
+#include "blueprint/profile.h"
 #include "blueprint/registry.h"
 
 #ifdef __cplusplus
@@ -128,6 +129,12 @@ const bp_registered_kernel *bp_exec_kernel(const bp_exec *exec, int variant, bp_
 const bp_node *bp_exec_node(const bp_exec *exec, int variant, bp_segment segment, int index);
 /* Bytes of the rank's workspace. */
 uint64_t bp_exec_workspace_bytes(const bp_exec *exec);
+
+/* Attaches `profile` (profile.h; borrowed, must outlive the executor):
+ * declares every variant and bound node in it, then times each node of
+ * the segment runs made while it records. One profile per executor, and
+ * only before its first step. NULL detaches (no clock is read then). */
+bp_status bp_exec_set_profile(bp_exec *exec, bp_profile *profile);
 
 #ifdef __cplusplus
 }

@@ -38,7 +38,9 @@
  *              (accumulate = 0) and never zeroed. A node has one flag for
  *              all its outputs: when one of its slots accumulates, its
  *              other slots are zeroed before it too.
- *   CAST_GRAD  AMP: range.cast of the G16 span into the G span.
+ *   CAST_GRAD  AMP: range.zero of the S scalar found_inf, then range.unscale
+ *              of the G16 span into the G span (g = g16 / loss_scale, one
+ *              node per span, the loss scale an input from S).
  *   COMM       world > 1: the gradient spans in two buckets, deep conv
  *              first, then the rest; the BN running statistics by
  *              allreduce.sum scaled by 1/world: an unweighted mean over the
@@ -48,9 +50,16 @@
  *              AdamW): allreduce.reduce_scatter of each gradient bucket, so
  *              each rank holds the sum of its own chunk (bp_abi_chunk_start)
  *              of it. Replicated (LARS, whose trust ratios need whole
- *              tensors, or options.replicate_update): allreduce.sum of each
- *              bucket. Empty for one rank.
- *   UPDATE     one optimizer node per span, never one per tensor: the
+ *              tensors, options.replicate_update, or AMP): allreduce.sum of each
+ *              bucket. Empty for one rank. AMP always replicates: every
+ *              rank then holds the same G bits, so the overflow check
+ *              below gives every rank the same decision (docs/amp.md).
+ *   UPDATE     AMP first: range.nan_check over the whole G span into the
+ *              S scalar found_inf (zeroed in CAST_GRAD), and every node
+ *              below (and EMA's) takes found_inf as its skip input
+ *              (has_skip): a step whose gradients overflowed changes no
+ *              parameter, moment or EMA copy.
+ *              One optimizer node per span, never one per tensor: the
  *              decayed span W_FC_WEIGHT..W_CONV_DEEP (weights) and the
  *              bias-like span W_BN_BIAS..W_FC_BIAS (no weight decay); with
  *              a sharded update the decayed span is cut at the bucket
@@ -67,7 +76,10 @@
  *   GATHER     sharded update: allreduce.all_gather of the W span of each
  *              bucket, so every rank holds every updated parameter (the
  *              same bits as a replicated update). Empty otherwise.
- *   EMA        range.ema of the W span into the E span.
+ *   EMA        range.ema of the W span into the E span. AMP, last in the
+ *              step: range.loss_scale (in: found_inf; out: the S scalars
+ *              loss_scale, good_steps, step, skipped), after every node
+ *              that reads the loss scale or the step counter.
  * Other segments:
  *   EVAL       evaluation forward: batch norm on running statistics,
  *              softmax_ce without a gradient (loss and correct into R);
@@ -160,6 +172,7 @@ typedef union bp_node_attrs {
   bp_range_attrs range;
   bp_optimizer_attrs optimizer;
   bp_allreduce_attrs allreduce;
+  bp_loss_scale_attrs loss_scale;
   unsigned char bytes[BP_LAYER_ATTR_MAX]; /* a module layer's block (bp_abi_layer) */
 } bp_node_attrs;
 
@@ -209,11 +222,14 @@ typedef struct bp_graph_options {
   float ema_decay; /* range.ema */
   int replicate_update; /* 1: every rank updates every parameter (allreduce.sum)
                            instead of its own chunk (sharded; SGD and AdamW) */
+  /* AMP (the plan's): range.loss_scale's attributes (bp_abi_ops.h) */
+  bp_loss_scale_attrs loss_scale; /* growth 2, backoff 0.5, interval 2000; 0: static */
 } bp_graph_options;
 
 /* Defaults: world 1, momentum 0.9, weight decay 5e-4, no nesterov, beta1
- * 0.9, beta2 0.999, eps 1e-8, eta 0.001, ema decay 0.999. The batch and
- * train size must still be set. */
+ * 0.9, beta2 0.999, eps 1e-8, eta 0.001, ema decay 0.999; loss scale
+ * growth 2 every 2000 clean steps, backoff 0.5 (PyTorch's GradScaler).
+ * The batch and train size must still be set. */
 void bp_graph_options_init(bp_graph_options *options);
 
 typedef struct bp_graph bp_graph; /* opaque */
@@ -243,11 +259,13 @@ const bp_node *bp_graph_node(const bp_graph *graph, int variant, bp_segment segm
 
 /* Ids of the tensors every compiled model has (core/src/compile.c lists
  * them), as the compiler recorded them: the input and label in I_A ([0])
- * and I_B ([1]), the scalars and the results. */
+ * and I_B ([1]), the scalars and the results; the AMP scalars (-1 without
+ * AMP). */
 typedef struct bp_graph_tensors {
   int32_t input[2], label[2];
   int32_t lr, loss_scale, step;
   int32_t loss, correct;
+  int32_t found_inf, good_steps, skipped;
 } bp_graph_tensors;
 /* Borrowed from the graph; NULL for NULL. */
 const bp_graph_tensors *bp_graph_get_tensors(const bp_graph *graph);

@@ -116,6 +116,8 @@ typedef struct bp_compile_options {
   int extra_count;
   int64_t eval_size;       /* "eval_last" variant when eval_size % eval_batch != 0 (0: none) */
   int world;               /* ranks R sharing each global batch (0 or 1: one rank); appended */
+  int no_reuse;            /* 1: every feature and gradient slot keeps its own bytes (no
+                              liveness packing of F32/F16; docs/plan.md) */
 } bp_compile_options;
 
 /* Options from the model's own training settings (no extra variants, world 1). */
@@ -137,7 +139,9 @@ bp_compile_options bp_compile_options_from_model(const bp_model *model);
  * (B), "train_last" (L), "eval", "eval_last": the plan of one rank. Every
  * variant shares the offsets (slots are the max over variants, so the
  * smaller per-rank variants never change them); "train" is variant 0 and
- * the largest training batch.
+ * the largest training batch. Then, unless options->no_reuse, the feature
+ * and gradient slots (F32, F16) whose live ranges in the step never
+ * overlap share bytes (liveness packing, docs/plan.md; plan.h invariant 8).
  * The tensors and their names ("input.a", "<layer>.w", "<layer>.out", ...)
  * are listed at the top of core/src/compile.c. Errors are one line naming
  * "file:line:column", the layer and the variant: BP_ERR_INVALID (the model

@@ -2,7 +2,8 @@
  * exists.
  *
  * Life cycle: create -> for each variant { begin_variant, semantic allocation
- * calls, end_variant } -> finalize -> queries -> destroy. Every variant makes
+ * calls, end_variant } -> finalize -> (bp_model_compile: liveness packing,
+ * docs/plan.md) -> queries -> destroy. Every variant makes
  * the same allocation calls in the same order (the same ids, names, regions
  * and dtypes; parameters with the same shape); only feature shapes differ.
  *
@@ -18,7 +19,12 @@
  *     W_<kind> pairs with tensor k of E/G/M/V_<kind> at the same relative
  *     offset (equal slots) and of A/G16_<kind> at half of it (half slots),
  *     so the W span is exactly twice the A span;
- *  7. each all-reduce bucket is one contiguous span. */
+ *  7. each all-reduce bucket is one contiguous span;
+ *  8. in a packed plan (liveness packing, docs/plan.md) the F regions
+ *     (F32, F16) are the exception to invariant 2: their tensors sit
+ *     anywhere inside the region at multiples of 256, the region's bytes
+ *     are the highest end of its slots, and two tensors whose live ranges
+ *     overlap in any variant share no byte. */
 #ifndef BLUEPRINT_PLAN_H
 #define BLUEPRINT_PLAN_H
 
@@ -63,6 +69,27 @@ typedef struct bp_span {
 typedef struct bp_param_ids {
   int32_t w, e, a, g, g16, m, v, n;
 } bp_param_ids;
+
+/* Live range of a tensor in one variant's step: indices into the
+ * variant's nodes of every segment, segments in enum order (graph.h),
+ * first..last inclusive. first -1: the step never touches the tensor.
+ * last BP_LIVE_END: live to the end of the step (and, with first 0, from
+ * the step before: a tensor read before it is written). */
+typedef struct bp_live_range {
+  int32_t first, last;
+} bp_live_range;
+#define BP_LIVE_END INT32_MAX
+
+/* Whether two ranges share a node. */
+static inline int bp_live_overlap(bp_live_range a, bp_live_range b) {
+  return a.first >= 0 && b.first >= 0 && a.first <= b.last && b.first <= a.last;
+}
+
+/* Whether liveness packing shares the bytes of `region`'s tensors: the
+ * per-step feature and gradient slots, F32 and F16. */
+static inline int bp_region_is_packed(bp_region region) {
+  return region == BP_REGION_F32 || region == BP_REGION_F16;
+}
 
 /* Whether `region` is switched on under `options`. */
 int bp_region_enabled(const bp_plan_options *options, bp_region region);
@@ -124,7 +151,15 @@ bp_status bp_plan_resolve(const bp_plan *plan, bp_region first, bp_region last, 
  * when the bucket is empty. */
 bp_status bp_plan_bucket_span(const bp_plan *plan, int bucket, bp_span *out);
 
-/* Verifies invariants 1-7; BP_ERR_STATE with the broken one named. */
+/* Liveness packing (invariant 8). Whether the plan is packed; the bytes
+ * the plan takes without reuse (its total when not packed); the live range
+ * of `id` in `variant` the packing used ({-1, -1} when not packed, out of
+ * range or not a packed region's tensor). */
+int bp_plan_is_packed(const bp_plan *plan);
+uint64_t bp_plan_unpacked_bytes(const bp_plan *plan);
+bp_live_range bp_plan_live_range(const bp_plan *plan, int variant, int32_t id);
+
+/* Verifies invariants 1-8; BP_ERR_STATE with the broken one named. */
 bp_status bp_plan_check(const bp_plan *plan);
 
 #ifdef __cplusplus

@@ -26,7 +26,16 @@
  * every kernel flagged DETERMINISTIC depend on counters only. An
  * interrupted run resumed from its checkpoint ends bit-identical to an
  * uninterrupted one (the data order is a function of seed, epoch and step;
- * the schedule of epoch and step; AdamW's step counter of the global step).
+ * the schedule of epoch and step; AdamW's step counter of the global step,
+ * under AMP of the updates applied, which the checkpoint keeps).
+ *
+ * Mixed precision (amp; docs/amp.md): FP16 features and gradients, FP32
+ * master weights, dynamic loss scaling decided on the device: a step whose
+ * gradients overflow changes no weight, moment, EMA copy or step count,
+ * and halves the scale. The loss scale and its counters live in the S
+ * scalars; the host writes them at create and after a load, and reads them
+ * at every epoch's end (bp_epoch_report) and at every save, never inside a
+ * step. AMP always replicates the update over the ranks.
  *
  * Weight decay: SGD couples it (added to the gradient, as PyTorch's SGD);
  * AdamW decouples it (w -= lr*wd*w, as PyTorch's AdamW); LARS adds it to the
@@ -68,6 +77,7 @@
 #include "blueprint/checkpoint.h"
 #include "blueprint/data.h"
 #include "blueprint/model.h"
+#include "blueprint/profile.h"
 #include "blueprint/registry.h"
 
 #ifdef __cplusplus
@@ -127,6 +137,9 @@ typedef struct bp_epoch_report {
   double lr;        /* of the epoch's last step */
   int complete;     /* 0: stopped mid-epoch (stop_after_steps) */
   int checkpointed; /* 1: written to checkpoint_path */
+  int amp;               /* 1: mixed precision; the two fields below are its */
+  double loss_scale;     /* AMP: the loss scale after the epoch's last step (1 without AMP) */
+  int64_t skipped_steps; /* AMP: steps of this call skipped on overflow (0 without AMP) */
 } bp_epoch_report;
 
 typedef struct bp_eval_report {
@@ -141,6 +154,14 @@ typedef struct bp_eval_report {
 #define BP_TRAIN_MAX_RATE 1e6         /* lr, weight_decay, step_gamma, lars_eta */
 #define BP_TRAIN_MAX_COUNT (INT64_C(1) << 40) /* limits, batches, log_every, stop_after_steps */
 #define BP_TRAIN_MAX_CROP_PAD 1024
+/* AMP loss scaling (docs/amp.md): the first scale of a dynamic run, and the
+ * ranges of loss_scale and loss_scale_growth_interval. The counts live in
+ * FP32 scalars, exact to 2^24. */
+#define BP_TRAIN_INITIAL_LOSS_SCALE 65536.0
+#define BP_TRAIN_DEFAULT_GROWTH_INTERVAL 2000
+#define BP_TRAIN_MIN_LOSS_SCALE 0x1p-24
+#define BP_TRAIN_MAX_LOSS_SCALE 0x1p64
+#define BP_TRAIN_MAX_GROWTH_INTERVAL (1 << 24)
 
 typedef struct bp_train_options {
   /* data */
@@ -175,8 +196,14 @@ typedef struct bp_train_options {
   double warmup_epochs;    /* 0 */
   /* switches; -1: the model's */
   int amp, ema;
+  int no_reuse;     /* 1: no liveness packing of the feature slots (bp_compile_options) */
   double ema_decay; /* 0.999 */
   int eval_ema;     /* -1: evaluate on the EMA copies when ema is on */
+  /* AMP loss scaling (docs/amp.md); refused without AMP */
+  double loss_scale; /* 0 (default): dynamic, from BP_TRAIN_INITIAL_LOSS_SCALE, halved on
+                        overflow, doubled after loss_scale_growth_interval clean steps;
+                        > 0: static at this value (overflow steps are still skipped) */
+  int64_t loss_scale_growth_interval; /* dynamic: clean steps per doubling; 0: 2000 */
   /* files; NULL: none */
   const char *checkpoint_path; /* written at the end of every epoch (and at a stop) */
   const char *resume_path;     /* loaded at create; the run continues from its counters */
@@ -198,6 +225,11 @@ typedef struct bp_train_options {
   double progress_interval; /* seconds between reads of R for on_progress; 0: only at
                                log_every steps */
   int eval_only;            /* 1: load only the test set (bp_trainer_evaluate) */
+  bp_profile *profile;      /* (optional) a fresh profile (profile.h), borrowed, outliving
+                               the trainer: rank 0's nodes are timed in every training step
+                               and evaluation batch, the SGEMM yardstick is measured at
+                               create, and with metrics_path a "profile" line follows each
+                               epoch line; NULL: off, no clock read */
 } bp_train_options;
 
 /* The defaults above. */

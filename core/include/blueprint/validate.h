@@ -11,7 +11,9 @@
  * reason; yes must be followed by a run that
  *   1. returns BP_ABI_OK (a supports() yes followed by a failing run fails);
  *   2. matches the reference: max|out - ref| / max(1, max|ref|) over the
- *      logical elements of every output, within the dtype's tolerance;
+ *      logical elements of every output, within the dtype's tolerance
+ *      (FP16 outputs: one rounding, rtol 2^-11, plus the op's atol; the
+ *      oracle of an FP16 case is the reference run in FP32);
  *   3. writes every logical output element (outputs are poisoned first);
  *   4. leaves output channel padding and the bytes after the last element
  *      untouched (rules 2 and 3), and ignores input channel padding (it
@@ -59,6 +61,9 @@ typedef struct bp_validate_options {
    * child, so a crash or a read past slot_bytes is a failed case. 0: in
    * this process, plain buffers (a wild kernel crashes the caller). */
   int isolate;
+  /* dtype name ("fp16", "fp32", "int8", "int32"): only cases with a tensor
+   * of it (fp16: the AMP twins and the FP16 range cases); NULL: every case */
+  const char *dtype;
 } bp_validate_options;
 
 /* One row: a kernel on a case (or a gradient check, impl "gradcheck"). */

@@ -1,0 +1,206 @@
+/* The data of a profile: nodes, variants, steps (profile.h). */
+#include "blueprint/profile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bp_abi_sdk.h"
+
+struct bp_profile {
+  bp_profile_options options;
+  bp_profile_node *nodes;
+  int node_count, node_cap;
+  bp_profile_variant *variants;
+  int variant_count, variant_cap;
+  int current;       /* variant of the step under way, -1 between steps */
+  uint64_t step_t0;  /* its start */
+  int stepped;       /* a step was recorded: no more nodes */
+  bp_profile_sgemm sgemm;
+};
+
+bp_status bp_profile_create(const bp_profile_options *options, bp_profile **out) {
+  if (!out) return bp_fail(BP_ERR_INVALID, "bp_profile_create: NULL argument");
+  bp_profile *p = calloc(1, sizeof *p);
+  if (!p) return bp_fail(BP_ERR_NOMEM, "out of memory creating a profile");
+  if (options) p->options = *options;
+  if (p->options.sgemm_size == 0) p->options.sgemm_size = BP_PROFILE_SGEMM_SIZE;
+  p->current = -1;
+  snprintf(p->sgemm.why, sizeof p->sgemm.why, "not measured");
+  *out = p;
+  return BP_OK;
+}
+
+void bp_profile_destroy(bp_profile *p) {
+  if (!p) return;
+  free(p->nodes);
+  free(p->variants);
+  free(p);
+}
+
+/* ---- FLOPs ------------------------------------------------------------------ */
+
+static uint64_t elems(const bp_abi_tensor *t, int first, int last) {
+  uint64_t n = 1;
+  for (int d = first; d <= last; d++) n *= t->shape[d] > 0 ? (uint64_t)t->shape[d] : 0;
+  return n;
+}
+
+uint64_t bp_profile_op_flops(const char *op, const bp_abi_kernel_args *a) {
+  if (!op || !a || a->num_inputs < 2 || a->num_outputs < 1) return 0;
+  const int conv = strncmp(op, "conv2d.", 7) == 0, fc = strncmp(op, "fc.", 3) == 0;
+  if (!conv && !fc) return 0;
+  const char *kind = op + (conv ? 7 : 3);
+  /* w: the weight [K,kh,kw,C/groups] (fc: [out,1,1,in]); y: the output
+   * side [N,OH,OW,K] (fc: [N,1,1,out]); x: the batch side */
+  const bp_abi_tensor *w, *y;
+  if (strcmp(kind, "fwd") == 0) {
+    w = bp_sdk_input(a, 1);
+    y = bp_sdk_output(a, 0);
+  } else if (strcmp(kind, "bwd_data") == 0) {
+    w = bp_sdk_input(a, 1);
+    y = bp_sdk_input(a, 0);
+  } else if (strcmp(kind, "bwd_filter") == 0) {
+    w = bp_sdk_output(a, 0);
+    y = bp_sdk_input(a, 1);
+  } else {
+    return 0;
+  }
+  /* conv: 2 * (N*OH*OW) * (K*kh*kw*C/groups); fc: 2 * N * (out*in) */
+  const uint64_t rows = conv ? elems(y, 0, 2) : elems(bp_sdk_input(a, 0), 0, 0);
+  return 2 * rows * elems(w, 0, 3);
+}
+
+/* ---- recording -------------------------------------------------------------- */
+
+bp_status bp_profile_add_variant(bp_profile *p, int variant, const char *name) {
+  if (!p || variant != p->variant_count)
+    return bp_fail(BP_ERR_INVALID, "bp_profile_add_variant: variant %d out of order", variant);
+  if (p->stepped) return bp_fail(BP_ERR_STATE, "bp_profile_add_variant: steps were recorded");
+  if (p->variant_count == p->variant_cap) {
+    const int cap = p->variant_cap ? 2 * p->variant_cap : 8;
+    bp_profile_variant *v = realloc(p->variants, (size_t)cap * sizeof *v);
+    if (!v) return bp_fail(BP_ERR_NOMEM, "out of memory in a profile");
+    p->variants = v;
+    p->variant_cap = cap;
+  }
+  p->variants[p->variant_count++] = (bp_profile_variant){.name = name};
+  return BP_OK;
+}
+
+bp_status bp_profile_add_node(bp_profile *p, int variant, bp_segment segment, const char *name,
+                              const char *op, const char *impl, const bp_abi_kernel_args *args,
+                              int *slot_out) {
+  if (!p || !slot_out || variant < 0 || variant >= p->variant_count)
+    return bp_fail(BP_ERR_INVALID, "bp_profile_add_node: variant %d not declared", variant);
+  if (p->stepped) return bp_fail(BP_ERR_STATE, "bp_profile_add_node: steps were recorded");
+  if (p->node_count == p->node_cap) {
+    const int cap = p->node_cap ? 2 * p->node_cap : 64;
+    bp_profile_node *n = realloc(p->nodes, (size_t)cap * sizeof *n);
+    if (!n) return bp_fail(BP_ERR_NOMEM, "out of memory in a profile");
+    p->nodes = n;
+    p->node_cap = cap;
+  }
+  p->nodes[p->node_count] = (bp_profile_node){.variant = variant,
+                                              .segment = segment,
+                                              .name = name,
+                                              .op = op,
+                                              .impl = impl,
+                                              .flops = bp_profile_op_flops(op, args)};
+  *slot_out = p->node_count++;
+  return BP_OK;
+}
+
+uint64_t bp_profile_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+void bp_profile_step_begin(bp_profile *p, int variant) {
+  BP_ASSERT(p->current < 0 && variant >= 0 && variant < p->variant_count);
+  p->stepped = 1;
+  p->current = variant;
+  p->step_t0 = bp_profile_now_ns();
+}
+
+void bp_profile_step_end(bp_profile *p) {
+  BP_ASSERT(p->current >= 0);
+  bp_profile_variant *v = &p->variants[p->current];
+  v->step_ns += bp_profile_now_ns() - p->step_t0;
+  v->steps++;
+  p->current = -1;
+}
+
+int bp_profile_recording(const bp_profile *p) { return p->current >= 0; }
+
+void bp_profile_node_time(bp_profile *p, int slot, uint64_t ns) {
+  p->nodes[slot].calls++;
+  p->nodes[slot].ns += ns;
+}
+
+void bp_profile_run_time(bp_profile *p, int variant, uint64_t ns) {
+  p->variants[variant].run_ns += ns;
+}
+
+/* ---- reading ---------------------------------------------------------------- */
+
+int bp_profile_variant_count(const bp_profile *p) { return p ? p->variant_count : 0; }
+
+const bp_profile_variant *bp_profile_variant_at(const bp_profile *p, int v) {
+  return p && v >= 0 && v < p->variant_count ? &p->variants[v] : NULL;
+}
+
+int bp_profile_variant_find(const bp_profile *p, const char *name) {
+  for (int v = 0; p && name && v < p->variant_count; v++)
+    if (p->variants[v].name && strcmp(p->variants[v].name, name) == 0) return v;
+  return -1;
+}
+
+int bp_profile_node_count(const bp_profile *p) { return p ? p->node_count : 0; }
+
+const bp_profile_node *bp_profile_node_at(const bp_profile *p, int i) {
+  return p && i >= 0 && i < p->node_count ? &p->nodes[i] : NULL;
+}
+
+static int by_time(const void *a, const void *b) {
+  const bp_profile_op *x = a, *y = b;
+  if (x->ns != y->ns) return x->ns < y->ns ? 1 : -1;
+  const int c = strcmp(x->op, y->op);
+  return c ? c : strcmp(x->impl, y->impl);
+}
+
+int bp_profile_ops(const bp_profile *p, int variant, bp_profile_op *out, int max) {
+  if (!p) return 0;
+  bp_profile_op *all = calloc((size_t)p->node_count + 1, sizeof *all);
+  if (!all) return 0;
+  int count = 0;
+  for (int i = 0; i < p->node_count; i++) {
+    const bp_profile_node *n = &p->nodes[i];
+    if (n->variant != variant) continue;
+    int j = 0;
+    while (j < count && (strcmp(all[j].op, n->op) || strcmp(all[j].impl, n->impl))) j++;
+    if (j == count) all[count++] = (bp_profile_op){.op = n->op, .impl = n->impl};
+    all[j].nodes++;
+    all[j].calls += n->calls;
+    all[j].ns += n->ns;
+    all[j].flops += n->flops * n->calls;
+  }
+  qsort(all, (size_t)count, sizeof *all, by_time);
+  if (out) memcpy(out, all, (size_t)(count < max ? count : max) * sizeof *all);
+  free(all);
+  return count;
+}
+
+const bp_profile_sgemm *bp_profile_sgemm_rate(const bp_profile *p) { return p ? &p->sgemm : NULL; }
+
+void bp_profile_measure_sgemm(bp_profile *p, bp_registry *registry, const char *device,
+                              const bp_abi_threads *threads) {
+  if (!p) return;
+  if (p->options.sgemm_size < 0) {
+    snprintf(p->sgemm.why, sizeof p->sgemm.why, "not measured (switched off)");
+    return;
+  }
+  bp_profile_sgemm_measure(registry, device, threads, p->options.sgemm_size, &p->sgemm);
+}
