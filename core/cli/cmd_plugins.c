@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "blueprint/json_out.h"
 #include "blueprint/dtype.h"
 #include "blueprint/registry.h"
 #include "cli_util.h"
@@ -70,19 +71,6 @@ static void flag_list(uint32_t flags, char *buf, size_t size, int json) {
   if (!json && !used) snprintf(buf, size, "-");
 }
 
-/* A JSON string literal: quotes, backslashes and control bytes escaped. */
-static void json_str(FILE *out, const char *s) {
-  fputc('"', out);
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-    if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-    else if (*p == '\n') fputs("\\n", out);
-    else if (*p == '\t') fputs("\\t", out);
-    else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\u%04x", *p);
-    else fputc(*p, out);
-  }
-  fputc('"', out);
-}
-
 /* Module name of the kernel's file: the loaded record with that path. */
 static const char *module_name(const bp_registry *r, const char *path) {
   for (int i = 0; i < bp_registry_record_count(r); i++) {
@@ -131,7 +119,7 @@ typedef struct json_list {
 static void unserved_json(void *user, const char *kind, int count) {
   json_list *l = user;
   fprintf(l->out, "%s\n    {\"kind\": ", l->listed++ ? "," : "");
-  json_str(l->out, kind);
+  bp_json_string(l->out, kind);
   fprintf(l->out, ", \"kernels\": %d}", count);
 }
 
@@ -300,61 +288,61 @@ static void print_json(const bp_registry *r, FILE *out) {
   for (int i = 0; i < bp_registry_search_dir_count(r); i++) {
     const bp_search_dir *d = bp_registry_search_dir(r, i);
     fprintf(out, "%s\n    {\"source\": ", i ? "," : "");
-    json_str(out, d->source);
+    bp_json_string(out, d->source);
     fprintf(out, ", \"path\": ");
-    json_str(out, d->path);
+    bp_json_string(out, d->path);
     fprintf(out, ", \"exists\": %s}", d->exists ? "true" : "false");
   }
   fprintf(out, "%s],\n  \"modules\": [", bp_registry_search_dir_count(r) ? "\n  " : "");
   for (int i = 0; i < bp_registry_record_count(r); i++) {
     const bp_load_record *rec = bp_registry_record(r, i);
     fprintf(out, "%s\n    {\"path\": ", i ? "," : "");
-    json_str(out, rec->path);
+    bp_json_string(out, rec->path);
     fprintf(out, ", \"status\": \"%s\", \"stage\": \"%s\", \"name\": ",
             bp_load_outcome_name(rec->outcome), bp_load_stage_name(rec->stage));
-    json_str(out, rec->name);
+    bp_json_string(out, rec->name);
     fprintf(out, ", \"version\": ");
-    json_str(out, rec->version);
+    bp_json_string(out, rec->version);
     fprintf(out, ", \"build_id\": ");
-    json_str(out, rec->build_id);
+    bp_json_string(out, rec->build_id);
     fprintf(out,
             ", \"abi_major\": %d, \"abi_minor_built\": %d, \"abi_minor_required\": %d"
             ", \"host_abi_major\": %d, \"host_abi_minor\": %d, \"reason\": ",
             rec->abi_major, rec->abi_minor_built, rec->abi_minor_required, rec->host_abi_major,
             rec->host_abi_minor);
-    json_str(out, rec->message);
+    bp_json_string(out, rec->message);
     fprintf(out, ", \"source\": ");
-    json_str(out, rec->source);
+    bp_json_string(out, rec->source);
     fputc('}', out);
   }
   fprintf(out, "%s],\n  \"ops\": [", bp_registry_record_count(r) ? "\n  " : "");
   for (int i = 0; i < bp_registry_op_count(r); i++) {
     const bp_abi_op *op = bp_registry_op(r, i);
     fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
-    json_str(out, op->name);
+    bp_json_string(out, op->name);
     fprintf(out, ", \"inputs\": %d, \"outputs\": %d, \"attr_size\": %u, \"attr_version\": %u"
                  ", \"module\": ",
             op->num_inputs, op->num_outputs, op->attr_size, op->attr_version);
-    json_str(out, bp_registry_op_path(r, i));
+    bp_json_string(out, bp_registry_op_path(r, i));
     fputc('}', out);
   }
   fprintf(out, "%s],\n  \"layers\": [", bp_registry_op_count(r) ? "\n  " : "");
   for (int i = 0; i < bp_registry_layer_count(r); i++) {
     const bp_registered_layer *l = bp_registry_layer(r, i);
     fprintf(out, "%s\n    {\"type\": ", i ? "," : "");
-    json_str(out, l->layer.type);
+    bp_json_string(out, l->layer.type);
     fprintf(out, ", \"inputs\": %d, \"forward_op\": ", (int)l->layer.num_inputs);
-    json_str(out, l->layer.forward_op);
+    bp_json_string(out, l->layer.forward_op);
     fprintf(out, ", \"backward_op\": ");
     if (l->layer.backward_op)
-      json_str(out, l->layer.backward_op);
+      bp_json_string(out, l->layer.backward_op);
     else
       fprintf(out, "null");
     fprintf(out, ", \"attr_size\": %u, \"keys\": [", (unsigned)l->layer.attr_size);
     for (int k = 0; k < l->layer.num_attrs; k++) {
       const bp_abi_layer_attr *a = &l->attrs[k];
       fprintf(out, "%s{\"key\": ", k ? ", " : "");
-      json_str(out, a->key);
+      bp_json_string(out, a->key);
       fprintf(out, ", \"type\": \"%s\", \"default\": %.15g, \"min\": %.15g, \"max\": %.15g"
                    ", \"required\": %s}",
               attr_type_name(a->type), a->default_value, a->min, a->max,
@@ -368,15 +356,15 @@ static void print_json(const bp_registry *r, FILE *out) {
               (int)t->channels);
     }
     fprintf(out, "], \"module\": ");
-    json_str(out, l->path);
+    bp_json_string(out, l->path);
     fputc('}', out);
   }
   fprintf(out, "%s],\n  \"devices\": [", bp_registry_layer_count(r) ? "\n  " : "");
   for (int i = 0; i < bp_registry_device_count(r); i++) {
     fprintf(out, "%s\n    {\"kind\": ", i ? "," : "");
-    json_str(out, bp_registry_device(r, i)->kind);
+    bp_json_string(out, bp_registry_device(r, i)->kind);
     fprintf(out, ", \"module\": ");
-    json_str(out, bp_registry_device_path(r, i));
+    bp_json_string(out, bp_registry_device_path(r, i));
     fputc('}', out);
   }
   fprintf(out, "%s],\n  \"devices_without_plugin\": [",
@@ -391,16 +379,16 @@ static void print_json(const bp_registry *r, FILE *out) {
     dtype_list(k->kernel.dtypes, dtypes, sizeof dtypes, 1);
     flag_list(k->kernel.flags, flags, sizeof flags, 1);
     fprintf(out, "%s\n    {\"op\": ", i ? "," : "");
-    json_str(out, k->kernel.op);
+    bp_json_string(out, k->kernel.op);
     fprintf(out, ", \"impl\": ");
-    json_str(out, k->kernel.impl);
+    bp_json_string(out, k->kernel.impl);
     fprintf(out, ", \"device\": ");
-    json_str(out, k->kernel.device);
+    bp_json_string(out, k->kernel.device);
     fprintf(out, ", \"dtypes\": [%s], \"priority\": %d, \"flags\": [%s], \"module\": ", dtypes,
             k->kernel.priority, flags);
-    json_str(out, k->path);
+    bp_json_string(out, k->path);
     fprintf(out, ", \"build_id\": ");
-    json_str(out, k->build_id);
+    bp_json_string(out, k->build_id);
     fprintf(out, ", \"load_index\": %d}", k->load_index);
   }
   fprintf(out, "%s],\n  \"defaults\": [", nk ? "\n  " : "");
@@ -411,13 +399,13 @@ static void print_json(const bp_registry *r, FILE *out) {
     const bp_registered_kernel *pick =
         bp_registry_default_kernel(r, k->kernel.op, k->kernel.device);
     fprintf(out, "%s\n    {\"op\": ", first ? "" : ",");
-    json_str(out, k->kernel.op);
+    bp_json_string(out, k->kernel.op);
     fprintf(out, ", \"device\": ");
-    json_str(out, k->kernel.device);
+    bp_json_string(out, k->kernel.device);
     fprintf(out, ", \"impl\": ");
-    json_str(out, pick->kernel.impl);
+    bp_json_string(out, pick->kernel.impl);
     fprintf(out, ", \"module\": ");
-    json_str(out, pick->path);
+    bp_json_string(out, pick->path);
     fprintf(out, ", \"reference\": %s}",
             (pick->kernel.flags & BP_ABI_KERNEL_REFERENCE) ? "true" : "false");
     first = 0;

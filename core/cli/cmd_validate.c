@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "blueprint/json_out.h"
 #include "blueprint/dtype.h"
 #include "blueprint/registry.h"
 #include "blueprint/validate.h"
@@ -127,18 +128,6 @@ static void number(FILE *out, double v, int json) {
   else fprintf(out, json ? "%.6g" : "%-9.2e", v);
 }
 
-/* A JSON string literal: quotes, backslashes and control bytes escaped. */
-static void json_str(FILE *out, const char *s) {
-  fputc('"', out);
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-    if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-    else if (*p == '\n') fputs("\\n", out);
-    else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\u%04x", *p);
-    else fputc(*p, out);
-  }
-  fputc('"', out);
-}
-
 static void print_table(FILE *out, const bp_validate_report *rep) {
   fprintf(out, "%-20s %-10s %-6s %-58s %-9s %-9s %s\n", "op", "impl", "device", "case", "error",
           "tolerance", "verdict");
@@ -156,22 +145,22 @@ static void print_table(FILE *out, const bp_validate_report *rep) {
 static void print_json(FILE *out, const bp_validate_report *rep, const validate_args *a) {
   const bp_validate_summary s = bp_validate_summarize(rep);
   fprintf(out, "{\n  \"seed\": %llu,\n  \"model\": ", (unsigned long long)a->opt.seed);
-  if (a->opt.model_path) json_str(out, a->opt.model_path);
+  if (a->opt.model_path) bp_json_string(out, a->opt.model_path);
   else fputs("null", out);
   fputs(",\n  \"dtype\": ", out);
-  if (a->opt.dtype) json_str(out, a->opt.dtype);
+  if (a->opt.dtype) bp_json_string(out, a->opt.dtype);
   else fputs("null", out);
   fprintf(out, ",\n  \"gradcheck\": %s,\n  \"results\": [", a->opt.gradcheck ? "true" : "false");
   for (int i = 0; i < bp_validate_result_count(rep); i++) {
     const bp_validate_result *r = bp_validate_result_get(rep, i);
     fprintf(out, "%s\n    {\"op\": ", i ? "," : "");
-    json_str(out, r->op);
+    bp_json_string(out, r->op);
     fputs(", \"impl\": ", out);
-    json_str(out, r->impl);
+    bp_json_string(out, r->impl);
     fputs(", \"device\": ", out);
-    json_str(out, r->device);
+    bp_json_string(out, r->device);
     fputs(", \"case\": ", out);
-    json_str(out, r->case_name);
+    bp_json_string(out, r->case_name);
     fprintf(out, ", \"reference\": %s, \"verdict\": \"%s\", \"error\": ",
             r->reference ? "true" : "false",
             r->verdict == BP_VALIDATE_PASS   ? "pass"
@@ -181,7 +170,7 @@ static void print_json(FILE *out, const bp_validate_report *rep, const validate_
     fputs(", \"tolerance\": ", out);
     number(out, r->tolerance, 1);
     fputs(", \"detail\": ", out);
-    json_str(out, r->detail);
+    bp_json_string(out, r->detail);
     fputc('}', out);
   }
   fprintf(out,

@@ -28,27 +28,6 @@ const char *bp_fmt_bytes(uint64_t bytes, char buf[BP_FMT_MAX]) {
   return buf;
 }
 
-/* Decodes only enough to validate: lead byte, then the allowed range of the
- * second byte (which excludes overlongs and surrogates), then continuations. */
-int bp_utf8_len(const unsigned char *s, size_t n) {
-  unsigned char c = s[0];
-  int len;
-  unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) len = 2;
-  else if (c == 0xE0) len = 3, lo = 0xA0;
-  else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) len = 3;
-  else if (c == 0xED) len = 3, hi = 0x9F; /* no UTF-16 surrogates */
-  else if (c == 0xF0) len = 4, lo = 0x90;
-  else if (c >= 0xF1 && c <= 0xF3) len = 4;
-  else if (c == 0xF4) len = 4, hi = 0x8F;
-  else return 0;
-  if ((size_t)len > n || s[1] < lo || s[1] > hi) return 0;
-  for (int i = 2; i < len; i++)
-    if (s[i] < 0x80 || s[i] > 0xBF) return 0;
-  return len;
-}
-
 const char *bp_fmt_count(uint64_t n, char buf[BP_FMT_MAX]) {
   char digits[24];
   int len = snprintf(digits, sizeof digits, "%" PRIu64, n);

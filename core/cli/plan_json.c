@@ -3,51 +3,15 @@
  * output diffs well. Fields are only ever added. */
 #include <inttypes.h>
 
+#include "blueprint/json_out.h"
 #include "plan_print.h"
-
-/* A JSON string: quotes, backslashes and control characters escaped; bytes
- * that are not UTF-8 become U+FFFD so the document is always valid. */
-static void json_string(FILE *out, const char *str) {
-  const unsigned char *s = (const unsigned char *)str;
-  size_t n = 0;
-  while (s[n]) n++;
-  fputc('"', out);
-  for (size_t i = 0; i < n;) {
-    unsigned char c = s[i];
-    if (c == '"' || c == '\\') {
-      fputc('\\', out);
-      fputc(c, out);
-      i++;
-    } else if (c < 0x20) {
-      switch (c) {
-      case '\n': fputs("\\n", out); break;
-      case '\r': fputs("\\r", out); break;
-      case '\t': fputs("\\t", out); break;
-      case '\b': fputs("\\b", out); break;
-      case '\f': fputs("\\f", out); break;
-      default: fprintf(out, "\\u%04x", c);
-      }
-      i++;
-    } else {
-      int len = bp_utf8_len(s + i, n - i);
-      if (len == 0) {
-        fputs("\\ufffd", out);
-        i++;
-      } else {
-        fwrite(s + i, 1, (size_t)len, out);
-        i += (size_t)len;
-      }
-    }
-  }
-  fputc('"', out);
-}
 
 static void print_regions(FILE *out, const bp_plan *plan) {
   fputs("      \"regions\": [\n", out);
   for (int r = 0; r < BP_REGION_COUNT; r++) {
     bp_span s = bp_plan_region_span(plan, (bp_region)r);
     fputs("        {\"name\": ", out);
-    json_string(out, bp_region_get((bp_region)r)->name);
+    bp_json_string(out, bp_region_get((bp_region)r)->name);
     fprintf(out, ", \"base\": %" PRIu64 ", \"bytes\": %" PRIu64 "}%s\n", s.offset, s.bytes,
             r + 1 < BP_REGION_COUNT ? "," : "");
   }
@@ -60,11 +24,11 @@ static void print_tensors(FILE *out, const bp_plan *plan, int v) {
   for (int32_t id = 0; id < nt; id++) {
     const bp_dtensor *t = bp_plan_tensor(plan, v, id);
     fprintf(out, "        {\"id\": %" PRId32 ", \"name\": ", t->id);
-    json_string(out, t->name);
+    bp_json_string(out, t->name);
     fputs(", \"region\": ", out);
-    json_string(out, bp_region_get(t->region)->name);
+    bp_json_string(out, bp_region_get(t->region)->name);
     fputs(", \"dtype\": ", out);
-    json_string(out, bp_dtype_name(t->dtype));
+    bp_json_string(out, bp_dtype_name(t->dtype));
     fprintf(out,
             ", \"shape\": [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]"
             ", \"padded_c\": %" PRId64 ", \"offset\": %" PRIu64 ", \"slot_bytes\": %" PRIu64
@@ -81,7 +45,7 @@ void bp_plan_print_json(FILE *out, const bp_plan *plan) {
   for (int v = 0; v < nv; v++) {
     const bp_variant_info *vi = bp_plan_variant(plan, v);
     fputs("    {\n      \"name\": ", out);
-    json_string(out, vi->name);
+    bp_json_string(out, vi->name);
     fprintf(out,
             ",\n      \"batch\": %" PRId64 ",\n      \"height\": %" PRId64
             ",\n      \"width\": %" PRId64 ",\n      \"total_bytes\": %" PRIu64 ",\n",

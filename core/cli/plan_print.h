@@ -26,10 +26,6 @@ typedef struct bp_plan_print_info {
  * binary units. Returns `buf`. */
 const char *bp_fmt_bytes(uint64_t bytes, char buf[BP_FMT_MAX]);
 
-/* Length (1-4) of the valid UTF-8 sequence at `s`, `n` bytes left (n >= 1);
- * 0 when it is not UTF-8 (overlong, surrogate, truncated, stray byte). */
-int bp_utf8_len(const unsigned char *s, size_t n);
-
 /* "1,605,888". Returns `buf`. */
 const char *bp_fmt_count(uint64_t n, char buf[BP_FMT_MAX]);
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blueprint/json_out.h"
 #include "blueprint/outfile.h"
 #include "plan_print.h"
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blueprint/json_out.h"
 #include "blueprint/outfile.h"
 #include "train-impl.h"
 
@@ -113,20 +114,6 @@ bp_status bp_metrics_write_profile(bp_metrics *m, const bp_profile *p) {
   return st == BP_OK ? emit(m, "") : st;
 }
 
-/* A JSON string literal: quotes, backslashes and control bytes escaped. */
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-    if (*p == '"' || *p == '\\')
-      fprintf(f, "\\%c", *p);
-    else if (*p < 0x20 || *p == 0x7f)
-      fprintf(f, "\\u%04x", *p);
-    else
-      fputc(*p, f);
-  }
-  fputc('"', f);
-}
-
 /* 1 when use i is the first of its (op, impl, device). */
 static int first_of_kind(const bp_trainer *t, int i) {
   const bp_abi_kernel *k = &bp_trainer_kernel_use(t, i)->kernel->kernel;
@@ -144,11 +131,11 @@ bp_status bp_metrics_write_kernels(bp_metrics *m, const bp_trainer *t) {
   bp_pin_source source;
   const char *pins = bp_trainer_pins(t, &source);
   fputs("{\"event\":\"kernels\",\"device\":", f);
-  json_str(f, t->device);
+  bp_json_string(f, t->device);
   fputs(",\"pins\":", f);
-  json_str(f, pins);
+  bp_json_string(f, pins);
   fputs(",\"pins_source\":", f);
-  json_str(f, bp_pin_source_name(source));
+  bp_json_string(f, bp_pin_source_name(source));
   fprintf(f, ",\"autotune\":%s,\"warnings\":[", t->opt.autotune ? "true" : "false");
   const char *w = bp_trainer_warnings(t);
   for (int first = 1; *w; first = 0) { /* one string per line */
@@ -157,7 +144,7 @@ bp_status bp_metrics_write_kernels(bp_metrics *m, const bp_trainer *t) {
     char line[1024];
     snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), w);
     if (!first) fputc(',', f);
-    json_str(f, line);
+    bp_json_string(f, line);
     w += len + (nl ? 1 : 0);
   }
   fputs("],\"ops\":[", f);
@@ -172,30 +159,30 @@ bp_status bp_metrics_write_kernels(bp_metrics *m, const bp_trainer *t) {
                !strcmp(o->device, k->kernel.device);
     }
     fputs(listed++ ? ",{\"op\":" : "{\"op\":", f);
-    json_str(f, k->kernel.op);
+    bp_json_string(f, k->kernel.op);
     fputs(",\"impl\":", f);
-    json_str(f, k->kernel.impl);
+    bp_json_string(f, k->kernel.impl);
     fputs(",\"device\":", f);
-    json_str(f, k->kernel.device);
+    bp_json_string(f, k->kernel.device);
     fputs(",\"module\":", f);
-    json_str(f, k->path);
+    bp_json_string(f, k->path);
     fprintf(f, ",\"nodes\":%d}", nodes);
   }
   fputs("],\"nodes\":[", f);
   for (int i = 0; i < n; i++) {
     const bp_kernel_use *u = bp_trainer_kernel_use(t, i);
     fprintf(f, "%s{\"rank\":%d,\"variant\":", i ? "," : "", u->rank);
-    json_str(f, u->variant);
+    bp_json_string(f, u->variant);
     fputs(",\"segment\":", f);
-    json_str(f, u->segment);
+    bp_json_string(f, u->segment);
     fputs(",\"node\":", f);
-    json_str(f, u->node);
+    bp_json_string(f, u->node);
     fputs(",\"op\":", f);
-    json_str(f, u->kernel->kernel.op);
+    bp_json_string(f, u->kernel->kernel.op);
     fputs(",\"impl\":", f);
-    json_str(f, u->kernel->kernel.impl);
+    bp_json_string(f, u->kernel->kernel.impl);
     fputs(",\"device\":", f);
-    json_str(f, u->kernel->kernel.device);
+    bp_json_string(f, u->kernel->kernel.device);
     fputc('}', f);
   }
   fputs("]", f);

@@ -6,21 +6,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "blueprint/json_out.h"
 #include "blueprint/profile.h"
-
-/* A JSON string literal: quotes, backslashes and control bytes escaped. */
-static void str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-    if (*p == '"' || *p == '\\')
-      fprintf(f, "\\%c", *p);
-    else if (*p < 0x20 || *p == 0x7f)
-      fprintf(f, "\\u%04x", *p);
-    else
-      fputc(*p, f);
-  }
-  fputc('"', f);
-}
 
 /* ,"key":v, or null when v is not finite */
 static void num(FILE *f, const char *key, double v) {
@@ -53,21 +40,21 @@ static void sgemm(FILE *f, const bp_profile_sgemm *s) {
           (long long)s->k);
   fputs(",\"impl\":", f);
   if (s->impl)
-    str(f, s->impl);
+    bp_json_string(f, s->impl);
   else
     fputs("null", f);
   fprintf(f, ",\"threads\":%d,\"runs\":%d", s->threads, s->runs);
   num(f, "best_seconds", s->measured ? s->best_seconds : NAN);
   num(f, "gflops", s->measured ? s->gflops : NAN);
   fputs(",\"why\":", f);
-  str(f, s->why);
+  bp_json_string(f, s->why);
   fputc('}', f);
 }
 
 static bp_status variant(FILE *f, const bp_profile *p, int v, double sgemm_gflops) {
   const bp_profile_variant *pv = bp_profile_variant_at(p, v);
   fputs("{\"variant\":", f);
-  str(f, pv->name);
+  bp_json_string(f, pv->name);
   u64(f, "steps", pv->steps);
   u64(f, "step_ns", pv->step_ns);
   u64(f, "kernel_ns", pv->run_ns);
@@ -80,9 +67,9 @@ static bp_status variant(FILE *f, const bp_profile *p, int v, double sgemm_gflop
   bp_profile_ops(p, v, ops, count);
   for (int i = 0; i < count; i++) {
     fputs(i ? ",{\"op\":" : "{\"op\":", f);
-    str(f, ops[i].op);
+    bp_json_string(f, ops[i].op);
     fputs(",\"impl\":", f);
-    str(f, ops[i].impl);
+    bp_json_string(f, ops[i].impl);
     fprintf(f, ",\"nodes\":%d", ops[i].nodes);
     u64(f, "flops", ops[i].flops);
     timing(f, ops[i].calls, ops[i].ns, ops[i].flops, pv->step_ns, sgemm_gflops);
@@ -94,13 +81,13 @@ static bp_status variant(FILE *f, const bp_profile *p, int v, double sgemm_gflop
     const bp_profile_node *n = bp_profile_node_at(p, i);
     if (n->variant != v) continue;
     fputs(listed++ ? ",{\"node\":" : "{\"node\":", f);
-    str(f, n->name);
+    bp_json_string(f, n->name);
     fputs(",\"segment\":", f);
-    str(f, bp_segment_name(n->segment));
+    bp_json_string(f, bp_segment_name(n->segment));
     fputs(",\"op\":", f);
-    str(f, n->op);
+    bp_json_string(f, n->op);
     fputs(",\"impl\":", f);
-    str(f, n->impl);
+    bp_json_string(f, n->impl);
     u64(f, "flops_per_call", n->flops);
     timing(f, n->calls, n->ns, n->flops * n->calls, pv->step_ns, sgemm_gflops);
     fputc('}', f);
