@@ -132,16 +132,10 @@ static void job_init(span_job *j, const bp_abi_kernel_args *args, const bp_abi_t
   atomic_init(&j->found, 0);
 }
 
-static int zero_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
-  (void)user;
-  return ops_zero_check(args, reason, rs);
-}
+OPS_RANGE_SUPPORTS(zero_supports, ops_zero_check)
 static int zero_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char *reason = bp_sdk_args_reason(args);
-  const size_t rs = bp_sdk_args_reason_size(args);
-  if (!ops_zero_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
-    return BP_ABI_ERR_INVALID;
+  if (!ops_range_run_checks(args, ops_zero_check)) return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *x = bp_sdk_output(args, 0);
   span_job j;
   job_init(&j, args, x);
@@ -150,16 +144,10 @@ static int zero_run(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
-static int cast_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
-  (void)user;
-  return ops_cast_check(args, reason, rs);
-}
+OPS_RANGE_SUPPORTS(cast_supports, ops_cast_check)
 static int cast_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char *reason = bp_sdk_args_reason(args);
-  const size_t rs = bp_sdk_args_reason_size(args);
-  if (!ops_cast_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
-    return BP_ABI_ERR_INVALID;
+  if (!ops_range_run_checks(args, ops_cast_check)) return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *src = bp_sdk_input(args, 0);
   span_job j;
   job_init(&j, args, src);
@@ -167,11 +155,7 @@ static int cast_run(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
-static int unscale_supports(void *user, const bp_abi_kernel_args *args, char *reason,
-                            size_t rs) {
-  (void)user;
-  return ops_unscale_check(args, reason, rs);
-}
+OPS_RANGE_SUPPORTS(unscale_supports, ops_unscale_check)
 static int unscale_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   char *reason = bp_sdk_args_reason(args);
@@ -187,18 +171,10 @@ static int unscale_run(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
-static int nan_check_supports(void *user, const bp_abi_kernel_args *args, char *reason,
-                              size_t rs) {
-  (void)user;
-  return ops_nan_check_check(args, reason, rs);
-}
+OPS_RANGE_SUPPORTS(nan_check_supports, ops_nan_check_check)
 static int nan_check_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char *reason = bp_sdk_args_reason(args);
-  const size_t rs = bp_sdk_args_reason_size(args);
-  if (!ops_nan_check_check(args, reason, rs) ||
-      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
-    return BP_ABI_ERR_INVALID;
+  if (!ops_range_run_checks(args, ops_nan_check_check)) return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *x = bp_sdk_input(args, 0);
   span_job j;
   job_init(&j, args, x);

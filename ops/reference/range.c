@@ -56,16 +56,10 @@
 
 /* range.zero  out: x, a span of any dtype; all E elements set to zero bits
  * (0.0 for the float types). */
-static int zero_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
-  (void)user;
-  return ops_zero_check(args, reason, rs);
-}
+OPS_RANGE_SUPPORTS(zero_supports, ops_zero_check)
 static int zero_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char *reason = bp_sdk_args_reason(args);
-  const size_t rs = bp_sdk_args_reason_size(args);
-  if (!ops_zero_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
-    return BP_ABI_ERR_INVALID;
+  if (!ops_range_run_checks(args, ops_zero_check)) return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *t = bp_sdk_output(args, 0);
   memset(args->output_ptrs[0], 0, (size_t)(t->shape[3] * bp_sdk_dtype_size(t->dtype)));
   return BP_ABI_OK;
@@ -149,16 +143,10 @@ static int scale_run(void *user, const bp_abi_kernel_args *args) {
  *   The project's one conversion, bp_sdk_fp32_to_fp16 / bp_sdk_fp16_to_fp32
  *   (abi/bp_abi_sdk.h: rounding to nearest even, overflow to Inf, NaNs kept
  *   as quiet NaNs of the same sign and payload); FP16 -> FP32 is exact. */
-static int cast_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
-  (void)user;
-  return ops_cast_check(args, reason, rs);
-}
+OPS_RANGE_SUPPORTS(cast_supports, ops_cast_check)
 static int cast_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char *reason = bp_sdk_args_reason(args);
-  const size_t rs = bp_sdk_args_reason_size(args);
-  if (!ops_cast_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
-    return BP_ABI_ERR_INVALID;
+  if (!ops_range_run_checks(args, ops_cast_check)) return BP_ABI_ERR_INVALID;
   const int64_t n = bp_sdk_input(args, 0)->shape[3];
   if (bp_sdk_input(args, 0)->dtype == BP_ABI_DTYPE_FP32) {
     const float *src = bp_sdk_input_f32(args, 0);
@@ -217,18 +205,10 @@ static int ema_run(void *user, const bp_abi_kernel_args *args) {
  *   was, so one flag collects several spans. FP32 is classified with
  *   isfinite (no compare, no exception even for a signalling NaN), FP16 on
  *   its bits (all exponent bits set). */
-static int nan_check_supports(void *user, const bp_abi_kernel_args *args, char *reason,
-                              size_t rs) {
-  (void)user;
-  return ops_nan_check_check(args, reason, rs);
-}
+OPS_RANGE_SUPPORTS(nan_check_supports, ops_nan_check_check)
 static int nan_check_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char *reason = bp_sdk_args_reason(args);
-  const size_t rs = bp_sdk_args_reason_size(args);
-  if (!ops_nan_check_check(args, reason, rs) ||
-      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
-    return BP_ABI_ERR_INVALID;
+  if (!ops_range_run_checks(args, ops_nan_check_check)) return BP_ABI_ERR_INVALID;
   const int64_t n = bp_sdk_input(args, 0)->shape[3];
   int found = 0;
   if (bp_sdk_input(args, 0)->dtype == BP_ABI_DTYPE_FP32) {
@@ -251,11 +231,7 @@ static int nan_check_run(void *user, const bp_abi_kernel_args *args) {
  *   in src stays Inf or NaN in dst, and FP16's finite range times inv
  *   never overflows for scale >= 1. scale is read at run time and must be
  *   finite and > 0 (ops_unscale_factor); otherwise nothing is written. */
-static int unscale_supports(void *user, const bp_abi_kernel_args *args, char *reason,
-                            size_t rs) {
-  (void)user;
-  return ops_unscale_check(args, reason, rs);
-}
+OPS_RANGE_SUPPORTS(unscale_supports, ops_unscale_check)
 static int unscale_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   char *reason = bp_sdk_args_reason(args);

@@ -110,6 +110,23 @@ static inline int ops_update_spans(const bp_abi_kernel_args *args, const char *c
   return 1;
 }
 
+typedef int (*ops_range_check_fn)(const bp_abi_kernel_args *args, char *reason, size_t rs);
+
+/* The supports() of a range op whose whole check is `check`. */
+#define OPS_RANGE_SUPPORTS(name, check)                                                    \
+  static int name(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) { \
+    (void)user;                                                                          \
+    return check(args, reason, rs);                                                      \
+  }
+
+/* run()'s checks of a range op: its own, then no output overlapping an
+ * input; the reason goes to args->reason. */
+static inline int ops_range_run_checks(const bp_abi_kernel_args *args, ops_range_check_fn check) {
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  return check(args, reason, rs) && bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs);
+}
+
 /* range.zero  out: x, a span of any dtype. */
 static inline int ops_zero_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
   bp_range_attrs a;

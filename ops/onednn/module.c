@@ -1,0 +1,113 @@
+/* The oneDNN convolution module (bp_ops_onednn.so): its ABI entry (the only
+ * exported symbol), the CPU engine every node shares, and OpenMP's thread
+ * count.
+ *
+ * Kernels (conv2d.c): conv2d.fwd, conv2d.bwd_data, conv2d.bwd_filter, FP32,
+ * device "cpu", implementation "onednn", priority ODNN_PRIORITY
+ * (onednn-impl.h), with per-node state (prepare/release). Flagged
+ * DETERMINISTIC as ops/blas "dnnl" is: oneDNN splits a convolution the same
+ * way for the same shape, kernel set (its JIT's pick for this CPU) and
+ * thread count, and the count is the rank's share the host lends.
+ *
+ * Threads: Debian's oneDNN runs on OpenMP. A primitive uses as many threads
+ * as omp_get_max_threads() says in the calling thread, and every thread
+ * (each rank is one) has its own count; so run() applies the rank's count
+ * in its thread first. OpenMP's functions are taken from the libgomp that
+ * libdnnl itself loaded (no second OpenMP runtime in the process). */
+#include <dlfcn.h>
+#include <stdio.h>
+
+#include "module_register.h"
+#include "onednn-impl.h"
+#ifdef BP_OPS_ONEDNN_BUILD_ID_HEADER
+#include "build_id.h" /* generated: a hash of the sources and compiler settings */
+#endif
+
+#ifndef BP_OPS_ONEDNN_VERSION
+#define BP_OPS_ONEDNN_VERSION "0.0.0"
+#endif
+#ifndef BP_OPS_ONEDNN_BUILD_ID
+#define BP_OPS_ONEDNN_BUILD_ID "unknown"
+#endif
+
+#define ODNN_MODULE_NAME "ops-onednn"
+#define ODNN_SONAME "libdnnl.so.2"
+
+static dnnl_engine_t engine; /* made at init, kept for the process */
+static void (*omp_set_threads)(int);
+static int (*omp_max_threads)(void);
+
+dnnl_engine_t odnn_engine(void) { return engine; }
+
+void odnn_use_threads(const bp_abi_kernel_args *args) {
+  const int threads = bp_sdk_args_thread_count(args);
+  if (omp_max_threads() != threads) omp_set_threads(threads); /* this thread's count */
+}
+
+int odnn_error(dnnl_status_t st) {
+  return st == dnnl_out_of_memory ? BP_ABI_ERR_NOMEM : BP_ABI_ERR_INVALID;
+}
+
+static const bp_abi_kernel *const odnn_kernels[] = {
+    &odnn_conv2d_fwd,
+    &odnn_conv2d_bwd_data,
+    &odnn_conv2d_bwd_filter,
+};
+
+static int odnn_fail(const bp_abi_host *host, const char *what) {
+  char message[320];
+  snprintf(message, sizeof message, "%s: %s", ODNN_MODULE_NAME, what);
+  if (host->error) host->error(host->ctx, message);
+  return BP_ABI_ERR_UNSUPPORTED;
+}
+
+/* OpenMP's thread functions from the runtime libdnnl runs on. */
+static int odnn_find_openmp(const bp_abi_host *host) {
+  /* libdnnl is a dependency of this module: already loaded, so RTLD_NOLOAD
+   * finds it; dlsym searches it and its own dependencies (libgomp) */
+  void *lib = dlopen(ODNN_SONAME, RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) return odnn_fail(host, "cannot find the loaded " ODNN_SONAME);
+  *(void **)(void *)&omp_set_threads = dlsym(lib, "omp_set_num_threads");
+  *(void **)(void *)&omp_max_threads = dlsym(lib, "omp_get_max_threads");
+  dlclose(lib); /* only drops the reference RTLD_NOLOAD added */
+  if (!omp_set_threads || !omp_max_threads)
+    return odnn_fail(host, ODNN_SONAME " does not run on OpenMP (no omp_set_num_threads)");
+  return BP_ABI_OK;
+}
+
+static int odnn_init(const bp_abi_host *host) {
+  const dnnl_version_t *v = dnnl_version();
+  if (v->cpu_runtime != DNNL_RUNTIME_OMP) {
+    char what[128];
+    snprintf(what, sizeof what, "oneDNN runs its CPU threads on runtime %u, not OpenMP",
+             v->cpu_runtime);
+    return odnn_fail(host, what);
+  }
+  int rc = odnn_find_openmp(host);
+  if (rc != BP_ABI_OK) return rc;
+  if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success)
+    return odnn_fail(host, "cannot create a oneDNN CPU engine");
+  rc = ops_register_kernels(host, ODNN_MODULE_NAME, odnn_kernels,
+                            sizeof odnn_kernels / sizeof odnn_kernels[0]);
+  if (rc == BP_ABI_OK) {
+    char message[256];
+    snprintf(message, sizeof message, "%s: oneDNN %d.%d.%d (OpenMP), convolution primitives",
+             ODNN_MODULE_NAME, v->major, v->minor, v->patch);
+    ops_host_log(host, BP_ABI_LOG_INFO, message);
+  }
+  return rc;
+}
+
+static const bp_abi_module odnn_module = {
+    .struct_size = sizeof(bp_abi_module),
+    .abi_major = BP_ABI_MAJOR,
+    .abi_minor_built = BP_ABI_MINOR,
+    .abi_minor_required = 4, /* needs per-node state and the parameter generation */
+    .name = ODNN_MODULE_NAME,
+    .version = BP_OPS_ONEDNN_VERSION,
+    .build_id = BP_OPS_ONEDNN_BUILD_ID,
+    .init = odnn_init,
+};
+
+BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void);
+BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void) { return &odnn_module; }
