@@ -1,5 +1,5 @@
 /* bench_forward_kernels: milliseconds per call of every forward kernel the
- * loaded op modules have (reference, cpu, blas, dnnl, xnnpack) on every
+ * loaded op modules have (reference, cpu, blas, dnnl, onednn, xnnpack) on every
  * conv, fc and pooling layer (and one relu and one add) of models/cnn.yaml, models/resnet8.yaml and
  * models/mlp.yaml, at batch 1, 128 and 200 (the deployment, training and
  * evaluation batches).
@@ -64,7 +64,7 @@ static const layer layers[] = {
     {"mlp", "fc3", FC, 1, 1, 512, 10, 0, 0, 0},
 };
 
-static const char *const impls[] = {"reference", "cpu", "blas", "dnnl", "xnnpack"};
+static const char *const impls[] = {"reference", "cpu", "blas", "dnnl", "onednn", "xnnpack"};
 #define IMPLS (sizeof impls / sizeof impls[0])
 
 typedef struct buf {
@@ -291,8 +291,8 @@ int main(int argc, char **argv) {
   bench_threads = bp_threads_abi(pool);
   printf("forward kernels, FP32, milliseconds per call (best of >= %.2f s); threads: %d\n",
          seconds, bench_threads->count);
-  printf("%-8s %-11s %5s %10s %10s %10s %10s %10s %12s  %s\n", "model", "layer", "batch",
-         "reference", "cpu", "blas", "dnnl", "xnnpack", "xnnpack+pack", "fastest");
+  printf("%-8s %-11s %5s %10s %10s %10s %10s %10s %10s %12s  %s\n", "model", "layer", "batch",
+         "reference", "cpu", "blas", "dnnl", "onednn", "xnnpack", "xnnpack+pack", "fastest");
   uint64_t rng = 42;
   for (size_t li = 0; li < sizeof layers / sizeof layers[0]; li++) {
     const layer *l = &layers[li];

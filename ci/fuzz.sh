@@ -13,7 +13,7 @@ seconds=${1:-${BP_FUZZ_SECONDS:-45}}
 dir=build-fuzz
 cmake -S . -B "$dir" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
   -DBP_FUZZ=ON -DBP_SANITIZE=ON -DBP_BUILD_TESTS=OFF -DBP_WITH_CUDA=OFF -DBP_WITH_DNNL=OFF \
-  -DBP_WITH_XNNPACK=OFF -DBP_WITH_MPI=OFF >/dev/null
+  -DBP_WITH_ONEDNN=OFF -DBP_WITH_XNNPACK=OFF -DBP_WITH_MPI=OFF >/dev/null
 targets=(model idx elf cli checkpoint)
 cmake --build "$dir" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1

@@ -9,7 +9,7 @@ packages=(
   libyaml-dev                                    # model files
   zlib1g-dev                                     # gzip'd IDX data
   libopenblas-dev                                # ops/blas GEMM kernels (OpenBLAS)
-  libdnnl-dev                                    # ops/blas GEMM kernels (oneDNN, bp_ops_dnnl)
+  libdnnl-dev                                    # oneDNN: ops/blas GEMMs (bp_ops_dnnl), ops/onednn convolutions
   libxnnpack-dev libpthreadpool-dev              # ops/xnnpack forward kernels (bp_ops_xnnpack)
   libopenmpi-dev openmpi-bin                     # mpirun ranks (ops/allreduce mpi)
   dataset-fashion-mnist                          # default data set (test_data_fashion_mnist)

@@ -14,17 +14,18 @@ case "$mode" in
   normal) dir=build; args=() ;;
   sanitize)
     dir=build-sanitize
-    # no bp_ops_dnnl: oneDNN's OpenMP runtime (libgomp, uninstrumented)
+    # no bp_ops_dnnl, no bp_ops_onednn: oneDNN's OpenMP runtime (libgomp, uninstrumented)
     # crashes LeakSanitizer's exit-time tracer ("Tracer caught signal 11");
     # its kernels are bp_ops_blas's sources, checked here through that module
-    args=(-DBP_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DBP_WITH_DNNL=OFF)
+    args=(-DBP_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DBP_WITH_DNNL=OFF
+          -DBP_WITH_ONEDNN=OFF)
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     ;;
   thread)
     dir=build-tsan
     args=(-DBP_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DBP_WITH_CUDA=OFF
-          -DBP_WITH_DNNL=OFF)
+          -DBP_WITH_DNNL=OFF -DBP_WITH_ONEDNN=OFF)
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
     # OpenBLAS's worker threads hand results back through synchronization in
     # uninstrumented code, which TSan cannot see (a GEMM's beta = 0 memset

@@ -105,6 +105,7 @@ static void run(xrig *x, bp_segment s) {
 
 /* The summed loss of one forward pass. */
 static double loss_of(xrig *x) {
+  bp_exec_params_changed(x->exec); /* W was changed by hand: kernels repack */
   run(x, BP_SEGMENT_RESET);
   run(x, BP_SEGMENT_FORWARD);
   run(x, BP_SEGMENT_LOSS);

@@ -9,7 +9,8 @@
  * two vectorized across channels); and the span ops of a mixed-precision
  * step, range.zero, range.cast, range.unscale and range.nan_check
  * (range_fp16.c: F16C conversions, spans cut into chunks run on the
- * host's threads). Implementation "cpu", device "cpu",
+ * host's threads). Every kernel runs its work in tasks on the host's
+ * threads (see "Threads" below). Implementation "cpu", device "cpu",
  * priority 5 (ops/blas uses 10; the reference module is REFERENCE
  * and only serves what nothing else supports), DETERMINISTIC, plus
  * IN_PLACE where the reference kernel has it (relu).
@@ -120,6 +121,32 @@ const char *cpu_isa_name(cpu_isa_level isa);
 #define CPU_DISPATCH(name, params, args) \
   static void name params { name##_body args; }
 #endif
+
+/* Threads: a kernel cuts its work into tasks whose bounds depend on the
+ * shape only, never on the thread count, and runs them through the host's
+ * threads (bp_sdk_parallel_for). Each task writes only its own elements and
+ * each sum runs inside one task in its single-thread order, so every bit is
+ * the same for any thread count, and the same as the reference's. A task
+ * holds at least CPU_TASK_ELEMS elements of work (tens of microseconds,
+ * which dwarf the hand-off); a call with less is one task, run on the
+ * calling thread (a batch-1 inference pays nothing). */
+#define CPU_TASK_ELEMS ((int64_t)1 << 16)
+
+/* Items per task when one item is item_elems elements: enough for
+ * CPU_TASK_ELEMS, at least one. */
+static inline int64_t cpu_items_per_task(int64_t item_elems) {
+  return item_elems >= CPU_TASK_ELEMS ? 1 : (CPU_TASK_ELEMS + item_elems - 1) / item_elems;
+}
+
+/* Task i of `per` items out of `items`: its first item, *end one past its last. */
+static inline int64_t cpu_task_items(int64_t i, int64_t per, int64_t items, int64_t *end) {
+  const int64_t lo = i * per;
+  *end = items - lo < per ? items : lo + per;
+  return lo;
+}
+
+/* The number of tasks of `per` items out of `items`. */
+static inline int64_t cpu_task_count(int64_t items, int64_t per) { return (items + per - 1) / per; }
 
 /* 1 when t's logical elements are one dense run in NHWC order (every
  * dimension of extent > 1 strided by the product of the extents inside

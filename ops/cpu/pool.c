@@ -18,7 +18,14 @@
  * tensor are contiguous (stride[3] 1, padded channels allowed; or C 1);
  * others are refused with a reason and the reference serves them. Outputs
  * never overlap inputs (bp_sdk_check_ptrs), hence restrict. The checks and
- * the window geometry are the reference's own (ops/shared/pool_check.h). */
+ * the window geometry are the reference's own (ops/shared/pool_check.h).
+ *
+ * Threads (cpu-impl.h): the forward is cut by output rows, each output
+ * element computed whole inside one task; the backward by images, since
+ * overlapping windows of one image add into the same dx elements and must
+ * keep their order, while images share nothing. The mask check runs over
+ * the whole mask, on the same tasks, before any dx element is written. */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "cpu-impl.h"
@@ -79,45 +86,48 @@ CPU_INLINE void maxpool_tap(float *restrict best, int32_t *restrict arg, const f
   }
 }
 
+/* Output rows [r0, r1) of the n * oh rows (row r: image r / oh, row r % oh). */
 CPU_INLINE void maxpool_fwd_loop_body(const pool_dims *d, const float *restrict x,
-                                      float *restrict y, int8_t *restrict mask) {
-  for (int64_t n = 0; n < d->n; n++)
-    for (int64_t oh = 0; oh < d->oh; oh++)
-      for (int64_t ow = 0; ow < d->ow; ow++) {
-        const pool_window wi = window_of(d, oh, ow);
-        const int64_t ky0 = wi.ky0, ky1 = wi.ky1, kx0 = wi.kx0, kx1 = wi.kx1, ih = wi.ih, iw = wi.iw;
-        float *yr = y + bp_sdk_offset(d->y, n, oh, ow, 0);
-        int8_t *mr = mask + bp_sdk_offset(d->mask, n, oh, ow, 0);
-        for (int64_t c0 = 0; c0 < d->c; c0 += POOL_BLOCK) {
-          const int64_t nb = d->c - c0 < POOL_BLOCK ? d->c - c0 : POOL_BLOCK;
-          float best[POOL_BLOCK];
-          int32_t arg[POOL_BLOCK];
-          /* the first in-bounds tap is taken as it is (the reference's arg < 0) */
-          const float *first = x + bp_sdk_offset(d->x, n, ih + ky0, iw + kx0, c0);
-          const int32_t first_tap = (int32_t)(ky0 * d->kw + kx0);
-          for (int64_t j = 0; j < nb; j++) best[j] = first[j], arg[j] = first_tap;
-          for (int64_t ky = ky0; ky < ky1; ky++)
-            for (int64_t kx = ky == ky0 ? kx0 + 1 : kx0; kx < kx1; kx++)
-              maxpool_tap(best, arg, x + bp_sdk_offset(d->x, n, ih + ky, iw + kx, c0),
-                          (int32_t)(ky * d->kw + kx), nb);
-          for (int64_t j = 0; j < nb; j++) yr[c0 + j] = best[j], mr[c0 + j] = (int8_t)arg[j];
-        }
+                                      float *restrict y, int8_t *restrict mask, int64_t r0,
+                                      int64_t r1) {
+  for (int64_t r = r0; r < r1; r++) {
+    const int64_t n = r / d->oh, oh = r % d->oh;
+    for (int64_t ow = 0; ow < d->ow; ow++) {
+      const pool_window wi = window_of(d, oh, ow);
+      const int64_t ky0 = wi.ky0, ky1 = wi.ky1, kx0 = wi.kx0, kx1 = wi.kx1, ih = wi.ih, iw = wi.iw;
+      float *yr = y + bp_sdk_offset(d->y, n, oh, ow, 0);
+      int8_t *mr = mask + bp_sdk_offset(d->mask, n, oh, ow, 0);
+      for (int64_t c0 = 0; c0 < d->c; c0 += POOL_BLOCK) {
+        const int64_t nb = d->c - c0 < POOL_BLOCK ? d->c - c0 : POOL_BLOCK;
+        float best[POOL_BLOCK];
+        int32_t arg[POOL_BLOCK];
+        /* the first in-bounds tap is taken as it is (the reference's arg < 0) */
+        const float *first = x + bp_sdk_offset(d->x, n, ih + ky0, iw + kx0, c0);
+        const int32_t first_tap = (int32_t)(ky0 * d->kw + kx0);
+        for (int64_t j = 0; j < nb; j++) best[j] = first[j], arg[j] = first_tap;
+        for (int64_t ky = ky0; ky < ky1; ky++)
+          for (int64_t kx = ky == ky0 ? kx0 + 1 : kx0; kx < kx1; kx++)
+            maxpool_tap(best, arg, x + bp_sdk_offset(d->x, n, ih + ky, iw + kx, c0),
+                        (int32_t)(ky * d->kw + kx), nb);
+        for (int64_t j = 0; j < nb; j++) yr[c0 + j] = best[j], mr[c0 + j] = (int8_t)arg[j];
       }
+    }
+  }
 }
 CPU_DISPATCH(maxpool_fwd_loop,
              (const pool_dims *d, const float *restrict x, float *restrict y,
-              int8_t *restrict mask),
-             (d, x, y, mask))
+              int8_t *restrict mask, int64_t r0, int64_t r1),
+             (d, x, y, mask, r0, r1))
 
 /* The reference's mask check: every value a tap of its window inside the
  * input. Sets *bad to 1 if one is not. A window with every tap in bounds
  * only needs 0 <= m < kh*kw (a comparison that vectorizes); the edge
  * windows of a padded pool take the reference's test as it is. */
 CPU_INLINE void maxpool_mask_check_body(const pool_dims *d, const int8_t *restrict mask,
-                                        int *restrict bad) {
+                                        int *restrict bad, int64_t n0, int64_t n1) {
   const int taps = (int)(d->kh * d->kw);
   int any = 0;
-  for (int64_t n = 0; n < d->n; n++)
+  for (int64_t n = n0; n < n1; n++)
     for (int64_t oh = 0; oh < d->oh; oh++)
       for (int64_t ow = 0; ow < d->ow; ow++) {
         const pool_window wi = window_of(d, oh, ow);
@@ -140,7 +150,9 @@ CPU_INLINE void maxpool_mask_check_body(const pool_dims *d, const int8_t *restri
   *bad = 0;
 }
 CPU_DISPATCH(maxpool_mask_check,
-             (const pool_dims *d, const int8_t *restrict mask, int *restrict bad), (d, mask, bad))
+             (const pool_dims *d, const int8_t *restrict mask, int *restrict bad, int64_t n0,
+              int64_t n1),
+             (d, mask, bad, n0, n1))
 
 /* The scatter, one tap at a time: the channels whose mask names this tap
  * add their dy; the others keep dx as it is (a select, not + 0.0f, which
@@ -164,9 +176,12 @@ CPU_INLINE void maxpool_scatter_tap(float *restrict dx, const float *restrict dy
   }
 }
 
+/* Images [n0, n1): each owns its dx, and the windows of one image, which
+ * may share dx elements, stay in the reference's order. */
 CPU_INLINE void maxpool_bwd_loop_body(const pool_dims *d, const float *restrict dy,
-                                      const int8_t *restrict mask, float *restrict dx) {
-  for (int64_t n = 0; n < d->n; n++)
+                                      const int8_t *restrict mask, float *restrict dx,
+                                      int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; n++)
     for (int64_t oh = 0; oh < d->oh; oh++)
       for (int64_t ow = 0; ow < d->ow; ow++) {
         const pool_window wi = window_of(d, oh, ow);
@@ -186,8 +201,62 @@ CPU_INLINE void maxpool_bwd_loop_body(const pool_dims *d, const float *restrict 
 }
 CPU_DISPATCH(maxpool_bwd_loop,
              (const pool_dims *d, const float *restrict dy, const int8_t *restrict mask,
-              float *restrict dx),
-             (d, dy, mask, dx))
+              float *restrict dx, int64_t n0, int64_t n1),
+             (d, dy, mask, dx, n0, n1))
+
+/* ---- tasks -------------------------------------------------------------------- */
+
+/* One call cut into tasks: the forward by output rows (each output element
+ * is its own window), the backward and its mask check by images. */
+typedef struct pool_job {
+  const pool_dims *d;
+  const float *in;     /* fwd: x; bwd: dy */
+  float *out;          /* fwd: y; bwd: dx */
+  const int8_t *mask;  /* bwd */
+  int8_t *mask_out;    /* fwd */
+  int64_t items, per;  /* rows (fwd) or images (bwd) and items per task */
+  atomic_int bad;      /* bwd: a mask value out of its window */
+} pool_job;
+
+static void pool_job_init(pool_job *j, const pool_dims *d, int64_t items, int64_t item_elems) {
+  j->d = d;
+  j->items = items;
+  j->per = cpu_items_per_task(item_elems);
+  atomic_init(&j->bad, 0);
+}
+
+static int64_t pool_tasks(const pool_job *j) { return cpu_task_count(j->items, j->per); }
+
+static void maxpool_fwd_task(void *p, int64_t i) {
+  pool_job *j = p;
+  int64_t r1;
+  const int64_t r0 = cpu_task_items(i, j->per, j->items, &r1);
+  maxpool_fwd_loop(j->d, j->in, j->out, j->mask_out, r0, r1);
+}
+
+static void maxpool_mask_task(void *p, int64_t i) {
+  pool_job *j = p;
+  int64_t n1;
+  const int64_t n0 = cpu_task_items(i, j->per, j->items, &n1);
+  int bad = 1;
+  maxpool_mask_check(j->d, j->mask, &bad, n0, n1);
+  if (bad) atomic_store_explicit(&j->bad, 1, memory_order_relaxed);
+}
+
+/* accumulate 0: the images' dx zeroed first (+0.0f is all zero bits;
+ * padded channels untouched), then the scatter. */
+static void maxpool_bwd_task(void *p, int64_t i) {
+  pool_job *j = p;
+  const pool_dims *d = j->d;
+  int64_t n1;
+  const int64_t n0 = cpu_task_items(i, j->per, j->items, &n1);
+  if (!d->accumulate)
+    for (int64_t n = n0; n < n1; n++)
+      for (int64_t h = 0; h < d->h; h++)
+        for (int64_t w = 0; w < d->w; w++)
+          memset(j->out + bp_sdk_offset(d->x, n, h, w, 0), 0, (size_t)d->c * sizeof(float));
+  maxpool_bwd_loop(d, j->in, j->mask, j->out, n0, n1);
+}
 
 /* ---- kernels ---------------------------------------------------------------- */
 
@@ -213,8 +282,12 @@ static int maxpool_run_fwd(void *user, const bp_abi_kernel_args *args) {
   if (!pool_check(OPS_POOL_MAX_FWD, args, &d, reason, rs) ||
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  maxpool_fwd_loop(&d, bp_sdk_input_f32(args, 0), bp_sdk_output_f32(args, 0),
-                   (int8_t *)args->output_ptrs[1]);
+  pool_job j;
+  pool_job_init(&j, &d, d.n * d.oh, d.ow * d.c * d.kh * d.kw);
+  j.in = bp_sdk_input_f32(args, 0);
+  j.out = bp_sdk_output_f32(args, 0);
+  j.mask_out = (int8_t *)args->output_ptrs[1];
+  bp_sdk_parallel_for(args, maxpool_fwd_task, &j, pool_tasks(&j));
   return BP_ABI_OK;
 }
 
@@ -228,22 +301,18 @@ static int maxpool_run_bwd(void *user, const bp_abi_kernel_args *args) {
   if (!pool_check(OPS_POOL_MAX_BWD, args, &d, reason, rs) ||
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const float *dy = bp_sdk_input_f32(args, 0);
-  const int8_t *mask = (const int8_t *)args->input_ptrs[1];
-  float *dx = bp_sdk_output_f32(args, 0);
-  int bad = 1;
-  maxpool_mask_check(&d, mask, &bad);
-  if (bad) {
+  pool_job j;
+  pool_job_init(&j, &d, d.n, d.oh * d.ow * d.c * d.kh * d.kw);
+  j.in = bp_sdk_input_f32(args, 0);
+  j.mask = (const int8_t *)args->input_ptrs[1];
+  j.out = bp_sdk_output_f32(args, 0);
+  bp_sdk_parallel_for(args, maxpool_mask_task, &j, pool_tasks(&j));
+  if (atomic_load_explicit(&j.bad, memory_order_relaxed)) {
     bp_sdk_set_reason(args, "mask: a value is no in-bounds tap of its %lldx%lld window",
                       (long long)d.kh, (long long)d.kw);
     return BP_ABI_ERR_INVALID;
   }
-  if (!d.accumulate) /* +0.0f is all zero bits; padded channels untouched */
-    for (int64_t n = 0; n < d.n; n++)
-      for (int64_t h = 0; h < d.h; h++)
-        for (int64_t w = 0; w < d.w; w++)
-          memset(dx + bp_sdk_offset(d.x, n, h, w, 0), 0, (size_t)d.c * sizeof(float));
-  maxpool_bwd_loop(&d, dy, mask, dx);
+  bp_sdk_parallel_for(args, maxpool_bwd_task, &j, pool_tasks(&j));
   return BP_ABI_OK;
 }
 

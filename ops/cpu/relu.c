@@ -9,7 +9,9 @@
  * (y is x; dx is dy) run loops with one pointer for the shared tensor, so
  * every restrict promise holds; otherwise the output overlaps no input
  * (bp_sdk_check_ptrs). The checks are the reference's own
- * (ops/shared/elementwise_check.h). */
+ * (ops/shared/elementwise_check.h). Threads: the elements are cut into
+ * tasks of CPU_TASK_ELEMS (cpu-impl.h); each element's value does not
+ * depend on the cut. */
 #include "cpu-impl.h"
 #include "shared/elementwise_check.h"
 
@@ -92,6 +94,35 @@ CPU_DISPATCH(relu_bwd_inplace_loop,
              (const float *restrict y, float *restrict d, int64_t n, int accumulate),
              (y, d, n, accumulate))
 
+/* ---- tasks -------------------------------------------------------------------- */
+
+/* One call cut into tasks of CPU_TASK_ELEMS elements; element i of every
+ * tensor is ptr[i], so a task is the same loop over its own range. */
+typedef struct relu_job {
+  const float *x;  /* fwd: x; bwd: y */
+  const float *dy; /* bwd only */
+  float *out;      /* fwd: y; bwd: dx */
+  int64_t n;
+  int accumulate;
+} relu_job;
+
+static void relu_fwd_task(void *p, int64_t i) {
+  const relu_job *j = p;
+  int64_t end;
+  const int64_t lo = cpu_task_items(i, CPU_TASK_ELEMS, j->n, &end);
+  if ((const void *)j->out == (const void *)j->x) relu_fwd_inplace_loop(j->out + lo, end - lo);
+  else relu_fwd_loop(j->x + lo, j->out + lo, end - lo);
+}
+
+static void relu_bwd_task(void *p, int64_t i) {
+  const relu_job *j = p;
+  int64_t end;
+  const int64_t lo = cpu_task_items(i, CPU_TASK_ELEMS, j->n, &end);
+  if ((const void *)j->out == (const void *)j->dy)
+    relu_bwd_inplace_loop(j->x + lo, j->out + lo, end - lo, j->accumulate);
+  else relu_bwd_loop(j->x + lo, j->dy + lo, j->out + lo, end - lo, j->accumulate);
+}
+
 /* ---- kernels ---------------------------------------------------------------- */
 
 /* The reference's checks (nin inputs: 1 forward, 2 backward), then every
@@ -128,11 +159,9 @@ static int relu_run_fwd(void *user, const bp_abi_kernel_args *args) {
   if (!relu_check(1, args, &a, reason, rs) ||
       !bp_sdk_check_ptrs(args, alias_out, alias_in, 1, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const int64_t n = count_of(bp_sdk_input(args, 0));
-  const float *x = bp_sdk_input_f32(args, 0);
-  float *y = bp_sdk_output_f32(args, 0);
-  if ((const void *)y == (const void *)x) relu_fwd_inplace_loop(y, n);
-  else relu_fwd_loop(x, y, n);
+  relu_job j = {bp_sdk_input_f32(args, 0), NULL, bp_sdk_output_f32(args, 0),
+                count_of(bp_sdk_input(args, 0)), 0};
+  bp_sdk_parallel_for(args, relu_fwd_task, &j, cpu_task_count(j.n, CPU_TASK_ELEMS));
   return BP_ABI_OK;
 }
 
@@ -146,11 +175,9 @@ static int relu_run_bwd(void *user, const bp_abi_kernel_args *args) {
   if (!relu_check(2, args, &a, reason, rs) ||
       !bp_sdk_check_ptrs(args, alias_out, alias_in, 1, reason, rs))
     return BP_ABI_ERR_INVALID;
-  const int64_t n = count_of(bp_sdk_input(args, 0));
-  const float *y = bp_sdk_input_f32(args, 0), *dy = bp_sdk_input_f32(args, 1);
-  float *dx = bp_sdk_output_f32(args, 0);
-  if ((const void *)dx == (const void *)dy) relu_bwd_inplace_loop(y, dx, n, a.accumulate);
-  else relu_bwd_loop(y, dy, dx, n, a.accumulate);
+  relu_job j = {bp_sdk_input_f32(args, 0), bp_sdk_input_f32(args, 1), bp_sdk_output_f32(args, 0),
+                count_of(bp_sdk_input(args, 0)), a.accumulate};
+  bp_sdk_parallel_for(args, relu_bwd_task, &j, cpu_task_count(j.n, CPU_TASK_ELEMS));
   return BP_ABI_OK;
 }
 

@@ -26,9 +26,16 @@
  * without channel padding (padded_c = C), a bias with strided channels, and
  * shapes for which oneDNN offers only its reference kernel ("ref:any").
  *
- * Workspace: oneDNN's scratchpad (mode user, so the plan owns that memory)
- * and, for backward-data with accumulate = 1, a dense dx; 64-byte aligned
- * inside the workspace. */
+ * Threads: oneDNN fixes a primitive's thread count (and with it how the
+ * work, and backward-filter's sums, are split) when the primitive is
+ * created, from OpenMP's count in the creating thread. prepare() therefore
+ * applies the rank's count first, and run() applies the same count: the
+ * bits depend only on the inputs and the rank's count.
+ *
+ * Memory: oneDNN's scratchpad (mode user) is the state's own, sized by the
+ * primitive prepare() made (its size depends on that thread count, which
+ * workspace_size() does not know); the plan's workspace holds only the
+ * dense dx of backward-data with accumulate = 1, 64-byte aligned in it. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +45,6 @@
 
 #define ODNN_ALIGN 64
 
-static uint64_t align_up(uint64_t v) { return (v + ODNN_ALIGN - 1) / ODNN_ALIGN * ODNN_ALIGN; }
-
 /* One node's descriptors, built from its args. */
 typedef struct conv_plan {
   ops_conv_geom r;
@@ -48,7 +53,7 @@ typedef struct conv_plan {
   dnnl_primitive_desc_t pd; /* owned */
   dnnl_memory_desc_t w_md;  /* the primitive's (diff_)weights layout */
   int w_reorder;            /* w_md differs from the plan's layout */
-  uint64_t scratch_bytes, temp_bytes; /* in the workspace; temp: bwd_data accumulate */
+  uint64_t temp_bytes;      /* workspace: dense dx of bwd_data with accumulate */
 } conv_plan;
 
 /* 1 when t is dense NHWC over its channels (no padding), else 0 with a
@@ -99,7 +104,7 @@ static int conv_plan_make(const bp_abi_kernel_args *args, ops_pass pass, conv_pl
   if (!dense_nhwc(r->x, xname, reason, rs) || !dense_nhwc(r->y, yname, reason, rs) ||
       !dense_nhwc(r->w, wname, reason, rs))
     return 0;
-  if (r->has_bias && r->k > 1 && r->b->stride[3] != 1)
+  if (r->b && r->k > 1 && r->b->stride[3] != 1)
     return bp_sdk_fail(reason, rs, "bias: channel stride %lld is not 1",
                        (long long)r->b->stride[3]);
 
@@ -117,15 +122,15 @@ static int conv_plan_make(const bp_abi_kernel_args *args, ops_pass pass, conv_pl
   }
   const dnnl_dims_t bd = {r->k};
   dnnl_memory_desc_init_by_tag(&p->b_md, 1, bd, dnnl_f32, dnnl_x);
-  const dnnl_memory_desc_t *b_md = r->has_bias ? &p->b_md : NULL;
+  const dnnl_memory_desc_t *b_md = r->b ? &p->b_md : NULL; /* none in bwd_data */
   const dnnl_dims_t strides = {r->sh, r->sw}, dil = {r->dh - 1, r->dw - 1},
                     pad = {r->ph, r->pw};
 
   /* the forward descriptor: the kernel itself, or the backward's hint */
   dnnl_convolution_desc_t fd, bd_desc;
   dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
-      &fd, dnnl_forward_training, dnnl_convolution_direct, &p->x_md, &w_any,
-      pass == OPS_PASS_BWD_DATA ? NULL : b_md, &p->y_md, strides, dil, pad, pad);
+      &fd, dnnl_forward_training, dnnl_convolution_direct, &p->x_md, &w_any, b_md, &p->y_md,
+      strides, dil, pad, pad);
   if (st != dnnl_success) return plan_fail(p, NULL, reason, rs, "forward descriptor", st);
 
   dnnl_primitive_attr_t attr;
@@ -166,16 +171,13 @@ static int conv_plan_make(const bp_abi_kernel_args *args, ops_pass pass, conv_pl
   p->w_md = *dnnl_primitive_desc_query_md(
       p->pd, pass == OPS_PASS_BWD_FILTER ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
   p->w_reorder = !dnnl_memory_desc_equal(&p->w_md, &p->w_user_md);
-  p->scratch_bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(
-      p->pd, dnnl_query_scratchpad_md, 0));
   if (pass == OPS_PASS_BWD_DATA && r->accumulate)
     p->temp_bytes = dnnl_memory_desc_get_size(&p->x_md);
   return 1;
 }
 
 static uint64_t plan_workspace(const conv_plan *p) {
-  if (!p->scratch_bytes && !p->temp_bytes) return 0;
-  return ODNN_ALIGN + align_up(p->scratch_bytes) + p->temp_bytes;
+  return p->temp_bytes ? ODNN_ALIGN + p->temp_bytes : 0;
 }
 
 /* ---- node state ---------------------------------------------------------------- */
@@ -187,6 +189,7 @@ typedef struct conv_state {
   dnnl_memory_t x, y, w_user, w, b, scratch; /* handles set per run; w: the primitive's */
   dnnl_primitive_t reorder; /* w_user -> w, or (backward-filter) w -> w_user; NULL if none */
   void *w_buf;              /* w's buffer (w_reorder) */
+  void *scratch_buf;        /* oneDNN's scratchpad, or NULL when it needs none */
   float *db_buf;            /* backward-filter with bias and accumulate: db before adding */
   int packed;               /* w_buf holds w as of `generation` and `packed_from` */
   uint64_t generation;
@@ -205,6 +208,7 @@ static void state_release(void *user, void *state) {
   if (s->stream) dnnl_stream_destroy(s->stream);
   conv_plan_free(&s->p);
   free(s->w_buf);
+  free(s->scratch_buf);
   free(s->db_buf);
   free(s);
 }
@@ -258,11 +262,15 @@ static int state_new(const bp_abi_kernel_args *args, ops_pass pass, conv_state *
     what = "memory";
     const dnnl_memory_desc_t *scratch_md =
         dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
-    if ((st = memory_new(&s->x, &p->x_md, DNNL_MEMORY_NONE)) == dnnl_success &&
+    const size_t scratch_bytes = dnnl_memory_desc_get_size(scratch_md);
+    if (scratch_bytes && posix_memalign(&s->scratch_buf, ODNN_ALIGN, scratch_bytes) != 0)
+      s->scratch_buf = NULL, st = dnnl_out_of_memory;
+    if (st == dnnl_success &&
+        (st = memory_new(&s->x, &p->x_md, DNNL_MEMORY_NONE)) == dnnl_success &&
         (st = memory_new(&s->y, &p->y_md, DNNL_MEMORY_NONE)) == dnnl_success &&
         (st = memory_new(&s->w_user, &p->w_user_md, DNNL_MEMORY_NONE)) == dnnl_success &&
         (st = memory_new(&s->b, &p->b_md, DNNL_MEMORY_NONE)) == dnnl_success)
-      st = memory_new(&s->scratch, scratch_md, DNNL_MEMORY_NONE);
+      st = memory_new(&s->scratch, scratch_md, s->scratch_buf);
   }
   if (st == dnnl_success && via_buf) {
     const size_t bytes = dnnl_memory_desc_get_size(&p->w_md);
@@ -288,6 +296,7 @@ static int state_new(const bp_abi_kernel_args *args, ops_pass pass, conv_state *
 }
 
 static int conv_prepare(const bp_abi_kernel_args *args, ops_pass pass, void **state_out) {
+  odnn_use_threads(args); /* the primitive's thread count is fixed now */
   conv_state *s = NULL;
   const int rc = state_new(args, pass, &s);
   *state_out = s;
@@ -325,6 +334,7 @@ static int conv_run(const bp_abi_kernel_args *args, ops_pass pass) {
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
   conv_state *s = bp_sdk_args_state(args), *tmp = NULL;
+  odnn_use_threads(args);
   if (!s) { /* a caller that skipped prepare */
     const int rc = state_new(args, pass, &tmp);
     if (rc != BP_ABI_OK) return rc;
@@ -350,14 +360,13 @@ static int conv_run(const bp_abi_kernel_args *args, ops_pass pass) {
     state_release(NULL, tmp);
     return rc;
   }
-  odnn_use_threads(args);
   char *ws = ws_need ? (char *)args->workspace : NULL;
   if (ws) ws += (ODNN_ALIGN - (uintptr_t)ws % ODNN_ALIGN) % ODNN_ALIGN;
-  float *temp = ws && p->temp_bytes ? (float *)(void *)(ws + align_up(p->scratch_bytes)) : NULL;
+  float *temp = ws ? (float *)(void *)ws : NULL;
 
   const void *in0 = args->input_ptrs[0], *in1 = args->input_ptrs[1];
   void *out0 = args->output_ptrs[0];
-  dnnl_status_t st = dnnl_memory_set_data_handle(s->scratch, ws);
+  dnnl_status_t st = dnnl_success;
   dnnl_memory_t wmem = p->w_reorder ? s->w : s->w_user;
   if (pass == OPS_PASS_FWD) {
     if (st == dnnl_success) st = filters_in(s, args, in1);

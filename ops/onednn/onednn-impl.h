@@ -28,8 +28,11 @@ void odnn_use_threads(const bp_abi_kernel_args *args);
 int odnn_error(dnnl_status_t st);
 
 /* Priority 13: above the im2col + dnnl_sgemm kernels of ops/blas "dnnl"
- * (12) after measuring both on the CNN's and ResNet-8's convolutions at
- * batch 128 (README.md, bench/conv_kernels.c). */
+ * (12). Measured at batch 128 (bench_conv_kernels --impls, README.md),
+ * the sum of a training step's convolutions: CNN 1.04x faster with one
+ * thread, 2.3x with two; ResNet-8 1.33x and 2.0x. Slower on some passes
+ * (backward-filter of the 64-channel layers, about 0.8x): autotune picks
+ * per node. */
 #define ODNN_PRIORITY (BP_ABI_PRIORITY_LIBRARY + 3)
 
 extern const bp_abi_kernel odnn_conv2d_fwd, odnn_conv2d_bwd_data, odnn_conv2d_bwd_filter;

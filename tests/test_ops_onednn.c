@@ -1,0 +1,273 @@
+/* The oneDNN convolution module (ops/onednn) against the reference kernels,
+ * through the per-node state a binding keeps: the forward reorders its
+ * filters once per parameter generation (and follows every change the host
+ * announces); the backward kernels add into their outputs run after run
+ * when accumulate is 1; two threads running their own nodes at once get the
+ * bits of one thread; the registry prefers it; padded tensors are refused
+ * with a reason. `blueprint validate --impl onednn` (tests/CMakeLists.txt)
+ * covers the rest of the contract case by case. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_ref_util.h"
+
+static bp_registry *both_modules(void) {
+  static int loaded;
+  bp_registry *r = ops_registry_get(); /* the reference module */
+  if (!loaded) {
+    if (bp_registry_load(r, BP_OPS_ONEDNN_PATH) != BP_OK)
+      ck_abort_msg("bp_registry_load(%s): %s", BP_OPS_ONEDNN_PATH, bp_last_error());
+    loaded = 1;
+  }
+  return r;
+}
+
+/* One prepared node of a kernel: its args, workspace, state, generation. */
+typedef struct node {
+  const bp_abi_kernel *k;
+  ops_args a;
+  void *ws, *state;
+  uint64_t generation;
+  char reason[256];
+} node;
+
+static void node_open(node *n, const char *impl, const ops_call *c) {
+  both_modules();
+  memset(n, 0, sizeof *n);
+  n->k = ops_kernel_impl(c->op, impl);
+  ops_args_make(&n->a, c, 1);
+  char why[256] = "";
+  ops_args s;
+  ops_args_make(&s, c, 0);
+  ck_assert_msg(!n->k->supports || n->k->supports(n->k->user, &s.args, why, sizeof why),
+                "%s/%s refuses: %s", c->op, impl, why);
+  const uint64_t need = n->k->workspace_size ? n->k->workspace_size(n->k->user, &s.args) : 0;
+  if (need) {
+    ck_assert_int_eq(posix_memalign(&n->ws, 64, (size_t)need), 0);
+    n->a.args.workspace = n->ws, n->a.args.workspace_bytes = need;
+  }
+  n->generation = 1;
+  n->a.args.params_generation = &n->generation;
+  n->a.args.reason = n->reason, n->a.args.reason_size = sizeof n->reason;
+  if (n->k->prepare)
+    ck_assert_msg(n->k->prepare(n->k->user, &n->a.args, &n->state) == BP_ABI_OK, "%s",
+                  n->reason);
+  n->a.args.state = n->state;
+}
+
+static void node_run(node *n) {
+  ck_assert_msg(n->k->run(n->k->user, &n->a.args) == BP_ABI_OK, "%s: %s", n->k->op, n->reason);
+}
+
+static void node_close(node *n) {
+  if (n->state && n->k->release) n->k->release(n->k->user, n->state);
+  free(n->ws);
+}
+
+/* One call of the reference kernel. */
+static void ref_run(const ops_call *c) {
+  node n;
+  node_open(&n, "reference", c);
+  node_run(&n);
+  node_close(&n);
+}
+
+/* max |a - b| / max(1, max |b|) over the logical elements. */
+static double rel_err(const tt *a, const tt *b) {
+  double d = 0, scale = 1;
+  for (int64_t i = 0; i < tt_count(a); i++) {
+    const double e = fabs((double)*tt_at(a, i) - *tt_at(b, i));
+    if (!(e <= d)) d = e;
+    if (fabs(*tt_at(b, i)) > scale) scale = fabs(*tt_at(b, i));
+  }
+  return d / scale;
+}
+
+static int same_bits(const tt *a, const tt *b) {
+  for (int64_t i = 0; i < tt_count(a); i++)
+    if (bits_of(*tt_at(a, i)) != bits_of(*tt_at(b, i))) return 0;
+  return 1;
+}
+
+/* A 3x3 pad-1 convolution of N=3, 9x8, C=8 -> K=16 (oneDNN's JIT serves
+ * it), with bias; accumulate as given. */
+#define N 3
+#define H 9
+#define W 8
+#define C 8
+#define K 16
+static bp_conv2d_attrs attrs_of(int accumulate) {
+  const bp_conv2d_attrs a = {3, 3, 1, 1, 1, 1, 1, 1, 1, 1, accumulate};
+  return a;
+}
+
+START_TEST(test_forward_reorders_its_filters_once_per_parameter_generation) {
+  uint64_t rng = 11;
+  tt x = tt_new(BP_ABI_DTYPE_FP32, N, H, W, C, 0), w = tt_new(BP_ABI_DTYPE_FP32, K, 3, 3, C, 0);
+  tt b = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, K, 0), y = tt_new(BP_ABI_DTYPE_FP32, N, H, W, K, 0);
+  tt yr = tt_new(BP_ABI_DTYPE_FP32, N, H, W, K, 0), y1 = tt_new(BP_ABI_DTYPE_FP32, N, H, W, K, 0);
+  tt_rand(&x, &rng, -1, 1), tt_rand(&w, &rng, -1, 1), tt_rand(&b, &rng, -1, 1);
+  const bp_conv2d_attrs at = attrs_of(0);
+  ops_call c = {"conv2d.fwd", {&x, &w, &b}, {&y}, 3, 1, &at, sizeof at};
+  ops_call cr = c;
+  cr.out[0] = &yr;
+  node n;
+  node_open(&n, "onednn", &c);
+  node_run(&n);
+  ref_run(&cr);
+  ck_assert_double_lt(rel_err(&y, &yr), 1e-5);
+  tt_copy(&y1, &y);
+  /* new filters, same generation: the reordered copy is still what runs */
+  tt_rand(&w, &rng, -1, 1);
+  node_run(&n);
+  ck_assert_msg(same_bits(&y, &y1), "the filters were reordered without a new generation");
+  /* the host announces the change: the new filters run */
+  n.generation++;
+  node_run(&n);
+  ref_run(&cr);
+  ck_assert_double_lt(rel_err(&y, &yr), 1e-5);
+  ck_assert_msg(!same_bits(&y, &y1), "the new generation's filters did not run");
+  node_close(&n);
+  tt_free(&x), tt_free(&w), tt_free(&b), tt_free(&y), tt_free(&yr), tt_free(&y1);
+}
+END_TEST
+
+/* out starts at `start`; after `runs` runs with accumulate 1 it must be
+ * start + runs * (the reference's overwrite result in `once`). */
+static void check_added(const tt *out, const tt *start, const tt *once, int runs) {
+  tt want = tt_new(BP_ABI_DTYPE_FP32, out->d.shape[0], out->d.shape[1], out->d.shape[2],
+                   out->d.shape[3], 0);
+  for (int64_t i = 0; i < tt_count(out); i++)
+    *tt_at(&want, i) = *tt_at(start, i) + (float)runs * *tt_at(once, i);
+  ck_assert_double_lt(rel_err(out, &want), 1e-5);
+  tt_free(&want);
+}
+
+START_TEST(test_backward_kernels_add_into_their_outputs_run_after_run) {
+  uint64_t rng = 12;
+  tt x = tt_new(BP_ABI_DTYPE_FP32, N, H, W, C, 0), w = tt_new(BP_ABI_DTYPE_FP32, K, 3, 3, C, 0);
+  tt dy = tt_new(BP_ABI_DTYPE_FP32, N, H, W, K, 0);
+  tt dx = tt_new(BP_ABI_DTYPE_FP32, N, H, W, C, 0), dx0 = tt_new(BP_ABI_DTYPE_FP32, N, H, W, C, 0);
+  tt dxr = tt_new(BP_ABI_DTYPE_FP32, N, H, W, C, 0);
+  tt dw = tt_new(BP_ABI_DTYPE_FP32, K, 3, 3, C, 0), dw0 = tt_new(BP_ABI_DTYPE_FP32, K, 3, 3, C, 0);
+  tt dwr = tt_new(BP_ABI_DTYPE_FP32, K, 3, 3, C, 0);
+  tt db = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, K, 0), db0 = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, K, 0);
+  tt dbr = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, K, 0);
+  tt_rand(&x, &rng, -1, 1), tt_rand(&w, &rng, -1, 1), tt_rand(&dy, &rng, -1, 1);
+  tt_rand(&dx0, &rng, -1, 1), tt_rand(&dw0, &rng, -1, 1), tt_rand(&db0, &rng, -1, 1);
+  tt_copy(&dx, &dx0), tt_copy(&dw, &dw0), tt_copy(&db, &db0);
+  const bp_conv2d_attrs acc = attrs_of(1), over = attrs_of(0);
+  /* the reference's overwrite results */
+  ops_call rd = {"conv2d.bwd_data", {&dy, &w}, {&dxr}, 2, 1, &over, sizeof over};
+  ops_call rf = {"conv2d.bwd_filter", {&x, &dy}, {&dwr, &dbr}, 2, 2, &over, sizeof over};
+  ref_run(&rd), ref_run(&rf);
+  ops_call cd = {"conv2d.bwd_data", {&dy, &w}, {&dx}, 2, 1, &acc, sizeof acc};
+  ops_call cf = {"conv2d.bwd_filter", {&x, &dy}, {&dw, &db}, 2, 2, &acc, sizeof acc};
+  node nd, nf;
+  node_open(&nd, "onednn", &cd), node_open(&nf, "onednn", &cf);
+  for (int runs = 1; runs <= 3; runs++) {
+    node_run(&nd), node_run(&nf);
+    nd.generation++, nf.generation++;
+    check_added(&dx, &dx0, &dxr, runs);
+    check_added(&dw, &dw0, &dwr, runs);
+    check_added(&db, &db0, &dbr, runs);
+  }
+  node_close(&nd), node_close(&nf);
+  tt *all[] = {&x, &w, &dy, &dx, &dx0, &dxr, &dw, &dw0, &dwr, &db, &db0, &dbr};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+END_TEST
+
+/* A rank's work: a forward and a backward-filter node of its own, `reps`
+ * times, each its own tensors. */
+typedef struct rank_work {
+  tt x, w, b, y, dy, dw, db;
+  bp_conv2d_attrs at;
+} rank_work;
+
+static void work_new(rank_work *r, uint64_t seed) {
+  uint64_t rng = seed;
+  r->x = tt_new(BP_ABI_DTYPE_FP32, N, H, W, C, 0), r->w = tt_new(BP_ABI_DTYPE_FP32, K, 3, 3, C, 0);
+  r->b = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, K, 0), r->y = tt_new(BP_ABI_DTYPE_FP32, N, H, W, K, 0);
+  r->dy = tt_new(BP_ABI_DTYPE_FP32, N, H, W, K, 0);
+  r->dw = tt_new(BP_ABI_DTYPE_FP32, K, 3, 3, C, 0), r->db = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, K, 0);
+  tt_rand(&r->x, &rng, -1, 1), tt_rand(&r->w, &rng, -1, 1), tt_rand(&r->b, &rng, -1, 1);
+  tt_rand(&r->dy, &rng, -1, 1);
+  r->at = attrs_of(0);
+}
+
+static void work_free(rank_work *r) {
+  tt *all[] = {&r->x, &r->w, &r->b, &r->y, &r->dy, &r->dw, &r->db};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+
+static void *work_run(void *arg) {
+  rank_work *r = arg;
+  ops_call cf = {"conv2d.fwd", {&r->x, &r->w, &r->b}, {&r->y}, 3, 1, &r->at, sizeof r->at};
+  ops_call cb = {"conv2d.bwd_filter", {&r->x, &r->dy}, {&r->dw, &r->db}, 2, 2, &r->at,
+                 sizeof r->at};
+  node nf, nb;
+  node_open(&nf, "onednn", &cf), node_open(&nb, "onednn", &cb);
+  for (int rep = 0; rep < 20; rep++) {
+    node_run(&nf), node_run(&nb);
+    nf.generation++;
+  }
+  node_close(&nf), node_close(&nb);
+  return NULL;
+}
+
+START_TEST(test_two_threads_running_their_own_nodes_get_the_bits_of_one) {
+  both_modules(); /* loaded before the threads start */
+  rank_work alone[2], together[2];
+  for (int i = 0; i < 2; i++) work_new(&alone[i], 100 + (uint64_t)i), work_new(&together[i], 100 + (uint64_t)i);
+  work_run(&alone[0]), work_run(&alone[1]);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, work_run, &together[i]), 0);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < 2; i++) {
+    ck_assert(same_bits(&alone[i].y, &together[i].y));
+    ck_assert(same_bits(&alone[i].dw, &together[i].dw));
+    ck_assert(same_bits(&alone[i].db, &together[i].db));
+    work_free(&alone[i]), work_free(&together[i]);
+  }
+}
+END_TEST
+
+START_TEST(test_registry_prefers_it_and_padded_tensors_are_refused_with_a_reason) {
+  both_modules();
+  const bp_conv2d_attrs at = attrs_of(0);
+  tt x = tt_new(BP_ABI_DTYPE_FP32, N, H, W, C, 0), w = tt_new(BP_ABI_DTYPE_FP32, K, 3, 3, C, 0);
+  tt b = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, K, 0), y = tt_new(BP_ABI_DTYPE_FP32, N, H, W, K, 0);
+  ops_call c = {"conv2d.fwd", {&x, &w, &b}, {&y}, 3, 1, &at, sizeof at};
+  ck_assert_str_eq(ops_selected_impl(&c, "", NULL, 0), "onednn");
+  tt xp = tt_new(BP_ABI_DTYPE_FP32, N, H, W, C - 3, 3), wp = tt_new(BP_ABI_DTYPE_FP32, K, 3, 3, C - 3, 3);
+  ops_call cp = {"conv2d.fwd", {&xp, &wp, &b}, {&y}, 3, 1, &at, sizeof at};
+  ops_args a;
+  ops_args_make(&a, &cp, 0);
+  const bp_abi_kernel *k = ops_kernel_impl("conv2d.fwd", "onednn");
+  char why[256] = "";
+  ck_assert_int_eq(k->supports(k->user, &a.args, why, sizeof why), 0);
+  ck_assert_msg(strstr(why, "padded channels") != NULL, "reason: %s", why);
+  ck_assert_str_eq(ops_selected_impl(&cp, "", NULL, 0), "reference");
+  tt_free(&x), tt_free(&w), tt_free(&b), tt_free(&y), tt_free(&xp), tt_free(&wp);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("ops_onednn");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_forward_reorders_its_filters_once_per_parameter_generation);
+  tcase_add_test(tc, test_backward_kernels_add_into_their_outputs_run_after_run);
+  tcase_add_test(tc, test_two_threads_running_their_own_nodes_get_the_bits_of_one);
+  tcase_add_test(tc, test_registry_prefers_it_and_padded_tensors_are_refused_with_a_reason);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  const int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
