@@ -1,0 +1,25 @@
+#!/bin/sh
+# speed_rounds.sh: training images/s of blueprint's default command, of
+# blueprint --ranks 2, and of the PyTorch twin with 2 and 1 threads, in
+# alternating rounds (a drifting machine moves all of them alike).
+#
+#   bench/speed_rounds.sh [BUILD_DIR [ROUNDS]]     (defaults: build 2)
+#
+# One epoch each: the CNN on its first 12800 training images, the MLP on
+# all 60000; 1000 test images. One line per round and model.
+set -eu
+build=${1:-build}
+rounds=${2:-2}
+ips() { grep -o '[0-9]* img/s' | head -1; }
+twin() { grep -o '"images_per_second": [0-9]*' | head -1 | grep -o '[0-9]*$'; }
+for r in $(seq "$rounds"); do
+  for m in cnn mlp; do
+    lim=""
+    [ "$m" = cnn ] && lim="--train-limit 12800"
+    a=$("$build/blueprint" train "models/$m.yaml" --epochs 1 --seed 1 $lim --test-limit 1000 --quiet 2>&1 | ips)
+    b=$("$build/blueprint" train "models/$m.yaml" --epochs 1 --seed 1 $lim --test-limit 1000 --ranks 2 --quiet 2>&1 | ips)
+    c=$(/usr/bin/python3 bench/torch_twin.py --model "$m" --epochs 1 $lim --test-limit 1000 --threads 2 --json 2>/dev/null | twin)
+    d=$(/usr/bin/python3 bench/torch_twin.py --model "$m" --epochs 1 $lim --test-limit 1000 --threads 1 --json 2>/dev/null | twin)
+    echo "round $r $m: blueprint default $a; --ranks 2 $b; pytorch 2 threads $c img/s; 1 thread $d img/s"
+  done
+done
