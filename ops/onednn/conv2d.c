@@ -190,7 +190,7 @@ typedef struct conv_state {
   dnnl_primitive_t reorder; /* w_user -> w, or (backward-filter) w -> w_user; NULL if none */
   void *w_buf;              /* w's buffer (w_reorder) */
   void *scratch_buf;        /* oneDNN's scratchpad, or NULL when it needs none */
-  float *db_buf;            /* backward-filter with bias and accumulate: db before adding */
+  float *db_buf;            /* backward-filter with bias: db before it is copied or added */
   int packed;               /* w_buf holds w as of `generation` and `packed_from` */
   uint64_t generation;
   const void *packed_from;
@@ -283,8 +283,12 @@ static int state_new(const bp_abi_kernel_args *args, ops_pass pass, conv_state *
       if (st == dnnl_success) st = reorder_new(s);
     }
   }
-  if (st == dnnl_success && pass == OPS_PASS_BWD_FILTER && p->r.has_bias && p->r.accumulate &&
-      !(s->db_buf = malloc(sizeof(float) * (size_t)p->r.k)))
+  /* oneDNN's JIT backward-filter writes diff_bias in whole channel blocks
+   * (up to 16 floats past the last channel), so it never writes into the
+   * plan's db: a buffer rounded up to 64 channels takes it, and the k
+   * channels are copied or added from there */
+  if (st == dnnl_success && pass == OPS_PASS_BWD_FILTER && p->r.has_bias &&
+      !(s->db_buf = calloc((size_t)(p->r.k + 63) / 64 * 64, sizeof(float))))
     st = dnnl_out_of_memory;
   if (st != dnnl_success) {
     bp_sdk_set_reason(args, "oneDNN %s: status %d", what, (int)st);
@@ -396,7 +400,7 @@ static int conv_run(const bp_abi_kernel_args *args, ops_pass pass) {
     if (st == dnnl_success) st = dnnl_memory_set_data_handle(s->x, (void *)(uintptr_t)in0);
     if (st == dnnl_success) st = dnnl_memory_set_data_handle(s->y, (void *)(uintptr_t)in1);
     if (st == dnnl_success && db)
-      st = dnnl_memory_set_data_handle(s->b, s->db_buf ? (void *)s->db_buf : (void *)db);
+      st = dnnl_memory_set_data_handle(s->b, s->db_buf);
     const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, s->x},
                                  {DNNL_ARG_DIFF_DST, s->y},
                                  {DNNL_ARG_DIFF_WEIGHTS, wmem},
@@ -407,7 +411,10 @@ static int conv_run(const bp_abi_kernel_args *args, ops_pass pass) {
       const dnnl_exec_arg_t ra[] = {{DNNL_ARG_FROM, s->w}, {DNNL_ARG_TO, s->w_user}};
       st = execute(s->reorder, s->stream, 2, ra);
     }
-    if (st == dnnl_success && s->db_buf) add_into(db, s->db_buf, (size_t)p->r.k);
+    if (st == dnnl_success && db) {
+      if (p->r.accumulate) add_into(db, s->db_buf, (size_t)p->r.k);
+      else memcpy(db, s->db_buf, sizeof(float) * (size_t)p->r.k);
+    }
   }
   if (st != dnnl_success) {
     bp_sdk_set_reason(args, "oneDNN execution: status %d", (int)st);
