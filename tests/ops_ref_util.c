@@ -25,6 +25,19 @@ bp_registry *ops_registry_get(void) {
   return ops_registry;
 }
 
+bp_registry *ops_registry_with(const char *path) {
+  static const char *loaded[8];
+  static int count;
+  bp_registry *r = ops_registry_get();
+  for (int i = 0; i < count; i++)
+    if (strcmp(loaded[i], path) == 0) return r;
+  ck_assert_int_lt(count, 8);
+  if (bp_registry_load(r, path) != BP_OK)
+    ck_abort_msg("bp_registry_load(%s): %s", path, bp_last_error());
+  loaded[count++] = path;
+  return r;
+}
+
 const bp_abi_kernel *ops_kernel_impl(const char *op, const char *impl) {
   const bp_registry *r = ops_registry_get();
   for (int i = 0; i < bp_registry_kernel_count(r); i++) {

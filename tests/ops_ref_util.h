@@ -20,6 +20,9 @@ const bp_abi_kernel *ops_kernel(const char *op);
 /* The same for implementation `impl` (of a module the test loaded into
  * that registry too). */
 const bp_abi_kernel *ops_kernel_impl(const char *op, const char *impl);
+/* That registry with the module file `path` loaded into it too (once per
+ * path, whichever test asks first); fails the test when loading fails. */
+bp_registry *ops_registry_with(const char *path);
 
 /* A host tensor laid out like a device one: NHWC, padded_c = c + extra_c,
  * strides from padded_c. Logical elements start as 0; padding channels

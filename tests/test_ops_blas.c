@@ -48,16 +48,8 @@
 
 /* ---- the two modules ------------------------------------------------------ */
 
-static bp_registry *both_modules(void) {
-  static int loaded;
-  bp_registry *r = ops_registry_get(); /* the reference module */
-  if (!loaded) {
-    if (bp_registry_load(r, BP_OPS_BLAS_PATH) != BP_OK)
-      ck_abort_msg("bp_registry_load(%s): %s", BP_OPS_BLAS_PATH, bp_last_error());
-    loaded = 1;
-  }
-  return r;
-}
+/* The reference module (ops_ref_util.c) and this one. */
+static bp_registry *both_modules(void) { return ops_registry_with(BP_OPS_BLAS_PATH); }
 
 static const bp_abi_kernel *kernel_of(const char *op, const char *impl) {
   both_modules();

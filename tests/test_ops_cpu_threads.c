@@ -22,12 +22,7 @@
 #define INT8 BP_ABI_DTYPE_INT8
 
 static const bp_abi_kernel *kernel_of(const char *op, const char *impl) {
-  static int loaded;
-  if (!loaded) {
-    if (bp_registry_load(ops_registry_get(), BP_OPS_CPU_PATH) != BP_OK)
-      ck_abort_msg("bp_registry_load(%s): %s", BP_OPS_CPU_PATH, bp_last_error());
-    loaded = 1;
-  }
+  ops_registry_with(BP_OPS_CPU_PATH);
   return ops_kernel_impl(op, impl);
 }
 

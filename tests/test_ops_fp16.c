@@ -51,9 +51,7 @@ static const char *const gemm_paths[] = {
 static void load_all(void) {
   static int loaded;
   if (loaded) return;
-  bp_registry *r = ops_registry_get();
-  if (bp_registry_load(r, BP_OPS_CPU_PATH) != BP_OK)
-    ck_abort_msg("bp_registry_load(%s): %s", BP_OPS_CPU_PATH, bp_last_error());
+  bp_registry *r = ops_registry_with(BP_OPS_CPU_PATH);
   for (int i = 0; gemm_paths[i]; i++)
     if (bp_registry_load(r, gemm_paths[i]) != BP_OK)
       fprintf(stderr, "test_ops_fp16: %s not loaded: %s\n", gemm_paths[i], bp_last_error());

@@ -14,16 +14,8 @@
 
 #include "ops_ref_util.h"
 
-static bp_registry *both_modules(void) {
-  static int loaded;
-  bp_registry *r = ops_registry_get(); /* the reference module */
-  if (!loaded) {
-    if (bp_registry_load(r, BP_OPS_ONEDNN_PATH) != BP_OK)
-      ck_abort_msg("bp_registry_load(%s): %s", BP_OPS_ONEDNN_PATH, bp_last_error());
-    loaded = 1;
-  }
-  return r;
-}
+/* The reference module (ops_ref_util.c) and this one. */
+static bp_registry *both_modules(void) { return ops_registry_with(BP_OPS_ONEDNN_PATH); }
 
 /* One prepared node of a kernel: its args, workspace, state, generation. */
 typedef struct node {
