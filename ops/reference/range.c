@@ -234,11 +234,8 @@ static int nan_check_run(void *user, const bp_abi_kernel_args *args) {
 OPS_RANGE_SUPPORTS(unscale_supports, ops_unscale_check)
 static int unscale_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char *reason = bp_sdk_args_reason(args);
-  const size_t rs = bp_sdk_args_reason_size(args);
   float inv;
-  if (!ops_unscale_check(args, reason, rs) ||
-      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs) || !ops_unscale_factor(args, 1, &inv))
+  if (!ops_range_run_checks(args, ops_unscale_check) || !ops_unscale_factor(args, 1, &inv))
     return BP_ABI_ERR_INVALID;
   const uint16_t *src = (const uint16_t *)args->input_ptrs[0];
   float *dst = bp_sdk_output_f32(args, 0);
