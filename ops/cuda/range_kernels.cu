@@ -1,0 +1,2 @@
+/* ops/cuda: the range family's kernels and launchers. */
+#include "cuda-impl.h"
