@@ -39,7 +39,10 @@ typedef struct bp_abi_device {
   /* Runs fn(arg) on the stream, in order (cudaLaunchHostFunc semantics). */
   int (*stream_enqueue_host)(bp_abi_stream *stream, void (*fn)(void *arg), void *arg);
   /* The native handle kernels receive in bp_abi_kernel_args.stream
-   * (cudaStream_t on CUDA; the bp_abi_stream itself on CPU). */
+   * (cudaStream_t on CUDA; the bp_abi_stream itself on CPU). The host
+   * calls it on the thread that is about to call the rank's kernels (and
+   * before a capture): a plugin whose kernels launch on the calling
+   * thread's current device makes the stream's device current there. */
   void *(*stream_native)(bp_abi_stream *stream);
 
   int (*event_create)(int device, bp_abi_event **event_out);
@@ -88,7 +91,12 @@ enum {
   BP_ABI_DEVICE_HOST_TASK_KERNELS = 1u << 1,
 };
 
-/* Graph capture (CUDA graphs): record a stream's work once, replay it. */
+/* Graph capture (CUDA graphs): record a stream's work once, replay it.
+ * CUDA's rules hold: while a stream captures, its work is recorded, not
+ * run; another stream joins by waiting on an event recorded in the
+ * capture and must be joined back before capture_end; no synchronization
+ * of captured streams or events meanwhile. The executor's use: one step
+ * per graph (docs/training.md, "Steps as graphs"). */
 typedef struct bp_abi_device_graph_ext {
   bp_abi_ext_header header; /* type BP_ABI_EXT_GRAPH_CAPTURE */
   int (*capture_begin)(bp_abi_stream *stream);

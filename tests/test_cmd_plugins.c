@@ -160,6 +160,35 @@ START_TEST(bad_command_lines_exit_2) {
 }
 END_TEST
 
+#ifdef BP_TEST_GPU_MODULES
+/* The cuDNN and cuBLAS modules (built with CUDA) are discovered beside the
+ * library: loaded where a GPU is usable, else refused at init with their
+ * own reason (no device, driver or library), and the listing still exits
+ * 0. */
+START_TEST(gpu_modules_are_loaded_or_refused_with_their_reason) {
+  unsetenv("BP_PLUGIN_PATH");
+  ck_assert_int_eq(run("%s", ""), 0);
+  static const char *const mods[2][2] = {{"/bp_ops_cudnn.so", "ops-cudnn: "},
+                                         {"/bp_ops_cublas.so", "ops-cublas: "}};
+  for (int i = 0; i < 2; i++) {
+    const char *at = strstr(out_text, mods[i][0]);
+    ck_assert_msg(at != NULL, "%s is not listed:\n%s", mods[i][0], out_text);
+    const char *line = at;
+    while (line > out_text && line[-1] != '\n') line--;
+    if (strncmp(line, "  refused", 9) == 0) {
+      char reason[96];
+      snprintf(reason, sizeof reason, "init failed with status %d: %s", BP_ABI_ERR_UNSUPPORTED,
+               mods[i][1]);
+      ck_assert_msg(strstr(at, reason) != NULL, "%s refused without its reason:\n%s",
+                    mods[i][0], out_text);
+    } else {
+      ck_assert_msg(strncmp(line, "  loaded", 8) == 0, "%s: %.80s", mods[i][0], line);
+    }
+  }
+}
+END_TEST
+#endif
+
 int main(void) {
   Suite *s = suite_create("cmd_plugins");
   TCase *tc = tcase_create("cmd_plugins");
@@ -170,6 +199,9 @@ int main(void) {
   tcase_add_test(tc, kernels_for_a_device_no_plugin_provides_are_reported);
   tcase_add_test(tc, refused_explicit_module_fails_after_listing);
   tcase_add_test(tc, bad_command_lines_exit_2);
+#ifdef BP_TEST_GPU_MODULES
+  tcase_add_test(tc, gpu_modules_are_loaded_or_refused_with_their_reason);
+#endif
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -143,6 +143,7 @@ typedef struct run_opts {
   int64_t stop_after;   /* 0: run every epoch */
   const char *checkpoint, *resume;
   const char *devices;
+  int no_graph; /* eager steps: the paths these tests count (test_graph_replay: graphs) */
 } run_opts;
 
 static bp_trainer *make(const char *model, const char *data, const run_opts *r) {
@@ -163,6 +164,7 @@ static bp_trainer *make(const char *model, const char *data, const run_opts *r) 
   o.stop_after_steps = r->stop_after;
   o.checkpoint_path = r->checkpoint;
   o.resume_path = r->resume;
+  o.no_graph = r->no_graph;
   bp_trainer *t = NULL;
   bp_status st = bp_trainer_create_from_file(model, &o, &t);
   ck_assert_msg(st == BP_OK, "create on %s: %s", r->device, bp_last_error());
@@ -235,8 +237,8 @@ static void check_model(const char *model, int ranks, int64_t batch) {
   if (strcmp(m, "mlp") == 0) m = e.mlp;
   const guard_stats before = stats_now();
   reports rc = {0}, rg = {0};
-  bp_trainer *c = make(m, e.data, &(run_opts){"cpu", ranks, batch, 0, ck_cpu, NULL, NULL});
-  bp_trainer *g = make(m, e.data, &(run_opts){"guarded", ranks, batch, 0, ck_dev, NULL, NULL});
+  bp_trainer *c = make(m, e.data, &(run_opts){"cpu", ranks, batch, 0, ck_cpu, NULL, NULL, 0});
+  bp_trainer *g = make(m, e.data, &(run_opts){"guarded", ranks, batch, 0, ck_dev, NULL, NULL, 1});
   train_all(c, &rc);
   train_all(g, &rg);
   ck_assert_int_eq(rc.n, 2);
@@ -294,7 +296,7 @@ START_TEST(a_written_tensor_reads_back_and_counts_as_on_cpu) {
   bp_eval_report r[2];
   const char *dev[2] = {"cpu", "guarded"};
   for (int i = 0; i < 2; i++) {
-    t[i] = make(e.model, e.data, &(run_opts){dev[i], 2, 24, 0, NULL, NULL, NULL});
+    t[i] = make(e.model, e.data, &(run_opts){dev[i], 2, 24, 0, NULL, NULL, NULL, 0});
     const bp_plan *p = bp_trainer_plan(t[i]);
     const bp_dtensor *d = bp_plan_tensor(p, 0, bp_plan_find_tensor(p, "fc.w"));
     ck_assert_ptr_nonnull(d);
@@ -330,7 +332,7 @@ START_TEST(the_next_batch_is_uploaded_while_the_step_runs) {
   toy_env e = toy_env_open(bn_model, 100, 30, 7);
   const guard_stats before = stats_now();
   reports r = {0};
-  bp_trainer *g = make(e.mlp, e.data, &(run_opts){"guarded", 1, 16, 0, NULL, NULL, NULL});
+  bp_trainer *g = make(e.mlp, e.data, &(run_opts){"guarded", 1, 16, 0, NULL, NULL, NULL, 1});
   train_all(g, &r);
   const guard_stats after = stats_now();
   const uint64_t steps = (uint64_t)bp_trainer_state(g).global_step;
@@ -355,13 +357,13 @@ START_TEST(a_resumed_run_on_the_guarded_device_ends_as_on_cpu) {
        *ck_end = path_in(e.dir, "end.ckpt");
   reports rc = {0}, r1 = {0}, r2 = {0};
   /* both ends checkpointed: on 2 ranks that gathers the moments (graph.h) */
-  bp_trainer *c = make(e.model, e.data, &(run_opts){"cpu", ranks, 24, 0, ck_cpu, NULL, NULL});
+  bp_trainer *c = make(e.model, e.data, &(run_opts){"cpu", ranks, 24, 0, ck_cpu, NULL, NULL, 0});
   train_all(c, &rc);
-  bp_trainer *g = make(e.model, e.data, &(run_opts){"guarded", ranks, 24, 3, ck, NULL, NULL});
+  bp_trainer *g = make(e.model, e.data, &(run_opts){"guarded", ranks, 24, 3, ck, NULL, NULL, 0});
   train_all(g, &r1);
   ck_assert_int_eq(bp_trainer_state(g).global_step, 3);
   bp_trainer_destroy(g);
-  g = make(e.model, e.data, &(run_opts){"guarded", ranks, 24, 0, ck_end, ck, NULL});
+  g = make(e.model, e.data, &(run_opts){"guarded", ranks, 24, 0, ck_end, ck, NULL, 0});
   ck_assert_int_eq(bp_trainer_state(g).global_step, 3);
   train_all(g, &r2);
   same_state(c, g);
@@ -380,8 +382,8 @@ END_TEST
 START_TEST(a_devices_list_maps_ranks_and_a_bad_one_is_refused) {
   toy_env e = toy_env_open(bn_model, 100, 30, 7);
   reports a = {0}, b = {0};
-  bp_trainer *one = make(e.model, e.data, &(run_opts){"guarded", 2, 24, 0, NULL, NULL, "1,0"});
-  bp_trainer *two = make(e.model, e.data, &(run_opts){"guarded", 2, 24, 0, NULL, NULL, NULL});
+  bp_trainer *one = make(e.model, e.data, &(run_opts){"guarded", 2, 24, 0, NULL, NULL, "1,0", 0});
+  bp_trainer *two = make(e.model, e.data, &(run_opts){"guarded", 2, 24, 0, NULL, NULL, NULL, 0});
   train_all(one, &a);
   train_all(two, &b);
   same_reports(&a, &b);

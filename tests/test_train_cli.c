@@ -156,6 +156,26 @@ START_TEST(help_prints_options_as_written) {
 }
 END_TEST
 
+/* The GPU kernel switches (read by the CUDA op modules through the
+ * environment) are flags of train and eval, listed in both helps; on the
+ * CPU they change nothing. */
+START_TEST(gpu_kernel_switches_are_flags) {
+  REFUSED(2, T, "option '--no-tf32' takes no value", "train", mlp, "--no-tf32=0");
+  REFUSED(2, E, "option '--deterministic' takes no value", "eval", mlp, "--deterministic=1");
+  run_result r = RUN("train", mlp, "--data", data, "--epochs", "1", "--batch", "32",
+                     "--deterministic", "--no-tf32");
+  ck_assert_msg(r.status == 0, "%s", r.err);
+  run_free(&r);
+  const char *const cmds[2] = {"train", "eval"};
+  for (int i = 0; i < 2; i++) {
+    r = RUN(cmds[i], "--help");
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_msg(strstr(r.out, "--deterministic") && strstr(r.out, "--no-tf32"), "%s", r.out);
+    run_free(&r);
+  }
+}
+END_TEST
+
 /* The string member `key` of object o ("" when absent or not a string). */
 static const char *str_of(const jm_value *o, const char *key) {
   const jm_value *v = jm_get(o, key);
@@ -273,6 +293,7 @@ int main(void) {
   tcase_add_test(tc, run_time_errors);
   tcase_add_test(tc, help_and_success);
   tcase_add_test(tc, help_prints_options_as_written);
+  tcase_add_test(tc, gpu_kernel_switches_are_flags);
   tcase_add_test(tc, kernel_report_in_table_metrics_and_eval);
   tcase_add_test(tc, dead_pins_and_refused_modules_are_mentioned);
   tcase_set_timeout(tc, 300);

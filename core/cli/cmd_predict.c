@@ -56,7 +56,8 @@ static const char usage_text[] =
     "  --json              one JSON object instead of the table (docs/predict.md)\n"
     "  --data DIR          the MNIST-format data the model was trained on: its\n"
     "                      training images' statistics normalize the pixels\n"
-    "                      (default: Fashion-MNIST's)\n"
+    "                      (default: Fashion-MNIST's; synthetic: those of\n"
+    "                      uniform bytes)\n"
     "  --batch B, --eval-batch B, --optimizer NAME\n"
     "                      as in the training run, when not the model file's\n"
     "  --threads N         threads the kernels may use (default 1: one image is\n"
@@ -318,7 +319,8 @@ static bp_status predictor_open(const predict_args *a, predictor *p) {
 
   if (a->data) {
     bp_dataset *train = NULL;
-    if ((st = bp_dataset_load_mnist(a->data, BP_DATA_TRAIN, &train)) != BP_OK) return st;
+    const bp_dataset_info shape = {1, m->height, m->width, m->channels, (int)m->classes};
+    if ((st = bp_dataset_open(a->data, BP_DATA_TRAIN, &shape, &train)) != BP_OK) return st;
     st = bp_dataset_stats(train, &p->norm);
     bp_dataset_destroy(train);
     if (st != BP_OK) return st;

@@ -35,7 +35,9 @@ static const char usage_text[] =
     "package) or on the MNIST-format files of --data DIR, evaluating on the test\n"
     "set after every epoch. Options override the model file's train: settings.\n"
     "\n"
-    "  --data DIR            MNIST-format directory (default: Fashion-MNIST)\n"
+    "  --data DIR            MNIST-format directory (default: Fashion-MNIST), or\n"
+    "                        synthetic[:HxWxC[:CLASSES]]: random images (the\n"
+    "                        model's shape; train_size and 10000 test samples)\n"
     "  --epochs N            epochs to train (in all, when resuming)\n"
     "  --batch B             training batch; --eval-batch B: evaluation batch\n"
     "  --ranks R             ranks as threads (1); rank r takes B/R images of a\n"
@@ -46,9 +48,15 @@ static const char usage_text[] =
     "                        (default: each its own chunk, then gathered; same bits)\n"
     "  --no-reuse            every feature and gradient slot its own bytes (no\n"
     "                        liveness packing; the same bits, a larger arena)\n"
+    "  --no-graph            run every step eagerly, not as a captured device graph\n"
+    "                        (debugging; docs/training.md, \"Steps as graphs\")\n"
     "  --device KIND         device kind a plugin provides: cpu (default), cuda\n"
     "  --devices LIST        device indices the ranks use in turn (0,1); default:\n"
     "                        rank r on device r mod the devices of that kind\n"
+    "  --deterministic       GPU: only deterministic cuDNN algorithms\n"
+    "                        (BP_DETERMINISTIC=1; docs/training.md)\n"
+    "  --no-tf32             GPU: FP32 convolutions and GEMMs without TF32 Tensor\n"
+    "                        Cores (BP_TF32=0; TF32 is on by default)\n"
     "  --seed S              run seed: initialization, data order, augmentation (1)\n"
     "  --optimizer NAME      sgd, adamw or lars\n"
     "  --lr X, --momentum X, --weight-decay X, --nesterov\n"
@@ -186,6 +194,10 @@ static int run(bp_cli_train_args *a) {
     printf(", resumed at epoch %llu step %llu", (unsigned long long)s.epoch + 1,
            (unsigned long long)s.step);
   printf("\n");
+  if (bp_trainer_graphs(t))
+    printf("steps run as device graphs: one eager step, then captured and replayed\n");
+  else if (bp_trainer_graph_note(t)[0])
+    printf("%s\n", bp_trainer_graph_note(t));
   if (!a->quiet || a->verbose) bp_cli_kernel_table(stdout, t, NULL, a->verbose);
   fflush(stdout);
   if (bp_trainer_rank(t) == 0) bp_cli_kernel_notes("train", t);
@@ -209,6 +221,15 @@ static int run(bp_cli_train_args *a) {
       break;
     }
     print_epoch(&r);
+    /* a device (not the cpu): how rank 0's steps reached it */
+    if ((bp_trainer_graphs(t) || bp_trainer_graph_note(t)[0]) && r.exec.steps)
+      printf("  rank 0 per step: %.2f graph launches, %.2f kernel calls, %.2f host tasks, "
+             "%.2f syncs, %.2f waits\n",
+             (double)r.exec.graph_launches / (double)r.exec.steps,
+             (double)r.exec.kernel_calls / (double)r.exec.steps,
+             (double)r.exec.host_tasks / (double)r.exec.steps,
+             (double)r.exec.syncs / (double)r.exec.steps,
+             (double)r.exec.waits / (double)r.exec.steps);
     if (r.complete) last_test = r.test_accuracy;
   }
   const bp_train_state end = bp_trainer_state(t);

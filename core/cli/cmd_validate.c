@@ -2,9 +2,10 @@
  * reference kernel of its op, case by case (validate.h, docs/validate.md).
  *
  * Exit status: 0 every case passed or was skipped; 1 a case failed, or a
- * --plugin path could not be loaded, or the model does not compile; 2 the
- * command line is wrong, or its filters match no loaded kernel (one line
- * on stderr). */
+ * --plugin path could not be loaded, or the model does not compile, or
+ * --device names a kind with no device to run on; 2 the command line is
+ * wrong, or its filters match no loaded kernel, or --device names an
+ * unknown kind (one line on stderr). */
 #include <errno.h>
 #include <fnmatch.h>
 #include <math.h>
@@ -33,12 +34,16 @@ static const char usage_text[] =
     "IN_PLACE and DETERMINISTIC as flagged, supports() never followed by a failing\n"
     "run, and no read past slot_bytes (each case runs in a child process with a\n"
     "guard page after every slot). Reference kernels are checked against the\n"
-    "conventions only. Modules are found as `blueprint plugins` finds them.\n"
+    "conventions only. Kernels of a device with a loaded device plugin (cuda) run\n"
+    "through it: buffers in device memory, copies, its stream; no guard pages\n"
+    "there. Modules are found as `blueprint plugins` finds them.\n"
     "\n"
     "  --plugin PATH   load this module file, or every *.so in this directory\n"
     "  --op GLOB       only ops matching GLOB (e.g. 'conv2d.*')\n"
     "  --impl NAME     only kernels of this implementation\n"
-    "  --device KIND   only kernels of this device kind (only cpu is validated)\n"
+    "  --device KIND   only kernels of this device kind, through its device plugin;\n"
+    "                  a plugin that runs another kind's kernels (the test device\n"
+    "                  'guarded' runs the cpu ones) runs those through itself\n"
     "  --dtype NAME    only cases with a tensor of this dtype: fp16 (the AMP twins\n"
     "                  and FP16 range cases), fp32, int8, int32\n"
     "  --model FILE    the nodes of this model's plan as cases, instead of the\n"
@@ -50,7 +55,8 @@ static const char usage_text[] =
     "  -h, --help      print this help\n"
     "\n"
     "Exit status: 0 all passed or skipped, 1 a case failed (or a --plugin path or\n"
-    "the model could not be loaded), 2 bad command line or no kernel matches.\n";
+    "the model could not be loaded, or the --device kind has no device here),\n"
+    "2 bad command line, unknown --device kind, or no kernel matches.\n";
 
 typedef struct validate_args {
   const char *plugins[MAX_PLUGINS];
@@ -128,7 +134,26 @@ static void number(FILE *out, double v, int json) {
   else fprintf(out, json ? "%.6g" : "%-9.2e", v);
 }
 
+/* One line per device the rows ran through (not the host). */
+static void print_devices(FILE *out, const bp_validate_report *rep) {
+  for (int i = 0; i < bp_validate_result_count(rep); i++) {
+    const bp_validate_result *r = bp_validate_result_get(rep, i);
+    int seen = strcmp(r->run_device, "host") == 0;
+    for (int j = 0; j < i && !seen; j++) {
+      const bp_validate_result *p = bp_validate_result_get(rep, j);
+      seen = strcmp(p->run_device, r->run_device) == 0 && p->device_index == r->device_index;
+    }
+    if (!seen)
+      fprintf(out,
+              "validate: kernels of kind '%s' ran on device '%s' %d through its plugin (device "
+              "memory, copies, its stream); reads past slot_bytes are not checked there "
+              "(compute-sanitizer does that on a GPU)\n",
+              r->device, r->run_device, r->device_index);
+  }
+}
+
 static void print_table(FILE *out, const bp_validate_report *rep) {
+  print_devices(out, rep);
   fprintf(out, "%-20s %-10s %-6s %-58s %-9s %-9s %s\n", "op", "impl", "device", "case", "error",
           "tolerance", "verdict");
   for (int i = 0; i < bp_validate_result_count(rep); i++) {
@@ -149,6 +174,9 @@ static void print_json(FILE *out, const bp_validate_report *rep, const validate_
   else fputs("null", out);
   fputs(",\n  \"dtype\": ", out);
   if (a->opt.dtype) bp_json_string(out, a->opt.dtype);
+  else fputs("null", out);
+  fputs(",\n  \"device\": ", out);
+  if (a->opt.device) bp_json_string(out, a->opt.device);
   else fputs("null", out);
   fprintf(out, ",\n  \"gradcheck\": %s,\n  \"results\": [", a->opt.gradcheck ? "true" : "false");
   for (int i = 0; i < bp_validate_result_count(rep); i++) {
@@ -171,7 +199,11 @@ static void print_json(FILE *out, const bp_validate_report *rep, const validate_
     number(out, r->tolerance, 1);
     fputs(", \"detail\": ", out);
     bp_json_string(out, r->detail);
-    fputc('}', out);
+    fputs(", \"run_device\": ", out);
+    bp_json_string(out, r->run_device);
+    if (r->device_index >= 0) fprintf(out, ", \"device_index\": %d", r->device_index);
+    else fputs(", \"device_index\": null", out);
+    fprintf(out, ", \"guard_pages\": %s}", r->guard_pages ? "true" : "false");
   }
   fprintf(out,
           "%s],\n  \"summary\": {\"kernels\": %d, \"cases\": %d, \"passed\": %d, \"failed\": %d, "
@@ -192,12 +224,23 @@ static int run(const validate_args *a) {
     bp_cli_report("validate", "%s", bp_last_error());
     goto done;
   }
+  /* --device: the kernel kind it runs, and a device to run on */
+  const char *kind = NULL;
+  if (a->opt.device) {
+    const bp_abi_device *dev = NULL;
+    const bp_status st = bp_validate_device(r, a->opt.device, &kind, &dev);
+    if (st != BP_OK) {
+      bp_cli_report("validate", "%s", bp_last_error());
+      rc = st == BP_ERR_INVALID ? EXIT_USAGE : EXIT_FAILED;
+      goto done;
+    }
+  }
   int matched = 0;
   for (int i = 0; i < bp_registry_kernel_count(r); i++) {
     const bp_abi_kernel *k = &bp_registry_kernel(r, i)->kernel;
     if ((!a->opt.op_glob || fnmatch(a->opt.op_glob, k->op, 0) == 0) &&
         (!a->opt.impl || strcmp(a->opt.impl, k->impl) == 0) &&
-        (!a->opt.device || strcmp(a->opt.device, k->device) == 0))
+        (!kind || strcmp(kind, k->device) == 0))
       matched = 1;
   }
   if (!matched) {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "blueprint/comm.h"
+#include "blueprint/data.h"
 
 /* A finite decimal number >= min (no hex, no inf/nan). */
 static int parse_number(const char *s, double min, double *out) {
@@ -31,7 +32,7 @@ typedef enum {
   O_LOG_EVERY, O_LR, O_MOMENTUM, O_WEIGHT_DECAY, O_NESTEROV, O_SCHEDULE, O_WARMUP,
   O_STEP_GAMMA, O_STEP_EVERY, O_TRAIN_LIMIT, O_STOP_AFTER, O_CROP_PAD, O_FLIP, O_EMA_DECAY,
   O_AUTOTUNE, O_AUTOTUNE_CACHE, O_REPLICATE, O_VERBOSE, O_DEVICES, O_LOSS_SCALE,
-  O_GROWTH_INTERVAL, O_PROFILE, O_NO_REUSE
+  O_GROWTH_INTERVAL, O_PROFILE, O_NO_REUSE, O_DETERMINISTIC, O_NO_TF32, O_NO_GRAPH
 } option_id;
 
 /* Every option: its name, what its value is, and whether eval takes it. */
@@ -62,6 +63,9 @@ static const struct option_spec {
     {O_RANKS, "--ranks", V_COUNT, 1},
     {O_REPLICATE, "--replicate-update", V_NONE, 0},
     {O_NO_REUSE, "--no-reuse", V_NONE, 1},
+    {O_NO_GRAPH, "--no-graph", V_NONE, 1},
+    {O_DETERMINISTIC, "--deterministic", V_NONE, 1},
+    {O_NO_TF32, "--no-tf32", V_NONE, 1},
     {O_SEED, "--seed", V_SEED, 0},
     {O_RESUME, "--resume", V_FILE, 0},
     {O_METRICS, "--metrics", V_FILE, 0},
@@ -180,7 +184,16 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   bp_train_options *o = &a->options;
   const char *cmd = a->command;
   switch (s->id) {
-  case O_DATA: o->data_dir = value; break;
+  case O_DATA:
+    if (bp_data_is_synthetic(value)) { /* a bad synthetic spec fails before any work */
+      bp_data_synthetic_spec spec;
+      if (bp_data_synthetic_parse(value, &spec) != BP_OK) {
+        bp_cli_report(cmd, "--data: %s", bp_last_error());
+        return -1;
+      }
+    }
+    o->data_dir = value;
+    break;
   case O_BATCH: o->batch = i; break;
   case O_EVAL_BATCH: o->eval_batch = i; break;
   case O_TEST_LIMIT: o->test_limit = i; break;
@@ -202,6 +215,11 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_NESTEROV: o->nesterov = 1; break;
   case O_REPLICATE: o->replicate_update = 1; break;
   case O_NO_REUSE: o->no_reuse = 1; break;
+  case O_NO_GRAPH: o->no_graph = 1; break;
+  /* GPU kernel switches: environment variables the CUDA op modules read at
+   * init, which comes later (the trainer loads the modules) */
+  case O_DETERMINISTIC: setenv("BP_DETERMINISTIC", "1", 1); break;
+  case O_NO_TF32: setenv("BP_TF32", "0", 1); break;
   case O_WARMUP: o->warmup_epochs = d; break;
   case O_STEP_GAMMA: o->step_gamma = d; break;
   case O_STEP_EVERY: o->step_epochs = i; break;

@@ -48,6 +48,7 @@ struct bp_exec {
   uint64_t params_generation;    /* args->params_generation points here */
   char reason[BP_EXEC_REASON_BYTES]; /* args->reason of every node */
   bp_profile *profile; /* (optional) borrowed: bp_exec_set_profile */
+  uint64_t calls;      /* nodes of the segments run (bp_exec_kernel_calls) */
 };
 
 /* ---- descriptors ------------------------------------------------------------ */
@@ -390,6 +391,7 @@ bp_status bp_exec_run(bp_exec *x, int variant, bp_segment segment, int buffer) {
     return bp_fail(BP_ERR_INVALID, "bp_exec_run: variant %d, segment %d, buffer %d", variant,
                    (int)segment, buffer);
   const bound_segment *s = &x->segments[variant][segment];
+  x->calls += (uint64_t)s->count;
   /* profiled: one clock reading before the first node and one after each,
    * so the node times partition the run (profile.h invariant 1) */
   bp_profile *p = x->profile && bp_profile_recording(x->profile) ? x->profile : NULL;
@@ -445,6 +447,8 @@ const bp_node *bp_exec_node(const bp_exec *x, int variant, bp_segment segment, i
 }
 
 uint64_t bp_exec_workspace_bytes(const bp_exec *x) { return x ? x->workspace_bytes : 0; }
+
+uint64_t bp_exec_kernel_calls(const bp_exec *x) { return x ? x->calls : 0; }
 
 void bp_exec_params_changed(bp_exec *x) {
   if (x) x->params_generation++;

@@ -13,7 +13,9 @@
  * Draw k is a pure function of (key, k): the generator is counter-based, a
  * stream never depends on another stream or on how many draws were made
  * elsewhere. Streams: domain 1 = permutation (a = epoch), domain 2 = crop
- * (a = epoch, b = sample index), domain 3 = flip (same). A bounded draw in
+ * (a = epoch, b = sample index), domain 3 = flip (same), domains 4 and 5 =
+ * a synthetic sample's bytes and label (a = split, b = sample index; seed
+ * 0, data_synthetic.c). The functions are in data-impl.h. A bounded draw in
  * [0, n) rejects draws below 2^64 mod n, then takes draw mod n (unbiased). */
 #include <math.h>
 #include <stdlib.h>
@@ -22,48 +24,7 @@
 #include "bp_abi_sdk.h"
 #include "data-impl.h"
 
-#define GOLDEN 0x9E3779B97F4A7C15ULL
 #define MAX_CROP_PAD 65535
-
-enum { DOMAIN_PERMUTATION = 1, DOMAIN_CROP = 2, DOMAIN_FLIP = 3 };
-
-typedef struct rng {
-  uint64_t state;
-} rng;
-
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-static uint64_t hash64(uint64_t x) { return mix64(x + GOLDEN); }
-
-/* h(h(h(seed) ^ domain) ^ a): a stream key before its last hash with b. */
-static uint64_t stream_prefix(uint64_t seed, uint64_t domain, uint64_t a) {
-  return hash64(hash64(hash64(seed) ^ domain) ^ a);
-}
-
-static rng rng_stream(uint64_t seed, uint64_t domain, uint64_t a, uint64_t b) {
-  rng r = {hash64(stream_prefix(seed, domain, a) ^ b)};
-  return r;
-}
-
-static uint64_t rng_next(rng *r) {
-  r->state += GOLDEN;
-  return mix64(r->state);
-}
-
-/* Uniform in [0, n), n >= 1, rejecting draws below `threshold` = 2^64 mod n. */
-static uint64_t rng_below_t(rng *r, uint64_t n, uint64_t threshold) {
-  for (;;) {
-    uint64_t x = rng_next(r);
-    if (x >= threshold) return x % n;
-  }
-}
-
-/* Uniform in [0, n), n >= 1. */
-static uint64_t rng_below(rng *r, uint64_t n) { return rng_below_t(r, n, (0 - n) % n); }
 
 /* ---- permutation and sharding ------------------------------------------- */
 
@@ -73,9 +34,9 @@ bp_status bp_data_permutation(uint64_t seed, uint64_t epoch, int shuffle, int64_
     return bp_fail(BP_ERR_INVALID, "bp_data_permutation: n %lld or a NULL output", (long long)n);
   for (int64_t i = 0; i < n; i++) perm_out[i] = i;
   if (!shuffle) return BP_OK;
-  rng r = rng_stream(seed, DOMAIN_PERMUTATION, epoch, 0);
+  bp_data_rng r = bp_data_rng_stream_(seed, BP_DATA_DOMAIN_PERMUTATION, epoch, 0);
   for (int64_t i = n - 1; i > 0; i--) {
-    int64_t j = (int64_t)rng_below(&r, (uint64_t)i + 1);
+    int64_t j = (int64_t)bp_data_rng_below_(&r, (uint64_t)i + 1);
     int64_t t = perm_out[i];
     perm_out[i] = perm_out[j];
     perm_out[j] = t;
@@ -143,26 +104,26 @@ static void augment_plan_init(augment_plan *p, uint64_t seed, uint64_t epoch,
   if (!augment) return;
   if (augment->crop_pad > 0 && augment->crop_pad <= MAX_CROP_PAD) {
     p->crop_pad = augment->crop_pad;
-    p->crop_prefix = stream_prefix(seed, DOMAIN_CROP, epoch);
+    p->crop_prefix = bp_data_stream_prefix_(seed, BP_DATA_DOMAIN_CROP, epoch);
     p->crop_n = 2 * (uint64_t)p->crop_pad + 1;
     p->crop_threshold = (0 - p->crop_n) % p->crop_n;
   }
   if (augment->flip) {
     p->flip = 1;
-    p->flip_prefix = stream_prefix(seed, DOMAIN_FLIP, epoch);
+    p->flip_prefix = bp_data_stream_prefix_(seed, BP_DATA_DOMAIN_FLIP, epoch);
   }
 }
 
 static void augment_plan_draw(const augment_plan *p, int64_t index, bp_data_augment_draw *d) {
   d->dy = d->dx = d->flip = 0;
   if (p->crop_pad) {
-    rng r = {hash64(p->crop_prefix ^ (uint64_t)index)};
-    d->dy = (int)rng_below_t(&r, p->crop_n, p->crop_threshold) - p->crop_pad;
-    d->dx = (int)rng_below_t(&r, p->crop_n, p->crop_threshold) - p->crop_pad;
+    bp_data_rng r = {bp_data_hash64_(p->crop_prefix ^ (uint64_t)index)};
+    d->dy = (int)bp_data_rng_below_t_(&r, p->crop_n, p->crop_threshold) - p->crop_pad;
+    d->dx = (int)bp_data_rng_below_t_(&r, p->crop_n, p->crop_threshold) - p->crop_pad;
   }
   if (p->flip) {
-    rng r = {hash64(p->flip_prefix ^ (uint64_t)index)};
-    d->flip = (int)(rng_next(&r) >> 63);
+    bp_data_rng r = {bp_data_hash64_(p->flip_prefix ^ (uint64_t)index)};
+    d->flip = (int)(bp_data_rng_next_(&r) >> 63);
   }
 }
 
@@ -189,6 +150,17 @@ bp_status bp_dataset_stats(const bp_dataset *dataset, bp_data_norm *norm_out) {
   if (!dataset || !norm_out) return bp_fail(BP_ERR_INVALID, "bp_dataset_stats: NULL argument");
   const bp_dataset_info *in = &dataset->info;
   const int c = (int)in->channels;
+  if (dataset->synthetic) { /* uniform bytes: the distribution's exact values */
+    bp_data_norm out;
+    memset(&out, 0, sizeof out);
+    out.channels = c;
+    for (int k = 0; k < c; k++) {
+      out.mean[k] = 0.5f;
+      out.std[k] = (float)(sqrt(65535.0 / 12.0) / 255.0);
+    }
+    *norm_out = out;
+    return BP_OK;
+  }
   uint64_t(*hist)[256] = calloc((size_t)c, sizeof *hist);
   if (!hist) return bp_fail(BP_ERR_NOMEM, "out of memory computing dataset statistics");
   const uint64_t pixels = (uint64_t)in->count * (uint64_t)in->height * (uint64_t)in->width;
@@ -535,10 +507,18 @@ bp_status bp_data_fill(const bp_dataset *dataset, const int64_t *indices, int64_
   augment_plan aug;
   augment_plan_init(&aug, o->seed, o->epoch, &o->augment);
   const size_t image_bytes = (size_t)(in->height * in->width * C);
+  /* a synthetic sample is computed into `scratch`, then filled as a stored one */
+  uint8_t *scratch = NULL;
+  if (dataset->synthetic && count > 0 && !(scratch = malloc(image_bytes)))
+    return bp_fail(BP_ERR_NOMEM, "out of memory for a synthetic sample of %zu bytes", image_bytes);
   for (int64_t i = 0; i < t->shape.n; i++) {
     bp_data_augment_draw d = {0, 0, 0};
     const uint8_t *src = NULL; /* NULL: an unused row, written 0 */
-    if (i < count) {
+    if (i < count && scratch) {
+      augment_plan_draw(&aug, indices[i], &d);
+      bp_data_synthetic_sample_(dataset, indices[i], scratch, NULL);
+      src = scratch;
+    } else if (i < count) {
       augment_plan_draw(&aug, indices[i], &d);
       src = dataset->images + (size_t)indices[i] * image_bytes;
       /* the samples of a shuffled batch lie anywhere in the dataset: fetch
@@ -565,10 +545,17 @@ bp_status bp_data_fill(const bp_dataset *dataset, const int64_t *indices, int64_
         fill_sample_fp32(out, &g, src, &d, lut);
     }
   }
+  free(scratch);
   if (label_desc) {
     int32_t *lab = labels;
-    for (int64_t i = 0; i < label_desc->shape.n; i++)
-      lab[i * label_desc->dev_stride[0]] = i < count ? dataset->labels[indices[i]] : 0;
+    for (int64_t i = 0; i < label_desc->shape.n; i++) {
+      int32_t v = 0;
+      if (i < count && dataset->synthetic)
+        bp_data_synthetic_sample_(dataset, indices[i], NULL, &v);
+      else if (i < count)
+        v = dataset->labels[indices[i]];
+      lab[i * label_desc->dev_stride[0]] = v;
+    }
   }
   return BP_OK;
 }

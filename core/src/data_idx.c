@@ -127,6 +127,13 @@ bp_status bp_dataset_subset(const bp_dataset *dataset, int64_t first, int64_t co
   bp_dataset_info info = dataset->info;
   info.count = count;
   bp_dataset *d = NULL;
+  if (dataset->synthetic) { /* the same streams, from `first` on */
+    bp_status st = bp_dataset_synthetic(&info, (bp_data_split)dataset->split, &d);
+    if (st != BP_OK) return st;
+    d->first = dataset->first + first;
+    *dataset_out = d;
+    return BP_OK;
+  }
   bp_status st = bp_dataset_alloc_(&info, &d);
   if (st != BP_OK) return st;
   uint64_t per = 0, total = 0;

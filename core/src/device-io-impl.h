@@ -18,7 +18,10 @@
  *    finished the step that last read that buffer (event consumed[b]) and
  *    records loaded[b], which the compute stream waits on before the next
  *    job on buffer b. The host hands staging b back to the loader only
- *    after loaded[b] (bp_devio_staging_free).
+ *    after loaded[b] (bp_devio_staging_free). In graph mode
+ *    (train_graph.c) the upload is part of the step instead: the host
+ *    copies the batch into fixed staging (bp_devio_stage) and the step
+ *    copies it from there (bp_devio_step_inputs).
  *
  * Layout: the host side of a tensor is compact NHWC FP32 (bp_dtensor_host_elems
  * floats); the device side is the tensor's padded slot in its dtype. The
@@ -36,6 +39,8 @@
 #include "blueprint/dtensor.h"
 #include "blueprint/plan.h"
 #include "blueprint/registry.h"
+#include "blueprint/train.h"
+#include "bp_abi_device.h"
 
 typedef struct bp_devio {
   const bp_abi_device *dev; /* NULL: host memory from bp_host_allocator */
@@ -57,10 +62,20 @@ typedef struct bp_devio {
   uint64_t scalar_used;
   unsigned char *inputs[2];  /* pinned copies of I_A and I_B the loader fills */
   int pending[2];            /* an upload of buffer b not yet waited for by the host */
+  /* step graphs (bp_devio_graph_open; docs/training.md, "Steps as graphs") */
+  const bp_abi_device_graph_ext *graph; /* the device's capture extension; NULL: none */
+  bp_abi_event *fork, *joined; /* a step's input-copy branch: used only inside
+                                  bp_devio_step_inputs, record before wait */
+  unsigned char *fixed[2];     /* pinned copies of I_A and I_B at fixed addresses: the
+                                  source of the input copies a graph captured */
+  unsigned char *step_scalars[2]; /* pinned, BP_DEVIO_STEP_SCALARS slots of 16 bytes: the
+                                     scalars of a step on input buffer b */
+  bp_exec_counts counts;       /* syncs and waits counted here; the rest by the trainer */
 } bp_devio;
 
 #define BP_DEVIO_CHUNK (1u << 20)
 #define BP_DEVIO_SCALAR_BYTES 4096u
+#define BP_DEVIO_STEP_SCALARS 4 /* slots of a step's scalars (lr, step) */
 
 /* Opens the io of an arena at `base` (plan's total bytes) on device index
  * `device` of `dev` (NULL: host memory). */
@@ -99,6 +114,31 @@ bp_status bp_devio_compute_begin(bp_devio *io, int b);
 bp_status bp_devio_compute_end(bp_devio *io, int b);
 /* Waits for everything enqueued on the rank's streams. */
 bp_status bp_devio_sync(bp_devio *io);
+
+/* ---- step graphs (train_graph.c) ----------------------------------------------
+ * In graph mode a step's input copies and scalars are part of its work on
+ * the device: the host puts them at fixed pinned addresses first, the
+ * copies (captured once) read them from there. */
+
+/* The device's graph-capture extension, or NULL (host mode, none offered,
+ * or one older than this header's). */
+const bp_abi_device_graph_ext *bp_devio_graph_ext(const bp_abi_device *dev);
+/* Allocates the fixed staging, the scalar slots and the fork/join events;
+ * sets io->graph. Device mode with the extension only. */
+bp_status bp_devio_graph_open(bp_devio *io);
+/* Before the host refills buffer b's fixed staging and scalar slots: waits
+ * for the latest job on b (event consumed[b], counted in waits), then
+ * copies the loader's `spans` of input buffer b into its fixed staging. */
+bp_status bp_devio_stage(bp_devio *io, int b, const bp_span *spans, int count);
+/* Host address of scalar slot `slot` of buffer b (16 bytes). */
+void *bp_devio_step_scalar(bp_devio *io, int b, int slot);
+/* Enqueues a step's inputs: the transfer stream forks from the compute
+ * stream, copies `spans` of buffer b from its fixed staging and scalar
+ * slot i into arena span scalars[i] (count_s of them), and the compute
+ * stream joins it. Legal inside a capture of the compute stream (the
+ * transfer stream joins the capture) and outside. */
+bp_status bp_devio_step_inputs(bp_devio *io, int b, const bp_span *spans, int count,
+                               const bp_span *scalars, int count_s);
 
 /* What kernels get in args->stream: the compute stream's native handle,
  * where they enqueue their work; NULL where they run synchronously (host

@@ -5,6 +5,7 @@
 
 #include "blueprint/data.h"
 #include "blueprint/region.h"
+#include "bp_abi_sdk.h"
 #include "device-io-impl.h"
 
 /* A plugin failure as a status, with the plugin's reason. */
@@ -18,6 +19,17 @@ static bp_status dev_fail(const bp_devio *io, const char *what) {
   do {                                                                 \
     if ((call) != BP_ABI_OK) return dev_fail((io), (what));            \
   } while (0)
+
+/* The host's waits for the device, counted (bp_exec_counts.syncs). */
+static int sync_stream(bp_devio *io, bp_abi_stream *s) {
+  io->counts.syncs++;
+  return io->dev->stream_synchronize(s);
+}
+
+static int sync_event(bp_devio *io, bp_abi_event *e) {
+  io->counts.syncs++;
+  return io->dev->event_synchronize(e);
+}
 
 bp_status bp_devio_open(bp_devio *io, const bp_abi_device *dev, const char *kind, int device,
                         void *base, const bp_plan *plan) {
@@ -58,9 +70,13 @@ void bp_devio_close(bp_devio *io) {
   if (io->transfer) d->stream_synchronize(io->transfer);
   d->stream_destroy(io->compute);
   d->stream_destroy(io->transfer);
-  bp_abi_event *events[6] = {io->computed,  io->transferred, io->loaded[0],
-                             io->loaded[1], io->consumed[0], io->consumed[1]};
-  for (int i = 0; i < 6; i++) d->event_destroy(events[i]);
+  bp_abi_event *events[8] = {io->computed,  io->transferred, io->loaded[0], io->loaded[1],
+                             io->consumed[0], io->consumed[1], io->fork,    io->joined};
+  for (int i = 0; i < 8; i++) d->event_destroy(events[i]);
+  for (int b = 0; b < 2; b++) {
+    if (io->fixed[b]) d->host_free_pinned(io->fixed[b]);
+    if (io->step_scalars[b]) d->host_free_pinned(io->step_scalars[b]);
+  }
   if (io->staging) d->host_free_pinned(io->staging);
   if (io->scalars) d->host_free_pinned(io->scalars);
   for (int b = 0; b < 2; b++)
@@ -108,13 +124,13 @@ static bp_status write_bytes(bp_devio *io, uint64_t offset, const void *src, uin
     const uint64_t n = bytes - at < BP_DEVIO_CHUNK ? bytes - at : BP_DEVIO_CHUNK;
     if (src) {
       /* the previous chunk's copy must be done before staging is reused */
-      if (at) DEV(io, io->dev->stream_synchronize(io->transfer), "stream_synchronize");
+      if (at) DEV(io, sync_stream(io, io->transfer), "stream_synchronize");
       memcpy(io->staging, (const unsigned char *)src + at, (size_t)n);
     }
     DEV(io, io->dev->copy_h2d(io->base + offset + at, io->staging, n, io->transfer), "copy_h2d");
   }
   if ((st = compute_after_transfer(io)) != BP_OK) return st;
-  DEV(io, io->dev->stream_synchronize(io->transfer), "stream_synchronize");
+  DEV(io, sync_stream(io, io->transfer), "stream_synchronize");
   return BP_OK;
 }
 
@@ -138,7 +154,7 @@ bp_status bp_devio_read(bp_devio *io, uint64_t offset, void *dst, uint64_t bytes
   for (uint64_t at = 0; at < bytes; at += BP_DEVIO_CHUNK) {
     const uint64_t n = bytes - at < BP_DEVIO_CHUNK ? bytes - at : BP_DEVIO_CHUNK;
     DEV(io, io->dev->copy_d2h(io->staging, io->base + offset + at, n, io->transfer), "copy_d2h");
-    DEV(io, io->dev->stream_synchronize(io->transfer), "stream_synchronize");
+    DEV(io, sync_stream(io, io->transfer), "stream_synchronize");
     memcpy((unsigned char *)dst + at, io->staging, (size_t)n);
   }
   return BP_OK;
@@ -227,7 +243,7 @@ bp_status bp_devio_write_small(bp_devio *io, uint64_t offset, const void *src, u
                    (unsigned long long)bytes, BP_DEVIO_SCALAR_BYTES);
   const uint64_t at = (io->scalar_used + 15) / 16 * 16;
   if (at + bytes > BP_DEVIO_SCALAR_BYTES) { /* wrapped: the earlier copies must be done */
-    DEV(io, io->dev->stream_synchronize(io->transfer), "stream_synchronize");
+    DEV(io, sync_stream(io, io->transfer), "stream_synchronize");
     io->scalar_used = 0;
     return bp_devio_write_small(io, offset, src, bytes);
   }
@@ -264,7 +280,7 @@ bp_status bp_devio_upload(bp_devio *io, int b, const bp_span *spans, int count) 
 
 bp_status bp_devio_staging_free(bp_devio *io, int b) {
   if (io->host || !io->pending[b]) return BP_OK;
-  DEV(io, io->dev->event_synchronize(io->loaded[b]), "event_synchronize");
+  DEV(io, sync_event(io, io->loaded[b]), "event_synchronize");
   io->pending[b] = 0;
   return BP_OK;
 }
@@ -284,12 +300,101 @@ bp_status bp_devio_compute_end(bp_devio *io, int b) {
 
 bp_status bp_devio_sync(bp_devio *io) {
   if (io->host) return BP_OK;
-  DEV(io, io->dev->stream_synchronize(io->compute), "stream_synchronize");
-  DEV(io, io->dev->stream_synchronize(io->transfer), "stream_synchronize");
+  DEV(io, sync_stream(io, io->compute), "stream_synchronize");
+  DEV(io, sync_stream(io, io->transfer), "stream_synchronize");
   return BP_OK;
 }
 
 void *bp_devio_stream_native(const bp_devio *io) {
   if (io->host || io->host_tasks || !io->dev->stream_native) return NULL; /* synchronous */
   return io->dev->stream_native(io->compute);
+}
+
+/* ---- step graphs ---------------------------------------------------------------------- */
+
+const bp_abi_device_graph_ext *bp_devio_graph_ext(const bp_abi_device *dev) {
+  if (!dev || (dev->flags & BP_ABI_DEVICE_HOST_ACCESSIBLE)) return NULL;
+  for (const bp_abi_ext_header *e = dev->extensions; e; e = e->next)
+    if (e->type == BP_ABI_EXT_GRAPH_CAPTURE && e->struct_size >= sizeof(bp_abi_device_graph_ext)) {
+      const bp_abi_device_graph_ext *g = (const bp_abi_device_graph_ext *)(const void *)e;
+      if (g->capture_begin && g->capture_end && g->instantiate && g->launch && g->graph_destroy &&
+          g->exec_destroy)
+        return g;
+    }
+  return NULL;
+}
+
+bp_status bp_devio_graph_open(bp_devio *io) {
+  BP_ASSERT(!io->host && io->dev);
+  const bp_abi_device *dev = io->dev;
+  DEV(io, dev->event_create(io->device, &io->fork), "event_create");
+  DEV(io, dev->event_create(io->device, &io->joined), "event_create");
+  for (int b = 0; b < 2; b++) {
+    void *p = NULL;
+    if (io->input[b].bytes) {
+      DEV(io, dev->host_alloc_pinned(io->input[b].bytes, &p), "host_alloc_pinned");
+      memset(p, 0, (size_t)io->input[b].bytes);
+      io->fixed[b] = p;
+    }
+    DEV(io, dev->host_alloc_pinned(16 * BP_DEVIO_STEP_SCALARS, &p), "host_alloc_pinned");
+    memset(p, 0, 16 * BP_DEVIO_STEP_SCALARS);
+    io->step_scalars[b] = p;
+  }
+  io->graph = bp_devio_graph_ext(dev);
+  return BP_OK;
+}
+
+/* Checks that span s lies in input buffer b's region. */
+static bp_status in_buffer(const bp_devio *io, int b, bp_span s) {
+  const bp_span r = io->input[b];
+  if (s.offset < r.offset || s.bytes > r.bytes || s.offset - r.offset > r.bytes - s.bytes)
+    return bp_fail(BP_ERR_INVALID, "input buffer %d: span at %llu outside it", b,
+                   (unsigned long long)s.offset);
+  return BP_OK;
+}
+
+bp_status bp_devio_stage(bp_devio *io, int b, const bp_span *spans, int count) {
+  io->counts.waits++;
+  DEV(io, io->dev->event_synchronize(io->consumed[b]), "event_synchronize");
+  const uint64_t base = io->input[b].offset;
+  for (int i = 0; i < count; i++) {
+    bp_status st = in_buffer(io, b, spans[i]);
+    if (st != BP_OK) return st;
+    memcpy(io->fixed[b] + (spans[i].offset - base), io->inputs[b] + (spans[i].offset - base),
+           (size_t)spans[i].bytes);
+  }
+  return BP_OK;
+}
+
+void *bp_devio_step_scalar(bp_devio *io, int b, int slot) {
+  BP_ASSERT(slot >= 0 && slot < BP_DEVIO_STEP_SCALARS);
+  return io->step_scalars[b] + 16 * slot;
+}
+
+bp_status bp_devio_step_inputs(bp_devio *io, int b, const bp_span *spans, int count,
+                               const bp_span *scalars, int count_s) {
+  BP_ASSERT(count_s <= BP_DEVIO_STEP_SCALARS);
+  const bp_abi_device *d = io->dev;
+  const uint64_t base = io->input[b].offset;
+  DEV(io, d->event_record(io->fork, io->compute), "event_record");
+  DEV(io, d->stream_wait_event(io->transfer, io->fork), "stream_wait_event");
+  for (int i = 0; i < count; i++) {
+    bp_status st = in_buffer(io, b, spans[i]);
+    if (st != BP_OK) return st;
+    DEV(io,
+        d->copy_h2d(io->base + spans[i].offset, io->fixed[b] + (spans[i].offset - base),
+                    spans[i].bytes, io->transfer),
+        "copy_h2d");
+  }
+  for (int i = 0; i < count_s; i++) {
+    bp_status st = check_range(io, scalars[i].offset, scalars[i].bytes, "scalar write");
+    if (st != BP_OK) return st;
+    BP_ASSERT(scalars[i].bytes <= 16);
+    DEV(io, d->copy_h2d(io->base + scalars[i].offset, io->step_scalars[b] + 16 * i,
+                        scalars[i].bytes, io->transfer),
+        "copy_h2d");
+  }
+  DEV(io, d->event_record(io->joined, io->transfer), "event_record");
+  DEV(io, d->stream_wait_event(io->compute, io->joined), "stream_wait_event");
+  return BP_OK;
 }

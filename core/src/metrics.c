@@ -89,6 +89,13 @@ bp_status bp_metrics_write_epoch(bp_metrics *m, const bp_epoch_report *r) {
   size_t n = strlen(line);
   snprintf(line + n, sizeof line - n, ",\"complete\":%s,\"checkpointed\":%s",
            r->complete ? "true" : "false", r->checkpointed ? "true" : "false");
+  /* how rank 0's steps reached the device, per step (docs/training.md) */
+  const double steps = r->exec.steps ? (double)r->exec.steps : 1.0;
+  num(line, sizeof line, "graph_launches_per_step", (double)r->exec.graph_launches / steps);
+  num(line, sizeof line, "kernel_calls_per_step", (double)r->exec.kernel_calls / steps);
+  num(line, sizeof line, "host_tasks_per_step", (double)r->exec.host_tasks / steps);
+  num(line, sizeof line, "syncs_per_step", (double)r->exec.syncs / steps);
+  num(line, sizeof line, "waits_per_step", (double)r->exec.waits / steps);
   return emit(m, line);
 }
 

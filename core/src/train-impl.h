@@ -79,6 +79,7 @@ typedef struct bp_train_rank {
   bp_exec *exec;
   bp_abi_comm comm; /* world > 1: this rank's view of the communicator (kernels see it) */
   bp_threads *threads; /* the threads its kernels get: the rank's share of the cores */
+  struct bp_step_graph *graphs; /* graph mode: [variant * 2 + buffer] (train_graph.c) */
 } bp_train_rank;
 
 typedef struct bp_metrics bp_metrics;       /* metrics.c */
@@ -135,6 +136,15 @@ struct bp_trainer {
   int kernel_use_count;
   int stopped;
   double last_lr;
+  /* Steps as graphs (train_graph.c): on when the device captures and every
+   * kernel qualifies; else the note says why not (on a device only). */
+  int graph_mode;
+  char graph_note[512];
+  /* graph mode: the scalars the host writes before each training step
+   * (lr; without AMP the optimizer step) and where they go in the arena */
+  bp_span scalar_spans[2];
+  int scalar_count;
+  unsigned char scalar_values[2][4];
 };
 
 /* Whether the run's ranks span processes (mpirun): some ranks live elsewhere. */
@@ -170,8 +180,11 @@ bp_status bp_train_read_results(bp_trainer *t, int all_processes, double *loss_o
  * `buffer`. Start hands it to the rank's device: in host mode (the cpu
  * device) it runs to the end on the calling thread; with host-task
  * kernels it is one task on the rank's compute stream; else its kernels
- * are called here and enqueue their work on that stream. Finish waits for
- * it and returns its status and reason (bp_fail). With keep_collectives a
+ * are called here and enqueue their work on that stream; in graph mode a
+ * training step or evaluation batch goes through its step graph
+ * (train_graph.c). Finish waits for it and returns its status and reason
+ * (bp_fail); a launched step graph is not waited for (launched): its
+ * failure shows at bp_train_graphs_check or at its slot's next start. With keep_collectives a
  * failed job still runs its collective segments, so no rank waits forever
  * in an all-reduce. Between start and finish the rank's thread may take
  * the next batch (bp_train_take_batch): the loader and the upload of batch
@@ -183,11 +196,32 @@ typedef struct bp_rank_job {
   const bp_segment *segments;
   int count;
   int keep_collectives;
+  /* A training step (train_step) or an evaluation batch (eval_batch): in
+   * graph mode it runs through the rank's step graph of (variant, buffer)
+   * (train_graph.c), a training step with the step's scalars. */
+  int train_step, eval_batch;
   /* set by the job */
   bp_exec *exec;
+  int launched;    /* start launched a graph: finish does not wait for it */
+  int bump_params; /* graph mode: the job tells its kernels the parameters changed after
+                      its segments, on the thread that ran them (the host never does
+                      while graphs may run) */
   bp_status status;
   char why[1024];
 } bp_rank_job;
+
+/* One step graph of a rank: training steps or evaluation batches of one
+ * (variant, input buffer). Its first run is eager (the warm-up: libraries
+ * initialize, handles bind), its second is captured and launched, every
+ * later one launches the captured graph. */
+typedef struct bp_step_graph {
+  int runs;
+  void *exec;   /* the instantiated graph, from the second run */
+  unsigned skip; /* the skip mask it was captured with (constant per rank and variant) */
+  /* the captured host task's argument (host-task kernels): it outlives every launch */
+  bp_rank_job job;
+  bp_segment segments[BP_SEGMENT_COUNT];
+} bp_step_graph;
 void bp_train_job_start(bp_trainer *t, int k, bp_rank_job *job);
 bp_status bp_train_job_finish(bp_trainer *t, int k, bp_rank_job *job);
 /* Start and finish. */
@@ -196,6 +230,29 @@ bp_status bp_train_job_run(bp_trainer *t, int k, bp_rank_job *job);
  * of its io, slots in ranks[k].upload): hands the held staging back once
  * its upload is done, takes the batch, enqueues its upload. */
 bp_status bp_train_take_batch(bp_trainer *t, int k, bp_data_loader *loader, bp_data_batch *out);
+
+/* train_graph.c: steps as graphs (docs/training.md). Open decides the
+ * mode once every rank is bound (t->graph_mode, t->graph_note) and makes
+ * the graph slots and staging; close destroys the graphs (the streams
+ * drained first). Start runs a step or evaluation job in graph mode:
+ * stages its inputs and scalars at fixed addresses, then runs it eagerly
+ * (a slot's first run), captures and launches it (second) or launches the
+ * captured graph; it waits only for the job before the previous one on
+ * the same input buffer. Check drains the local ranks' streams and
+ * returns the first failure of a launched graph (before results are read). */
+bp_status bp_train_graphs_open(bp_trainer *t);
+void bp_train_graphs_close(bp_trainer *t);
+void bp_train_graph_start(bp_trainer *t, int k, bp_rank_job *job);
+bp_status bp_train_graphs_check(bp_trainer *t);
+/* train_run.c: the job's segments in order (on the calling thread), then
+ * the parameters' generation with bump_params. Enqueue hands a job to the
+ * rank's device eagerly (after its input buffer's upload with
+ * wait_inputs): one host task, or its kernels called here; records
+ * consumed[buffer]. Failed keeps a job's first failure and its reason. */
+void bp_train_run_segments(bp_rank_job *job);
+void bp_train_job_task(void *job); /* the same as a stream task */
+void bp_train_job_enqueue(bp_trainer *t, int k, bp_rank_job *job, int wait_inputs);
+void bp_train_job_failed(bp_rank_job *job, bp_status st);
 
 /* train_ranks.c: the one way a job runs on every local rank. Ranks
  * 1..local-1 run on threads of their own (started when local > 1), rank 0

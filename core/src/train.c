@@ -288,10 +288,14 @@ static bp_status check_data(const bp_trainer *t, const bp_dataset *d, const char
 static bp_status load_data(bp_trainer *t) {
   bp_dataset *train = NULL;
   bp_status st;
+  /* synthetic data (--data synthetic) takes its shape and size from the model */
+  const bp_model *m = t->model;
+  const bp_dataset_info shape = {m->train.train_size, m->height, m->width, m->channels,
+                                 (int)m->classes};
   /* the training set's statistics normalize both splits; the default data
    * uses the published Fashion-MNIST values */
   if (!t->opt.eval_only || t->data_dir) {
-    if ((st = bp_dataset_load_mnist(t->data_dir, BP_DATA_TRAIN, &train)) != BP_OK) return st;
+    if ((st = bp_dataset_open(t->data_dir, BP_DATA_TRAIN, &shape, &train)) != BP_OK) return st;
     if ((st = check_data(t, train, "training")) != BP_OK) goto fail;
   }
   if (t->data_dir) {
@@ -307,7 +311,7 @@ static bp_status load_data(bp_trainer *t) {
   } else if ((st = limit(&train, t->opt.train_limit)) != BP_OK) {
     goto fail;
   }
-  if ((st = bp_dataset_load_mnist(t->data_dir, BP_DATA_TEST, &t->test_set)) != BP_OK ||
+  if ((st = bp_dataset_open(t->data_dir, BP_DATA_TEST, &shape, &t->test_set)) != BP_OK ||
       (st = check_data(t, t->test_set, "test")) != BP_OK ||
       (st = limit(&t->test_set, t->opt.test_limit)) != BP_OK)
     goto fail;
@@ -552,6 +556,7 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
   for (int k = 0; k < t->local; k++)
     if ((st = open_rank(t, k)) != BP_OK) return st;
   if ((st = bp_train_write_amp_state(t)) != BP_OK) return st;
+  if ((st = bp_train_graphs_open(t)) != BP_OK) return st;
   if (t->local > 1 && (st = bp_rank_pool_start(t)) != BP_OK) return st;
   if (t->resume_path && (st = bp_trainer_load(t, t->resume_path)) != BP_OK) return st;
   if (t->metrics_path && t->first_rank == 0 && /* under mpirun rank 0 writes for all */
@@ -610,6 +615,7 @@ void bp_trainer_destroy(bp_trainer *t) {
   if (!t) return;
   bp_metrics_close(t->metrics);
   bp_rank_pool_stop(t);
+  bp_train_graphs_close(t);
   for (int k = 0; k < BP_TRAIN_MAX_RANKS; k++) {
     bp_devio_close(&t->ranks[k].io); /* drains the rank's streams first */
     bp_exec_destroy(t->ranks[k].exec);

@@ -64,6 +64,11 @@ bp_status bp_train_write_scalars(bp_trainer *t, double lr, int64_t step_from_1) 
   const float lr32 = (float)lr, step32 = (float)step_from_1;
   const int32_t step_i = (int32_t)step_from_1;
   const int is_int = t->step->dtype == BP_DTYPE_INT32;
+  if (t->graph_mode) { /* each rank's step copies them from its pinned slots (train_graph.c) */
+    memcpy(t->scalar_values[0], &lr32, 4);
+    memcpy(t->scalar_values[1], is_int ? (const void *)&step_i : &step32, 4);
+    return BP_OK;
+  }
   bp_status st = BP_OK;
   for (int k = 0; k < t->local && st == BP_OK; k++) {
     bp_devio *io = &t->ranks[k].io;
@@ -122,6 +127,8 @@ bp_status bp_train_read_amp_state(bp_trainer *t) {
 bp_status bp_train_read_results(bp_trainer *t, int all_processes, double *loss_out,
                                 double *correct_out) {
   double loss = 0, correct = 0;
+  bp_status gs = bp_train_graphs_check(t); /* launched graphs done, their failures first */
+  if (gs != BP_OK) return gs;
   for (int k = 0; k < t->local; k++) { /* rank order: the same sum on every run */
     float l, c;
     bp_status rs = bp_devio_read(&t->ranks[k].io, t->loss->offset, &l, sizeof l);

@@ -110,7 +110,9 @@ static bp_status run_step(bp_trainer *t, const bp_data_batch *b, bp_data_loader 
   const int count = (int)(sizeof step_segments / sizeof step_segments[0]);
   bp_data_batch bk[BP_TRAIN_MAX_RANKS];
   bp_status st = bp_rank_pool_run(t, rs, step_segments, count, b->buffer, loaders, bk);
-  bp_train_params_changed(t); /* UPDATE, GATHER and EMA wrote them; the ranks are idle */
+  /* UPDATE, GATHER and EMA wrote them; the ranks are idle (in graph mode
+   * the step's job tells its kernels itself: graphs may still run) */
+  if (!t->graph_mode) bp_train_params_changed(t);
   if (st == BP_OK) agree_batches(t, bk, next);
   if (prof) bp_profile_step_end(prof);
   return st;
@@ -183,6 +185,7 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
                      &loaders[k]);
   int stopped = 0;
   bp_data_batch b;
+  const bp_exec_counts counts0 = t->ranks[0].io.counts; /* the steps' own from here */
   if (st == BP_OK) st = next_batch(t, loaders, &b);
   while (st == BP_OK && !b.done) {
     BP_ASSERT(b.epoch == (int64_t)t->state.epoch && b.step == (int64_t)t->state.step);
@@ -201,7 +204,19 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
   }
   for (int k = 0; k < t->local; k++)
     bp_data_loader_destroy(loaders[k]); /* invariant 3: no loader outlives the epoch */
-  if (st != BP_OK) return st;
+  if (st != BP_OK) {
+    char why[2048];
+    snprintf(why, sizeof why, "%s", bp_last_error());
+    (void)bp_train_graphs_check(t); /* no launched graph outlives the epoch either */
+    return bp_fail(st, "%s", why);
+  }
+  const bp_exec_counts c = t->ranks[0].io.counts; /* the steps' own, before the epoch's end */
+  out->exec = (bp_exec_counts){c.steps - counts0.steps,
+                               c.graph_launches - counts0.graph_launches,
+                               c.kernel_calls - counts0.kernel_calls,
+                               c.host_tasks - counts0.host_tasks,
+                               c.syncs - counts0.syncs,
+                               c.waits - counts0.waits};
   out->train_seconds = bp_train_now() - t0;
   double loss, correct;
   if ((st = bp_train_read_results(t, 1, &loss, &correct)) != BP_OK) return st;
@@ -272,7 +287,11 @@ bp_status bp_trainer_evaluate(bp_trainer *t, bp_eval_report *out) {
   while (st == BP_OK && !b.done) {
     const int v = b.global_count == t->eval_batch ? t->v_eval : t->v_eval_last;
     BP_ASSERT(v >= 0); /* a short batch exists only when eval_last was compiled */
-    job = (bp_rank_job){.variant = v, .buffer = b.buffer, .segments = batch_segments, .count = 2};
+    job = (bp_rank_job){.variant = v,
+                        .buffer = b.buffer,
+                        .segments = batch_segments,
+                        .count = 2,
+                        .eval_batch = 1};
     if (t->opt.profile) bp_profile_step_begin(t->opt.profile, v);
     bp_train_job_start(t, 0, &job);
     bp_data_batch next; /* taken while the batch runs */
@@ -290,7 +309,12 @@ bp_status bp_trainer_evaluate(bp_trainer *t, bp_eval_report *out) {
     b = next;
   }
   bp_data_loader_destroy(loader);
-  if (st != BP_OK) return st;
+  if (st != BP_OK) {
+    char why[2048];
+    snprintf(why, sizeof why, "%s", bp_last_error());
+    (void)bp_train_graphs_check(t); /* no launched graph outlives the evaluation */
+    return bp_fail(st, "%s", why);
+  }
   double loss, correct;
   if ((st = bp_train_read_results(t, 0, &loss, &correct)) != BP_OK) return st;
   const double n = out->samples > 0 ? (double)out->samples : NAN;

@@ -40,7 +40,8 @@ static bp_status rank_part(bp_trainer *t, int rank, const bp_rank_step *r,
                      .buffer = buffer,
                      .segments = segments,
                      .count = count,
-                     .keep_collectives = t->local > 1};
+                     .keep_collectives = t->local > 1,
+                     .train_step = loader != NULL}; /* only a training step takes a batch */
   bp_train_job_start(t, rank, &job);
   /* job.status is the job's own until finish (a stream task may write it) */
   bp_status taken = BP_OK;

@@ -9,7 +9,9 @@
  * validate_cases.c (the built-in case table), validate_model.c (cases from
  * a model's plan), validate_buffers.c (guarded buffers, poison, dtype
  * conversion), validate_check.c (the checks), validate_guard.c (guard
- * pages in this process), validate_grad.c (finite differences). */
+ * pages in this process), validate_grad.c (finite differences),
+ * validate_device.c (runs through a device plugin: device memory, copies,
+ * its stream). */
 #ifndef BLUEPRINT_VALIDATE_IMPL_H
 #define BLUEPRINT_VALIDATE_IMPL_H
 
@@ -63,6 +65,50 @@ typedef struct vc_case {
   int skip_in;
 } vc_case;
 
+/* ---- validate_device.c ----------------------------------------------------- */
+
+/* A device a kernel's runs go through: a compute stream and a scratch
+ * arena (with its pinned staging) of one device of a device plugin. */
+typedef struct vc_device vc_device;
+
+/* Opens device `index` of dev (which reports at least index + 1 devices). */
+bp_status vc_device_open(const bp_abi_device *dev, int index, vc_device **out);
+void vc_device_close(vc_device *d); /* NULL ok */
+const char *vc_device_kind(const vc_device *d);
+int vc_device_index(const vc_device *d);
+/* What args->stream is for a kernel on d: the compute stream's native
+ * handle, or NULL when its kernels run as host tasks. */
+void *vc_device_stream(const vc_device *d);
+
+/* One tensor slot of a run on a device: its host image (bytes long) and,
+ * after vc_device_upload, where it lives in the arena. */
+typedef struct vc_slot {
+  unsigned char *host;
+  uint64_t bytes;
+  uint64_t offset; /* in the scratch arena */
+  void *dev;       /* device pointer */
+} vc_slot;
+
+/* Lays the slots (each 256-byte aligned) and a workspace of ws_bytes out
+ * in the scratch arena and enqueues the copy of every host image into it;
+ * sets slots[].offset, slots[].dev and *ws_out (NULL when ws_bytes is 0).
+ * 0, or -1 and why. */
+int vc_device_upload(vc_device *d, vc_slot *slots, int n, uint64_t ws_bytes, void **ws_out,
+                     char *why, size_t why_size);
+/* Sets a->stream and calls k->prepare(a, state) as the executor's bind
+ * does, but in a host task (waited for) on a device whose kernels run in
+ * them: such a device's memory is reachable only there. *krc_out:
+ * prepare()'s status. 0, or -1 and why when the device failed. */
+int vc_device_prepare(vc_device *d, const bp_abi_kernel *k, bp_abi_kernel_args *a, void **state,
+                      int *krc_out, char *why, size_t why_size);
+/* Sets a->stream and runs k->run(a) on the compute stream (or in a host
+ * task on it), then waits for the stream. *krc_out: run()'s status. 0, or
+ * -1 and why when the device failed. */
+int vc_device_launch(vc_device *d, const bp_abi_kernel *k, bp_abi_kernel_args *a, int *krc_out,
+                     char *why, size_t why_size);
+/* Copies every slot back into its host image and waits. 0, or -1 and why. */
+int vc_device_download(vc_device *d, const vc_slot *slots, int n, char *why, size_t why_size);
+
 /* ---- validate.c ------------------------------------------------------------ */
 
 /* The cpu reference kernel (BP_ABI_KERNEL_REFERENCE) of op in r, or NULL:
@@ -76,6 +122,12 @@ const bp_abi_kernel *vc_reference(const bp_registry *r, const char *op);
  * skip_in.
  * Ops it does not know keep uniform [-1, 1) inputs and nothing else. */
 void vc_op_complete(vc_case *c);
+
+/* The tolerance of an FP32 output of a kernel of implementation impl:
+ * the FP32 one, or VC_TF32_TOLERANCE for cuDNN and cuBLAS kernels (their
+ * FP32 math may use TF32 tensor cores) unless BP_TF32=0 is set. */
+#define VC_TF32_TOLERANCE 5e-3
+double vc_impl_fp32_tolerance(const char *impl);
 
 /* The tolerance of an FP16 output of op (docs/validate.md): an element
  * passes when |out - ref| <= rtol*|ref| + atol*max(1, max|ref|). */
@@ -201,6 +253,9 @@ typedef struct vc_check_options {
   uint64_t seed;
   int guard;                        /* guard pages after every slot */
   const bp_abi_threads *threads;    /* lent to the kernels (never NULL) */
+  /* NULL: the kernel runs on host buffers; else its runs go through this
+   * device (the reference still runs on the host) */
+  vc_device *device;
 } vc_check_options;
 
 /* Runs every check of kernel k (against ref, which may be k itself) on

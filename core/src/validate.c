@@ -1,6 +1,10 @@
 /* The validation driver (validate.h): picks the kernels and their cases,
  * runs each (kernel, case) in a child process when asked (so a crash or a
- * read past slot_bytes becomes a failed row), and collects the rows. */
+ * read past slot_bytes becomes a failed row), or through a device plugin
+ * (validate_device.c), and collects the rows.
+ *
+ * Runs through a device stay in this process: a CUDA context does not
+ * survive fork, and a device has no guard pages to catch. */
 #include <errno.h>
 #include <fnmatch.h>
 #include <math.h>
@@ -50,6 +54,8 @@ static bp_validate_result *add_row(bp_validate_report *rep, const char *op, cons
   snprintf(r->case_name, sizeof r->case_name, "%s", case_name);
   r->reference = reference;
   r->error = r->tolerance = NAN;
+  r->run_device = "host";
+  r->device_index = -1;
   return r;
 }
 
@@ -172,12 +178,93 @@ const bp_abi_kernel *vc_reference(const bp_registry *r, const char *op) {
   return NULL;
 }
 
-static int selected(const bp_validate_options *o, const char *op, const char *impl,
-                    const char *device) {
+/* kind: the kernel kind --device selects, or NULL. */
+static int selected(const bp_validate_options *o, const char *kind, const char *op,
+                    const char *impl, const char *device) {
   if (o->op_glob && fnmatch(o->op_glob, op, 0) != 0) return 0;
   if (o->impl && strcmp(o->impl, impl) != 0) return 0;
-  if (o->device && strcmp(o->device, device) != 0) return 0;
+  if (kind && strcmp(kind, device) != 0) return 0;
   return 1;
+}
+
+static int kernels_of(const bp_registry *r, const char *kind) {
+  for (int i = 0; i < bp_registry_kernel_count(r); i++)
+    if (strcmp(bp_registry_kernel(r, i)->kernel.device, kind) == 0) return 1;
+  return 0;
+}
+
+bp_status bp_validate_device(const bp_registry *r, const char *kind, const char **kernel_kind_out,
+                             const bp_abi_device **device_out) {
+  *kernel_kind_out = kind;
+  *device_out = NULL;
+  const bp_abi_device *dev = bp_registry_find_device(r, kind);
+  if (!dev) {
+    if (!kernels_of(r, kind))
+      return bp_fail(BP_ERR_INVALID,
+                     "device '%s': unknown device kind (no device plugin provides it and no "
+                     "loaded kernel is of that kind; `blueprint plugins` lists what loaded)",
+                     kind);
+    if (strcmp(kind, "cpu") == 0) return BP_OK; /* host memory needs no plugin */
+    return bp_fail(BP_ERR_DEVICE,
+                   "device '%s': no device (no device plugin of that kind is loaded, and its "
+                   "kernels run only through one; `blueprint plugins` lists what loaded)",
+                   kind);
+  }
+  *kernel_kind_out = dev->kernel_kind ? dev->kernel_kind : kind;
+  if (dev->flags & BP_ABI_DEVICE_HOST_ACCESSIBLE) return BP_OK; /* the host path */
+  int count = 0;
+  if (dev->device_count(&count) != BP_ABI_OK)
+    return bp_fail(BP_ERR_DEVICE, "device '%s': device_count failed: %s", kind,
+                   dev->last_error && dev->last_error() ? dev->last_error() : "no reason given");
+  if (count < 1) {
+    const char *why = dev->last_error ? dev->last_error() : NULL;
+    return bp_fail(BP_ERR_DEVICE, "device '%s': no device (the plugin reports 0 devices: %s)",
+                   kind, why && why[0] ? why : "no reason given");
+  }
+  *device_out = dev;
+  return BP_OK;
+}
+
+/* Where the kernels of one kind run when no --device names it: host
+ * buffers, a device, or nowhere (why). */
+#define ROUTES_MAX 16
+typedef struct route {
+  const char *kind;
+  vc_device *dev;
+  char why[320]; /* "" unless its kernels cannot run */
+} route;
+
+typedef struct routes {
+  route r[ROUTES_MAX];
+  int count;
+} routes;
+
+static void routes_close(routes *rt) {
+  for (int i = 0; i < rt->count; i++) vc_device_close(rt->r[i].dev);
+  rt->count = 0;
+}
+
+/* The route of kernel kind `kind`; NULL when out of room. */
+static const route *route_of(routes *rt, const bp_registry *reg, const char *kind) {
+  for (int i = 0; i < rt->count; i++)
+    if (strcmp(rt->r[i].kind, kind) == 0) return &rt->r[i];
+  if (rt->count == ROUTES_MAX) return NULL;
+  route *x = &rt->r[rt->count++];
+  memset(x, 0, sizeof *x);
+  x->kind = kind;
+  if (strcmp(kind, "cpu") == 0) return x;
+  const char *kernel_kind;
+  const bp_abi_device *dev;
+  if (bp_validate_device(reg, kind, &kernel_kind, &dev) != BP_OK)
+    snprintf(x->why, sizeof x->why, "%s", bp_last_error());
+  else if (strcmp(kernel_kind, kind) != 0)
+    snprintf(x->why, sizeof x->why,
+             "device '%s': its plugin runs kernels of kind '%s', and no device plugin runs "
+             "this kind's",
+             kind, kernel_kind);
+  else if (dev && vc_device_open(dev, 0, &x->dev) != BP_OK)
+    snprintf(x->why, sizeof x->why, "%s", bp_last_error());
+  return x;
 }
 
 /* 1 when a tensor of c has the dtype named `name`. */
@@ -189,10 +276,13 @@ static int has_dtype(const vc_case *c, const char *name) {
   return 0;
 }
 
+/* dev: the device its runs go through (NULL: host buffers); skip_why:
+ * why it cannot run at all, or NULL. */
 static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
                                  const bp_validate_options *o, const bp_abi_kernel *k,
                                  const vc_case *cases, int case_count, int from_model,
-                                 const bp_abi_threads *threads) {
+                                 const bp_abi_threads *threads, vc_device *dev,
+                                 const char *skip_why) {
   const int is_ref = (k->flags & BP_ABI_KERNEL_REFERENCE) != 0;
   bp_validate_result *row;
   vc_case inferred[8];
@@ -207,13 +297,10 @@ static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
     const int m = op ? vc_infer_cases(r, op, inferred, 8) : 0;
     for (int i = 0; i < m; i++) mine[n++] = &inferred[i];
   }
-  if (strcmp(k->device, "cpu") != 0) {
+  if (skip_why) {
     if (!(row = add_row(rep, k->op, k->impl, k->device, "-", is_ref))) goto nomem;
     row->verdict = BP_VALIDATE_SKIP;
-    snprintf(row->detail, sizeof row->detail,
-             "device '%s': only cpu kernels are validated for now (no copies through device "
-             "plugins yet)",
-             k->device);
+    snprintf(row->detail, sizeof row->detail, "%s", skip_why);
     goto done;
   }
   if (n == 0) {
@@ -238,11 +325,21 @@ static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
     if (o->dtype && !has_dtype(c, o->dtype)) continue;
     if (!(row = add_row(rep, k->op, k->impl, k->device, c->name, is_ref))) goto nomem;
     job j = {.registry = r, .k = k, .ref = ref, .c = c, .grad_row = -1,
-             .opt = {.seed = o->seed, .guard = o->isolate, .threads = threads}};
+             .opt = {.seed = o->seed, .guard = o->isolate && !dev, .threads = threads,
+                     .device = dev}};
     vc_outcome out;
-    if (o->isolate) run_isolated(&j, &out);
+    if (o->isolate && !dev) run_isolated(&j, &out);
     else job_run(&j, &out);
     set_outcome(row, &out);
+    if (dev) {
+      row->run_device = vc_device_kind(dev);
+      row->device_index = vc_device_index(dev);
+    }
+    row->guard_pages = o->isolate && !dev && row->verdict != BP_VALIDATE_SKIP;
+    if (row->verdict == BP_VALIDATE_PASS && row->tolerance == VC_TF32_TOLERANCE)
+      snprintf(row->detail, sizeof row->detail,
+               "TF32: FP32 outputs held to %g (BP_TF32=0: %g)", VC_TF32_TOLERANCE,
+               vc_tolerance(BP_ABI_DTYPE_FP32));
     if (no_ref && row->verdict == BP_VALIDATE_PASS)
       snprintf(row->detail, sizeof row->detail, "no reference kernel: conventions checked only");
   }
@@ -254,11 +351,10 @@ nomem:
   return bp_fail(BP_ERR_NOMEM, "out of memory collecting validation results");
 }
 
+/* Gradient checks run the reference kernels on host buffers. */
 static bp_status gradcheck(bp_validate_report *rep, const bp_registry *r,
                            const bp_validate_options *o, const bp_abi_threads *threads) {
-  if ((o->impl && strcmp(o->impl, "reference") != 0) ||
-      (o->device && strcmp(o->device, "cpu") != 0))
-    return BP_OK;
+  if (o->impl && strcmp(o->impl, "reference") != 0) return BP_OK;
   for (int i = 0; i < vc_grad_row_count(); i++) {
     const char *op = NULL;
     char name[96];
@@ -272,8 +368,16 @@ static bp_status gradcheck(bp_validate_report *rep, const bp_registry *r,
     bp_validate_result *row = add_row(rep, op, "reference", "cpu", name, 1);
     if (!row) return bp_fail(BP_ERR_NOMEM, "out of memory collecting validation results");
     set_outcome(row, &out);
+    row->guard_pages = o->isolate && row->verdict != BP_VALIDATE_SKIP;
   }
   return BP_OK;
+}
+
+/* Threads for kernels run in this process, made once. */
+static bp_status own_threads(bp_threads **threads) {
+  if (*threads) return BP_OK;
+  const int n = bp_threads_share(1);
+  return bp_threads_create(n > MAX_THREADS ? MAX_THREADS : n, threads);
 }
 
 bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *options,
@@ -292,26 +396,47 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
   int count = 0;
   bp_status st = BP_OK;
   bp_threads *threads = NULL;
-  if (options->model_path) {
+  /* --device: the kernels of its kernel kind, through its plugin or not */
+  const char *kind = NULL;
+  const bp_abi_device *fixed = NULL;
+  vc_device *fixed_dev = NULL;
+  routes rt = {.count = 0};
+  if (options->device) st = bp_validate_device(registry, options->device, &kind, &fixed);
+  if (st == BP_OK && fixed) st = vc_device_open(fixed, 0, &fixed_dev);
+  if (st == BP_OK && options->model_path) {
     st = vc_model_cases(registry, options->model_path, &model_cases, &count);
     cases = model_cases;
   } else {
     cases = vc_builtin_cases(&count);
   }
-  /* in this process, the kernels get threads of their own; children make theirs */
-  if (st == BP_OK && !options->isolate) {
-    int n = bp_threads_share(1);
-    st = bp_threads_create(n > MAX_THREADS ? MAX_THREADS : n, &threads);
-  }
   for (int i = 0; st == BP_OK && i < bp_registry_kernel_count(registry); i++) {
     const bp_abi_kernel *k = &bp_registry_kernel(registry, i)->kernel;
-    if (!selected(options, k->op, k->impl, k->device)) continue;
+    if (!selected(options, kind, k->op, k->impl, k->device)) continue;
+    vc_device *dev = fixed_dev;
+    const char *skip_why = NULL;
+    if (!options->device) {
+      const route *x = route_of(&rt, registry, k->device);
+      dev = x ? x->dev : NULL;
+      skip_why = !x ? "too many device kinds to validate at once (use --device)"
+                 : x->why[0] ? x->why
+                             : NULL;
+    }
+    /* in this process the kernels get threads of their own (children make
+     * theirs): without isolation, and for every run on a device */
+    if ((!options->isolate || dev) && (st = own_threads(&threads)) != BP_OK) break;
     st = validate_kernel(rep, registry, options, k, cases, count, options->model_path != NULL,
-                         threads ? bp_threads_abi(threads) : NULL);
+                         threads ? bp_threads_abi(threads) : NULL, dev, skip_why);
   }
-  /* gradient checks run the FP32 forward cases */
-  if (st == BP_OK && options->gradcheck && (!options->dtype || strcmp(options->dtype, "fp32") == 0))
-    st = gradcheck(rep, registry, options, threads ? bp_threads_abi(threads) : NULL);
+  /* gradient checks run the FP32 forward cases of the cpu reference, on
+   * host buffers */
+  if (st == BP_OK && options->gradcheck && !fixed_dev && (!kind || strcmp(kind, "cpu") == 0) &&
+      (!options->dtype || strcmp(options->dtype, "fp32") == 0)) {
+    if (!options->isolate) st = own_threads(&threads);
+    if (st == BP_OK)
+      st = gradcheck(rep, registry, options, threads ? bp_threads_abi(threads) : NULL);
+  }
+  routes_close(&rt);
+  vc_device_close(fixed_dev);
   bp_threads_destroy(threads);
   free(model_cases);
   if (st != BP_OK) {

@@ -37,7 +37,8 @@ typedef struct run_spec {
   const vc_check_options *o;
 } run_spec;
 
-enum { RUN_OK = 0, RUN_FAILED = 1, RUN_VIOLATION = 2, RUN_NOMEM = 3 };
+/* RUN_DEVICE: the device failed (a copy, a synchronization), why says how */
+enum { RUN_OK = 0, RUN_FAILED = 1, RUN_VIOLATION = 2, RUN_NOMEM = 3, RUN_DEVICE = 4 };
 
 static void element_name(const bp_abi_tensor *t, int64_t i, char *buf, size_t size) {
   const int64_t c = i % t->shape[3], w = i / t->shape[3] % t->shape[2];
@@ -74,9 +75,12 @@ static int guarded_slot(vbuf *b, const bp_abi_tensor *t, int guard, const char *
   return 0;
 }
 
-/* Runs the kernel once; outputs' logical elements into got[o]. */
+/* Runs the kernel once; outputs' logical elements into got[o]. On a
+ * device (s->o->device) the host images are copied in before and back
+ * after the run (validate_device.c); the checks read the images. */
 static int run_once(const run_spec *s, double **got, char *why, size_t why_size) {
   const vc_case *c = s->c;
+  vc_device *dev = s->o->device;
   vbuf in[VC_MAX], out[VC_MAX], ws;
   unsigned char *snap_in[VC_MAX] = {0}, *snap_out[VC_MAX] = {0};
   const void *in_ptrs[VC_MAX];
@@ -144,18 +148,41 @@ static int run_once(const run_spec *s, double **got, char *why, size_t why_size)
   a.attr_version = BP_ABI_ATTR_VERSION;
   a.world_size = 1;
   const bp_abi_kernel *k = s->k;
-  if (rc == RUN_OK && k->workspace_size) {
-    const uint64_t need = k->workspace_size(k->user, &a);
-    if (need && vbuf_alloc(&ws, need, s->o->guard) != 0) rc = RUN_NOMEM;
-    if (need && rc == RUN_OK) {
+  uint64_t ws_need = 0;
+  if (rc == RUN_OK && k->workspace_size) ws_need = k->workspace_size(k->user, &a);
+  if (rc == RUN_OK && ws_need && !dev) { /* on a device: in its arena */
+    if (vbuf_alloc(&ws, ws_need, s->o->guard) != 0) {
+      rc = RUN_NOMEM;
+    } else {
       vbuf_guard_register(&ws, "the workspace");
       a.workspace = ws.ptr;
-      a.workspace_bytes = need;
+      a.workspace_bytes = ws_need;
+    }
+  }
+  /* on a device: every input and every output that is not an input */
+  vc_slot slots[2 * VC_MAX];
+  int nslots = 0, uploaded = 0;
+  const void *dev_in[VC_MAX];
+  void *dev_out[VC_MAX];
+  if (rc == RUN_OK && dev) {
+    for (int i = 0; i < c->num_inputs; i++)
+      slots[nslots++] = (vc_slot){in[i].ptr, c->in[i].d.slot_bytes, 0, NULL};
+    for (int o = 0; o < c->num_outputs; o++)
+      if (alias[o] < 0) slots[nslots++] = (vc_slot){out[o].ptr, c->out[o].d.slot_bytes, 0, NULL};
+    if (vc_device_upload(dev, slots, nslots, ws_need, &a.workspace, why, why_size) != 0) {
+      rc = RUN_DEVICE;
+    } else {
+      uploaded = 1;
+      a.workspace_bytes = a.workspace ? ws_need : 0;
+      for (int i = 0; i < c->num_inputs; i++) dev_in[i] = slots[i].dev;
+      for (int o = 0, next = c->num_inputs; o < c->num_outputs; o++)
+        dev_out[o] = alias[o] >= 0 ? slots[alias[o]].dev : slots[next++].dev;
+      a.stream = vc_device_stream(dev); /* prepare() sees it too, as at bind */
     }
   }
   if (rc == RUN_OK) {
-    a.input_ptrs = in_ptrs;
-    a.output_ptrs = out_ptrs;
+    a.input_ptrs = dev ? dev_in : in_ptrs;
+    a.output_ptrs = dev ? dev_out : out_ptrs;
     a.params_generation = &generation;
     a.reason = reason;
     a.reason_size = sizeof reason;
@@ -163,18 +190,29 @@ static int run_once(const run_spec *s, double **got, char *why, size_t why_size)
     void *state = NULL;
     int krc = BP_ABI_OK;
     if (k->prepare) {
-      krc = k->prepare(k->user, &a, &state);
+      if (!dev) krc = k->prepare(k->user, &a, &state);
+      else if (vc_device_prepare(dev, k, &a, &state, &krc, why, why_size) != 0) rc = RUN_DEVICE;
       if (krc != BP_ABI_OK) state = NULL;
     }
     a.state = state;
-    if (krc == BP_ABI_OK) krc = k->run(k->user, &a);
+    if (rc == RUN_OK && krc == BP_ABI_OK) {
+      if (!dev) krc = k->run(k->user, &a);
+      else if (vc_device_launch(dev, k, &a, &krc, why, why_size) != 0) rc = RUN_DEVICE;
+    }
     if (state && k->release) k->release(k->user, state);
     reason[sizeof reason - 1] = '\0';
-    if (krc != BP_ABI_OK) {
+    if (rc == RUN_OK && krc != BP_ABI_OK) {
       snprintf(why, why_size, "%s returned status %d%s%s",
                k->prepare && !state ? "prepare() or run()" : "run()", krc,
                reason[0] ? ": " : " (no reason given)", reason);
       rc = RUN_FAILED;
+    }
+  }
+  if (uploaded) { /* the images now hold what the device holds */
+    char dwhy[256];
+    if (vc_device_download(dev, slots, nslots, dwhy, sizeof dwhy) != 0 && rc == RUN_OK) {
+      snprintf(why, why_size, "%s", dwhy);
+      rc = RUN_DEVICE;
     }
   }
   /* what the run left behind */
@@ -230,9 +268,11 @@ static int run_once(const run_spec *s, double **got, char *why, size_t why_size)
 
 /* ---- comparison ------------------------------------------------------------------- */
 
-/* atol of output o (and its rtol: 0 but for FP16 outputs). */
-static double out_tolerance(const vc_case *c, int o, double *rtol) {
-  double atol = vc_tolerance(c->out[o].d.dtype);
+/* atol of output o (and its rtol: 0 but for FP16 outputs); fp32_tol: the
+ * kernel's FP32 tolerance (vc_impl_fp32_tolerance). */
+static double out_tolerance(const vc_case *c, int o, double fp32_tol, double *rtol) {
+  double atol =
+      c->out[o].d.dtype == BP_ABI_DTYPE_FP32 ? fp32_tol : vc_tolerance(c->out[o].d.dtype);
   *rtol = 0;
   if (c->out[o].d.dtype == BP_ABI_DTYPE_FP16) vc_op_fp16_tolerance(c->op, rtol, &atol);
   return atol;
@@ -240,15 +280,15 @@ static double out_tolerance(const vc_case *c, int o, double *rtol) {
 
 /* Largest normalized error of got against want over every output; 1 when
  * every output is within its dtype's tolerance, else 0 and why. */
-static int compare(const vc_case *c, double *const *got, double *const *want, double *err_out,
-                   double *tol_out, char *why, size_t why_size) {
+static int compare(const vc_case *c, double fp32_tol, double *const *got, double *const *want,
+                   double *err_out, double *tol_out, char *why, size_t why_size) {
   int ok = 1;
   double worst = 0, worst_tol = NAN;
   for (int o = 0; o < c->num_outputs; o++) {
     const bp_abi_tensor *t = &c->out[o].d;
     const int64_t n = vt_count(t);
     double rtol;
-    const double tol = out_tolerance(c, o, &rtol);
+    const double tol = out_tolerance(c, o, fp32_tol, &rtol);
     double scale = 1;
     for (int64_t i = 0; i < n; i++)
       if (isfinite(want[o][i]) && fabs(want[o][i]) > scale) scale = fabs(want[o][i]);
@@ -394,10 +434,10 @@ static void note_error(vc_outcome *out, double err, double tol) {
 
 /* Compares got with want and notes the error; on a mismatch fails out at
  * stage and returns 0. */
-static int agrees(vc_outcome *out, const char *stage, const vc_case *c, double *const *got,
-                  double *const *want, char *why, size_t why_size) {
+static int agrees(vc_outcome *out, const char *stage, const vc_case *c, double fp32_tol,
+                  double *const *got, double *const *want, char *why, size_t why_size) {
   double err, tol;
-  const int ok = compare(c, got, want, &err, &tol, why, why_size);
+  const int ok = compare(c, fp32_tol, got, want, &err, &tol, why, why_size);
   note_error(out, err, tol);
   if (!ok) fail(out, stage, why);
   return ok;
@@ -446,7 +486,13 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
    * reference kernel is checked against itself only on the very case */
   vc_case oracle;
   const vc_case *refc = vc_case_oracle(c, &oracle) ? &oracle : c;
-  const int is_ref = k == ref && refc == c;
+  /* the oracle runs on host buffers when it is a cpu kernel (a kernel
+   * without a reference is its own oracle, on its own device) */
+  vc_check_options on_host = *o;
+  on_host.device = NULL;
+  const vc_check_options *ro = o->device && strcmp(ref->device, "cpu") == 0 ? &on_host : o;
+  const int is_ref = k == ref && refc == c && ro == o;
+  const double fp32_tol = vc_impl_fp32_tolerance(k->impl);
   if (!is_ref && !supports(ref, refc, why, sizeof why)) {
     out->verdict = BP_VALIDATE_SKIP;
     snprintf(out->detail, sizeof out->detail, "the reference refuses the case: %.260s", why);
@@ -475,7 +521,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
     }
 
   /* 1-4: the reference, then the kernel, on the same inputs */
-  run_spec rs = {ref, refc, 0, in.v, start, -1, o};
+  run_spec rs = {ref, refc, 0, in.v, start, -1, ro};
   int rc = run_once(&rs, ref0.v, why, sizeof why);
   if (rc != RUN_OK) {
     fail(out, is_ref ? "" : "the reference", why);
@@ -493,13 +539,14 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
       goto done;
     }
     if (!kept_when_skipped(out, c, &in, start, &got)) goto done;
-    if (!agrees(out, "differs from the reference", c, got.v, ref0.v, why, sizeof why)) goto done;
+    if (!agrees(out, "differs from the reference", c, fp32_tol, got.v, ref0.v, why, sizeof why))
+      goto done;
   } else {
     for (int i = 0; i < c->num_outputs; i++)
       memcpy(got.v[i], ref0.v[i], (size_t)vt_count(&c->out[i].d) * sizeof(double));
     if (!kept_when_skipped(out, c, &in, start, &got)) goto done;
     double rtol;
-    note_error(out, 0, c->num_outputs ? out_tolerance(c, 0, &rtol) : NAN);
+    note_error(out, 0, c->num_outputs ? out_tolerance(c, 0, fp32_tol, &rtol) : NAN);
   }
 
   /* 7: the same bits twice */
@@ -547,15 +594,15 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
         for (int64_t e = 0; e < vt_count(&c->out[i].d); e++)
           ref_acc.v[i][e] = (acc_start[i] ? acc_start[i][e] : 0) + ref0.v[i][e];
     } else {
-      run_spec r1 = {ref, refc, 1, in.v, acc_start, -1, o};
+      run_spec r1 = {ref, refc, 1, in.v, acc_start, -1, ro};
       rc = run_once(&r1, ref_acc.v, why, sizeof why);
       if (rc != RUN_OK) {
         fail(out, "accumulate=1: the reference", why);
         goto done;
       }
     }
-    if (!agrees(out, "accumulate=1 (out += result) is wrong", c, got_acc.v, ref_acc.v, why,
-                sizeof why))
+    if (!agrees(out, "accumulate=1 (out += result) is wrong", c, fp32_tol, got_acc.v, ref_acc.v,
+                why, sizeof why))
       goto done;
   }
 
@@ -570,7 +617,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
       fail(out, stage, why);
       goto done;
     }
-    if (!agrees(out, stage, c, p2.v, ref0.v, why, sizeof why)) goto done;
+    if (!agrees(out, stage, c, fp32_tol, p2.v, ref0.v, why, sizeof why)) goto done;
   }
 done:
   vals_free(&in);

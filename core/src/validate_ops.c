@@ -6,6 +6,7 @@
  * which input an IN_PLACE kernel's output may be. */
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "validate-impl.h"
@@ -123,6 +124,16 @@ void vc_op_complete(vc_case *c) {
   }
   for (int o = 0; o < c->num_outputs; o++)
     if (c->alias[o] >= c->num_inputs) c->alias[o] = -1;
+}
+
+double vc_impl_fp32_tolerance(const char *impl) {
+  /* TF32 keeps 10 mantissa bits: inputs rounded to 2^-11, products to
+   * about 1e-3 relative (docs/validate.md) */
+  if (starts(impl, "cudnn") || starts(impl, "cublas")) {
+    const char *tf32 = getenv("BP_TF32");
+    if (!tf32 || strcmp(tf32, "0") != 0) return VC_TF32_TOLERANCE;
+  }
+  return vc_tolerance(BP_ABI_DTYPE_FP32);
 }
 
 void vc_op_fp16_tolerance(const char *op, double *rtol, double *atol) {

@@ -94,7 +94,7 @@ CPU_INLINE void bn_apply_loop_body(const bn_pixels *p, const float *restrict x,
   BN_FOR_PIXELS(p, n, h, w) {
     const float *xr = x + bp_sdk_offset(p->a, n, h, w, 0);
     float *yr = y + bp_sdk_offset(p->b, n, h, w, 0);
-    for (int64_t j = 0; j < nb; j++) yr[j] = (float)(xr[j] * scale[j] + shift[j]);
+    for (int64_t j = 0; j < nb; j++) yr[j] = bp_bn_apply(xr[j], scale[j], shift[j]);
   }
 }
 CPU_DISPATCH(bn_apply_loop,
@@ -115,7 +115,7 @@ CPU_INLINE void bn_bwd_sums_loop_body(const bn_pixels *p, const float *restrict 
         for (int64_t j = 0; j < nb; j++) {
           const double g = dyr[j];
           sdy[j] += g;
-          sdyx[j] += g * (xr[j] - mean[j]) * invstd[j];
+          sdyx[j] += bp_bn_dy_xhat(g, xr[j], mean[j], invstd[j]);
         }
       }
 }
@@ -136,8 +136,8 @@ CPU_INLINE void bn_bwd_dx_mode(const bn_pixels *p, const float *restrict x,
     const float *dyr = dy + bp_sdk_offset(p->b, n, h, w, 0);
     float *dxr = dx + bp_sdk_offset(p->c, n, h, w, 0);
     for (int64_t j = 0; j < nb; j++) {
-      const double xhat = (xr[j] - mean[j]) * invstd[j];
-      const float g = (float)(k[j] * (dyr[j] - sdy[j] - xhat * sdyx[j]));
+      const double xhat = bp_bn_xhat(xr[j], mean[j], invstd[j]);
+      const float g = bp_bn_dx(k[j], dyr[j], xhat, sdy[j], sdyx[j]);
       dxr[j] = accumulate ? dxr[j] + g : g;
     }
   }

@@ -3,11 +3,12 @@
  * spans are described there and in bp_abi_ops.h).
  *
  * Each element takes the reference's float operations in the reference's
- * order; the per-element branches of the reference that depend only on
- * attributes (weight_decay != 0, nesterov) pick one of four loops instead,
- * so each loop is straight-line code the compiler vectorizes. The scalar
- * factors of AdamW (bias corrections, decay, step size) are formed in
- * double exactly as the reference forms them. grad, w, m and v never
+ * order: both call the same inline formulas (bp_sgd, bp_adamw of
+ * ops/shared/elem_math.h). The per-element branches of the reference that
+ * depend only on attributes (weight_decay != 0, nesterov) become constant
+ * arguments of one of four loops instead, so each loop is straight-line
+ * code the compiler vectorizes. The scalar factors of AdamW (bias
+ * corrections, decay, step size) are the reference's bp_adamw_factors_of. grad, w, m and v never
  * overlap (bp_sdk_check_ptrs), hence restrict. The checks are the
  * reference's own (ops/shared/range_check.h), the skip input (ABI 1.5)
  * included: a nonzero skip returns before anything is read or written.
@@ -23,14 +24,7 @@
 /* One SGD mode: decay (weight_decay != 0) and nesterov fixed at compile time. */
 CPU_INLINE void sgd_mode(float *restrict w, float *restrict m, const float *restrict grad,
                          int64_t n, float lr, float mu, float wd, int decay, int nesterov) {
-  for (int64_t i = 0; i < n; i++) {
-    float g = grad[i];
-    if (decay) g = g + wd * w[i];
-    const float buf = mu * m[i] + g;
-    m[i] = buf;
-    const float u = nesterov ? g + mu * buf : buf;
-    w[i] = w[i] - lr * u;
-  }
+  for (int64_t i = 0; i < n; i++) bp_sgd(grad[i], &w[i], &m[i], lr, mu, wd, decay, nesterov);
 }
 
 CPU_INLINE void sgd_loop_body(float *restrict w, float *restrict m, const float *restrict grad,
@@ -48,29 +42,14 @@ CPU_DISPATCH(sgd_loop,
               float lr, float mu, float wd, int nesterov),
              (w, m, grad, n, lr, mu, wd, nesterov))
 
-/* The scalar factors of one AdamW step (adamw_run). */
-typedef struct adamw_factors {
-  float decay, neg_step_size, bc2_sqrt, c1, c2, b1, b2, eps;
-} adamw_factors;
-
+/* The scalar factors of one AdamW step: bp_adamw_factors (elem_math.h). */
 CPU_INLINE void adamw_loop_body(float *restrict w, float *restrict m, float *restrict v,
-                                const float *restrict grad, int64_t n, adamw_factors f) {
-  const float decay = f.decay, neg_step_size = f.neg_step_size, bc2_sqrt = f.bc2_sqrt;
-  const float c1 = f.c1, c2 = f.c2, b1 = f.b1, b2 = f.b2, eps = f.eps;
-  for (int64_t i = 0; i < n; i++) {
-    const float g = grad[i];
-    const float wi = w[i] * decay;
-    const float mi = m[i] * b1 + c1 * g;
-    const float vi = v[i] * b2 + c2 * g * g;
-    const float denom = sqrtf(vi) / bc2_sqrt + eps;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = wi + neg_step_size * mi / denom;
-  }
+                                const float *restrict grad, int64_t n, bp_adamw_factors f) {
+  for (int64_t i = 0; i < n; i++) bp_adamw(&f, grad[i], &w[i], &m[i], &v[i]);
 }
 CPU_DISPATCH(adamw_loop,
              (float *restrict w, float *restrict m, float *restrict v, const float *restrict grad,
-              int64_t n, adamw_factors f),
+              int64_t n, bp_adamw_factors f),
              (w, m, v, grad, n, f))
 
 /* ---- tasks -------------------------------------------------------------------- */
@@ -88,7 +67,7 @@ typedef struct optim_job {
   int64_t n;
   float lr, mu, wd; /* sgd */
   int nesterov;     /* sgd */
-  adamw_factors f;  /* adamw */
+  bp_adamw_factors f; /* adamw */
 } optim_job;
 
 static void sgd_task(void *p, int64_t i) {
@@ -150,14 +129,8 @@ static int adamw_run(void *user, const bp_abi_kernel_args *args) {
     return BP_ABI_ERR_INVALID;
   if (ops_skip_set(args, a.has_skip)) return BP_ABI_OK;
   if (!ops_update_scalars(args, 2, &lr, &step)) return BP_ABI_ERR_INVALID;
-  const double t = step;
-  const double bc1 = 1.0 - pow((double)a.beta1, t), bc2 = 1.0 - pow((double)a.beta2, t);
-  adamw_factors f;
-  f.decay = (float)(1.0 - (double)lr * (double)a.weight_decay);
-  f.neg_step_size = (float)(-((double)lr / bc1));
-  f.bc2_sqrt = (float)sqrt(bc2);
-  f.c1 = (float)(1.0 - (double)a.beta1), f.c2 = (float)(1.0 - (double)a.beta2);
-  f.b1 = a.beta1, f.b2 = a.beta2, f.eps = a.eps;
+  const bp_adamw_factors f =
+      bp_adamw_factors_of(lr, step, a.beta1, a.beta2, a.weight_decay, a.eps);
   optim_job j = {.w = bp_sdk_output_f32(args, 0), .m = bp_sdk_output_f32(args, 1),
                  .v = bp_sdk_output_f32(args, 2), .grad = bp_sdk_input_f32(args, 0),
                  .n = bp_sdk_input(args, 0)->shape[3], .f = f};

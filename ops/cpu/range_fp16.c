@@ -11,8 +11,9 @@
  * above, so BP_CPU_ISA=default runs the SDK's bit conversion; the two give
  * the same bits. unscale multiplies the exactly widened value by the same
  * FP32 inv = 1.0f / scale (ops_unscale_factor). nan_check classifies on
- * the bits, as the reference does, with a branch-free OR over the span
- * that the compiler vectorizes (CPU_DISPATCH).
+ * the bits with the reference's bp_fp32_nonfinite / bp_fp16_nonfinite
+ * (ops/shared/elem_math.h), in a branch-free OR over the span that the
+ * compiler vectorizes (CPU_DISPATCH).
  *
  * Threads: a span is cut into chunks of SPAN_CHUNK elements, run through
  * the host's threads (bp_sdk_parallel_for) when there are two or more;
@@ -62,18 +63,14 @@ static int use_f16c(void) { return cpu_isa() >= CPU_ISA_AVX2 && ops_fp16_f16c_su
 
 CPU_INLINE void nonfinite_f32_body(const float *restrict x, int64_t n, int *found) {
   uint32_t any = 0;
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t b;
-    memcpy(&b, &x[i], sizeof b);
-    any |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
-  }
+  for (int64_t i = 0; i < n; i++) any |= (uint32_t)bp_fp32_nonfinite(x[i]);
   *found = any != 0;
 }
 CPU_DISPATCH(nonfinite_f32, (const float *restrict x, int64_t n, int *found), (x, n, found))
 
 CPU_INLINE void nonfinite_f16_body(const uint16_t *restrict x, int64_t n, int *found) {
   uint32_t any = 0;
-  for (int64_t i = 0; i < n; i++) any |= (uint32_t)((x[i] & 0x7c00u) == 0x7c00u);
+  for (int64_t i = 0; i < n; i++) any |= (uint32_t)bp_fp16_nonfinite(x[i]);
   *found = any != 0;
 }
 CPU_DISPATCH(nonfinite_f16, (const uint16_t *restrict x, int64_t n, int *found), (x, n, found))

@@ -13,6 +13,7 @@
  * tasks of CPU_TASK_ELEMS (cpu-impl.h); each element's value does not
  * depend on the cut. */
 #include "cpu-impl.h"
+#include "shared/elem_math.h"
 #include "shared/elementwise_check.h"
 
 /* ---- layout --------------------------------------------------------------- */
@@ -41,18 +42,12 @@ static int64_t count_of(const bp_abi_tensor *t) {
 /* ---- loops ---------------------------------------------------------------- */
 
 CPU_INLINE void relu_fwd_loop_body(const float *restrict x, float *restrict y, int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    const float v = x[i];
-    y[i] = v < 0.0f ? 0.0f : v;
-  }
+  for (int64_t i = 0; i < n; i++) y[i] = bp_relu_fwd(x[i]);
 }
 CPU_DISPATCH(relu_fwd_loop, (const float *restrict x, float *restrict y, int64_t n), (x, y, n))
 
 CPU_INLINE void relu_fwd_inplace_loop_body(float *restrict x, int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    const float v = x[i];
-    x[i] = v < 0.0f ? 0.0f : v;
-  }
+  for (int64_t i = 0; i < n; i++) x[i] = bp_relu_fwd(x[i]);
 }
 CPU_DISPATCH(relu_fwd_inplace_loop, (float *restrict x, int64_t n), (x, n))
 
@@ -62,7 +57,7 @@ CPU_INLINE void relu_bwd_mode(const float *restrict y, const float *restrict dy,
                               float *restrict dx, int64_t n, int accumulate) {
   for (int64_t i = 0; i < n; i++) {
     const float d = dy[i];
-    const float g = y[i] > 0.0f ? d : 0.0f;
+    const float g = bp_relu_bwd(y[i], d);
     dx[i] = accumulate ? dx[i] + g : g;
   }
 }
@@ -81,7 +76,7 @@ CPU_INLINE void relu_bwd_inplace_mode(const float *restrict y, float *restrict d
                                       int accumulate) {
   for (int64_t i = 0; i < n; i++) {
     const float o = d[i];
-    const float g = y[i] > 0.0f ? o : 0.0f;
+    const float g = bp_relu_bwd(y[i], o);
     d[i] = accumulate ? o + g : g;
   }
 }

@@ -29,13 +29,17 @@
  * Threads: oneDNN fixes a primitive's thread count (and with it how the
  * work, and backward-filter's sums, are split) when the primitive is
  * created, from OpenMP's count in the creating thread. prepare() therefore
- * applies the rank's count first, and run() applies the same count: the
- * bits depend only on the inputs and the rank's count.
+ * applies the rank's count first, keeps it in the state, and run() applies
+ * that count: the bits depend only on the inputs and the rank's count.
  *
- * Memory: oneDNN's scratchpad (mode user) is the state's own, sized by the
- * primitive prepare() made (its size depends on that thread count, which
- * workspace_size() does not know); the plan's workspace holds only the
- * dense dx of backward-data with accumulate = 1, 64-byte aligned in it. */
+ * Memory: oneDNN's scratchpads (mode user, for the convolution and the
+ * filter reorder alike) are the state's own buffer, sized by the
+ * primitives prepare() made (the size depends on that thread count, which
+ * workspace_size() does not know); no oneDNN primitive of this module uses
+ * the library's thread-local scratchpad. The bias passes through a state
+ * buffer padded to 64 channels (state_new). The plan's workspace holds only
+ * the dense dx of backward-data with accumulate = 1, 64-byte aligned in it.
+ * Every buffer handed to oneDNN covers its memory descriptor's size. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +48,14 @@
 #include "shared/weighted_check.h"
 
 #define ODNN_ALIGN 64
+/* Bytes allocated past the scratchpad size a primitive descriptor reports.
+ * oneDNN 2.6's strided 1x1 backward-filter wrote past that size (it is
+ * refused: conv_plan_make); the forward and backward-data of a strided 1x1
+ * use the same strided-input copy into the scratchpad. They stayed inside
+ * it in every case tests/test_ops_onednn.c sweeps under guard pages on
+ * AVX2, but other ISAs run other code: a page of slack keeps an overrun of
+ * a vector or so out of the heap's metadata. */
+#define ODNN_SCRATCH_SLACK 4096
 
 /* One node's descriptors, built from its args. */
 typedef struct conv_plan {
@@ -107,6 +119,17 @@ static int conv_plan_make(const bp_abi_kernel_args *args, ops_pass pass, conv_pl
   if (r->b && r->k > 1 && r->b->stride[3] != 1)
     return bp_sdk_fail(reason, rs, "bias: channel stride %lld is not 1",
                        (long long)r->b->stride[3]);
+  /* oneDNN 2.6's 1x1 backward-filter copies a strided input into its
+   * scratchpad first ("reduce to unit stride"); that copy writes past the
+   * scratchpad size the primitive descriptor reports (12 bytes with 5
+   * input channels on one thread: heap corruption), and with two or more
+   * threads it gave wrong filters that vary from run to run (likely the
+   * same copy running into the next thread's part). tests/test_ops_onednn.c
+   * sweeps 1-17 channels */
+  if (pass == OPS_PASS_BWD_FILTER && r->kh == 1 && r->kw == 1 && (r->sh > 1 || r->sw > 1))
+    return bp_sdk_fail(reason, rs,
+                       "strided 1x1 backward-filter: oneDNN 2.6's kernel for it overruns its "
+                       "scratchpad");
 
   md_nhwc(&p->x_md, r->n, r->c, r->h, r->w_);
   md_nhwc(&p->y_md, r->n, r->k, r->oh, r->ow);
@@ -184,13 +207,15 @@ static uint64_t plan_workspace(const conv_plan *p) {
 
 typedef struct conv_state {
   conv_plan p;
+  int threads; /* OpenMP count the primitives were made for, and run with */
   dnnl_primitive_t prim;
   dnnl_stream_t stream;
-  dnnl_memory_t x, y, w_user, w, b, scratch; /* handles set per run; w: the primitive's */
+  dnnl_memory_t x, y, w_user, w, b; /* handles set per run; w: the primitive's */
+  dnnl_memory_t scratch, rscratch;  /* scratch_buf as the primitive's and the reorder's */
   dnnl_primitive_t reorder; /* w_user -> w, or (backward-filter) w -> w_user; NULL if none */
   void *w_buf;              /* w's buffer (w_reorder) */
-  void *scratch_buf;        /* oneDNN's scratchpad, or NULL when it needs none */
-  float *db_buf;            /* backward-filter with bias: db before it is copied or added */
+  void *scratch_buf;        /* the scratchpads (both in user mode), or NULL when none is needed */
+  float *bias_buf;          /* the bias (forward) or db (backward-filter), padded: see state_new */
   int packed;               /* w_buf holds w as of `generation` and `packed_from` */
   uint64_t generation;
   const void *packed_from;
@@ -202,14 +227,14 @@ static void state_release(void *user, void *state) {
   if (!s) return;
   if (s->prim) dnnl_primitive_destroy(s->prim);
   if (s->reorder) dnnl_primitive_destroy(s->reorder);
-  dnnl_memory_t *mems[] = {&s->x, &s->y, &s->w_user, &s->w, &s->b, &s->scratch};
+  dnnl_memory_t *mems[] = {&s->x, &s->y, &s->w_user, &s->w, &s->b, &s->scratch, &s->rscratch};
   for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
     if (*mems[i]) dnnl_memory_destroy(*mems[i]);
   if (s->stream) dnnl_stream_destroy(s->stream);
   conv_plan_free(&s->p);
   free(s->w_buf);
   free(s->scratch_buf);
-  free(s->db_buf);
+  free(s->bias_buf);
   free(s);
 }
 
@@ -219,14 +244,17 @@ static dnnl_status_t memory_new(dnnl_memory_t *m, const dnnl_memory_desc_t *md, 
 
 /* The reorder between the plan's filters and the primitive's: into the
  * primitive's layout, or (backward-filter) out of it, adding when
- * accumulate. */
-static dnnl_status_t reorder_new(conv_state *s) {
+ * accumulate. Its scratchpad is the state's too (mode user, *scratch_md):
+ * in mode library oneDNN would keep it in the creating thread's
+ * thread-local storage, while ranks run their nodes on other threads. */
+static dnnl_status_t reorder_new(conv_state *s, dnnl_memory_desc_t *scratch_md) {
   const int out = s->p.pass == OPS_PASS_BWD_FILTER;
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t po = NULL;
-  dnnl_status_t st = dnnl_success;
-  if (out && s->p.r.accumulate) {
-    if ((st = dnnl_primitive_attr_create(&attr)) != dnnl_success) return st;
+  dnnl_status_t st = dnnl_primitive_attr_create(&attr);
+  if (st != dnnl_success) return st;
+  st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success && out && s->p.r.accumulate) {
     if ((st = dnnl_post_ops_create(&po)) == dnnl_success &&
         (st = dnnl_post_ops_append_sum(po, 1.0f)) == dnnl_success)
       st = dnnl_primitive_attr_set_post_ops(attr, po);
@@ -236,7 +264,10 @@ static dnnl_status_t reorder_new(conv_state *s) {
     st = dnnl_reorder_primitive_desc_create(&rpd, out ? &s->p.w_md : &s->p.w_user_md,
                                             odnn_engine(), out ? &s->p.w_user_md : &s->p.w_md,
                                             odnn_engine(), attr);
-  if (st == dnnl_success) st = dnnl_primitive_create(&s->reorder, rpd);
+  if (st == dnnl_success) {
+    *scratch_md = *dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
+    st = dnnl_primitive_create(&s->reorder, rpd);
+  }
   if (rpd) dnnl_primitive_desc_destroy(rpd);
   if (po) dnnl_post_ops_destroy(po);
   if (attr) dnnl_primitive_attr_destroy(attr);
@@ -247,6 +278,11 @@ static int state_new(const bp_abi_kernel_args *args, ops_pass pass, conv_state *
   *out = NULL;
   conv_state *s = calloc(1, sizeof *s);
   if (!s) return BP_ABI_ERR_NOMEM;
+  /* the primitive descriptor fixes its thread count (the split of the work,
+   * the per-thread scratchpad) from OpenMP's count now; run() applies the
+   * same count */
+  s->threads = bp_sdk_args_thread_count(args);
+  odnn_use_threads(s->threads);
   if (!conv_plan_make(args, pass, &s->p, bp_sdk_args_reason(args), bp_sdk_args_reason_size(args))) {
     free(s);
     return BP_ABI_ERR_INVALID;
@@ -258,21 +294,10 @@ static int state_new(const bp_abi_kernel_args *args, ops_pass pass, conv_state *
   const char *what = "stream";
   dnnl_status_t st = dnnl_stream_create(&s->stream, odnn_engine(), dnnl_stream_default_flags);
   if (st == dnnl_success) what = "primitive", st = dnnl_primitive_create(&s->prim, p->pd);
-  if (st == dnnl_success) {
-    what = "memory";
-    const dnnl_memory_desc_t *scratch_md =
-        dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
-    const size_t scratch_bytes = dnnl_memory_desc_get_size(scratch_md);
-    if (scratch_bytes && posix_memalign(&s->scratch_buf, ODNN_ALIGN, scratch_bytes) != 0)
-      s->scratch_buf = NULL, st = dnnl_out_of_memory;
-    if (st == dnnl_success &&
-        (st = memory_new(&s->x, &p->x_md, DNNL_MEMORY_NONE)) == dnnl_success &&
-        (st = memory_new(&s->y, &p->y_md, DNNL_MEMORY_NONE)) == dnnl_success &&
-        (st = memory_new(&s->w_user, &p->w_user_md, DNNL_MEMORY_NONE)) == dnnl_success &&
-        (st = memory_new(&s->b, &p->b_md, DNNL_MEMORY_NONE)) == dnnl_success)
-      st = memory_new(&s->scratch, scratch_md, s->scratch_buf);
-  }
+  dnnl_memory_desc_t rscratch_md;
+  memset(&rscratch_md, 0, sizeof rscratch_md);
   if (st == dnnl_success && via_buf) {
+    what = "memory";
     const size_t bytes = dnnl_memory_desc_get_size(&p->w_md);
     if (posix_memalign(&s->w_buf, ODNN_ALIGN, bytes ? bytes : ODNN_ALIGN) != 0) {
       s->w_buf = NULL;
@@ -280,15 +305,36 @@ static int state_new(const bp_abi_kernel_args *args, ops_pass pass, conv_state *
     } else {
       what = "filter reorder";
       st = memory_new(&s->w, &p->w_md, s->w_buf);
-      if (st == dnnl_success) st = reorder_new(s);
+      if (st == dnnl_success) st = reorder_new(s, &rscratch_md);
     }
   }
-  /* oneDNN's JIT backward-filter writes diff_bias in whole channel blocks
-   * (up to 16 floats past the last channel), so it never writes into the
-   * plan's db: a buffer rounded up to 64 channels takes it, and the k
-   * channels are copied or added from there */
-  if (st == dnnl_success && pass == OPS_PASS_BWD_FILTER && p->r.has_bias &&
-      !(s->db_buf = calloc((size_t)(p->r.k + 63) / 64 * 64, sizeof(float))))
+  if (st == dnnl_success) {
+    /* one buffer serves both scratchpads: the primitive and the reorder
+     * never run at once */
+    what = "memory";
+    const dnnl_memory_desc_t *scratch_md =
+        dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
+    const size_t scratch_bytes = dnnl_memory_desc_get_size(scratch_md),
+                 rscratch_bytes = s->reorder ? dnnl_memory_desc_get_size(&rscratch_md) : 0;
+    const size_t bytes = scratch_bytes > rscratch_bytes ? scratch_bytes : rscratch_bytes;
+    if (bytes && posix_memalign(&s->scratch_buf, ODNN_ALIGN, bytes + ODNN_SCRATCH_SLACK) != 0)
+      s->scratch_buf = NULL, st = dnnl_out_of_memory;
+    if (st == dnnl_success &&
+        (st = memory_new(&s->x, &p->x_md, DNNL_MEMORY_NONE)) == dnnl_success &&
+        (st = memory_new(&s->y, &p->y_md, DNNL_MEMORY_NONE)) == dnnl_success &&
+        (st = memory_new(&s->w_user, &p->w_user_md, DNNL_MEMORY_NONE)) == dnnl_success &&
+        (st = memory_new(&s->b, &p->b_md, DNNL_MEMORY_NONE)) == dnnl_success)
+      st = memory_new(&s->scratch, scratch_md, s->scratch_buf);
+    if (st == dnnl_success && rscratch_bytes)
+      st = memory_new(&s->rscratch, &rscratch_md, s->scratch_buf);
+  }
+  /* oneDNN's JIT kernels treat the bias in whole channel blocks: the
+   * backward-filter writes diff_bias up to a block past the last channel,
+   * and the forward may read that far. Neither touches the plan's bias: a buffer
+   * rounded up to 64 channels (zero past k) takes the forward's copy of b,
+   * or backward-filter's db, whose k channels are then copied or added */
+  if (st == dnnl_success && pass != OPS_PASS_BWD_DATA && p->r.has_bias &&
+      !(s->bias_buf = calloc((size_t)(p->r.k + 63) / 64 * 64, sizeof(float))))
     st = dnnl_out_of_memory;
   if (st != dnnl_success) {
     bp_sdk_set_reason(args, "oneDNN %s: status %d", what, (int)st);
@@ -300,7 +346,6 @@ static int state_new(const bp_abi_kernel_args *args, ops_pass pass, conv_state *
 }
 
 static int conv_prepare(const bp_abi_kernel_args *args, ops_pass pass, void **state_out) {
-  odnn_use_threads(args); /* the primitive's thread count is fixed now */
   conv_state *s = NULL;
   const int rc = state_new(args, pass, &s);
   *state_out = s;
@@ -322,8 +367,9 @@ static dnnl_status_t filters_in(conv_state *s, const bp_abi_kernel_args *args, c
   if (st != dnnl_success || !s->p.w_reorder) return st;
   const uint64_t gen = bp_sdk_args_generation(args);
   if (s->packed && gen != 0 && gen == s->generation && w == s->packed_from) return dnnl_success;
-  const dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, s->w_user}, {DNNL_ARG_TO, s->w}};
-  st = execute(s->reorder, s->stream, 2, a);
+  const dnnl_exec_arg_t a[] = {
+      {DNNL_ARG_FROM, s->w_user}, {DNNL_ARG_TO, s->w}, {DNNL_ARG_SCRATCHPAD, s->rscratch}};
+  st = execute(s->reorder, s->stream, s->rscratch ? 3 : 2, a);
   s->packed = st == dnnl_success;
   s->generation = gen, s->packed_from = w;
   return st;
@@ -338,7 +384,6 @@ static int conv_run(const bp_abi_kernel_args *args, ops_pass pass) {
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
   conv_state *s = bp_sdk_args_state(args), *tmp = NULL;
-  odnn_use_threads(args);
   if (!s) { /* a caller that skipped prepare */
     const int rc = state_new(args, pass, &tmp);
     if (rc != BP_ABI_OK) return rc;
@@ -347,6 +392,9 @@ static int conv_run(const bp_abi_kernel_args *args, ops_pass pass) {
     /* the prepared plan must still describe these args */
     ops_conv_geom r;
     if (!ops_conv_check(args, pass, &r, reason, rs)) return BP_ABI_ERR_INVALID;
+    /* the count the primitives were made for, even if the host lends
+     * another now: their split and scratchpad assume it */
+    odnn_use_threads(s->threads);
   }
   int rc = BP_ABI_OK;
   const conv_plan *p = &s->p;
@@ -376,8 +424,10 @@ static int conv_run(const bp_abi_kernel_args *args, ops_pass pass) {
     if (st == dnnl_success) st = filters_in(s, args, in1);
     if (st == dnnl_success) st = dnnl_memory_set_data_handle(s->x, (void *)(uintptr_t)in0);
     if (st == dnnl_success) st = dnnl_memory_set_data_handle(s->y, out0);
-    if (st == dnnl_success && p->r.has_bias)
-      st = dnnl_memory_set_data_handle(s->b, (void *)(uintptr_t)args->input_ptrs[2]);
+    if (st == dnnl_success && p->r.has_bias) {
+      memcpy(s->bias_buf, args->input_ptrs[2], sizeof(float) * (size_t)p->r.k);
+      st = dnnl_memory_set_data_handle(s->b, s->bias_buf);
+    }
     const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, s->x},      {DNNL_ARG_WEIGHTS, wmem},
                                  {DNNL_ARG_DST, s->y},      {DNNL_ARG_SCRATCHPAD, s->scratch},
                                  {DNNL_ARG_BIAS, s->b}};
@@ -400,7 +450,7 @@ static int conv_run(const bp_abi_kernel_args *args, ops_pass pass) {
     if (st == dnnl_success) st = dnnl_memory_set_data_handle(s->x, (void *)(uintptr_t)in0);
     if (st == dnnl_success) st = dnnl_memory_set_data_handle(s->y, (void *)(uintptr_t)in1);
     if (st == dnnl_success && db)
-      st = dnnl_memory_set_data_handle(s->b, s->db_buf);
+      st = dnnl_memory_set_data_handle(s->b, s->bias_buf);
     const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, s->x},
                                  {DNNL_ARG_DIFF_DST, s->y},
                                  {DNNL_ARG_DIFF_WEIGHTS, wmem},
@@ -408,12 +458,13 @@ static int conv_run(const bp_abi_kernel_args *args, ops_pass pass) {
                                  {DNNL_ARG_DIFF_BIAS, s->b}};
     if (st == dnnl_success) st = execute(s->prim, s->stream, db ? 5 : 4, a);
     if (st == dnnl_success && s->reorder) {
-      const dnnl_exec_arg_t ra[] = {{DNNL_ARG_FROM, s->w}, {DNNL_ARG_TO, s->w_user}};
-      st = execute(s->reorder, s->stream, 2, ra);
+      const dnnl_exec_arg_t ra[] = {
+          {DNNL_ARG_FROM, s->w}, {DNNL_ARG_TO, s->w_user}, {DNNL_ARG_SCRATCHPAD, s->rscratch}};
+      st = execute(s->reorder, s->stream, s->rscratch ? 3 : 2, ra);
     }
     if (st == dnnl_success && db) {
-      if (p->r.accumulate) add_into(db, s->db_buf, (size_t)p->r.k);
-      else memcpy(db, s->db_buf, sizeof(float) * (size_t)p->r.k);
+      if (p->r.accumulate) add_into(db, s->bias_buf, (size_t)p->r.k);
+      else memcpy(db, s->bias_buf, sizeof(float) * (size_t)p->r.k);
     }
   }
   if (st != dnnl_success) {

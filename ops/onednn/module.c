@@ -39,8 +39,7 @@ static int (*omp_max_threads)(void);
 
 dnnl_engine_t odnn_engine(void) { return engine; }
 
-void odnn_use_threads(const bp_abi_kernel_args *args) {
-  const int threads = bp_sdk_args_thread_count(args);
+void odnn_use_threads(int threads) {
   if (omp_max_threads() != threads) omp_set_threads(threads); /* this thread's count */
 }
 

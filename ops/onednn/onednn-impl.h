@@ -20,23 +20,20 @@
 dnnl_engine_t odnn_engine(void);
 
 /* Debian's oneDNN runs its threads on OpenMP, whose thread count is per
- * calling thread: applies the rank's count (args->threads) in the calling
- * thread before a primitive runs; cheap when already in force. */
-void odnn_use_threads(const bp_abi_kernel_args *args);
+ * calling thread: applies `threads` in the calling thread (before a
+ * primitive is made, and before it runs with the count it was made for);
+ * cheap when already in force. */
+void odnn_use_threads(int threads);
 
 /* The ABI error for a oneDNN status (out of memory -> NOMEM, else INVALID). */
 int odnn_error(dnnl_status_t st);
 
-/* Priority 11: below the im2col + dnnl_sgemm kernels of ops/blas "dnnl"
- * (12), so no node gets these kernels unless a pin or autotune asks.
- * They are faster (bench_conv_kernels --impls, README.md: the sum of a
- * training step's convolutions at batch 128, CNN 1.04x with one thread,
- * 2.3x with two; ResNet-8 1.33x and 2.0x), but with them serving every
- * convolution of test_exec's models the process's heap was corrupted
- * (glibc: "unaligned tcache chunk"; a later oneDNN allocation crashed),
- * depending on the environment's layout. Until that is found they are
- * opt-in: `--kernels 'conv2d.*=onednn'`. */
-#define ODNN_PRIORITY (BP_ABI_PRIORITY_LIBRARY + 1)
+/* Priority 13: above the im2col + dnnl_sgemm kernels of ops/blas "dnnl"
+ * (12), so these serve every convolution they support. They are faster
+ * (bench_conv_kernels --impls, README.md: the sum of a training step's
+ * convolutions at batch 128, CNN 1.04x with one thread, 2.3x with two;
+ * ResNet-8 1.33x and 2.0x). */
+#define ODNN_PRIORITY (BP_ABI_PRIORITY_LIBRARY + 3)
 
 extern const bp_abi_kernel odnn_conv2d_fwd, odnn_conv2d_bwd_data, odnn_conv2d_bwd_filter;
 

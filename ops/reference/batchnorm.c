@@ -45,7 +45,7 @@ static void bn_apply(const bp_abi_tensor *tx, const float *x, const bp_abi_tenso
         const float *xr = x + bp_sdk_offset(tx, n, h, w, c0);
         float *yr = y + bp_sdk_offset(ty, n, h, w, c0);
         for (int64_t j = 0; j < nb; j++)
-          yr[j * ty->stride[3]] = (float)(xr[j * tx->stride[3]] * scale[j] + shift[j]);
+          yr[j * ty->stride[3]] = bp_bn_apply(xr[j * tx->stride[3]], scale[j], shift[j]);
       }
 }
 
@@ -155,7 +155,7 @@ static int bn_run_bwd(void *user, const bp_abi_kernel_args *args) {
           for (int64_t j = 0; j < nb; j++) {
             const double g = dyr[j * tdy->stride[3]];
             sdy[j] += g;
-            sdyx[j] += g * (xr[j * tx->stride[3]] - mean[j]) * invstd[j];
+            sdyx[j] += bp_bn_dy_xhat(g, xr[j * tx->stride[3]], mean[j], invstd[j]);
           }
         }
     ops_bn_bwd_channels(args, &a, c0, nb, invstd, sdy, sdyx, k);
@@ -166,8 +166,8 @@ static int bn_run_bwd(void *user, const bp_abi_kernel_args *args) {
           const float *dyr = dy + bp_sdk_offset(tdy, n, h, w, c0);
           float *dxr = dx + bp_sdk_offset(tdx, n, h, w, c0);
           for (int64_t j = 0; j < nb; j++) {
-            const double xhat = (xr[j * tx->stride[3]] - mean[j]) * invstd[j];
-            const float g = (float)(k[j] * (dyr[j * tdy->stride[3]] - sdy[j] - xhat * sdyx[j]));
+            const double xhat = bp_bn_xhat(xr[j * tx->stride[3]], mean[j], invstd[j]);
+            const float g = bp_bn_dx(k[j], dyr[j * tdy->stride[3]], xhat, sdy[j], sdyx[j]);
             float *o = dxr + j * tdx->stride[3];
             *o = a.accumulate ? *o + g : g;
           }

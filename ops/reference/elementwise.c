@@ -7,6 +7,7 @@
  * output may be the very same elements as an input (same pointer, shape and
  * strides) where the op says "may alias"; partial overlaps are refused. */
 #include "reference-impl.h"
+#include "shared/elem_math.h"
 #include "shared/elementwise_check.h"
 
 static int relu_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason,
@@ -52,8 +53,7 @@ static int relu_run_fwd(void *user, const bp_abi_kernel_args *args) {
     for (int64_t h = 0; h < tx->shape[1]; h++)
       for (int64_t w = 0; w < tx->shape[2]; w++)
         for (int64_t c = 0; c < tx->shape[3]; c++) {
-          const float v = x[bp_sdk_offset(tx, n, h, w, c)];
-          y[bp_sdk_offset(ty, n, h, w, c)] = v < 0.0f ? 0.0f : v;
+          y[bp_sdk_offset(ty, n, h, w, c)] = bp_relu_fwd(x[bp_sdk_offset(tx, n, h, w, c)]);
         }
   return BP_ABI_OK;
 }
@@ -80,7 +80,7 @@ static int relu_run_bwd(void *user, const bp_abi_kernel_args *args) {
       for (int64_t w = 0; w < ty->shape[2]; w++)
         for (int64_t c = 0; c < ty->shape[3]; c++) {
           const float g =
-              y[bp_sdk_offset(ty, n, h, w, c)] > 0.0f ? dy[bp_sdk_offset(tdy, n, h, w, c)] : 0.0f;
+              bp_relu_bwd(y[bp_sdk_offset(ty, n, h, w, c)], dy[bp_sdk_offset(tdy, n, h, w, c)]);
           float *o = dx + bp_sdk_offset(tdx, n, h, w, c);
           *o = a.accumulate ? *o + g : g;
         }

@@ -2,7 +2,7 @@
  * window kh x kw, stride, zero padding) and global average pool.
  *
  * Shapes, windows and the checks: ops/shared/pool_check.h (shared with
- * ops/cpu).
+ * ops/cpu and ops/cuda); the per-element formulas: ops/shared/elem_math.h.
  *
  * FP32 (mask INT8), any device strides that nest in NHWC order, padded
  * channels skipped; no alignment beyond the element size; the 16-byte tail
@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "reference-impl.h"
+#include "shared/elem_math.h"
 #include "shared/pool_check.h"
 
 static int maxpool_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason,
@@ -67,7 +68,7 @@ static int maxpool_run_fwd(void *user, const bp_abi_kernel_args *args) {
             for (int64_t kx = kx0; kx < kx1; kx++) {
               const int64_t ih = oh * g.sh - g.ph + ky, iw = ow * g.sw - g.pw + kx;
               const float v = x[bp_sdk_offset(g.x, n, ih, iw, c)];
-              if (arg < 0 || v > best || (v != v && best == best)) {
+              if (arg < 0 || bp_maxpool_takes(v, best)) {
                 best = v;
                 arg = ky * g.kw + kx;
               }
@@ -159,7 +160,7 @@ static int avgpool_run_fwd(void *user, const bp_abi_kernel_args *args) {
           for (int64_t ky = ky0; ky < ky1; ky++)
             for (int64_t kx = kx0; kx < kx1; kx++)
               sum += x[bp_sdk_offset(g.x, n, oh * g.sh - g.ph + ky, ow * g.sw - g.pw + kx, c)];
-          y[bp_sdk_offset(g.y, n, oh, ow, c)] = (float)(sum / div);
+          y[bp_sdk_offset(g.y, n, oh, ow, c)] = bp_avg_of(sum, div);
         }
       }
   return BP_ABI_OK;
@@ -189,7 +190,7 @@ static int avgpool_run_bwd(void *user, const bp_abi_kernel_args *args) {
         ops_pool_taps(ow, g.sw, g.pw, g.kw, g.w, &kx0, &kx1);
         const double div = avg_divisor(&g, ky0, ky1, kx0, kx1);
         for (int64_t c = 0; c < g.c; c++) {
-          const float share = (float)(dy[bp_sdk_offset(g.y, n, oh, ow, c)] / div);
+          const float share = bp_avg_of(dy[bp_sdk_offset(g.y, n, oh, ow, c)], div);
           for (int64_t ky = ky0; ky < ky1; ky++)
             for (int64_t kx = kx0; kx < kx1; kx++)
               dx[bp_sdk_offset(g.x, n, oh * g.sh - g.ph + ky, ow * g.sw - g.pw + kx, c)] += share;
@@ -198,36 +199,17 @@ static int avgpool_run_bwd(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
-/* global_avgpool: x [N,H,W,C] and y [N,1,1,C]; fwd: in x, out y;
- * bwd: in dy (y's shape), out dx (x's shape). */
-static int gap_check(const bp_abi_kernel_args *args, int fwd, bp_elementwise_attrs *a,
-                     const bp_abi_tensor **x, const bp_abi_tensor **y, char *reason, size_t rs) {
-  if (!args) return bp_sdk_fail(reason, rs, "no args");
-  if (!bp_sdk_read_attrs(args, a, sizeof *a, reason, rs) ||
-      !bp_sdk_check_flag(a->accumulate, "accumulate", reason, rs) ||
-      !bp_sdk_check_args(args, 1, 1, reason, rs))
-    return 0;
-  *x = fwd ? bp_sdk_input(args, 0) : bp_sdk_output(args, 0);
-  *y = fwd ? bp_sdk_output(args, 0) : bp_sdk_input(args, 0);
-  const char *xname = fwd ? "x" : "dx", *yname = fwd ? "y" : "dy";
-  if (!bp_sdk_check_tensor(*x, xname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      !bp_sdk_check_tensor(*y, yname, BP_ABI_DTYPE_FP32, reason, rs) ||
-      !bp_sdk_check_shape(*y, yname, (*x)->shape[0], 1, 1, (*x)->shape[3], reason, rs))
-    return 0;
-  return 1;
-}
-
 static int gap_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
   bp_elementwise_attrs a;
   const bp_abi_tensor *x, *y;
-  return gap_check(args, 1, &a, &x, &y, reason, rs);
+  return ops_gap_check(args, 1, &a, &x, &y, reason, rs);
 }
 static int gap_supports_bwd(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
   bp_elementwise_attrs a;
   const bp_abi_tensor *x, *y;
-  return gap_check(args, 0, &a, &x, &y, reason, rs);
+  return ops_gap_check(args, 0, &a, &x, &y, reason, rs);
 }
 
 /* global_avgpool.fwd
@@ -239,7 +221,7 @@ static int gap_run_fwd(void *user, const bp_abi_kernel_args *args) {
   const bp_abi_tensor *tx, *ty;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
-  if (!gap_check(args, 1, &a, &tx, &ty, reason, rs) ||
+  if (!ops_gap_check(args, 1, &a, &tx, &ty, reason, rs) ||
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   const float *x = bp_sdk_input_f32(args, 0);
@@ -250,7 +232,7 @@ static int gap_run_fwd(void *user, const bp_abi_kernel_args *args) {
       double sum = 0.0;
       for (int64_t h = 0; h < tx->shape[1]; h++)
         for (int64_t w = 0; w < tx->shape[2]; w++) sum += x[bp_sdk_offset(tx, n, h, w, c)];
-      y[bp_sdk_offset(ty, n, 0, 0, c)] = (float)(sum / count);
+      y[bp_sdk_offset(ty, n, 0, 0, c)] = bp_avg_of(sum, count);
     }
   return BP_ABI_OK;
 }
@@ -264,7 +246,7 @@ static int gap_run_bwd(void *user, const bp_abi_kernel_args *args) {
   const bp_abi_tensor *tx, *ty;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
-  if (!gap_check(args, 0, &a, &tx, &ty, reason, rs) ||
+  if (!ops_gap_check(args, 0, &a, &tx, &ty, reason, rs) ||
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   const float *dy = bp_sdk_input_f32(args, 0);
@@ -272,7 +254,7 @@ static int gap_run_bwd(void *user, const bp_abi_kernel_args *args) {
   const double count = (double)(tx->shape[1] * tx->shape[2]);
   for (int64_t n = 0; n < tx->shape[0]; n++)
     for (int64_t c = 0; c < tx->shape[3]; c++) {
-      const float share = (float)(dy[bp_sdk_offset(ty, n, 0, 0, c)] / count);
+      const float share = bp_avg_of(dy[bp_sdk_offset(ty, n, 0, 0, c)], count);
       for (int64_t h = 0; h < tx->shape[1]; h++)
         for (int64_t w = 0; w < tx->shape[2]; w++) {
           float *o = dx + bp_sdk_offset(tx, n, h, w, c);

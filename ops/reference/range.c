@@ -48,9 +48,10 @@
 
 /* ---- checks ------------------------------------------------------------- */
 
-/* The span, scalar and attribute checks, those of zero, cast, nan_check
- * and unscale, the skip input and the SGD and AdamW checks are
- * ops/shared/range_check.h (shared with ops/cpu). */
+/* Every op's argument checks, the skip input and the run-time scalar
+ * checks are ops/shared/range_check.h (shared with ops/cpu and ops/cuda);
+ * the per-element formulas are ops/shared/elem_math.h's (shared with the
+ * CUDA kernels), called here in the order described below. */
 
 /* ---- range.zero --------------------------------------------------------- */
 
@@ -69,28 +70,10 @@ static int zero_run(void *user, const bp_abi_kernel_args *args) {
 
 /* range.copy  in: src   out: dst; spans of one dtype (any) and one E; the
  * bytes are copied as they are (NaN payloads included). */
-static int copy_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
-  bp_range_attrs a;
-  if (!args) return bp_sdk_fail(reason, rs, "no args");
-  if (!bp_sdk_read_attrs(args, &a, sizeof a, reason, rs) ||
-      !bp_sdk_check_args(args, 1, 1, reason, rs))
-    return 0;
-  const bp_abi_tensor *src = bp_sdk_input(args, 0), *dst = bp_sdk_output(args, 0);
-  if (!ops_span_check(src, "src", -1, reason, rs) ||
-      !ops_span_check(dst, "dst", src->dtype, reason, rs))
-    return 0;
-  return ops_same_count(src, "src", dst, "dst", reason, rs);
-}
-static int copy_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
-  (void)user;
-  return copy_check(args, reason, rs);
-}
+OPS_RANGE_SUPPORTS(copy_supports, ops_copy_check)
 static int copy_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  char *reason = bp_sdk_args_reason(args);
-  const size_t rs = bp_sdk_args_reason_size(args);
-  if (!copy_check(args, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
-    return BP_ABI_ERR_INVALID;
+  if (!ops_range_run_checks(args, ops_copy_check)) return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *t = bp_sdk_input(args, 0);
   memcpy(args->output_ptrs[0], args->input_ptrs[0],
          (size_t)(t->shape[3] * bp_sdk_dtype_size(t->dtype)));
@@ -101,24 +84,10 @@ static int copy_run(void *user, const bp_abi_kernel_args *args) {
 
 /* range.scale  in: x   out: y (normally x itself: the op is in place)
  *   y = x * scale, FP32 spans of one E; scale finite (0 allowed). */
-static int scale_check(const bp_abi_kernel_args *args, bp_range_attrs *a, char *reason,
-                       size_t rs) {
-  if (!args) return bp_sdk_fail(reason, rs, "no args");
-  const size_t needed = OPS_FIELD_END(bp_range_attrs, scale);
-  if (!ops_attrs_check(args, a, sizeof *a, needed, "scale", reason, rs))
-    return 0;
-  if (!isfinite(a->scale))
-    return bp_sdk_fail(reason, rs, "scale %g must be finite", (double)a->scale);
-  if (!bp_sdk_check_args(args, 1, 1, reason, rs)) return 0;
-  const bp_abi_tensor *x = bp_sdk_input(args, 0), *y = bp_sdk_output(args, 0);
-  return ops_span_check(x, "x", BP_ABI_DTYPE_FP32, reason, rs) &&
-         ops_span_check(y, "y", BP_ABI_DTYPE_FP32, reason, rs) &&
-         ops_same_count(x, "x", y, "y", reason, rs);
-}
 static int scale_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
   bp_range_attrs a;
-  return scale_check(args, &a, reason, rs);
+  return ops_scale_check(args, &a, reason, rs);
 }
 static int scale_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
@@ -126,13 +95,13 @@ static int scale_run(void *user, const bp_abi_kernel_args *args) {
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
   static const int alias_out[] = {0}, alias_in[] = {0};
-  if (!scale_check(args, &a, reason, rs) ||
+  if (!ops_scale_check(args, &a, reason, rs) ||
       !bp_sdk_check_ptrs(args, alias_out, alias_in, 1, reason, rs))
     return BP_ABI_ERR_INVALID;
   const float *x = bp_sdk_input_f32(args, 0);
   float *y = bp_sdk_output_f32(args, 0);
   const int64_t n = bp_sdk_input(args, 0)->shape[3];
-  for (int64_t i = 0; i < n; i++) y[i] = x[i] * a.scale;
+  for (int64_t i = 0; i < n; i++) y[i] = bp_scale(x[i], a.scale);
   return BP_ABI_OK;
 }
 
@@ -151,11 +120,11 @@ static int cast_run(void *user, const bp_abi_kernel_args *args) {
   if (bp_sdk_input(args, 0)->dtype == BP_ABI_DTYPE_FP32) {
     const float *src = bp_sdk_input_f32(args, 0);
     uint16_t *dst = (uint16_t *)args->output_ptrs[0];
-    for (int64_t i = 0; i < n; i++) dst[i] = bp_sdk_fp32_to_fp16(src[i]);
+    for (int64_t i = 0; i < n; i++) dst[i] = bp_fp32_to_fp16(src[i]);
   } else {
     const uint16_t *src = (const uint16_t *)args->input_ptrs[0];
     float *dst = bp_sdk_output_f32(args, 0);
-    for (int64_t i = 0; i < n; i++) dst[i] = bp_sdk_fp16_to_fp32(src[i]);
+    for (int64_t i = 0; i < n; i++) dst[i] = bp_fp16_to_fp32(src[i]);
   }
   return BP_ABI_OK;
 }
@@ -165,36 +134,25 @@ static int cast_run(void *user, const bp_abi_kernel_args *args) {
 /* range.ema  in: w, [skip]   out: e (read and written); FP32 spans of one E
  *   e = decay*e + (1-decay)*w, decay in [0, 1], (1-decay) rounded once;
  *   with has_skip, nothing is written when skip != 0 (ops_skip_set). */
-static int ema_check(const bp_abi_kernel_args *args, bp_range_attrs *a, char *reason, size_t rs) {
-  if (!args) return bp_sdk_fail(reason, rs, "no args");
-  const size_t needed = OPS_FIELD_END(bp_range_attrs, decay);
-  if (!ops_attrs_check(args, a, sizeof *a, needed, "decay", reason, rs) ||
-      !ops_in_unit(a->decay, 1, "decay", reason, rs) ||
-      !ops_skip_args_check(args, a->has_skip, 1, 1, reason, rs))
-    return 0;
-  const bp_abi_tensor *w = bp_sdk_input(args, 0), *e = bp_sdk_output(args, 0);
-  return ops_span_check(w, "w", BP_ABI_DTYPE_FP32, reason, rs) &&
-         ops_span_check(e, "e", BP_ABI_DTYPE_FP32, reason, rs) &&
-         ops_same_count(w, "w", e, "e", reason, rs);
-}
 static int ema_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
   bp_range_attrs a;
-  return ema_check(args, &a, reason, rs);
+  return ops_ema_check(args, &a, reason, rs);
 }
 static int ema_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_range_attrs a;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
-  if (!ema_check(args, &a, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
+  if (!ops_ema_check(args, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   if (ops_skip_set(args, a.has_skip)) return BP_ABI_OK;
   const float *w = bp_sdk_input_f32(args, 0);
   float *e = bp_sdk_output_f32(args, 0);
-  const float d = a.decay, one_minus_d = (float)(1.0 - (double)a.decay);
+  const float d = a.decay, one_minus_d = bp_one_minus(a.decay);
   const int64_t n = bp_sdk_input(args, 0)->shape[3];
-  for (int64_t i = 0; i < n; i++) e[i] = d * e[i] + one_minus_d * w[i];
+  for (int64_t i = 0; i < n; i++) e[i] = bp_ema(e[i], w[i], d, one_minus_d);
   return BP_ABI_OK;
 }
 
@@ -202,9 +160,9 @@ static int ema_run(void *user, const bp_abi_kernel_args *args) {
 
 /* range.nan_check  in: x, an FP32 or FP16 span   out: flag, FP32 [1,1,1,1]
  *   flag = 1 when any of the E elements is NaN or +-Inf, else left as it
- *   was, so one flag collects several spans. FP32 is classified with
- *   isfinite (no compare, no exception even for a signalling NaN), FP16 on
- *   its bits (all exponent bits set). */
+ *   was, so one flag collects several spans. FP32 is classified on
+ *   its bits (all exponent bits set: the same answer as !isfinite, no
+ *   compare, no exception even for a signalling NaN), FP16 likewise. */
 OPS_RANGE_SUPPORTS(nan_check_supports, ops_nan_check_check)
 static int nan_check_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
@@ -213,10 +171,10 @@ static int nan_check_run(void *user, const bp_abi_kernel_args *args) {
   int found = 0;
   if (bp_sdk_input(args, 0)->dtype == BP_ABI_DTYPE_FP32) {
     const float *x = bp_sdk_input_f32(args, 0);
-    for (int64_t i = 0; i < n && !found; i++) found = !isfinite(x[i]);
+    for (int64_t i = 0; i < n && !found; i++) found = bp_fp32_nonfinite(x[i]);
   } else {
     const uint16_t *x = (const uint16_t *)args->input_ptrs[0];
-    for (int64_t i = 0; i < n && !found; i++) found = (x[i] & 0x7c00u) == 0x7c00u;
+    for (int64_t i = 0; i < n && !found; i++) found = bp_fp16_nonfinite(x[i]);
   }
   if (found) *bp_sdk_output_f32(args, 0) = 1.0f;
   return BP_ABI_OK;
@@ -240,7 +198,7 @@ static int unscale_run(void *user, const bp_abi_kernel_args *args) {
   const uint16_t *src = (const uint16_t *)args->input_ptrs[0];
   float *dst = bp_sdk_output_f32(args, 0);
   const int64_t n = bp_sdk_input(args, 0)->shape[3];
-  for (int64_t i = 0; i < n; i++) dst[i] = bp_sdk_fp16_to_fp32(src[i]) * inv;
+  for (int64_t i = 0; i < n; i++) dst[i] = bp_unscale(src[i], inv);
   return BP_ABI_OK;
 }
 
@@ -264,33 +222,11 @@ static int unscale_run(void *user, const bp_abi_kernel_args *args) {
  *   backoff_factor in (0, 1] (a static scale, growth_interval 0, reads
  *   neither). run() refuses, writing nothing, a scale that is not finite
  *   and > 0 or a count that is not finite and >= 0. */
-static int loss_scale_check(const bp_abi_kernel_args *args, bp_loss_scale_attrs *a,
-                            char *reason, size_t rs) {
-  static const char *const outs[] = {"scale", "good_steps", "step", "skipped"};
-  if (!args) return bp_sdk_fail(reason, rs, "no args");
-  if (!ops_attrs_check(args, a, sizeof *a, OPS_FIELD_END(bp_loss_scale_attrs, growth_interval),
-                       "growth_factor, backoff_factor and growth_interval", reason, rs))
-    return 0;
-  if (a->growth_interval < 0)
-    return bp_sdk_fail(reason, rs, "growth_interval %d must be >= 0", (int)a->growth_interval);
-  if (a->growth_interval > 0) {
-    if (!ops_finite_at_least(a->growth_factor, 1.0f, "growth_factor", reason, rs)) return 0;
-    if (!(a->backoff_factor > 0.0f && a->backoff_factor <= 1.0f))
-      return bp_sdk_fail(reason, rs, "backoff_factor %g must be in (0, 1]",
-                         (double)a->backoff_factor);
-  }
-  if (!bp_sdk_check_args(args, 1, 4, reason, rs) ||
-      !ops_scalar_check(bp_sdk_input(args, 0), "found_inf", reason, rs))
-    return 0;
-  for (int o = 0; o < 4; o++)
-    if (!ops_scalar_check(bp_sdk_output(args, o), outs[o], reason, rs)) return 0;
-  return 1;
-}
 static int loss_scale_supports(void *user, const bp_abi_kernel_args *args, char *reason,
                                size_t rs) {
   (void)user;
   bp_loss_scale_attrs a;
-  return loss_scale_check(args, &a, reason, rs);
+  return ops_loss_scale_check(args, &a, reason, rs);
 }
 static int loss_scale_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
@@ -298,34 +234,20 @@ static int loss_scale_run(void *user, const bp_abi_kernel_args *args) {
   bp_loss_scale_attrs a;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
-  if (!loss_scale_check(args, &a, reason, rs) ||
+  if (!ops_loss_scale_check(args, &a, reason, rs) ||
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   float v[4]; /* scale, good_steps, step, skipped */
-  for (int o = 0; o < 4; o++) {
-    memcpy(&v[o], args->output_ptrs[o], sizeof v[o]);
-    if (!isfinite(v[o]) || !(o == 0 ? v[o] > 0.0f : v[o] >= 0.0f)) {
-      bp_sdk_set_reason(args, "%s %g must be finite and %s", outs[o], (double)v[o],
-                        o == 0 ? "> 0" : ">= 0");
-      return BP_ABI_ERR_INVALID;
-    }
+  for (int o = 0; o < 4; o++) memcpy(&v[o], args->output_ptrs[o], sizeof v[o]);
+  const int bad = bp_loss_scale_bad(v);
+  if (bad >= 0) {
+    bp_sdk_set_reason(args, "%s %g must be finite and %s", outs[bad], (double)v[bad],
+                      bad == 0 ? "> 0" : ">= 0");
+    return BP_ABI_ERR_INVALID;
   }
-  float scale = v[0], good = v[1], step = v[2], skipped = v[3];
-  if (ops_scalar_in(args, 0) != 0.0f) {
-    skipped += 1.0f;
-    good = 0.0f;
-    if (a.growth_interval > 0) scale *= a.backoff_factor;
-  } else {
-    step += 1.0f;
-    good += 1.0f;
-    if (a.growth_interval > 0 && good >= (float)a.growth_interval) {
-      good = 0.0f;
-      const float grown = scale * a.growth_factor;
-      if (isfinite(grown)) scale = grown;
-    }
-  }
-  const float out[4] = {scale, good, step, skipped};
-  for (int o = 0; o < 4; o++) memcpy(args->output_ptrs[o], &out[o], sizeof out[o]);
+  bp_loss_scale_update(ops_scalar_in(args, 0), v, a.growth_factor, a.backoff_factor,
+                       a.growth_interval);
+  for (int o = 0; o < 4; o++) memcpy(args->output_ptrs[o], &v[o], sizeof v[o]);
   return BP_ABI_OK;
 }
 
@@ -361,14 +283,8 @@ static int sgd_run(void *user, const bp_abi_kernel_args *args) {
   float *w = bp_sdk_output_f32(args, 0), *m = bp_sdk_output_f32(args, 1);
   const float mu = a.momentum, wd = a.weight_decay;
   const int64_t n = bp_sdk_input(args, 0)->shape[3];
-  for (int64_t i = 0; i < n; i++) {
-    float g = grad[i];
-    if (wd != 0.0f) g = g + wd * w[i];
-    const float buf = mu * m[i] + g;
-    m[i] = buf;
-    const float u = a.nesterov ? g + mu * buf : buf;
-    w[i] = w[i] - lr * u;
-  }
+  for (int64_t i = 0; i < n; i++)
+    bp_sgd(grad[i], &w[i], &m[i], lr, mu, wd, wd != 0.0f, a.nesterov);
   return BP_ABI_OK;
 }
 
@@ -405,27 +321,13 @@ static int adamw_run(void *user, const bp_abi_kernel_args *args) {
   if (ops_skip_set(args, a.has_skip)) return BP_ABI_OK;
   float lr, step;
   if (!ops_update_scalars(args, 2, &lr, &step)) return BP_ABI_ERR_INVALID;
-  const double t = step;
-  const double bc1 = 1.0 - pow((double)a.beta1, t), bc2 = 1.0 - pow((double)a.beta2, t);
-  const float decay = (float)(1.0 - (double)lr * (double)a.weight_decay);
-  const float neg_step_size = (float)(-((double)lr / bc1));
-  const float bc2_sqrt = (float)sqrt(bc2);
-  const float c1 = (float)(1.0 - (double)a.beta1), c2 = (float)(1.0 - (double)a.beta2);
-  const float b1 = a.beta1, b2 = a.beta2, eps = a.eps;
+  const bp_adamw_factors f =
+      bp_adamw_factors_of(lr, step, a.beta1, a.beta2, a.weight_decay, a.eps);
   const float *grad = bp_sdk_input_f32(args, 0);
   float *w = bp_sdk_output_f32(args, 0), *m = bp_sdk_output_f32(args, 1);
   float *v = bp_sdk_output_f32(args, 2);
   const int64_t n = bp_sdk_input(args, 0)->shape[3];
-  for (int64_t i = 0; i < n; i++) {
-    const float g = grad[i];
-    const float wi = w[i] * decay;
-    const float mi = m[i] * b1 + c1 * g;
-    const float vi = v[i] * b2 + c2 * g * g;
-    const float denom = sqrtf(vi) / bc2_sqrt + eps;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = wi + neg_step_size * mi / denom;
-  }
+  for (int64_t i = 0; i < n; i++) bp_adamw(&f, grad[i], &w[i], &m[i], &v[i]);
   return BP_ABI_OK;
 }
 
@@ -446,46 +348,18 @@ static int adamw_run(void *user, const bp_abi_kernel_args *args) {
  *     m = momentum*m + r*g';  w = w - m
  *   eta > 0, momentum and weight_decay >= 0, finite; nesterov is refused
  *   (the contract defines no Nesterov form of LARS). */
-static int lars_check(const bp_abi_kernel_args *args, bp_optimizer_attrs *a, char *reason,
-                      size_t rs) {
-  static const char *const outs[] = {"w", "m"};
-  if (!args) return bp_sdk_fail(reason, rs, "no args");
-  if (!ops_attrs_check(args, a, sizeof *a, OPS_FIELD_END(bp_optimizer_attrs, eta),
-                       "momentum, weight_decay and eta", reason, rs) ||
-      !ops_finite_at_least(a->momentum, 0.0f, "momentum", reason, rs) ||
-      !ops_finite_at_least(a->weight_decay, 0.0f, "weight_decay", reason, rs) ||
-      !bp_sdk_check_flag(a->nesterov, "nesterov", reason, rs))
-    return 0;
-  if (a->nesterov)
-    return bp_sdk_fail(reason, rs, "nesterov is not defined for range.lars");
-  if (!isfinite(a->eta) || !(a->eta > 0.0f))
-    return bp_sdk_fail(reason, rs, "eta %g must be finite and > 0", (double)a->eta);
-  if (!ops_skip_args_check(args, a->has_skip, 3, 3, reason, rs) ||
-      !ops_update_spans(args, outs, 2, reason, rs))
-    return 0;
-  const bp_abi_tensor *seg = bp_sdk_input(args, 2), *norms = bp_sdk_output(args, 2);
-  if (!ops_span_check(seg, "segments", BP_ABI_DTYPE_INT32, reason, rs) ||
-      !ops_span_check(norms, "norms", BP_ABI_DTYPE_FP32, reason, rs))
-    return 0;
-  if (seg->shape[3] < 2)
-    return bp_sdk_fail(reason, rs, "segments has %lld offsets; it needs S+1 >= 2",
-                       (long long)seg->shape[3]);
-  if (norms->shape[3] != 2 * (seg->shape[3] - 1))
-    return bp_sdk_fail(reason, rs, "norms has %lld elements, expected 2*S = %lld",
-                       (long long)norms->shape[3], (long long)(2 * (seg->shape[3] - 1)));
-  return 1;
-}
 static int lars_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
   bp_optimizer_attrs a;
-  return lars_check(args, &a, reason, rs);
+  return ops_lars_check(args, &a, reason, rs);
 }
 static int lars_run(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_optimizer_attrs a;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
-  if (!lars_check(args, &a, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
+  if (!ops_lars_check(args, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   if (ops_skip_set(args, a.has_skip)) return BP_ABI_OK; /* norms keep their last values too */
   float lr, step;
@@ -493,7 +367,7 @@ static int lars_run(void *user, const bp_abi_kernel_args *args) {
   const int32_t *seg = (const int32_t *)args->input_ptrs[2];
   const int64_t n = bp_sdk_input(args, 0)->shape[3], segs = bp_sdk_input(args, 2)->shape[3] - 1;
   for (int64_t j = 0; j <= segs; j++)
-    if (seg[j] < (j ? seg[j - 1] : 0) || seg[j] > n) {
+    if (!bp_lars_offset_ok(seg, j, n)) {
       bp_sdk_set_reason(args, "segments: offset %lld is %d, outside [%d, %lld]", (long long)j,
                         (int)seg[j], j ? (int)seg[j - 1] : 0, (long long)n);
       return BP_ABI_ERR_INVALID;
@@ -513,14 +387,8 @@ static int lars_run(void *user, const bp_abi_kernel_args *args) {
     const double wn = sqrt(ww), gn = sqrt(gg);
     norms[2 * j] = (float)wn;
     norms[2 * j + 1] = (float)gn;
-    const double trust = wn > 0.0 && gn > 0.0 ? (double)a.eta * wn / (gn + (double)wd * wn) : 1.0;
-    const float r = (float)((double)lr * trust);
-    for (int64_t i = lo; i < hi; i++) {
-      float g = grad[i];
-      if (wd != 0.0f) g = g + wd * w[i];
-      m[i] = mu * m[i] + r * g;
-      w[i] = w[i] - m[i];
-    }
+    const float r = bp_lars_rate(wn, gn, a.eta, wd, lr);
+    for (int64_t i = lo; i < hi; i++) bp_lars(grad[i], &w[i], &m[i], r, mu, wd, wd != 0.0f);
   }
   return BP_ABI_OK;
 }

@@ -23,6 +23,9 @@
  * power-of-two S scales dlogits exactly while nothing overflows or turns
  * subnormal. S is read at run time and must be finite and > 0.
  *
+ * The checks are ops/shared/softmax_ce_check.h and the per-element
+ * formulas ops/shared/elem_math.h (both shared with ops/cuda).
+ *
  * Device strides that nest in NHWC order; no alignment beyond 4 bytes; the
  * 16-byte tail never read; no output aliases an input. Labels are checked
  * before anything is written: one outside [0, K) (or a bad S) makes run()
@@ -30,14 +33,8 @@
 #include <math.h>
 
 #include "reference-impl.h"
-
-/* logits and dlogits: FP32 or FP16. */
-static int ce_float_check(const bp_abi_tensor *t, const char *name, char *reason, size_t rs) {
-  if (t->dtype != BP_ABI_DTYPE_FP32 && t->dtype != BP_ABI_DTYPE_FP16)
-    return bp_sdk_fail(reason, rs, "%s: dtype %s, expected fp32 or fp16", name,
-                       bp_sdk_dtype_name(t->dtype));
-  return bp_sdk_check_tensor(t, name, t->dtype, reason, rs);
-}
+#include "shared/elem_math.h"
+#include "shared/softmax_ce_check.h"
 
 /* Element k of an FP32 or FP16 tensor at p, widened exactly. */
 static inline float ce_load(const void *p, int32_t dtype, int64_t k) {
@@ -45,48 +42,10 @@ static inline float ce_load(const void *p, int32_t dtype, int64_t k) {
                                     : ((const float *)p)[k];
 }
 
-static int ce_check(const bp_abi_kernel_args *args, bp_softmax_ce_attrs *a, char *reason,
-                    size_t rs) {
-  if (!args) return bp_sdk_fail(reason, rs, "no args");
-  if (!bp_sdk_read_attrs(args, a, sizeof *a, reason, rs)) return 0;
-  if (!isfinite(a->label_smoothing) || a->label_smoothing < 0.0f || a->label_smoothing > 1.0f)
-    return bp_sdk_fail(reason, rs, "label_smoothing %g must be in [0, 1]",
-                       (double)a->label_smoothing);
-  if (!isfinite(a->grad_scale))
-    return bp_sdk_fail(reason, rs, "grad_scale %g must be finite", (double)a->grad_scale);
-  if (!bp_sdk_check_flag(a->compute_grad, "compute_grad", reason, rs) ||
-      !bp_sdk_check_flag(a->has_loss_scale, "has_loss_scale", reason, rs) ||
-      !bp_sdk_check_args(args, 2 + a->has_loss_scale, 2 + a->compute_grad, reason, rs))
-    return 0;
-  const bp_abi_tensor *z = bp_sdk_input(args, 0), *lab = bp_sdk_input(args, 1);
-  const bp_abi_tensor *loss = bp_sdk_output(args, 0), *correct = bp_sdk_output(args, 1);
-  const bp_abi_tensor *dz = a->compute_grad ? bp_sdk_output(args, 2) : NULL;
-  if (!ce_float_check(z, "logits", reason, rs) ||
-      !bp_sdk_check_tensor(lab, "labels", BP_ABI_DTYPE_INT32, reason, rs) ||
-      !bp_sdk_check_tensor(loss, "loss", BP_ABI_DTYPE_FP32, reason, rs) ||
-      !bp_sdk_check_tensor(correct, "correct", BP_ABI_DTYPE_FP32, reason, rs) ||
-      (a->compute_grad && !ce_float_check(dz, "dlogits", reason, rs)))
-    return 0;
-  if (a->has_loss_scale) {
-    const bp_abi_tensor *ls = bp_sdk_input(args, 2);
-    if (!bp_sdk_check_tensor(ls, "loss_scale", BP_ABI_DTYPE_FP32, reason, rs) ||
-        !bp_sdk_check_shape(ls, "loss_scale", 1, 1, 1, 1, reason, rs))
-      return 0;
-  }
-  const int64_t n = z->shape[0], k = z->shape[3];
-  if (!bp_sdk_check_shape(z, "logits", n, 1, 1, k, reason, rs) ||
-      !bp_sdk_check_shape(lab, "labels", n, 1, 1, 1, reason, rs) ||
-      !bp_sdk_check_shape(loss, "loss", 1, 1, 1, 1, reason, rs) ||
-      !bp_sdk_check_shape(correct, "correct", 1, 1, 1, 1, reason, rs) ||
-      (a->compute_grad && !bp_sdk_check_shape(dz, "dlogits", n, 1, 1, k, reason, rs)))
-    return 0;
-  return 1;
-}
-
 static int ce_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
   bp_softmax_ce_attrs a;
-  return ce_check(args, &a, reason, rs);
+  return ops_ce_check(args, &a, reason, rs);
 }
 
 /* softmax_ce.fwd_bwd: see the top of the file. */
@@ -95,7 +54,7 @@ static int ce_run(void *user, const bp_abi_kernel_args *args) {
   bp_softmax_ce_attrs a;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
-  if (!ce_check(args, &a, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
+  if (!ops_ce_check(args, &a, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *tz = bp_sdk_input(args, 0), *tl = bp_sdk_input(args, 1);
   const void *z = args->input_ptrs[0];
@@ -121,7 +80,8 @@ static int ce_run(void *user, const bp_abi_kernel_args *args) {
   }
   const bp_abi_tensor *tg = a.compute_grad ? bp_sdk_output(args, 2) : NULL;
   void *dz = a.compute_grad ? args->output_ptrs[2] : NULL;
-  const double s = a.label_smoothing, off = s / (double)K, on = 1.0 - s + off;
+  double on, off;
+  bp_ce_targets(a.label_smoothing, K, &on, &off);
   double loss = 0.0, hits = 0.0;
   for (int64_t n = 0; n < N; n++) {
     const int64_t row = bp_sdk_offset(tz, n, 0, 0, 0);
@@ -137,9 +97,9 @@ static int ce_run(void *user, const bp_abi_kernel_args *args) {
     for (int64_t k = 0; k < K; k++) {
       const double t = k == y ? on : off;
       const float zk = ce_load(z, zt, row + k * zs);
-      if (t != 0.0) ln += t * (lse - zk); /* a -inf logit off target adds nothing */
+      if (t != 0.0) ln += bp_ce_loss_term(t, lse, zk); /* a -inf logit off target adds nothing */
       if (!dz) continue;
-      const float d = (float)((exp(zk - lse) - t) * a.grad_scale * S);
+      const float d = bp_ce_dlogit(exp(zk - lse), t, a.grad_scale, S);
       const int64_t at = bp_sdk_offset(tg, n, 0, 0, k);
       if (tg->dtype == BP_ABI_DTYPE_FP16) ((uint16_t *)dz)[at] = bp_sdk_fp32_to_fp16(d);
       else ((float *)dz)[at] = d;

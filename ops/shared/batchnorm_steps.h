@@ -2,7 +2,9 @@
  * (ops/reference, ops/cpu): the argument checks, so both accept the same
  * nodes with the same reasons, and the per-channel steps, so both do the
  * very same double operations on the statistics (their outputs are
- * bit-identical; the pixel loops around these are each module's own).
+ * bit-identical; the pixel loops around these are each module's own). The
+ * formulas themselves are ops/shared/elem_math.h's (bp_bn_*), which
+ * ops/cuda's kernels call too.
  * Header-only (static inline), on the module SDK.
  *
  * Shape legend (bp_abi_ops.h): x, y, dy, dx [N,H,W,C]; gamma, beta,
@@ -19,6 +21,7 @@
 #include <math.h>
 
 #include "bp_abi_sdk.h"
+#include "elem_math.h"
 
 #define OPS_BN_BLOCK 64 /* channels per pass over the pixels (the double sums live on the stack) */
 
@@ -86,15 +89,14 @@ static inline void ops_bn_train_channels(const bp_abi_kernel_args *args,
   const int64_t M = x->shape[0] * x->shape[1] * x->shape[2];
   for (int64_t j = 0; j < nb; j++) {
     const int64_t c = c0 + j;
-    const double invstd = 1.0 / sqrt(var[j] + (double)a->eps);
-    scale[j] = ops_bn_in(args, 1, c) * invstd;
-    shift[j] = ops_bn_in(args, 2, c) - mean[j] * scale[j];
+    const double invstd = bp_bn_invstd(var[j], a->eps);
+    scale[j] = bp_bn_gain(ops_bn_in(args, 1, c), invstd);
+    shift[j] = bp_bn_shift(ops_bn_in(args, 2, c), mean[j], scale[j]);
     *ops_bn_out(args, 1, c) = (float)mean[j];
     *ops_bn_out(args, 2, c) = (float)invstd;
-    const double m = a->momentum;
     const double rm = ops_bn_in(args, 3, c), rv = ops_bn_in(args, 4, c);
-    *ops_bn_out(args, 3, c) = (float)((1.0 - m) * rm + m * mean[j]);
-    *ops_bn_out(args, 4, c) = (float)((1.0 - m) * rv + m * var[j] * (double)M / (double)(M - 1));
+    *ops_bn_out(args, 3, c) = bp_bn_running_mean(rm, a->momentum, mean[j]);
+    *ops_bn_out(args, 4, c) = bp_bn_running_var(rv, a->momentum, var[j], M);
   }
 }
 
@@ -104,9 +106,8 @@ static inline void ops_bn_eval_channels(const bp_abi_kernel_args *args,
                                         double *scale, double *shift) {
   for (int64_t j = 0; j < nb; j++) {
     const int64_t c = c0 + j;
-    const double rv = ops_bn_in(args, 4, c);
-    scale[j] = ops_bn_in(args, 1, c) / sqrt(rv + (double)a->eps);
-    shift[j] = ops_bn_in(args, 2, c) - ops_bn_in(args, 3, c) * scale[j];
+    scale[j] = bp_bn_eval_scale(ops_bn_in(args, 1, c), ops_bn_in(args, 4, c), a->eps);
+    shift[j] = bp_bn_shift(ops_bn_in(args, 2, c), ops_bn_in(args, 3, c), scale[j]);
   }
 }
 
@@ -130,9 +131,9 @@ static inline void ops_bn_bwd_channels(const bp_abi_kernel_args *args,
   for (int64_t j = 0; j < nb; j++) {
     const int64_t c = c0 + j;
     float *pg = ops_bn_out(args, 1, c), *pb = ops_bn_out(args, 2, c);
-    *pg = a->accumulate ? (float)(*pg + sdyx[j]) : (float)sdyx[j];
-    *pb = a->accumulate ? (float)(*pb + sdy[j]) : (float)sdy[j];
-    k[j] = ops_bn_in(args, 2, c) * invstd[j];
+    *pg = bp_bn_param_grad(*pg, sdyx[j], a->accumulate);
+    *pb = bp_bn_param_grad(*pb, sdy[j], a->accumulate);
+    k[j] = bp_bn_gain(ops_bn_in(args, 2, c), invstd[j]);
     sdy[j] /= (double)M;
     sdyx[j] /= (double)M;
   }

@@ -12,11 +12,13 @@
  * ow*sw - pw + kx, kx < kw; rows and columns outside the input are padding.
  * The checks require pad < kernel on each side, which keeps at least one
  * in-bounds tap in every window (so a max always exists and the in-bounds
- * count is never 0), and kh*kw <= 127 for max pool (the mask is int8). */
+ * count is never 0), and kh*kw <= 127 for max pool (the mask is int8).
+ * Global average pooling's check (ops_gap_check) is here too. */
 #ifndef BP_OPS_SHARED_POOL_CHECK_H
 #define BP_OPS_SHARED_POOL_CHECK_H
 
 #include "bp_abi_sdk.h"
+#include "elem_math.h"
 
 typedef enum ops_pool_kind {
   OPS_POOL_MAX_FWD,
@@ -84,9 +86,7 @@ static inline int ops_pool_check(const bp_abi_kernel_args *args, ops_pool_kind k
  * window of output o. */
 static inline void ops_pool_taps(int64_t o, int64_t stride, int64_t pad, int64_t kernel,
                                  int64_t extent, int64_t *k0, int64_t *k1) {
-  const int64_t start = o * stride - pad;
-  *k0 = start < 0 ? -start : 0;
-  *k1 = start + kernel > extent ? extent - start : kernel;
+  bp_pool_taps(o, stride, pad, kernel, extent, k0, k1); /* shared with ops/cuda */
 }
 
 /* 1 when mask value m names an in-bounds tap of its window (taps [ky0,
@@ -95,6 +95,27 @@ static inline void ops_pool_taps(int64_t o, int64_t stride, int64_t pad, int64_t
 static inline int ops_pool_mask_ok(int64_t m, int64_t kh, int64_t kw, int64_t ky0, int64_t ky1,
                                    int64_t kx0, int64_t kx1) {
   return m >= 0 && m < kh * kw && m / kw >= ky0 && m / kw < ky1 && m % kw >= kx0 && m % kw < kx1;
+}
+
+/* global_avgpool (bp_elementwise_attrs): x [N,H,W,C] and y [N,1,1,C];
+ * fwd: in x, out y; bwd: in dy (y's shape), out dx (x's shape). *x and *y
+ * are x and y (dx and dy in the backward). */
+static inline int ops_gap_check(const bp_abi_kernel_args *args, int fwd,
+                                bp_elementwise_attrs *a, const bp_abi_tensor **x,
+                                const bp_abi_tensor **y, char *reason, size_t rs) {
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!bp_sdk_read_attrs(args, a, sizeof *a, reason, rs) ||
+      !bp_sdk_check_flag(a->accumulate, "accumulate", reason, rs) ||
+      !bp_sdk_check_args(args, 1, 1, reason, rs))
+    return 0;
+  *x = fwd ? bp_sdk_input(args, 0) : bp_sdk_output(args, 0);
+  *y = fwd ? bp_sdk_output(args, 0) : bp_sdk_input(args, 0);
+  const char *xname = fwd ? "x" : "dx", *yname = fwd ? "y" : "dy";
+  if (!bp_sdk_check_tensor(*x, xname, BP_ABI_DTYPE_FP32, reason, rs) ||
+      !bp_sdk_check_tensor(*y, yname, BP_ABI_DTYPE_FP32, reason, rs) ||
+      !bp_sdk_check_shape(*y, yname, (*x)->shape[0], 1, 1, (*x)->shape[3], reason, rs))
+    return 0;
+  return 1;
 }
 
 #endif

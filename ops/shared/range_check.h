@@ -1,15 +1,19 @@
 /* Argument checks of the range ops (bp_abi_ops.h: spans [1,1,1,E] of
- * regions, FP32 scalars): zero, cast, nan_check and unscale, the skip
- * input, the SGD and AdamW checks, shared by the in-tree implementations
- * (ops/reference/range.c, ops/cpu/optim.c and range_fp16.c), so all
- * accept the same nodes with the same reasons. Header-only (static
- * inline), on the module SDK. */
+ * regions, FP32 scalars): every range op's attribute and tensor checks,
+ * the skip input, and the run-time scalar checks of the host kernels,
+ * shared by the in-tree implementations (ops/reference/range.c,
+ * ops/cpu/optim.c and range_fp16.c, ops/cuda/range.c), so all accept the
+ * same nodes with the same reasons. The run-time conditions themselves
+ * (lr, step, scale, skip) are ops/shared/elem_math.h's, which a CUDA
+ * kernel evaluates on the device. Header-only (static inline), on the
+ * module SDK. */
 #ifndef BP_OPS_SHARED_RANGE_CHECK_H
 #define BP_OPS_SHARED_RANGE_CHECK_H
 
 #include <math.h>
 
 #include "bp_abi_sdk.h"
+#include "shared/elem_math.h"
 
 /* The dtype masks of the descriptors: range.zero and range.copy take any
  * dtype; range.cast, range.nan_check and range.unscale FP32 and FP16. */
@@ -201,7 +205,7 @@ static inline int ops_skip_args_check(const bp_abi_kernel_args *args, int32_t ha
  * (a NaN counts as nonzero): run() then returns BP_ABI_OK having written
  * nothing. run() only, after the checks. */
 static inline int ops_skip_set(const bp_abi_kernel_args *args, int32_t has_skip) {
-  return has_skip && ops_scalar_in(args, args->num_inputs - 1) != 0.0f;
+  return has_skip && bp_skip_set(ops_scalar_in(args, args->num_inputs - 1));
 }
 
 /* range.sgd  in: grad, lr, [skip]   out: w, m: momentum and weight_decay
@@ -242,17 +246,125 @@ static inline int ops_adamw_check(const bp_abi_kernel_args *args, bp_optimizer_a
          ops_scalar_check(bp_sdk_input(args, 2), "step", reason, rs);
 }
 
+/* range.copy  in: src   out: dst; spans of one dtype (any) and one E. */
+static inline int ops_copy_check(const bp_abi_kernel_args *args, char *reason, size_t rs) {
+  bp_range_attrs a;
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!bp_sdk_read_attrs(args, &a, sizeof a, reason, rs) ||
+      !bp_sdk_check_args(args, 1, 1, reason, rs))
+    return 0;
+  const bp_abi_tensor *src = bp_sdk_input(args, 0), *dst = bp_sdk_output(args, 0);
+  if (!ops_span_check(src, "src", -1, reason, rs) ||
+      !ops_span_check(dst, "dst", src->dtype, reason, rs))
+    return 0;
+  return ops_same_count(src, "src", dst, "dst", reason, rs);
+}
+
+/* range.scale  in: x   out: y (normally x: in place): FP32 spans of one E;
+ * the attribute scale finite (0 allowed). */
+static inline int ops_scale_check(const bp_abi_kernel_args *args, bp_range_attrs *a,
+                                  char *reason, size_t rs) {
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  const size_t needed = OPS_FIELD_END(bp_range_attrs, scale);
+  if (!ops_attrs_check(args, a, sizeof *a, needed, "scale", reason, rs))
+    return 0;
+  if (!isfinite(a->scale))
+    return bp_sdk_fail(reason, rs, "scale %g must be finite", (double)a->scale);
+  if (!bp_sdk_check_args(args, 1, 1, reason, rs)) return 0;
+  const bp_abi_tensor *x = bp_sdk_input(args, 0), *y = bp_sdk_output(args, 0);
+  return ops_span_check(x, "x", BP_ABI_DTYPE_FP32, reason, rs) &&
+         ops_span_check(y, "y", BP_ABI_DTYPE_FP32, reason, rs) &&
+         ops_same_count(x, "x", y, "y", reason, rs);
+}
+
+/* range.ema  in: w, [skip]   out: e: FP32 spans of one E; decay in [0, 1]. */
+static inline int ops_ema_check(const bp_abi_kernel_args *args, bp_range_attrs *a, char *reason,
+                                size_t rs) {
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  const size_t needed = OPS_FIELD_END(bp_range_attrs, decay);
+  if (!ops_attrs_check(args, a, sizeof *a, needed, "decay", reason, rs) ||
+      !ops_in_unit(a->decay, 1, "decay", reason, rs) ||
+      !ops_skip_args_check(args, a->has_skip, 1, 1, reason, rs))
+    return 0;
+  const bp_abi_tensor *w = bp_sdk_input(args, 0), *e = bp_sdk_output(args, 0);
+  return ops_span_check(w, "w", BP_ABI_DTYPE_FP32, reason, rs) &&
+         ops_span_check(e, "e", BP_ABI_DTYPE_FP32, reason, rs) &&
+         ops_same_count(w, "w", e, "e", reason, rs);
+}
+
+/* range.loss_scale  in: found_inf   out: scale, good_steps, step, skipped
+ * (FP32 scalars): the whole bp_loss_scale_attrs block; growth_interval
+ * >= 0; with growth_interval > 0, growth_factor finite and >= 1 and
+ * backoff_factor in (0, 1]. */
+static inline int ops_loss_scale_check(const bp_abi_kernel_args *args, bp_loss_scale_attrs *a,
+                                       char *reason, size_t rs) {
+  static const char *const outs[] = {"scale", "good_steps", "step", "skipped"};
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!ops_attrs_check(args, a, sizeof *a, OPS_FIELD_END(bp_loss_scale_attrs, growth_interval),
+                       "growth_factor, backoff_factor and growth_interval", reason, rs))
+    return 0;
+  if (a->growth_interval < 0)
+    return bp_sdk_fail(reason, rs, "growth_interval %d must be >= 0", (int)a->growth_interval);
+  if (a->growth_interval > 0) {
+    if (!ops_finite_at_least(a->growth_factor, 1.0f, "growth_factor", reason, rs)) return 0;
+    if (!(a->backoff_factor > 0.0f && a->backoff_factor <= 1.0f))
+      return bp_sdk_fail(reason, rs, "backoff_factor %g must be in (0, 1]",
+                         (double)a->backoff_factor);
+  }
+  if (!bp_sdk_check_args(args, 1, 4, reason, rs) ||
+      !ops_scalar_check(bp_sdk_input(args, 0), "found_inf", reason, rs))
+    return 0;
+  for (int o = 0; o < 4; o++)
+    if (!ops_scalar_check(bp_sdk_output(args, o), outs[o], reason, rs)) return 0;
+  return 1;
+}
+
+/* range.lars  in: grad, lr, segments, [skip]   out: w, m, norms: FP32 spans
+ * of one E, segments INT32 [1,1,1,S+1] with S >= 1, norms FP32 [1,1,1,2S];
+ * eta finite and > 0, momentum and weight_decay finite and >= 0, nesterov
+ * refused (the contract defines no Nesterov form of LARS). The offsets'
+ * order is a run-time check (bp_lars_offset_ok). */
+static inline int ops_lars_check(const bp_abi_kernel_args *args, bp_optimizer_attrs *a,
+                                 char *reason, size_t rs) {
+  static const char *const outs[] = {"w", "m"};
+  if (!args) return bp_sdk_fail(reason, rs, "no args");
+  if (!ops_attrs_check(args, a, sizeof *a, OPS_FIELD_END(bp_optimizer_attrs, eta),
+                       "momentum, weight_decay and eta", reason, rs) ||
+      !ops_finite_at_least(a->momentum, 0.0f, "momentum", reason, rs) ||
+      !ops_finite_at_least(a->weight_decay, 0.0f, "weight_decay", reason, rs) ||
+      !bp_sdk_check_flag(a->nesterov, "nesterov", reason, rs))
+    return 0;
+  if (a->nesterov)
+    return bp_sdk_fail(reason, rs, "nesterov is not defined for range.lars");
+  if (!isfinite(a->eta) || !(a->eta > 0.0f))
+    return bp_sdk_fail(reason, rs, "eta %g must be finite and > 0", (double)a->eta);
+  if (!ops_skip_args_check(args, a->has_skip, 3, 3, reason, rs) ||
+      !ops_update_spans(args, outs, 2, reason, rs))
+    return 0;
+  const bp_abi_tensor *seg = bp_sdk_input(args, 2), *norms = bp_sdk_output(args, 2);
+  if (!ops_span_check(seg, "segments", BP_ABI_DTYPE_INT32, reason, rs) ||
+      !ops_span_check(norms, "norms", BP_ABI_DTYPE_FP32, reason, rs))
+    return 0;
+  if (seg->shape[3] < 2)
+    return bp_sdk_fail(reason, rs, "segments has %lld offsets; it needs S+1 >= 2",
+                       (long long)seg->shape[3]);
+  if (norms->shape[3] != 2 * (seg->shape[3] - 1))
+    return bp_sdk_fail(reason, rs, "norms has %lld elements, expected 2*S = %lld",
+                       (long long)norms->shape[3], (long long)(2 * (seg->shape[3] - 1)));
+  return 1;
+}
+
 /* range.unscale's factor: inv = 1.0f / scale, one FP32 division, from the
  * scalar input `scale_input`, which must be finite and > 0; 0 with a
  * reason in the host's buffer otherwise (run() only). */
 static inline int ops_unscale_factor(const bp_abi_kernel_args *args, int scale_input,
                                      float *inv) {
   const float scale = ops_scalar_in(args, scale_input);
-  if (!isfinite(scale) || !(scale > 0.0f)) {
+  if (!bp_unscale_scale_ok(scale)) {
     bp_sdk_set_reason(args, "scale %g must be finite and > 0", (double)scale);
     return 0;
   }
-  *inv = 1.0f / scale;
+  *inv = bp_unscale_inv(scale);
   return 1;
 }
 
@@ -262,13 +374,13 @@ static inline int ops_unscale_factor(const bp_abi_kernel_args *args, int scale_i
 static inline int ops_update_scalars(const bp_abi_kernel_args *args, int step_input, float *lr,
                                      float *step) {
   *lr = ops_scalar_in(args, 1);
-  if (!isfinite(*lr)) {
+  if (!bp_lr_ok(*lr)) {
     bp_sdk_set_reason(args, "lr %g must be finite", (double)*lr);
     return 0;
   }
   if (step_input < 0) return 1;
   *step = ops_scalar_in(args, step_input);
-  if (!isfinite(*step) || !(*step >= 1.0f)) {
+  if (!bp_step_ok(*step)) {
     bp_sdk_set_reason(args, "step %g must be finite and >= 1", (double)*step);
     return 0;
   }

@@ -16,13 +16,15 @@
  *  - copies: cudaMemcpyAsync on the stream; host_alloc_pinned: cudaHostAlloc
  *    (portable, so every rank's device sees it as pinned).
  *  - stream_enqueue_host: cudaLaunchHostFunc (fn may not call CUDA).
- *  - stream_native: the cudaStream_t kernels launch on.
+ *  - stream_native: the cudaStream_t kernels launch on; it also makes the
+ *    stream's device current on the calling thread (a rank's thread).
  *  - BP_ABI_EXT_GRAPH_CAPTURE: cudaStreamBeginCapture (thread-local mode, so
  *    ranks on other threads keep allocating) / cudaStreamEndCapture,
  *    cudaGraphInstantiate, cudaGraphLaunch, cudaGraph(Exec)Destroy.
  *
  * Calls that take a device switch the calling thread to it for the call and
- * switch back, so a rank thread's current device is left as it was.
+ * switch back, so a rank thread's current device is left as it was (but
+ * stream_native, which makes its stream's device current).
  * Every function returns BP_ABI_OK or an error and leaves the CUDA error
  * name and text for last_error() on the calling thread. */
 #include <stdarg.h>
@@ -219,7 +221,19 @@ static int cu_stream_enqueue_host(bp_abi_stream *s, void (*fn)(void *arg), void 
   return BP_ABI_OK;
 }
 
-static void *cu_stream_native(bp_abi_stream *s) { return s ? (void *)s->stream : NULL; }
+/* The executor calls it on a rank's thread before it calls that rank's
+ * kernels (and before a capture): kernels, cuBLAS and cuDNN launch on the
+ * calling thread's current device, so the stream's device is made current
+ * here and left so (the one call here that does not switch back). */
+static void *cu_stream_native(bp_abi_stream *s) {
+  if (!s) return NULL;
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != s->device) {
+    (void)cudaGetLastError();
+    if (cudaSetDevice(s->device) != cudaSuccess) (void)cudaGetLastError();
+  }
+  return (void *)s->stream;
+}
 
 /* ---- events ------------------------------------------------------------------- */
 

@@ -24,7 +24,17 @@
  *    through an extension of the device (GUARD_EXT_TYPE, below): the only
  *    exported symbol stays the entry. GUARD_COMPUTE_DELAY_MS (read at
  *    stream creation) makes every compute task sleep that long first, so a
- *    test sees the overlap of uploads with steps reliably. */
+ *    test sees the overlap of uploads with steps reliably.
+ *  - A fake graph capture (BP_ABI_EXT_GRAPH_CAPTURE, unless built with
+ *    GUARD_NO_GRAPH), strict where CUDA is: while a stream captures, the
+ *    host tasks and copies enqueued on it are recorded, not run; another
+ *    stream joins the capture by waiting on an event recorded in it and
+ *    must be joined back (the origin waits on an event it recorded after
+ *    its last work) before capture_end; synchronizing a capturing stream or
+ *    a captured event, or a capturing stream waiting on an event recorded
+ *    outside the capture, fails the call and the capture. Launching the
+ *    graph enqueues copies of the recorded tasks on the launch stream, in
+ *    the order they were recorded (one valid order of the graph). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -160,6 +170,11 @@ struct bp_abi_event {
   uint64_t recorded, completed; /* sequence numbers */
   int recorded_role;            /* the role of the stream of the last record */
   double done_ms;
+  /* the last record was made in a capture: that graph's id (0: not), the
+   * stream and the capture's operation count at that point */
+  uint64_t capture_id;
+  bp_abi_stream *capture_stream;
+  uint64_t capture_op;
 };
 
 static int guard_event_create(int device, bp_abi_event **out) {
@@ -208,11 +223,54 @@ typedef struct task {
   int delay_ms;
 } task;
 
+typedef struct guard_graph guard_graph;
+
 struct bp_abi_stream {
   stream_worker worker;
   int role, device;
   int delay_ms; /* GUARD_COMPUTE_DELAY_MS, compute streams */
+  guard_graph *capture; /* the graph this stream records into, or NULL */
+  uint64_t last_op;     /* capture: the operation count after its last recorded work */
+  uint64_t joined_back; /* capture: the latest of its operations the origin waited for */
 };
+
+/* ---- graph capture (fake) ------------------------------------------------------- */
+
+#define GUARD_GRAPH_STREAMS 8
+
+struct guard_graph {
+  guard_graph *next_open; /* the open captures, under window_mu */
+  uint64_t id;
+  bp_abi_stream *origin;
+  bp_abi_stream *joined[GUARD_GRAPH_STREAMS];
+  int joined_count;
+  uint64_t ops; /* operations recorded so far (tasks, event records) */
+  task **tasks;
+  int count, cap;
+  char failed[160]; /* an illegal call during the capture: capture_end fails with it */
+};
+
+typedef struct guard_exec {
+  task *tasks; /* copies */
+  int count;
+} guard_exec;
+
+static guard_graph *open_graphs; /* under window_mu */
+
+static guard_graph *open_graph(uint64_t id) {
+  pthread_mutex_lock(&window_mu);
+  guard_graph *g = open_graphs;
+  while (g && g->id != id) g = g->next_open;
+  pthread_mutex_unlock(&window_mu);
+  return g;
+}
+
+/* A call CUDA refuses during a capture: it fails, and so does the capture. */
+static int capture_refuse(guard_graph *g, const char *what) {
+  count(&stats.capture_errors);
+  if (g && !g->failed[0]) snprintf(g->failed, sizeof g->failed, "%s during a capture", what);
+  return guard_fail(BP_ABI_ERR_DEVICE, "%s: not allowed while capturing (as on CUDA)", what);
+}
 
 /* Runs on the stream's worker thread; frees t. */
 static void task_run(stream_task *base) {
@@ -258,6 +316,22 @@ static void task_run(stream_task *base) {
 
 static int push(bp_abi_stream *s, task *t) {
   if (!t) return guard_fail(BP_ABI_ERR_NOMEM, "out of memory");
+  guard_graph *g = s->capture;
+  if (g) { /* recorded, not run; only this stream's thread records into g */
+    if (g->count == g->cap) {
+      const int cap = g->cap ? 2 * g->cap : 16;
+      task **grown = realloc(g->tasks, (size_t)cap * sizeof *grown);
+      if (!grown) {
+        free(t);
+        return guard_fail(BP_ABI_ERR_NOMEM, "out of memory recording a capture");
+      }
+      g->tasks = grown;
+      g->cap = cap;
+    }
+    g->tasks[g->count++] = t;
+    s->last_op = ++g->ops;
+    return BP_ABI_OK;
+  }
   stream_worker_push(&s->worker, &t->base);
   return BP_ABI_OK;
 }
@@ -302,6 +376,7 @@ static int guard_stream_synchronize(bp_abi_stream *s) {
   if (!s) return guard_fail(BP_ABI_ERR_INVALID, "stream_synchronize: stream is NULL");
   if (stream_worker_is_current(&s->worker))
     return guard_fail(BP_ABI_ERR_INVALID, "stream_synchronize: from the stream's own task");
+  if (s->capture) return capture_refuse(s->capture, "stream_synchronize");
   stream_worker_drain(&s->worker);
   return BP_ABI_OK;
 }
@@ -315,7 +390,7 @@ static int guard_stream_enqueue_host(bp_abi_stream *s, void (*fn)(void *), void 
   t->arg = arg;
   t->compute = s->role == BP_ABI_STREAM_COMPUTE;
   t->delay_ms = s->delay_ms;
-  if (t->compute) {
+  if (t->compute && !s->capture) { /* a recorded one counts when launched */
     pthread_mutex_lock(&window_mu);
     compute_enqueued++;
     pthread_mutex_unlock(&window_mu);
@@ -327,6 +402,18 @@ static void *guard_stream_native(bp_abi_stream *s) { return s; }
 
 static int guard_event_record(bp_abi_event *e, bp_abi_stream *s) {
   if (!e || !s) return guard_fail(BP_ABI_ERR_INVALID, "event_record: NULL argument");
+  if (s->capture) { /* a point of the capture other streams may wait for */
+    pthread_mutex_lock(&e->mu);
+    e->capture_id = s->capture->id;
+    e->capture_stream = s;
+    e->capture_op = s->last_op = ++s->capture->ops;
+    e->recorded_role = s->role;
+    pthread_mutex_unlock(&e->mu);
+    return BP_ABI_OK;
+  }
+  pthread_mutex_lock(&e->mu);
+  e->capture_id = 0;
+  pthread_mutex_unlock(&e->mu);
   task *t = task_new(TASK_RECORD);
   if (!t) return guard_fail(BP_ABI_ERR_NOMEM, "event_record: out of memory");
   pthread_mutex_lock(&e->mu);
@@ -342,7 +429,27 @@ static int guard_stream_wait_event(bp_abi_stream *s, bp_abi_event *e) {
   pthread_mutex_lock(&e->mu);
   const uint64_t seq = e->recorded;
   const int from = e->recorded_role;
+  const uint64_t capture_id = e->capture_id, capture_op = e->capture_op;
+  bp_abi_stream *capture_stream = e->capture_stream;
   pthread_mutex_unlock(&e->mu);
+  if (capture_id) {
+    guard_graph *g = open_graph(capture_id);
+    if (!g) return capture_refuse(s->capture, "stream_wait_event on an event of an ended capture");
+    if (s->capture && s->capture != g)
+      return capture_refuse(s->capture, "stream_wait_event across two captures");
+    if (!s->capture) { /* s joins the capture */
+      if (g->joined_count == GUARD_GRAPH_STREAMS)
+        return capture_refuse(g, "stream_wait_event: too many streams joined");
+      g->joined[g->joined_count++] = s;
+      s->capture = g;
+      s->last_op = s->joined_back = 0;
+    }
+    if (s == g->origin && capture_stream != g->origin && capture_op > capture_stream->joined_back)
+      capture_stream->joined_back = capture_op; /* joined back up to there */
+    return BP_ABI_OK;
+  }
+  if (s->capture && seq)
+    return capture_refuse(s->capture, "stream_wait_event on an event recorded outside the capture");
   if (seq == 0) return BP_ABI_OK; /* never recorded */
   if (s->role == BP_ABI_STREAM_COMPUTE && from == BP_ABI_STREAM_TRANSFER)
     count(&stats.compute_waits_on_transfer);
@@ -357,7 +464,10 @@ static int guard_event_synchronize(bp_abi_event *e) {
   if (!e) return guard_fail(BP_ABI_ERR_INVALID, "event_synchronize: event is NULL");
   pthread_mutex_lock(&e->mu);
   const uint64_t seq = e->recorded;
+  const uint64_t capture_id = e->capture_id;
   pthread_mutex_unlock(&e->mu);
+  if (capture_id)
+    return capture_refuse(open_graph(capture_id), "event_synchronize on a captured event");
   event_wait_for(e, seq);
   return BP_ABI_OK;
 }
@@ -415,6 +525,112 @@ static int guard_device_count(int *out) {
   return BP_ABI_OK;
 }
 
+/* ---- the capture extension -------------------------------------------------------- */
+#ifndef GUARD_NO_GRAPH
+
+static uint64_t next_graph_id; /* under window_mu */
+
+static void graph_free(guard_graph *g) {
+  for (int i = 0; i < g->count; i++) free(g->tasks[i]);
+  free(g->tasks);
+  free(g);
+}
+
+static int guard_capture_begin(bp_abi_stream *s) {
+  if (!s) return guard_fail(BP_ABI_ERR_INVALID, "capture_begin: stream is NULL");
+  if (s->capture) return capture_refuse(s->capture, "capture_begin");
+  guard_graph *g = calloc(1, sizeof *g);
+  if (!g) return guard_fail(BP_ABI_ERR_NOMEM, "capture_begin: out of memory");
+  g->origin = s;
+  pthread_mutex_lock(&window_mu);
+  g->id = ++next_graph_id;
+  g->next_open = open_graphs;
+  open_graphs = g;
+  pthread_mutex_unlock(&window_mu);
+  s->capture = g;
+  s->last_op = s->joined_back = 0;
+  return BP_ABI_OK;
+}
+
+static int guard_capture_end(bp_abi_stream *s, void **graph_out) {
+  if (!s || !graph_out) return guard_fail(BP_ABI_ERR_INVALID, "capture_end: NULL argument");
+  guard_graph *g = s->capture;
+  if (!g || g->origin != s)
+    return guard_fail(BP_ABI_ERR_INVALID, "capture_end: the stream did not begin a capture");
+  pthread_mutex_lock(&window_mu);
+  guard_graph **link = &open_graphs;
+  while (*link != g) link = &(*link)->next_open;
+  *link = g->next_open;
+  pthread_mutex_unlock(&window_mu);
+  char unjoined[96] = "";
+  for (int i = 0; i < g->joined_count; i++) {
+    bp_abi_stream *j = g->joined[i];
+    if (j->last_op > j->joined_back && !unjoined[0])
+      snprintf(unjoined, sizeof unjoined, "a stream of role %d was not joined back", j->role);
+    j->capture = NULL;
+  }
+  s->capture = NULL;
+  *graph_out = NULL;
+  if (g->failed[0] || unjoined[0]) {
+    const int rc = guard_fail(BP_ABI_ERR_DEVICE, "capture_end: the capture failed: %s",
+                              g->failed[0] ? g->failed : unjoined);
+    graph_free(g);
+    return rc;
+  }
+  count(&stats.captures);
+  *graph_out = g;
+  return BP_ABI_OK;
+}
+
+static int guard_instantiate(void *graph, void **exec_out) {
+  if (!graph || !exec_out) return guard_fail(BP_ABI_ERR_INVALID, "instantiate: NULL argument");
+  const guard_graph *g = graph;
+  guard_exec *x = calloc(1, sizeof *x);
+  if (x && g->count) x->tasks = malloc((size_t)g->count * sizeof *x->tasks);
+  if (!x || (g->count && !x->tasks)) {
+    free(x);
+    return guard_fail(BP_ABI_ERR_NOMEM, "instantiate: out of memory");
+  }
+  for (int i = 0; i < g->count; i++) x->tasks[i] = *g->tasks[i];
+  x->count = g->count;
+  *exec_out = x;
+  return BP_ABI_OK;
+}
+
+static int guard_launch(void *exec, bp_abi_stream *s) {
+  if (!exec || !s) return guard_fail(BP_ABI_ERR_INVALID, "launch: NULL argument");
+  if (s->capture) return capture_refuse(s->capture, "launch");
+  const guard_exec *x = exec;
+  count(&stats.graph_launches);
+  for (int i = 0; i < x->count; i++) {
+    task *t = task_new(x->tasks[i].kind);
+    if (!t) return guard_fail(BP_ABI_ERR_NOMEM, "launch: out of memory");
+    *t = x->tasks[i];
+    t->base.run = task_run;
+    t->upload = 0; /* on the launch stream now */
+    t->compute = t->kind == TASK_HOST && s->role == BP_ABI_STREAM_COMPUTE;
+    t->delay_ms = s->delay_ms;
+    pthread_mutex_lock(&window_mu);
+    if (t->compute) compute_enqueued++;
+    t->after = compute_enqueued;
+    pthread_mutex_unlock(&window_mu);
+    stream_worker_push(&s->worker, &t->base);
+  }
+  return BP_ABI_OK;
+}
+
+static void guard_graph_destroy(void *graph) {
+  if (graph) graph_free(graph);
+}
+
+static void guard_exec_destroy(void *exec) {
+  guard_exec *x = exec;
+  if (!x) return;
+  free(x->tasks);
+  free(x);
+}
+#endif
+
 /* ---- the tests' extension ------------------------------------------------------ */
 
 static void guard_read_stats(guard_stats *out) {
@@ -423,8 +639,25 @@ static void guard_read_stats(guard_stats *out) {
   pthread_mutex_unlock(&window_mu);
 }
 
+#ifdef GUARD_NO_GRAPH
+#define GUARD_GRAPH_EXT NULL
+#else
+static const bp_abi_device_graph_ext graph_ext = {
+    .header = {.struct_size = sizeof(bp_abi_device_graph_ext),
+               .type = BP_ABI_EXT_GRAPH_CAPTURE,
+               .next = NULL},
+    .capture_begin = guard_capture_begin,
+    .capture_end = guard_capture_end,
+    .instantiate = guard_instantiate,
+    .launch = guard_launch,
+    .graph_destroy = guard_graph_destroy,
+    .exec_destroy = guard_exec_destroy,
+};
+#define GUARD_GRAPH_EXT (&graph_ext.header)
+#endif
+
 static const guard_ext ext = {
-    .header = {.struct_size = sizeof(guard_ext), .type = GUARD_EXT_TYPE, .next = NULL},
+    .header = {.struct_size = sizeof(guard_ext), .type = GUARD_EXT_TYPE, .next = GUARD_GRAPH_EXT},
     .read_stats = guard_read_stats,
 };
 

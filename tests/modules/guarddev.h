@@ -19,6 +19,9 @@ typedef struct guard_stats {
   uint64_t compute_waits_on_transfer; /* a compute stream waits on a transfer stream's event */
   uint64_t uploads_during_compute;    /* transfer-stream copy_h2d enqueued after a compute
                                          task and run before that task was done */
+  uint64_t captures;                  /* graphs captured (capture_end succeeded) */
+  uint64_t graph_launches;            /* launch() calls */
+  uint64_t capture_errors;            /* calls refused because of a capture (as CUDA would) */
 } guard_stats;
 
 typedef struct guard_ext {

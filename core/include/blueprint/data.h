@@ -115,8 +115,62 @@ void bp_dataset_destroy(bp_dataset *dataset); /* NULL is a no-op */
 
 /* Borrowed; valid until the dataset is destroyed. */
 const bp_dataset_info *bp_dataset_get_info(const bp_dataset *dataset);
-const uint8_t *bp_dataset_images(const bp_dataset *dataset); /* count*H*W*C, NHWC */
-const uint8_t *bp_dataset_labels(const bp_dataset *dataset); /* count */
+/* count*H*W*C, NHWC; NULL for a synthetic dataset (bp_dataset_sample) */
+const uint8_t *bp_dataset_images(const bp_dataset *dataset);
+/* count; NULL for a synthetic dataset (bp_dataset_sample) */
+const uint8_t *bp_dataset_labels(const bp_dataset *dataset);
+
+/* Sample `index` of any dataset: its H*W*C bytes (NHWC) into image_out and
+ * its label into *label_out; either output may be NULL. */
+bp_status bp_dataset_sample(const bp_dataset *dataset, int64_t index, uint8_t *image_out,
+                            int32_t *label_out);
+
+/* ---- synthetic data --------------------------------------------------- */
+
+/* Synthetic data, for speed runs (`--data synthetic[:HxWxC:CLASSES]`):
+ * every pixel byte uniform in [0, 255], every label uniform in
+ * [0, classes). Sample i of a split is a pure function of (split, i): its
+ * bytes are draws of a SplitMix64 stream keyed by the split and i alone
+ * (domains 4 and 5 of data_batch.c's generator, under the fixed data key
+ * 0, never the run's seed), so every run, every rank layout, every batch
+ * and every resume sees the same bits, and `eval` sees the test set
+ * `train` saw. Nothing is stored: a batch fill computes its samples. */
+#define BP_DATA_SYNTHETIC "synthetic"
+#define BP_DATA_SYNTHETIC_TEST_COUNT 10000 /* samples of the test split */
+#define BP_DATA_SYNTHETIC_MAX_DIM 65536    /* H and W at most */
+#define BP_DATA_SYNTHETIC_MAX_CLASSES 2147483647
+
+/* 1 when `data` (a --data value) names synthetic data: "synthetic" or
+ * "synthetic:..." (a directory of that name is reached as ./synthetic). */
+int bp_data_is_synthetic(const char *data);
+
+/* What "synthetic", "synthetic:HxWxC" or "synthetic:HxWxC:CLASSES" asks
+ * for; 0 where the value is left to the model. */
+typedef struct bp_data_synthetic_spec {
+  int64_t height, width, channels;
+  int64_t classes;
+} bp_data_synthetic_spec;
+
+/* Parses a synthetic data value; BP_ERR_INVALID with one line naming the
+ * part that is wrong. */
+bp_status bp_data_synthetic_parse(const char *data, bp_data_synthetic_spec *spec_out);
+
+/* A synthetic dataset of info->count samples of info's shape and classes
+ * (1 to BP_DATA_SYNTHETIC_MAX_CLASSES; labels are not bytes here). Its
+ * statistics (bp_dataset_stats) are the exact ones of uniform bytes:
+ * mean 0.5, std sqrt(65535 / 12) / 255 per channel. */
+bp_status bp_dataset_synthetic(const bp_dataset_info *info, bp_data_split split,
+                               bp_dataset **dataset_out);
+
+/* The data set a run names by its --data value `data`: NULL is
+ * Fashion-MNIST (BP_DATA_DEFAULT_DIR), a synthetic value
+ * (bp_data_is_synthetic) a synthetic dataset, anything else an
+ * MNIST-format directory. `model` gives the synthetic defaults: its height,
+ * width, channels and classes where the value leaves them out, and its
+ * count is the training split's size (the test split has
+ * BP_DATA_SYNTHETIC_TEST_COUNT). */
+bp_status bp_dataset_open(const char *data, bp_data_split split, const bp_dataset_info *model,
+                          bp_dataset **dataset_out);
 
 /* ---- normalization ---------------------------------------------------- */
 

@@ -129,6 +129,9 @@ const bp_registered_kernel *bp_exec_kernel(const bp_exec *exec, int variant, bp_
 const bp_node *bp_exec_node(const bp_exec *exec, int variant, bp_segment segment, int index);
 /* Bytes of the rank's workspace. */
 uint64_t bp_exec_workspace_bytes(const bp_exec *exec);
+/* Kernel run() calls the segment runs have made (nodes of the segments run,
+ * a failed one's included). Read it on the thread that runs the executor. */
+uint64_t bp_exec_kernel_calls(const bp_exec *exec);
 
 /* Attaches `profile` (profile.h; borrowed, must outlive the executor):
  * declares every variant and bound node in it, then times each node of

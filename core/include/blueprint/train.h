@@ -123,6 +123,22 @@ typedef struct bp_train_progress {
 } bp_train_progress;
 
 /* One epoch, as bp_trainer_train_epoch reports it. */
+/* How a rank's steps reached its device (docs/training.md, "Steps as
+ * graphs"): counts since the trainer was created, or over an epoch in
+ * bp_epoch_report. On the cpu device only steps and kernel_calls move. */
+typedef struct bp_exec_counts {
+  uint64_t steps;          /* training steps and evaluation batches run */
+  uint64_t graph_launches; /* captured step graphs launched (a capture's first run included) */
+  uint64_t kernel_calls;   /* kernel run() calls made on the rank's thread (eager nodes, and
+                              each node once while a graph is captured) */
+  uint64_t host_tasks;     /* jobs handed to the device as one host task each (eager) */
+  uint64_t syncs;          /* host waits for the device (stream or event synchronize):
+                              eager steps, metric reads, checkpoints, the epoch's end */
+  uint64_t waits;          /* graph steps: waits for the step before the previous one,
+                              before its input staging is reused (the one in flight is not
+                              waited for) */
+} bp_exec_counts;
+
 typedef struct bp_epoch_report {
   int64_t epoch, epochs;           /* from 1, of epochs */
   int64_t steps, samples;          /* trained in this call (fewer after a resume or a stop) */
@@ -140,6 +156,9 @@ typedef struct bp_epoch_report {
   int amp;               /* 1: mixed precision; the two fields below are its */
   double loss_scale;     /* AMP: the loss scale after the epoch's last step (1 without AMP) */
   int64_t skipped_steps; /* AMP: steps of this call skipped on overflow (0 without AMP) */
+  /* How local rank 0 ran this call's training steps (bp_exec_counts; its
+   * metric reads at log points included, the epoch's end excluded). */
+  bp_exec_counts exec;
 } bp_epoch_report;
 
 typedef struct bp_eval_report {
@@ -225,6 +244,8 @@ typedef struct bp_train_options {
   double progress_interval; /* seconds between reads of R for on_progress; 0: only at
                                log_every steps */
   int eval_only;            /* 1: load only the test set (bp_trainer_evaluate) */
+  int no_graph;             /* 1: run every step eagerly, never as a captured step graph
+                               (docs/training.md, "Steps as graphs"); debugging */
   bp_profile *profile;      /* (optional) a fresh profile (profile.h), borrowed, outliving
                                the trainer: rank 0's nodes are timed in every training step
                                and evaluation batch, the SGEMM yardstick is measured at
@@ -281,6 +302,15 @@ int64_t bp_trainer_epochs(const bp_trainer *trainer);
 /* Images per epoch (0 with eval_only) and in the test set, limits applied. */
 int64_t bp_trainer_train_samples(const bp_trainer *trainer);
 int64_t bp_trainer_test_samples(const bp_trainer *trainer);
+
+/* Steps as graphs (docs/training.md): 1 when this trainer's training
+ * steps and evaluation batches run as captured device graphs, replayed;
+ * 0 when they run eagerly. The note says why they run eagerly on a device
+ * that is not host memory ("" when they run as graphs or on the cpu). */
+int bp_trainer_graphs(const bp_trainer *trainer);
+const char *bp_trainer_graph_note(const bp_trainer *trainer);
+/* The counts of local rank `rank` since create (zeros for a bad rank). */
+bp_exec_counts bp_trainer_exec_counts(const bp_trainer *trainer, int rank);
 
 /* Copies `count` values of FP32 tensor `name` (e.g. "fc1.w") of rank 0 into
  * dst, compact NHWC. BP_ERR_INVALID when the name is unknown, the tensor

@@ -27,8 +27,17 @@
  * Reference kernels are the oracle: their rows run every check but the
  * comparison (accumulate is checked as out(1) = prior + out(0)).
  * Collective kernels (allreduce.*) are skipped: they need every rank.
- * Only the "cpu" device is validated; kernels of other devices are
- * reported as skipped (copies through the device plugin: not yet). */
+ *
+ * Devices: cpu kernels run on host buffers (the checks above). Kernels of
+ * a device kind whose device plugin is loaded (cuda) run through that
+ * plugin on its device 0: every tensor in its memory (the host images,
+ * poison and padding included, copied in; every slot copied back and
+ * checked as above), the kernel on a compute stream (args->stream its
+ * native handle) or in host tasks (BP_ABI_DEVICE_HOST_TASK_KERNELS), in
+ * this process; the reference runs on the host. Check 8 does not apply
+ * there (no guard pages on a device). options.device may name a device
+ * plugin that runs another kind's kernels (kernel_kind: the test device
+ * "guarded" runs the cpu ones): those kernels then run through it. */
 #ifndef BLUEPRINT_VALIDATE_H
 #define BLUEPRINT_VALIDATE_H
 
@@ -53,7 +62,10 @@ const char *bp_validate_verdict_name(bp_validate_verdict verdict);
 typedef struct bp_validate_options {
   const char *op_glob;    /* fnmatch glob on op names; NULL: every op */
   const char *impl;       /* implementation name; NULL: every one */
-  const char *device;     /* device kind; NULL: every kind */
+  /* device kind: its kernels only, run through its device plugin when one
+   * that is not host memory is loaded (bp_validate_device); NULL: every
+   * kind, each through the plugin of its kind (cpu: host buffers) */
+  const char *device;
   const char *model_path; /* NULL: the built-in table; else every node of this model's plan */
   uint64_t seed;          /* inputs are a function of (seed, case) */
   int gradcheck;          /* also check reference backwards against finite differences */
@@ -75,9 +87,24 @@ typedef struct bp_validate_result {
   double error;     /* the largest normalized error measured; NaN: none */
   double tolerance; /* what it is compared with; NaN: none */
   char detail[320]; /* why it failed or was skipped; "" when it passed */
+  /* Where the case ran: "host" (host buffers, the cpu path) or the kind of
+   * the device plugin it went through; static or borrowed from it. */
+  const char *run_device;
+  int device_index; /* the plugin's device, -1 on the host */
+  int guard_pages;  /* 1: check 8 ran (slots end at guard pages) */
 } bp_validate_result;
 
 typedef struct bp_validate_report bp_validate_report; /* opaque */
+
+/* How `--device kind` runs: the kernels of kind *kernel_kind_out (the
+ * plugin's kernel_kind, else kind), through *device_out, or on host
+ * buffers when *device_out is NULL (cpu, or a plugin whose memory is host
+ * memory). BP_ERR_INVALID: an unknown kind (no device plugin, no kernel of
+ * it); BP_ERR_DEVICE: no device to run on (the plugin reports 0 devices,
+ * or no plugin is loaded for a kind that is not cpu). The message is one
+ * line naming the kind and the plugin's reason. */
+bp_status bp_validate_device(const bp_registry *registry, const char *kind,
+                             const char **kernel_kind_out, const bp_abi_device **device_out);
 
 /* Validates every kernel of `registry` that the options select. A failing
  * case is not an error: it is a row with verdict FAIL. Errors are bad

@@ -1,0 +1,3 @@
+/* The staging and bias-gradient kernels this module shares with ops/cudnn
+ * (ops/shared/cuda_tensor_ops.h), compiled into this module. */
+#include "shared/cuda_tensor_ops.cuh"

@@ -1,2 +1,0 @@
-/* ops/cuda: the nn family's kernels and launchers. */
-#include "cuda-impl.h"
