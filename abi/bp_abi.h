@@ -89,8 +89,9 @@ typedef struct bp_abi_tensor {
  *             lie in shared memory;
  *  "mpi"      one rank per process: an MPI_Comm * of the MPI library the
  *             host is linked with (MPI is initialized by the host);
- *  "nccl"     one rank per GPU: an ncclComm_t; the kernel enqueues on
- *             args->stream (reserved for the CUDA backend).
+ *  "nccl"     one rank per GPU: an ncclComm_t the host made (NCCL is
+ *             loaded by the host and the kernel module alike); the kernel
+ *             enqueues on args->stream.
  * A kernel checks `backend` in supports() and refuses any other. */
 typedef struct bp_abi_comm {
   uint32_t struct_size;

@@ -11,11 +11,12 @@
 #   env        the GPU, the driver, where cuDNN, cuBLAS, NCCL and cudart were found
 #   plugins    `blueprint plugins`: the cuda device and the cuda, cudnn and cublas
 #              modules load (none refused)
-#   ctest      the GPU suites (ctest -R 'cuda|cudnn|cublas|graph_replay'): all pass,
+#   ctest      the GPU suites (ctest -R 'cuda|cudnn|cublas|nccl|graph_replay'): all pass,
 #              none skips
 #   validate   `blueprint validate --device cuda` (FP32 and the FP16 twins)
 #   replay     CNN, 20 steps, --deterministic: graph replay and --no-graph give the
-#              same losses and the same checkpoint bytes (FP32 and --amp)
+#              same losses and the same checkpoint bytes (FP32 and --amp), and the
+#              graph run's steps did run as graphs (launches per step > 0)
 #   amp_skip   MLP --amp: a static loss scale of 1e19 overflows every step, and every
 #              step is skipped; a scale growing every step overflows and is skipped
 #              at some steps while training goes on
@@ -218,7 +219,7 @@ fi
 
 if gate ctest; then
   ct=$(command -v ctest || echo /opt/torch/.venv/bin/ctest)
-  run_stage ctest "$(limit 150)" "$ct" --test-dir "$B" -R 'cuda|cudnn|cublas|graph_replay' \
+  run_stage ctest "$(limit 150)" "$ct" --test-dir "$B" -R 'cuda|cudnn|cublas|nccl|graph_replay' \
     -j 4 --timeout 140 --output-on-failure
   rc=$?
   n=$(grep -c 'Test *#' "$work/ctest.log")
@@ -242,6 +243,12 @@ fi
 
 # ---- replay == eager ----------------------------------------------------------------
 
+# epoch KEY FILE: the key of the last epoch line
+epoch_key() {
+  python3 -c 'import json,sys
+e=[x for x in map(json.loads, open(sys.argv[2])) if x.get("event") == "epoch"][-1]
+print(e.get(sys.argv[1]))' "$1" "$2" 2>/dev/null
+}
 # the step lines' losses and the epoch line of a metrics file, one per line
 losses() {
   python3 - "$1" <<'EOF'
@@ -276,6 +283,9 @@ if gate replay; then
         diff "$work/replay-$prec-graph.txt" "$work/replay-$prec-eager.txt" | head -n 6 >> "$work/replay.log"
       elif ! cmp -s "$work/replay-$prec-graph.ckpt" "$work/replay-$prec-eager.ckpt"; then
         ok=0; msgs="$msgs $prec: losses equal, checkpoints differ;"
+      elif [ "$dev" != cpu ] && ! python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)' \
+             "$(epoch_key graph_launches_per_step "$a")" 2>/dev/null; then
+        ok=0; msgs="$msgs $prec: equal, but no step ran as a graph ($(grep -m1 -hE 'step graph failed|steps run eagerly' "$work/replay.log" | head -c 300));"
       else
         msgs="$msgs $prec: 20 steps equal ($(python3 -c 'import json,sys
 e=[x for x in map(json.loads, open(sys.argv[1])) if x.get("event") == "epoch"][-1]
@@ -288,12 +298,6 @@ fi
 
 # ---- AMP overflow skip ----------------------------------------------------------------
 
-# epoch KEY FILE: the key of the last epoch line
-epoch_key() {
-  python3 -c 'import json,sys
-e=[x for x in map(json.loads, open(sys.argv[2])) if x.get("event") == "epoch"][-1]
-print(e.get(sys.argv[1]))' "$1" "$2" 2>/dev/null
-}
 if gate amp_skip; then
   msgs="" ok=1
   run_stage amp_skip "$(limit 45)" "$bp" train models/mlp.yaml --device "$dev" --data "$data" \
@@ -350,6 +354,7 @@ if gate sanitizer; then
       if grep -qE 'Device not supported|error 999|not supported on this' "$work/sanitizer.log"; then
         ok=2; msgs="compute-sanitizer refused the device: $(grep -m1 -E 'not supported|999' "$work/sanitizer.log")"; break
       elif [ $rc -eq 0 ]; then msgs="$msgs $m${amp:+ (amp)}: 3 steps, no errors;"
+      elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then ok=0; msgs="$msgs $m: ran past its time limit (exit $rc; memcheck is slow to load cuDNN/cuBLAS);"
       else ok=0; msgs="$msgs $m: exit $rc, $(grep -m1 -E 'ERROR SUMMARY|Invalid|========= [A-Z]' "$work/sanitizer.log" | head -c 200);"; fi
     done
     case $ok in 1) result sanitizer PASS "${msgs# }" ;; 2) result sanitizer SKIP "$msgs" ;;
@@ -364,6 +369,9 @@ if gate bench; then
     PYTHON_LD_LIBRARY_PATH="$orig_ld" \
     bench/gpu/run.sh --quick --out "$work/bench"
   rc=$?
+  # cut off by its limit: the table of the rows that ran
+  [ -f "$work/bench/summary.md" ] || [ ! -f "$work/bench/rows.txt" ] ||
+    python3 bench/gpu/summary.py "$work/bench" > "$work/bench/summary.md" 2>> "$work/bench.log"
   [ -f "$work/bench/summary.md" ] && cp "$work/bench/summary.md" "$out/bench.md"
   if [ $rc -eq 0 ]; then result bench PASS "every row ran on both sides (bench.md)"
   else result bench FAIL "exit $rc: $(grep -E 'failed' "$work/bench.log" | head -n 3 | tr '\n' ' ' | head -c 400)"; fi
@@ -375,7 +383,7 @@ fi
   echo "dry run: the commands each stage runs, from $root:"
   cat <<EOF
   plugins    $bp plugins
-  ctest      ctest --test-dir $B -R 'cuda|cudnn|cublas|graph_replay' -j 4
+  ctest      ctest --test-dir $B -R 'cuda|cudnn|cublas|nccl|graph_replay' -j 4
   validate   $bp validate --device cuda
   replay     $bp train models/cnn.yaml --device cuda --data $data --batch 128 --train-limit 2560
              --deterministic --log-every 1 [--amp] [--no-graph] --metrics ... --checkpoint ...

@@ -56,7 +56,7 @@ targets=(blueprint_cli)
 while read -r t; do targets+=("$t"); done < <(grep '^bp_' <<< "$all_targets")
 while read -r t; do
   grep -qx "$t" <<< "$all_targets" && targets+=("$t")
-done < <(ctest --test-dir "$build" -N -R 'cuda|cudnn|cublas|graph_replay' | sed -n 's/^ *Test *#[0-9]*: //p')
+done < <(ctest --test-dir "$build" -N -R 'cuda|cudnn|cublas|nccl|graph_replay' | sed -n 's/^ *Test *#[0-9]*: //p')
 echo "gpu-pack: building ${#targets[@]} targets in $build"
 cmake --build "$build" -j "${JOBS:-2}" --target "${targets[@]}"
 

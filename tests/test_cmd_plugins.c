@@ -168,9 +168,14 @@ END_TEST
 START_TEST(gpu_modules_are_loaded_or_refused_with_their_reason) {
   unsetenv("BP_PLUGIN_PATH");
   ck_assert_int_eq(run("%s", ""), 0);
-  static const char *const mods[2][2] = {{"/bp_ops_cudnn.so", "ops-cudnn: "},
-                                         {"/bp_ops_cublas.so", "ops-cublas: "}};
-  for (int i = 0; i < 2; i++) {
+  static const char *const mods[][2] = {{"/bp_ops_cudnn.so", "ops-cudnn: "},
+                                        {"/bp_ops_cublas.so", "ops-cublas: "},
+                                        {"/bp_ops_allreduce_cuda.so", "ops-allreduce-cuda: "},
+#ifdef BP_TEST_NCCL_MODULE /* built where NCCL was found */
+                                        {"/bp_ops_allreduce_nccl.so", "ops-allreduce-nccl: "},
+#endif
+  };
+  for (size_t i = 0; i < sizeof mods / sizeof mods[0]; i++) {
     const char *at = strstr(out_text, mods[i][0]);
     ck_assert_msg(at != NULL, "%s is not listed:\n%s", mods[i][0], out_text);
     const char *line = at;

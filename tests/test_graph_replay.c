@@ -406,6 +406,38 @@ START_TEST(blueprint_train_says_how_steps_reach_the_device) {
 }
 END_TEST
 
+/* A capture the device refuses is ended, said once per slot on stderr, and
+ * that slot's steps run eagerly: the run goes on and ends as the eager one. */
+START_TEST(a_failed_capture_falls_back_to_eager_steps) {
+  toy_env e = toy_env_open(bn_model, 100, 30, 11);
+  char *m[2] = {path_in(e.dir, "failed.jsonl"), path_in(e.dir, "eager.jsonl")};
+  setenv("GUARD_CAPTURE_FAIL", "1", 1);
+  run_result r0 = RUN("train", e.mlp, "--data", e.data, "--epochs", "2", "--train-limit", "100",
+                      "--batch", "8", "--quiet", "--metrics", m[0], "--plugin", BP_GUARDED_DIR,
+                      "--device", "guarded");
+  unsetenv("GUARD_CAPTURE_FAIL");
+  run_result r1 = RUN("train", e.mlp, "--data", e.data, "--epochs", "2", "--train-limit", "100",
+                      "--batch", "8", "--quiet", "--metrics", m[1], "--plugin", BP_GUARDED_DIR,
+                      "--device", "guarded", "--no-graph");
+  ck_assert_msg(r0.status == 0, "%s", r0.err);
+  ck_assert_msg(r1.status == 0, "%s", r1.err);
+  ck_assert_msg(strstr(r0.err, "the step graph failed, steps of this kind run eagerly") &&
+                    strstr(r0.err, "GUARD_CAPTURE_FAIL is set"),
+                "%s", r0.err);
+  ck_assert(jsonl_number(m[0], "epoch", 1, "graph_launches_per_step", NULL) == 0.0);
+  const char *keys[] = {"train_loss", "test_loss", "test_accuracy"};
+  for (int i = 0; i < 3; i++) {
+    const double a = jsonl_number(m[0], "epoch", 1, keys[i], NULL);
+    const double b = jsonl_number(m[1], "epoch", 1, keys[i], NULL);
+    ck_assert_msg(isfinite(a) && a == b, "%s: %g after failed captures, %g eager", keys[i], a, b);
+  }
+  run_free(&r0);
+  run_free(&r1);
+  for (int i = 0; i < 2; i++) free(m[i]);
+  toy_env_close(&e);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("graph_replay");
   TCase *t = tcase_create("graphs");
@@ -416,6 +448,7 @@ static Suite *suite(void) {
   tcase_add_test(t, replayed_steps_keep_the_kernels_contract);
   tcase_add_test(t, a_device_without_graph_capture_runs_eagerly_and_says_so);
   tcase_add_test(t, blueprint_train_says_how_steps_reach_the_device);
+  tcase_add_test(t, a_failed_capture_falls_back_to_eager_steps);
   suite_add_tcase(s, t);
   return s;
 }

@@ -383,6 +383,28 @@ START_TEST(global_avgpool_matches_the_reference) {
 }
 END_TEST
 
+/* A call with an FP16 tensor goes through the reference's FP16 adapter,
+ * which adds the whole result to an accumulating FP32 output once: an
+ * FP16 dy with an FP32 dx must give those bits, not the all-FP32
+ * reference's one-addition-per-window order. */
+START_TEST(pooling_backward_with_fp16_dy_and_fp32_dx_adds_as_the_reference) {
+  const int64_t N = 2, H = 9, W = 11, C = 13;
+  const double exact[1] = {0};
+  for (size_t p = 0; p < sizeof pools / sizeof pools[0]; p++) {
+    const pool_shape *ps = &pools[p];
+    const int64_t OH = (H + 2 * ps->ph - ps->kh) / ps->sh + 1;
+    const int64_t OW = (W + 2 * ps->pw - ps->kw) / ps->sw + 1;
+    bp_pool_attrs at = {ps->kh, ps->kw, ps->sh, ps->sw, ps->ph, ps->pw, 1, 1};
+    tt dy = make(BP_ABI_DTYPE_FP16, N, OH, OW, C, 0);
+    tt dx = make(BP_ABI_DTYPE_FP32, N, H, W, C, 1);
+    fill(&dy, -1, 1), fill(&dx, -1, 1);
+    nn_call ab = {"avgpool.bwd", {&dy}, {&dx}, 1, 1, &at, sizeof at};
+    check_call("avgpool.bwd (fp16 dy, fp32 dx)", &ab, exact);
+    tt_free(&dy), tt_free(&dx);
+  }
+}
+END_TEST
+
 /* ---- batch norm ---------------------------------------------------------- */
 
 /* FP32 features and parameters, or the AMP layout: FP16 features (x, y,
@@ -512,6 +534,7 @@ int main(void) {
   tcase_add_test(tc, relu_and_add_match_the_reference);
   tcase_add_test(tc, pooling_matches_the_reference);
   tcase_add_test(tc, global_avgpool_matches_the_reference);
+  tcase_add_test(tc, pooling_backward_with_fp16_dy_and_fp32_dx_adds_as_the_reference);
   tcase_add_test(tc, batchnorm_matches_the_reference);
   tcase_add_test(tc, softmax_ce_matches_the_reference);
   tcase_add_test(tc, refusals_match_the_reference);

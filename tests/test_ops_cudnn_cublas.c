@@ -277,6 +277,10 @@ static void check_pass(const bp_abi_kernel *k, const char *name, tensor *const *
                        tensor *const *outs, int nout, const void *attrs, uint32_t attr_size) {
   char what[256];
   unsigned char *before[MAX_T], *ref[MAX_T], *gpu[MAX_T];
+  /* an input may have been an output of the previous pass (y, then dy):
+   * its device copy starts as its host image */
+  for (int i = 0; i < nin; i++)
+    CUDA_OK(cudaMemcpy(ins[i]->dev, ins[i]->host, ins[i]->d.slot_bytes, cudaMemcpyHostToDevice));
   for (int o = 0; o < nout; o++) {
     before[o] = malloc(outs[o]->d.slot_bytes);
     ck_assert_ptr_nonnull(before[o]);

@@ -5,7 +5,12 @@
  * two runs with the same seed are bit-identical. The same with global
  * batches that split unevenly over the ranks, a rank with no sample in the
  * epoch's last step included, and each rank share's variant scaled by the
- * global batch. Data: small generated MNIST-format sets (run_util). */
+ * global batch. Data: small generated MNIST-format sets (run_util).
+ * Built a second time as test_train_ranks_cuda (BP_TEST_CUDA): the ranks
+ * on the cuda device, all on GPU 0 by default (the device-memory
+ * collectives; BP_TEST_DEVICES="0,1" puts them on GPUs in turn, NCCL when
+ * they differ), TF32 off, every test alike (the CLI one runs on the cpu).
+ * Exits 77 without a GPU. */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -20,6 +25,9 @@
 #include "blueprint/plan.h"
 #include "blueprint/train.h"
 #include "run_util.h"
+#ifdef BP_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 /* ---- training ----------------------------------------------------------------- */
 
@@ -107,6 +115,10 @@ static bp_trainer *train_ex(const char *model, const char *data, int ranks, int6
   o.replicate_update = next_replicate;
   o.checkpoint_path = next_checkpoint;
   o.data_dir = data;
+#ifdef BP_TEST_CUDA
+  o.device = "cuda";
+  o.devices = getenv("BP_TEST_DEVICES") ? getenv("BP_TEST_DEVICES") : "0";
+#endif
   o.ranks = ranks;
   o.batch = batch;
   o.epochs = epochs;
@@ -381,6 +393,16 @@ START_TEST(cli_ranks_two) {
 END_TEST
 
 int main(void) {
+#ifdef BP_TEST_CUDA
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    printf("SKIP: no CUDA device (%s)\n",
+           e != cudaSuccess ? cudaGetErrorString(e) : "the runtime reports 0 devices");
+    return 77;
+  }
+  setenv("BP_TF32", "0", 1); /* 1 vs 2 ranks compare FP32 sums, not TF32 products */
+#endif
   Suite *s = suite_create("train_ranks");
   TCase *tc = tcase_create("train_ranks");
   tcase_add_test(tc, mlp_two_ranks_match_one);
@@ -393,6 +415,9 @@ int main(void) {
   tcase_set_timeout(tc, 600);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
+#ifdef BP_TEST_CUDA
+  srunner_set_fork_status(sr, CK_NOFORK); /* CUDA does not survive fork() */
+#endif
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);

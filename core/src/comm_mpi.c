@@ -30,6 +30,25 @@ int bp_mpi_launched_local(void) {
   return n > 0 ? n : bp_mpi_launched_world();
 }
 
+/* A non-negative integer from the environment, else -1. */
+static int env_index(const char *name) {
+  const char *text = getenv(name);
+  if (!text || !*text) return -1;
+  char *end = NULL;
+  const long v = strtol(text, &end, 10);
+  return *end == '\0' && v >= 0 && v < (1L << 30) ? (int)v : -1;
+}
+
+int bp_mpi_launched_local_rank(void) {
+  static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                      "PMIX_LOCAL_RANK"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const int n = env_index(names[i]);
+    if (n >= 0) return n;
+  }
+  return -1;
+}
+
 #ifdef BP_HAVE_MPI
 #include <mpi.h>
 
@@ -72,6 +91,13 @@ bp_status bp_mpi_sum_f64(double *values, int count) {
   return BP_OK;
 }
 
+bp_status bp_mpi_bcast(void *data, int bytes, int root) {
+  if (world_comm == MPI_COMM_NULL || world_size == 1) return BP_OK;
+  if (MPI_Bcast(data, bytes, MPI_BYTE, root, world_comm) != MPI_SUCCESS)
+    return bp_fail(BP_ERR_IO, "MPI_Bcast of %d bytes from rank %d failed", bytes, root);
+  return BP_OK;
+}
+
 void bp_mpi_abort(int code) {
   if (world_comm != MPI_COMM_NULL && world_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
 }
@@ -88,6 +114,13 @@ bp_status bp_mpi_comm(bp_abi_comm *out) {
 bp_status bp_mpi_sum_f64(double *values, int count) {
   (void)values;
   (void)count;
+  return BP_OK;
+}
+
+bp_status bp_mpi_bcast(void *data, int bytes, int root) {
+  (void)data;
+  (void)bytes;
+  (void)root;
   return BP_OK;
 }
 

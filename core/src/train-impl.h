@@ -108,6 +108,8 @@ struct bp_trainer {
   int world, local, first_rank;
   bp_comm *comm;       /* local > 1: the threads' communicator */
   bp_abi_comm mpi;     /* under mpirun: this process's MPI communicator */
+  bp_comm_kind comm_kind; /* what the kernels' collectives go through (bp_comm_choose) */
+  bp_nccl *nccl;       /* comm_kind NCCL: one communicator per local rank */
   /* under mpirun: the arena's first bytes that the collectives touch, the
    * part the processes of one machine share (comm.h) */
   size_t shared_bytes;
@@ -213,7 +215,8 @@ typedef struct bp_rank_job {
 /* One step graph of a rank: training steps or evaluation batches of one
  * (variant, input buffer). Its first run is eager (the warm-up: libraries
  * initialize, handles bind), its second is captured and launched, every
- * later one launches the captured graph. */
+ * later one launches the captured graph. A failed capture (ended, said
+ * on stderr) leaves the slot eager for good (runs -1). */
 typedef struct bp_step_graph {
   int runs;
   void *exec;   /* the instantiated graph, from the second run */

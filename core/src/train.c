@@ -235,6 +235,9 @@ static bp_status open_device(bp_trainer *t) {
  * rank mod the devices the plugin has. */
 static bp_status rank_device(const bp_trainer *t, int rank, int *out) {
   const char *list = t->opt.devices;
+  /* under mpirun a process takes the device of its index on its machine */
+  const int local = bp_train_multi_process(t) ? bp_mpi_launched_local_rank() : -1;
+  if (local >= 0) rank = local;
   if (!list || !list[0]) {
     *out = rank % t->device_count;
     return BP_OK;
@@ -465,6 +468,48 @@ static bp_status open_arena(bp_trainer *t, bp_train_rank *r, int k) {
   return st;
 }
 
+/* Ranks on GPUs reach each other through NCCL (comm.h): the first local
+ * rank makes every local rank's communicator (one process: over the local
+ * ranks' GPUs; under mpirun: with the other processes, on this rank's GPU,
+ * which opening the rank's streams made current), and each rank's kernels
+ * see its own. */
+static bp_status open_nccl(bp_trainer *t, bp_train_rank *r, int k) {
+  if (t->comm_kind != BP_COMM_KIND_NCCL) return BP_OK;
+  if (k == 0) {
+    bp_status st;
+    if (bp_train_multi_process(t)) {
+      (void)bp_devio_stream_native(&r->io); /* the rank's GPU is the thread's current device */
+      st = bp_nccl_open_mpi(&t->nccl);
+    } else {
+      int devices[BP_TRAIN_MAX_RANKS];
+      for (int j = 0; j < t->local; j++)
+        if ((st = rank_device(t, t->first_rank + j, &devices[j])) != BP_OK) return st;
+      st = bp_nccl_open_all(t->local, devices, &t->nccl);
+    }
+    if (st != BP_OK) return st;
+  }
+  r->comm = bp_nccl_abi(t->nccl, k, t->first_rank + k, t->world);
+  return BP_OK;
+}
+
+/* Which communicator the kernels get (comm.h: bp_comm_choose); a layout
+ * the collectives cannot serve is refused here, before the plan is built. */
+static bp_status choose_comm(bp_trainer *t) {
+  bp_comm_layout l = {
+      .device = t->device,
+      .cuda = strcmp(t->kernel_kind, "cuda") == 0,
+      .device_count = t->device_count,
+      .local = t->local,
+      .world = t->world,
+      .local_processes = bp_train_multi_process(t) ? bp_mpi_launched_local() : 1,
+  };
+  for (int k = 0; k < t->local; k++) {
+    bp_status st = rank_device(t, t->first_rank + k, &l.devices[k]);
+    if (st != BP_OK) return st;
+  }
+  return bp_comm_choose(&l, &t->comm_kind);
+}
+
 static bp_status open_rank(bp_trainer *t, int k) {
   bp_train_rank *r = &t->ranks[k];
   r->rank = k;
@@ -475,6 +520,7 @@ static bp_status open_rank(bp_trainer *t, int k) {
   r->base = bp_arena_base(r->arena);
   if ((st = bp_devio_open(&r->io, t->dev, t->device, r->device, r->base, t->plan)) != BP_OK)
     return st;
+  if ((st = open_nccl(t, r, k)) != BP_OK) return st;
   const char *pins = t->pins; /* resolved and checked once (train_kernels.c) */
   /* the ranks sharing this machine share its cores: ranks as threads here,
    * or the processes mpirun started on it (BP_THREADS overrides, threads.h) */
@@ -538,7 +584,7 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
   t->batch = t->model->train.batch;
   t->eval_batch = t->model->train.eval_batch;
   t->epochs = t->model->train.epochs;
-  if ((st = open_ranks(t, o)) != BP_OK) return st;
+  if ((st = open_ranks(t, o)) != BP_OK || (st = choose_comm(t)) != BP_OK) return st;
   if ((st = compile_and_build(t)) != BP_OK) return st;
   if (bp_train_multi_process(t)) { /* only processes share arenas */
     t->shared_bytes = collective_extent(t);
@@ -622,6 +668,7 @@ void bp_trainer_destroy(bp_trainer *t) {
     bp_threads_destroy(t->ranks[k].threads); /* after the exec: its kernels borrow them */
     bp_arena_destroy(t->ranks[k].arena);
   }
+  bp_nccl_close(t->nccl); /* after the execs and graphs that used it */
   bp_comm_destroy(t->comm);
   bp_graph_destroy(t->graph);
   bp_plan_destroy(t->plan);
@@ -737,6 +784,7 @@ int bp_trainer_rank(const bp_trainer *t) { return t ? t->first_rank : 0; }
 int bp_trainer_local_ranks(const bp_trainer *t) { return t ? t->local : 0; }
 const char *bp_trainer_transport(const bp_trainer *t) {
   if (!t || t->world < 2) return NULL;
+  if (t->comm_kind == BP_COMM_KIND_NCCL) return "nccl";
   if (!bp_train_multi_process(t)) return "threads";
   return strcmp(t->ranks[0].comm.backend, "threads") == 0 ? "mpi shared memory" : "mpi messages";
 }

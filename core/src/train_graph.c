@@ -110,7 +110,8 @@ static bp_status graph_fail(const bp_devio *io, const char *what) {
 
 /* Records the job's work on the compute stream into a graph (the transfer
  * stream joins through the input copies) and instantiates it into g->exec.
- * The capture is ended whatever fails, so the streams stay usable. */
+ * The capture is ended whatever fails, so the streams stay usable and the
+ * caller can run the step eagerly instead. */
 static bp_status capture(bp_trainer *t, int k, bp_step_graph *g, bp_rank_job *job) {
   bp_train_rank *r = &t->ranks[k];
   bp_devio *io = &r->io;
@@ -168,24 +169,28 @@ void bp_train_graph_start(bp_trainer *t, int k, bp_rank_job *job) {
     bp_train_job_failed(job, st);
     if (!(job->keep_collectives && g->exec)) return;
   }
-  if (g->runs == 0) { /* the warm-up: eager, waited for by finish */
-    if (st == BP_OK) st = bp_devio_step_inputs(io, b, r->upload[b], 2, t->scalar_spans,
-                                               job->train_step ? t->scalar_count : 0);
+  if (g->runs == 1) {
+    BP_ASSERT(!g->exec);
+    if ((st = capture(t, k, g, job)) == BP_OK) {
+      g->runs = 2;
+    } else { /* the capture is ended: this slot runs eagerly from now on */
+      fprintf(stderr, "blueprint: warning: rank %d, variant '%s', buffer %d: the step graph "
+              "failed, steps of this kind run eagerly: %s\n", r->rank,
+              bp_plan_variant(t->plan, job->variant)->name, b, bp_last_error());
+      g->runs = -1;
+      st = BP_OK;
+    }
+  }
+  if (g->runs <= 0) { /* the warm-up (0) or a failed capture (-1): eager, waited for by finish */
+    st = bp_devio_step_inputs(io, b, r->upload[b], 2, t->scalar_spans,
+                              job->train_step ? t->scalar_count : 0);
     if (st != BP_OK) {
       bp_train_job_failed(job, st);
       return;
     }
-    g->runs = 1;
+    if (g->runs == 0) g->runs = 1;
     bp_train_job_enqueue(t, k, job, 0);
     return;
-  }
-  if (g->runs == 1) {
-    BP_ASSERT(!g->exec);
-    if ((st = capture(t, k, g, job)) != BP_OK) {
-      bp_train_job_failed(job, st);
-      return;
-    }
-    g->runs = 2;
   }
   BP_ASSERT(g->exec && g->skip == job->skip); /* a rank's skip mask is fixed per variant */
   g->job.status = BP_OK; /* its last run is done (above) */

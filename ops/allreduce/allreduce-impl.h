@@ -10,7 +10,11 @@
  * all_gather one each. Every implementation does exactly these float
  * operations, so "threads" and "mpi" give the same bits for the same
  * inputs, whatever the timing, and a sharded update (reduce_scatter,
- * update, all_gather) the same bits as allreduce.sum then the update. */
+ * update, all_gather) the same bits as allreduce.sum then the update.
+ * "nccl" (nccl.c) keeps the chunks, the phases and "sum, then scale", but
+ * NCCL chooses the order of each chunk's sum: its bits differ from these by
+ * rounding, and are still the same on every rank and between
+ * allreduce.sum and reduce_scatter. */
 #ifndef BP_OPS_ALLREDUCE_IMPL_H
 #define BP_OPS_ALLREDUCE_IMPL_H
 

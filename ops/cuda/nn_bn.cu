@@ -172,24 +172,26 @@ __global__ void nn_bn_saved_k(int64_t channels, nn_bn_ws w, nn_bn_bwd_params t) 
   }
 }
 
-/* dgamma, dbeta from the sums; k (f0), mdy (f1) and mdyx (f2) for dx. An
- * FP32 output adds in double (the reference); an FP16 one is
- * round16(float(out) + (float)sum), the FP16 contract. */
+/* dgamma, dbeta from the sums; k (f0), mdy (f1) and mdyx (f2) for dx. In
+ * an all-FP32 call an output adds in double (the reference); in a call
+ * with an FP16 tensor (any16) it is out + (float)sum, rounded once to its
+ * dtype, as the reference's FP16 adapter adds a result. */
 __device__ __forceinline__ void nn_bn_param_store(const cuda_chan *t, int64_t c, double sum,
-                                                  int accumulate) {
-  if (t->fp16)
-    nn_st_acc(t->p, 1, c * t->stride, (float)sum, accumulate);
+                                                  int accumulate, int any16) {
+  if (t->fp16 || any16)
+    nn_st_acc(t->p, t->fp16, c * t->stride, (float)sum, accumulate);
   else
     nn_ch_st(t, c, bp_bn_param_grad(accumulate ? nn_ch_ld(t, c) : 0.0f, sum, accumulate));
 }
 
 __global__ void nn_bn_bwd_channels_k(int64_t channels, int64_t pixels, int64_t slices,
-                                     nn_bn_ws w, nn_bn_bwd_params t, int accumulate) {
+                                     nn_bn_ws w, nn_bn_bwd_params t, int accumulate,
+                                     int any16) {
   NN_GRID_LOOP(c, channels) {
     const double sdy = nn_bn_total(w.part_a, slices, channels, c);
     const double sdyx = nn_bn_total(w.part_b, slices, channels, c);
-    nn_bn_param_store(&t.p[3], c, sdyx, accumulate);
-    nn_bn_param_store(&t.p[4], c, sdy, accumulate);
+    nn_bn_param_store(&t.p[3], c, sdyx, accumulate, any16);
+    nn_bn_param_store(&t.p[4], c, sdy, accumulate, any16);
     w.f0[c] = bp_bn_gain(nn_ch_ld(&t.p[0], c), w.invstd[c]);
     w.f1[c] = sdy / (double)pixels;
     w.f2[c] = sdyx / (double)pixels;
@@ -263,12 +265,13 @@ extern "C" int cuda_nn_bn_bwd(void *stream, cuda_nhwc x, const void *px, cuda_nh
   const int64_t C = x.c, M = x.n * x.h * x.w, S = cuda_bn_slices(M);
   const nn_bn_ws w = nn_bn_carve(ws, C, S);
   nn_bn_bwd_params t;
-  for (int i = 0; i < 5; i++) t.p[i] = p[i];
+  int any16 = x.fp16 || dy.fp16 || dx.fp16;
+  for (int i = 0; i < 5; i++) t.p[i] = p[i], any16 |= p[i].fp16;
   nn_bn_saved_k NN_CH_LAUNCH(C, st)(C, w, t);
   int rc = nn_launched();
   if (rc) return rc;
   if ((rc = nn_bn_partials(st, NN_BN_SUM_BWD, &x, px, &dy, pdy, &w))) return rc;
-  nn_bn_bwd_channels_k NN_CH_LAUNCH(C, st)(C, M, S, w, t, accumulate);
+  nn_bn_bwd_channels_k NN_CH_LAUNCH(C, st)(C, M, S, w, t, accumulate, any16);
   if ((rc = nn_launched())) return rc;
   nn_bn_dx_k<<<cuda_grid_for(nn_count(&x)), CUDA_BLOCK, 0, st>>>(x, px, dy, pdy, dx, pdx, w,
                                                                  accumulate);

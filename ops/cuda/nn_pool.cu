@@ -14,8 +14,9 @@
  *  - Backwards gather instead of scattering: each dx element walks the
  *    windows that cover it in output order (oh, then ow, ascending), which
  *    is the order in which the reference's scatter adds into it, and adds
- *    in float from 0 (FP32 with accumulate: from the old dx, as the
- *    reference), so the bits equal the reference's and no two threads
+ *    in float from 0 (an all-FP32 call with accumulate: from the old dx,
+ *    as the reference; with an FP16 dx or dy the sum is added once, as
+ *    the reference's FP16 adapter), so the bits equal the reference's and no two threads
  *    write one element. Max pool adds dy where the window's mask names
  *    this element's tap; a mask value that names no in-bounds tap (which
  *    the reference refuses before writing) names no element here and is
@@ -66,9 +67,9 @@ __global__ void nn_maxpool_bwd_k(cuda_pool g, cuda_nhwc dy, const void *pdy, cud
     nn_covering(ih, g.sh, g.ph, g.kh, dy.h, &oh0, &oh1);
     nn_covering(iw, g.sw, g.pw, g.kw, dy.w, &ow0, &ow1);
     const int64_t at = nn_off(&dx, n, ih, iw, c);
-    /* FP32: add onto the old dx as the reference; FP16: the sum from 0,
-     * added once (nn_st_acc) */
-    const int from_old = accumulate && !dx.fp16;
+    /* all FP32: add onto the old dx as the reference; with an FP16 tensor
+     * (the reference's FP16 adapter): the sum from 0, added once (nn_st_acc) */
+    const int from_old = accumulate && !dx.fp16 && !dy.fp16;
     float acc = from_old ? nn_ld(pdx, 0, at) : 0.0f;
     for (int64_t oh = oh0; oh <= oh1; oh++) {
       const int64_t ky = ih - (oh * g.sh - g.ph);
@@ -112,7 +113,7 @@ __global__ void nn_avgpool_bwd_k(cuda_pool g, cuda_nhwc dy, const void *pdy, cud
     nn_covering(ih, g.sh, g.ph, g.kh, dy.h, &oh0, &oh1);
     nn_covering(iw, g.sw, g.pw, g.kw, dy.w, &ow0, &ow1);
     const int64_t at = nn_off(&dx, n, ih, iw, c);
-    const int from_old = accumulate && !dx.fp16;
+    const int from_old = accumulate && !dx.fp16 && !dy.fp16;
     float acc = from_old ? nn_ld(pdx, 0, at) : 0.0f;
     for (int64_t oh = oh0; oh <= oh1; oh++) {
       int64_t ky0, ky1;

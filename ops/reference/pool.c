@@ -218,7 +218,7 @@ static int gap_supports_bwd(void *user, const bp_abi_kernel_args *args, char *re
 static int gap_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_elementwise_attrs a;
-  const bp_abi_tensor *tx, *ty;
+  const bp_abi_tensor *tx = NULL, *ty = NULL;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
   if (!ops_gap_check(args, 1, &a, &tx, &ty, reason, rs) ||
@@ -243,7 +243,7 @@ static int gap_run_fwd(void *user, const bp_abi_kernel_args *args) {
 static int gap_run_bwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   bp_elementwise_attrs a;
-  const bp_abi_tensor *tx, *ty;
+  const bp_abi_tensor *tx = NULL, *ty = NULL;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
   if (!ops_gap_check(args, 0, &a, &tx, &ty, reason, rs) ||

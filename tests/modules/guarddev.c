@@ -571,6 +571,8 @@ static int guard_capture_end(bp_abi_stream *s, void **graph_out) {
   }
   s->capture = NULL;
   *graph_out = NULL;
+  if (getenv("GUARD_CAPTURE_FAIL") && !g->failed[0]) /* tests: a capture CUDA refuses */
+    snprintf(g->failed, sizeof g->failed, "GUARD_CAPTURE_FAIL is set");
   if (g->failed[0] || unjoined[0]) {
     const int rc = guard_fail(BP_ABI_ERR_DEVICE, "capture_end: the capture failed: %s",
                               g->failed[0] ? g->failed : unjoined);

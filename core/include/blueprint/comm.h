@@ -101,6 +101,70 @@ bp_status bp_mpi_shared_comm(const void *base, bp_abi_comm *comm_out);
  * pools. Reads only the environment. */
 int bp_mpi_launched_local(void);
 
+/* This process's index among the run's processes on this machine
+ * (OMPI_COMM_WORLD_LOCAL_RANK, else MPI_LOCALRANKID or PMIX_LOCAL_RANK), or
+ * -1 when the launcher does not say. Ranks on GPUs use it as their device.
+ * Reads only the environment. */
+int bp_mpi_launched_local_rank(void);
+
+/* Copies `bytes` bytes from process `root` to every process; a no-op
+ * unless bp_mpi_comm succeeded with world > 1. */
+bp_status bp_mpi_bcast(void *data, int bytes, int root);
+
+/* ---- which communicator a run gets ------------------------------------- */
+
+/* What the kernels' collectives go through (bp_abi_comm.backend). */
+typedef enum bp_comm_kind {
+  BP_COMM_KIND_NONE,    /* one rank: no collectives */
+  BP_COMM_KIND_THREADS, /* ranks as threads, or mpirun processes sharing arenas */
+  BP_COMM_KIND_MPI,     /* one rank per process, MPI messages */
+  BP_COMM_KIND_NCCL,    /* one rank per GPU (comm_nccl.c) */
+} bp_comm_kind;
+
+typedef struct bp_comm_layout {
+  const char *device;   /* the run's device, for messages */
+  int cuda;             /* the ranks' kernels run on CUDA GPUs (kernel kind "cuda") */
+  int device_count;     /* GPUs of this machine */
+  int local, world;     /* ranks in this process, in the run */
+  int local_processes;  /* processes of the run on this machine (1 without mpirun) */
+  int devices[BP_COMM_MAX_WORLD]; /* [local]: each local rank's device index */
+} bp_comm_layout;
+
+/* The communicator kind of a layout. Ranks on CUDA GPUs (world > 1) use
+ * NCCL, which needs one GPU per rank: in one process the local ranks'
+ * devices all differ, or under mpirun at most device_count processes share
+ * a machine. Ranks of one process that all share one GPU use the "threads"
+ * communicator, served there by the device-memory collectives
+ * (ops/allreduce/device_threads.c). Any other layout (some ranks sharing a
+ * GPU, others not; processes sharing a GPU) is BP_ERR_UNSUPPORTED with the
+ * reason. Pure: tested with made-up layouts. */
+bp_status bp_comm_choose(const bp_comm_layout *layout, bp_comm_kind *kind_out);
+
+/* ---- ranks on GPUs (NCCL) ----------------------------------------------- */
+
+/* One NCCL communicator per local rank. NCCL is loaded at run time
+ * (libnccl.so.2, dlopen), so the core neither links nor needs it where no
+ * GPU run happens; without it, opening fails with the reason. */
+typedef struct bp_nccl bp_nccl; /* opaque */
+
+/* One process, `count` ranks on the distinct GPUs devices[0..count):
+ * ncclCommInitAll. Local rank k is rank k of the communicator. */
+bp_status bp_nccl_open_all(int count, const int *devices, bp_nccl **out);
+
+/* Under mpirun (bp_mpi_comm succeeded), one rank per process: rank 0
+ * makes the unique id, bp_mpi_bcast hands it to every process, each joins
+ * with ncclCommInitRank as its MPI rank. The calling thread's current CUDA
+ * device must be this rank's GPU (the cuda device plugin's stream_native
+ * leaves the stream's device current). Collective over the processes. */
+bp_status bp_nccl_open_mpi(bp_nccl **out);
+
+/* Local rank k's view for kernels: backend "nccl", handle = its ncclComm_t. */
+bp_abi_comm bp_nccl_abi(const bp_nccl *nccl, int k, int rank, int world);
+
+/* Destroys every communicator (no kernel may still use them: the streams
+ * are drained and the graphs that captured them destroyed). NULL is a no-op. */
+void bp_nccl_close(bp_nccl *nccl);
+
 #ifdef __cplusplus
 }
 #endif
