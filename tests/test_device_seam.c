@@ -22,6 +22,7 @@
 #include "modules/guarddev.h"
 #include "modules/state_module.h"
 #include "run_util.h"
+#include "trainer_compare.h"
 
 #ifndef BP_GUARDED_DIR
 #error "BP_GUARDED_DIR: the directory of the guarded test device"
@@ -169,49 +170,6 @@ static bp_trainer *make(const char *model, const char *data, const run_opts *r) 
   bp_status st = bp_trainer_create_from_file(model, &o, &t);
   ck_assert_msg(st == BP_OK, "create on %s: %s", r->device, bp_last_error());
   return t;
-}
-
-/* The reports of every epoch a run trains (at most 4). */
-typedef struct reports {
-  bp_epoch_report r[4];
-  int n;
-} reports;
-
-static void keep(void *user, const bp_epoch_report *r) {
-  reports *k = user;
-  if (k->n < 4) k->r[k->n++] = *r;
-}
-
-static void train_all(bp_trainer *t, reports *k) {
-  ck_assert_msg(bp_trainer_train(t, keep, k) == BP_OK, "train: %s", bp_last_error());
-}
-
-/* Every FP32 tensor of the state regions (B .. V: BN statistics,
- * parameters, optimizer moments), on every local rank, bit for bit. */
-static void same_state(bp_trainer *a, bp_trainer *b) {
-  const bp_plan *p = bp_trainer_plan(a);
-  int compared = 0;
-  for (int rank = 0; rank < bp_trainer_local_ranks(a); rank++)
-    for (int32_t id = 0; id < bp_plan_tensor_count(p); id++) {
-      const bp_dtensor *d = bp_plan_tensor(p, 0, id);
-      if (d->dtype != BP_DTYPE_FP32 || d->region > BP_REGION_V_CONV_DEEP ||
-          d->region == BP_REGION_R ||
-          (d->region >= BP_REGION_G_BN_BIAS && d->region <= BP_REGION_G_CONV_DEEP))
-        continue;
-      const uint64_t n = bp_dtensor_host_elems(d);
-      float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
-      ck_assert(x && y);
-      ck_assert_msg(bp_trainer_read_rank_tensor(a, rank, d->name, x, n) == BP_OK, "%s",
-                    bp_last_error());
-      ck_assert_msg(bp_trainer_read_rank_tensor(b, rank, d->name, y, n) == BP_OK, "%s",
-                    bp_last_error());
-      ck_assert_msg(memcmp(x, y, (size_t)n * sizeof *x) == 0, "rank %d: tensor %s differs", rank,
-                    d->name);
-      free(x);
-      free(y);
-      compared++;
-    }
-  ck_assert_int_ge(compared, 2);
 }
 
 static void same_reports(const reports *a, const reports *b) {
