@@ -99,7 +99,12 @@ typedef struct bp_pool_attrs {
  *                       r = (1-momentum)*r + momentum*batch, var unbiased)
  * batchnorm.fwd_eval   in: x, gamma, beta, running_mean, running_var   out: y
  * batchnorm.bwd        in: x, dy, gamma, save_mean, save_invstd
- *                      out: dx, dgamma, dbeta  (accumulate: dx, dgamma, dbeta) */
+ *                      out: dx, dgamma, dbeta  (accumulate: dx, dgamma, dbeta)
+ * batchnorm_relu.fwd_train, .fwd_eval  as batchnorm's, y = relu(BN(x))
+ * batchnorm_relu.bwd   in: x, dy, gamma, save_mean, save_invstd, y
+ *                      (y: the relu output; dy: the gradient w.r.t. it)
+ *                      out: dx, dgamma, dbeta, as batchnorm.bwd on
+ *                      relu.bwd(y, dy) (each element that float) */
 typedef struct bp_batchnorm_attrs {
   float eps;
   float momentum;

@@ -22,15 +22,27 @@
 #              at some steps while training goes on
 #   accuracy   MLP and CNN, one epoch of Fashion-MNIST on the GPU, within 0.5 points
 #              of the CPU's test accuracy (figures below)
+#   scaling    the inputs of the multi-GPU model (bench/RESULTS-gpu.md, "Scaling on
+#              paper"): VGG16-BN, batch 128, AMP, synthetic data: the plan's
+#              gradient buckets, 3 profiled steps, 15 graph steps (the step time),
+#              4 eager FP32 steps of 2 ranks on the one GPU (the collectives' time
+#              and overlap with backward, comm_*_per_step); then
+#              bench/gpu/scaling_model.py: scaling.md
+#   bench      bench/gpu/run.sh --quick (its table in bench.md)
 #   sanitizer  compute-sanitizer memcheck over a few MLP and CNN (--amp) steps
 #              (SKIP where it is missing or refuses the device)
-#   bench      bench/gpu/run.sh --quick (its table in bench.md)
+# Time (s; expected on an H200 is an estimate until a run records it, the
+# limit is the stage's cap): env 5/-, plugins 5/30, ctest 60/150, validate
+# 45/150, replay 50/240, amp_skip 15/90, accuracy 50/180, scaling 50/195,
+# bench 150/300, sanitizer 90/180: about 520 s expected, so --budget
+# (default 480) decides: a stage gets at most what is left, and the stages
+# after the budget SKIP. The costly stages come last (bench, then the
+# sanitizer, which a second call can run alone: --only sanitizer).
 # --dry-run prints every stage's command and SKIPs it; so does a machine
-# without a GPU (no nvidia-smi, or one that sees no device). --budget
-# (default 480) ends the run on time: a stage gets at most what is left, and
-# the stages after the budget SKIP. --device cpu runs the training stages
-# (replay, amp_skip, accuracy) on the CPU instead, without a GPU: a test of
-# this script itself. Exit status: 1 when any stage FAILs.
+# without a GPU (no nvidia-smi, or one that sees no device). --device cpu
+# runs the training stages (replay, amp_skip, accuracy, scaling with the
+# CNN) on the CPU instead, without a GPU: a test of this script itself. Exit
+# status: 1 when any stage FAILs.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd -P)
 cd "$root"
@@ -48,7 +60,7 @@ while [ $# -gt 0 ]; do
     --skip) skip=",$2,"; shift ;;
     --budget) budget=$2; shift ;;
     --device) dev=$2; shift ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -145,7 +157,7 @@ done
 # another CUDA's that LD_LIBRARY_PATH would put first
 orig_ld=${LD_LIBRARY_PATH:-}
 export LD_LIBRARY_PATH=$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export BP_PLUGIN_PATH=""
+unset BP_PLUGIN_PATH # the build's own modules only (an empty value lists as a skipped entry)
 
 # run_stage NAME SECONDS COMMAND...: the command's output into NAME.log
 run_stage() {
@@ -155,11 +167,16 @@ run_stage() {
   timeout --kill-after=10 "$secs" "$@" >> "$work/$name.log" 2>&1
 }
 
+# the stages that --device cpu skips: they check CUDA itself
+gpu_only=env,plugins,ctest,bench,sanitizer
 # the gates every GPU stage passes: SKIP or FAIL with the reason, else 0
 gate() {
   local stage=$1
   if ! wanted "$stage"; then result "$stage" SKIP "not asked for (--only/--skip)"; return 1; fi
   if [ $gpu = 0 ]; then result "$stage" SKIP "$why_no_gpu"; return 1; fi
+  if [ "$dev" != cuda ] && [[ ",$gpu_only," == *",$stage,"* ]]; then
+    result "$stage" SKIP "GPU only (--device $dev)"; return 1
+  fi
   if [ $have_pack = 0 ]; then
     result "$stage" FAIL "${why_pack:-no pack in .gpu: run ci/gpu-pack.sh where the packages are}"
     return 1
@@ -198,10 +215,7 @@ stage_env() {
     result env PASS "$name, driver $driver; $libs"
   fi
 }
-if ! wanted env; then result env SKIP "not asked for (--only/--skip)"
-elif [ $gpu = 0 ]; then result env SKIP "$why_no_gpu"
-elif [ $have_pack = 0 ]; then result env FAIL "${why_pack:-no pack in .gpu: run ci/gpu-pack.sh where the packages are}"
-else stage_env; fi
+if gate env; then stage_env; fi
 
 # ---- plugins ------------------------------------------------------------------------
 
@@ -211,7 +225,14 @@ if gate plugins; then
   for m in bp_device_cuda bp_ops_cuda bp_ops_cudnn bp_ops_cublas; do
     grep -Eq "^ *loaded +.*/$m\.so" "$work/plugins.log" || missing="$missing $m"
   done
-  if [ -z "$missing" ]; then result plugins PASS "cuda device and the cuda, cudnn, cublas modules loaded"
+  # the collectives on device memory and NCCL, where the pack has them
+  extra=""
+  for m in bp_ops_allreduce_cuda bp_ops_allreduce_nccl; do
+    [ -e "$B/core/blueprint/modules/$m.so" ] || continue
+    if grep -Eq "^ *loaded +.*/$m\.so" "$work/plugins.log"; then extra="$extra, ${m#bp_ops_}"
+    else missing="$missing $m"; fi
+  done
+  if [ -z "$missing" ]; then result plugins PASS "cuda device and the cuda, cudnn, cublas${extra} modules loaded"
   else result plugins FAIL "not loaded:$missing ($(grep -A2 'refused' "$work/plugins.log" | grep -o 'init failed.*' | head -n 2 | tr '\n' ' '))"; fi
 fi
 
@@ -225,7 +246,17 @@ if gate ctest; then
   n=$(grep -c 'Test *#' "$work/ctest.log")
   skipped=$(grep -E 'Test *#.*(Skipped|Not Run)' "$work/ctest.log" | sed -n 's/.*: \([a-z_0-9]*\) .*/\1/p' | tr '\n' ' ')
   bad=$(grep -E 'Test *#.*(Failed|Timeout|Exception|\*\*\*)' "$work/ctest.log" | grep -v Skipped | sed -n 's/.*: \([a-z_0-9]*\) .*/\1/p' | tr '\n' ' ')
-  if [ "$n" -eq 0 ]; then result ctest FAIL "no GPU suite ran (exit $rc)"
+  # cut off by the stage's limit (a suite's own TIMEOUT property outlasts
+  # --timeout): the suites that never reported
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    unfinished=""
+    for t in $("$ct" --test-dir "$B" -N -R 'cuda|cudnn|cublas|nccl|graph_replay' 2>/dev/null |
+               sed -n 's/^ *Test *#[0-9]*: //p'); do
+      grep -Eq "Test *#[0-9]+: $t " "$work/ctest.log" || unfinished="$unfinished $t"
+    done
+    bad="${bad}(stopped at the stage's limit; unfinished:${unfinished:- none})"
+  fi
+  if [ "$n" -eq 0 ]; then result ctest FAIL "no GPU suite ran (exit $rc) ${bad}"
   elif [ $rc -ne 0 ] || [ -n "$bad" ]; then result ctest FAIL "$n suites; failed: ${bad:-exit $rc}"
   elif [ -n "$skipped" ]; then result ctest FAIL "$n suites; skipped on a GPU: $skipped"
   else result ctest PASS "$n suites: $(grep -E 'Test *#' "$work/ctest.log" | sed -n 's/.*: \([a-z_0-9]*\) .*/\1/p' | tr '\n' ' ')"; fi
@@ -324,7 +355,10 @@ fi
 
 if gate accuracy; then
   msgs="" ok=1
-  for m in mlp cnn; do
+  models="mlp cnn"
+  # a CNN epoch takes minutes on a CPU: --device cpu checks the stage with the MLP
+  [ "$dev" = cpu ] && { models=mlp; msgs="(cnn: GPU only)"; }
+  for m in $models; do
     ref=$ref_mlp; [ $m = cnn ] && ref=$ref_cnn
     run_stage accuracy "$(limit 90)" "$bp" train "models/$m.yaml" --device "$dev" --data "$data" \
       --epochs 1 --quiet --metrics "$work/accuracy-$m.jsonl"
@@ -336,6 +370,83 @@ if gate accuracy; then
     else ok=0; msgs="$msgs $m test accuracy $acc not within $tolerance points of the CPU's $ref%;"; fi
   done
   if [ $ok = 1 ]; then result accuracy PASS "${msgs# }"; else result accuracy FAIL "${msgs# }"; fi
+fi
+
+# ---- scaling on paper ----------------------------------------------------------------------
+
+# The inputs of bench/gpu/scaling_model.py measured on this GPU: VGG16-BN at
+# batch 128 per GPU with AMP on synthetic data. --device cpu: the CNN at
+# batch 16 and 2 steps each, a test of the plumbing (VGG16-BN takes minutes
+# a step there; the figures mean nothing).
+if gate scaling; then
+  msgs="" ok=1
+  sm=models/vgg16bn.yaml sb=128 prof=3 warm=5 timed=10 rsteps=4
+  [ "$dev" = cpu ] && { sm=models/cnn.yaml sb=16 prof=2 warm=2 timed=2 rsteps=2; }
+  syn=(--device "$dev" --data synthetic --amp --epochs 1 --quiet --test-limit "$sb" --eval-batch "$sb")
+  sp=$work/scaling
+  echo "\$ $bp plan $sm --batch $sb --amp --json" >> "$work/scaling.log"
+  "$bp" plan "$sm" --batch "$sb" --amp --json > "$sp-plan.json" 2>> "$work/scaling.log" ||
+    { ok=0; msgs="plan failed: $(tail -n 1 "$work/scaling.log");"; }
+  # profiled eager steps: the nodes in order, their FLOPs (and times, on the cpu)
+  run_stage scaling "$(limit 60)" "$bp" train "$sm" "${syn[@]}" --batch "$sb" \
+    --train-limit $((sb * prof)) --profile --metrics "$sp-profile.jsonl"
+  rc=$?
+  [ $rc -ne 0 ] && { ok=0; msgs="$msgs profiled steps: exit $rc;"; }
+  # graph-replayed steps: the step time between the step lines after the warm-up
+  rate=()
+  if [ $warm -gt 0 ]; then
+    run_stage scaling "$(limit 60)" "$bp" train "$sm" "${syn[@]}" --batch "$sb" \
+      --train-limit $((sb * (warm + timed))) --log-every "$warm" --metrics "$sp-rate.jsonl"
+    rc=$?
+    if [ $rc -eq 0 ]; then rate=(--throughput "$sp-rate.jsonl")
+    else ok=0; msgs="$msgs graph steps: exit $rc;"; fi
+  fi
+  # 2 ranks sharing the GPU, sb images each, FP32 (where each bucket's
+  # collective follows its last writer; AMP's waits for the whole unscale)
+  # and eager (step graphs are not timed): the comm stream's time, and the
+  # part of it inside backward (docs/training.md, "Streams")
+  run_stage scaling "$(limit 75)" "$bp" train "$sm" --device "$dev" --data synthetic --epochs 1 \
+    --quiet --test-limit "$sb" --eval-batch "$sb" --no-graph --ranks 2 --batch $((2 * sb)) \
+    --train-limit $((2 * sb * rsteps)) --metrics "$sp-ranks2.jsonl"
+  rc=$?
+  [ $rc -ne 0 ] && msgs="$msgs 2 ranks on one device: exit $rc;"
+  if [ -s "$sp-plan.json" ] && grep -q '"event":"profile"' "$sp-profile.jsonl" 2>/dev/null; then
+    echo "\$ python3 bench/gpu/scaling_model.py ..." >> "$work/scaling.log"
+    python3 bench/gpu/scaling_model.py --plan "$sp-plan.json" --profile "$sp-profile.jsonl" \
+      "${rate[@]}" --comm "$sp-ranks2.jsonl" --batch "$sb" --save-inputs "$out/scaling-inputs.json" \
+      --json "$sp-model.json" > "$out/scaling.md" 2>> "$work/scaling.log"
+    rc=$?
+    if [ $rc -eq 0 ]; then
+      msgs="$msgs $(python3 - "$sp-model.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+i, r = d["inputs"], {x["gpus"]: x for x in d["rows"]}[8]["scenarios"]
+f = d["info"]["overlap_fraction"]
+print("step %.2f ms (%.0f img/s, %s); 8 GPUs at %g GB/s (model): serial %.0f img/s (%.1f%%), "
+      "bucket %.0f (%.1f%%); overlap measured: %s; scaling.md" % (
+          i["step_ms"], i["batch"] * 1000 / i["step_ms"], i["node_times"], d["busbw_gbs"],
+          r["serial"]["img_s"], 100 * r["serial"]["efficiency"], r["bucket"]["img_s"],
+          100 * r["bucket"]["efficiency"], "%.2f" % f if f is not None else "no"))
+PY
+)"
+    else ok=0; msgs="$msgs the model failed: $(tail -n 1 "$work/scaling.log");"; fi
+  else ok=0; msgs="$msgs no plan or no profile line: the model did not run;"; fi
+  if [ $ok = 1 ]; then result scaling PASS "${msgs# }"; else result scaling FAIL "${msgs# }"; fi
+fi
+
+# ---- bench ------------------------------------------------------------------------------
+
+if gate bench; then
+  run_stage bench "$(limit 300)" env BLUEPRINT="$bp" BP_DATA="$data" PYTHON=python3 ROW_TIMEOUT=60 \
+    PYTHON_LD_LIBRARY_PATH="$orig_ld" \
+    bench/gpu/run.sh --quick --out "$work/bench"
+  rc=$?
+  # cut off by its limit: the table of the rows that ran
+  [ -f "$work/bench/summary.md" ] || [ ! -f "$work/bench/rows.txt" ] ||
+    python3 bench/gpu/summary.py "$work/bench" > "$work/bench/summary.md" 2>> "$work/bench.log"
+  [ -f "$work/bench/summary.md" ] && cp "$work/bench/summary.md" "$out/bench.md"
+  if [ $rc -eq 0 ]; then result bench PASS "every row ran on both sides (bench.md)"
+  else result bench FAIL "exit $rc: $(grep -E 'failed' "$work/bench.log" | head -n 3 | tr '\n' ' ' | head -c 400)"; fi
 fi
 
 # ---- compute-sanitizer ------------------------------------------------------------------
@@ -362,21 +473,6 @@ if gate sanitizer; then
   fi
 fi
 
-# ---- bench ------------------------------------------------------------------------------
-
-if gate bench; then
-  run_stage bench "$(limit 300)" env BLUEPRINT="$bp" BP_DATA="$data" PYTHON=python3 ROW_TIMEOUT=60 \
-    PYTHON_LD_LIBRARY_PATH="$orig_ld" \
-    bench/gpu/run.sh --quick --out "$work/bench"
-  rc=$?
-  # cut off by its limit: the table of the rows that ran
-  [ -f "$work/bench/summary.md" ] || [ ! -f "$work/bench/rows.txt" ] ||
-    python3 bench/gpu/summary.py "$work/bench" > "$work/bench/summary.md" 2>> "$work/bench.log"
-  [ -f "$work/bench/summary.md" ] && cp "$work/bench/summary.md" "$out/bench.md"
-  if [ $rc -eq 0 ]; then result bench PASS "every row ran on both sides (bench.md)"
-  else result bench FAIL "exit $rc: $(grep -E 'failed' "$work/bench.log" | head -n 3 | tr '\n' ' ' | head -c 400)"; fi
-fi
-
 # ---- what comes back ----------------------------------------------------------------------
 
 [ $dry = 1 ] && {
@@ -390,11 +486,18 @@ fi
   amp_skip   $bp train models/mlp.yaml --device cuda --amp --loss-scale 1e19 ...;
              ... --amp --loss-scale-growth-interval 1 ...
   accuracy   $bp train models/{mlp,cnn}.yaml --device cuda --data $data --epochs 1
-  sanitizer  compute-sanitizer --tool memcheck $bp train models/{mlp,cnn}.yaml --device cuda ...
+  scaling    $bp plan models/vgg16bn.yaml --batch 128 --amp --json;
+             $bp train models/vgg16bn.yaml --device cuda --data synthetic --amp --batch 128
+             --profile (3 steps) | --log-every 5 (15 steps) | FP32 --no-graph --ranks 2
+             --batch 256 (4 steps);
+             python3 bench/gpu/scaling_model.py --plan ... --profile ... --throughput ... --comm ...
   bench      bench/gpu/run.sh --quick
+  sanitizer  compute-sanitizer --tool memcheck $bp train models/{mlp,cnn}.yaml --device cuda ...
 EOF
 }
 say "gpu-check: $(grep -c ' PASS ' "$summary") PASS, $(grep -c ' FAIL ' "$summary") FAIL, $(grep -c ' SKIP ' "$summary") SKIP in $(( $(date +%s) - start )) s"
+# the scaling model's table (a model, not a measurement) after the stage lines
+[ -s "$out/scaling.md" ] && { echo; cat "$out/scaling.md"; } >> "$summary"
 # every log into one file, the rest (metrics, checkpoints aside) into a tarball
 for f in "$work"/*.log; do
   [ -f "$f" ] || continue

@@ -43,7 +43,7 @@ case "$mode" in
     # BLAS kernels take the rank's count) OpenBLAS runs in the calling rank,
     # where every write is ordered by our own barriers and checked
     export BP_THREADS=1
-    filter=(-R "^(test_allreduce|test_train_ranks|test_data_loader|test_train_resume|test_threads|test_kernel_state|test_device_seam)$")
+    filter=(-R "^(test_allreduce|test_train_ranks|test_data_loader|test_train_resume|test_threads|test_kernel_state|test_device_seam|test_streams)$")
     ;;
   *) echo "ci/test.sh: unknown mode '$mode' (normal, sanitize or thread)" >&2; exit 2 ;;
 esac

@@ -32,6 +32,7 @@ typedef struct rig {
 /* Compiles `file` with batch 128 over 1000 images (train_last 104) and
  * eval batch 200 over 500 (eval_last 100), then builds its graph. */
 static int rig_replicate; /* bp_graph_options.replicate_update of the next open_rig */
+static int rig_no_fuse;   /* 1: the next open_rig keeps batchnorm and relu apart */
 
 static rig open_rig(const char *file, bp_optimizer opt, int amp, int ema, int world) {
   rig r;
@@ -44,6 +45,7 @@ static rig open_rig(const char *file, bp_optimizer opt, int amp, int ema, int wo
   co.train_size = 1000;
   co.eval_batch = 200;
   co.eval_size = 500;
+  if (rig_no_fuse) co.fuse_bn_relu = 0;
   ck_assert_msg(bp_model_compile(r.model, &co, &r.plan) == BP_OK, "%s", bp_last_error());
   bp_graph_options go;
   bp_graph_options_init(&go);
@@ -122,7 +124,7 @@ static int node_index(const rig *r, int v, bp_segment s, const char *name) {
 static int accumulate_of(const bp_node *n) {
   if (!strncmp(n->op, "conv2d.", 7)) return n->attrs.conv2d.accumulate;
   if (!strncmp(n->op, "fc.", 3)) return n->attrs.fc.accumulate;
-  if (!strncmp(n->op, "batchnorm.", 10)) return n->attrs.batchnorm.accumulate;
+  if (!strncmp(n->op, "batchnorm", 9)) return n->attrs.batchnorm.accumulate; /* and _relu */
   if (!strncmp(n->op, "maxpool.", 8) || !strncmp(n->op, "avgpool.", 8))
     return n->attrs.pool.accumulate;
   return n->attrs.elementwise.accumulate;
@@ -287,7 +289,9 @@ START_TEST(mlp_segments) {
 END_TEST
 
 START_TEST(cnn_segments) {
+  rig_no_fuse = 1; /* the unfused graph; tests/test_fusion.c checks the fused one */
   rig r = open_rig("cnn.yaml", BP_OPT_SGD, 0, 0, 1);
+  rig_no_fuse = 0;
   const int tr = variant(&r, "train"), ev = variant(&r, "eval");
   expect_ops(&r, tr, BP_SEGMENT_FORWARD,
              "conv2d.fwd batchnorm.fwd_train relu.fwd conv2d.fwd batchnorm.fwd_train relu.fwd "

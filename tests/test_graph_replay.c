@@ -52,6 +52,7 @@ static bp_registry *registry(int which) {
 typedef struct run_opts {
   const char *device;
   int ranks, amp, no_graph, nograph_device, adamw;
+  int streams; /* compute streams of a device rank (0: the default, 3) */
   int state_kernel; /* registry 2, relu.fwd pinned to the kernel-state module */
   int64_t epochs, stop_after, log_every;
   const char *checkpoint, *resume, *metrics;
@@ -66,6 +67,7 @@ static bp_trainer *make(const char *model, const char *data, const run_opts *r) 
   o.ranks = r->ranks;
   o.amp = r->amp ? 1 : -1;
   o.no_graph = r->no_graph;
+  o.streams = r->streams;
   o.data_dir = data;
   o.epochs = r->epochs ? r->epochs : 2;
   o.batch = 8; /* 100 images: 12 full steps and a short one (train_last) */
@@ -307,12 +309,12 @@ END_TEST
 /* ---- (d) eager fallback ------------------------------------------------------------- */
 
 /* A device without the capture extension runs every step eagerly, says so
- * once, and trains as the cpu device. */
+ * once, and trains as the cpu device (one stream: one host task a step). */
 START_TEST(a_device_without_graph_capture_runs_eagerly_and_says_so) {
   toy_env e = toy_env_open(bn_model, 100, 30, 11);
   reports rg = {0}, rc = {0};
   bp_trainer *g = make(e.mlp, e.data, &(run_opts){.device = "guarded", .ranks = 2,
-                                                   .nograph_device = 1});
+                                                   .nograph_device = 1, .streams = 1});
   bp_trainer *c = make(e.mlp, e.data, &(run_opts){.device = "cpu", .ranks = 2});
   ck_assert_int_eq(bp_trainer_graphs(g), 0);
   ck_assert_msg(strstr(bp_trainer_graph_note(g), "offers no graph capture: steps run eagerly"),

@@ -309,6 +309,73 @@ START_TEST(fc_refuses_padded_feature_maps) {
 }
 END_TEST
 
+/* fc's backward passes with 1 KiB-multiple leading dimensions (512 wide):
+ * on oneDNN they copy W (backward-data) and x, dy (backward-filter) into
+ * the workspace with a padded leading dimension first (blas-impl.h,
+ * BLAS_PAD_POW2_LD). The results are the bits of the same kernel on
+ * tensors whose channel padding already spaces the rows so (no copy), and
+ * match the reference; a short workspace is refused. */
+START_TEST(fc_pads_1k_leading_dimensions_with_the_same_bits) {
+  enum { N = 64, F = 512, O = 512, PAD = 16 };
+  uint64_t rng = 77;
+  tt x = tt_new(BP_ABI_DTYPE_FP32, N, 1, 1, F, 0), w = tt_new(BP_ABI_DTYPE_FP32, O, 1, 1, F, 0);
+  tt dy = tt_new(BP_ABI_DTYPE_FP32, N, 1, 1, O, 0);
+  tt xp = tt_new(BP_ABI_DTYPE_FP32, N, 1, 1, F, PAD), wp = tt_new(BP_ABI_DTYPE_FP32, O, 1, 1, F, PAD);
+  tt dyp = tt_new(BP_ABI_DTYPE_FP32, N, 1, 1, O, PAD);
+  tt_rand(&x, &rng, -1.0, 1.0), tt_rand(&w, &rng, -1.0, 1.0), tt_rand(&dy, &rng, -1.0, 1.0);
+  tt_copy(&xp, &x), tt_copy(&wp, &w), tt_copy(&dyp, &dy);
+  for (int acc = 0; acc < 2; acc++) {
+    const bp_fc_attrs a = {1, acc};
+    /* [0] dense (copied on oneDNN), [1] padded (in place), [2] reference */
+    tt dx[3], dw[3], db[3];
+    for (int i = 0; i < 3; i++) {
+      dx[i] = tt_new(BP_ABI_DTYPE_FP32, N, 1, 1, F, i == 1 ? PAD : 0);
+      dw[i] = tt_new(BP_ABI_DTYPE_FP32, O, 1, 1, F, i == 1 ? PAD : 0);
+      db[i] = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, O, 0);
+      uint64_t r2 = 5; /* the same starting values for accumulate */
+      tt_rand(&dx[i], &r2, -1.0, 1.0), tt_rand(&dw[i], &r2, -1.0, 1.0), tt_rand(&db[i], &r2, -1.0, 1.0);
+    }
+    const ops_call bd[3] = {{"fc.bwd_data", {&dy, &w}, {&dx[0]}, 2, 1, &a, sizeof a},
+                            {"fc.bwd_data", {&dyp, &wp}, {&dx[1]}, 2, 1, &a, sizeof a},
+                            {"fc.bwd_data", {&dy, &w}, {&dx[2]}, 2, 1, &a, sizeof a}};
+    const ops_call bf[3] = {{"fc.bwd_filter", {&x, &dy}, {&dw[0], &db[0]}, 2, 2, &a, sizeof a},
+                            {"fc.bwd_filter", {&xp, &dyp}, {&dw[1], &db[1]}, 2, 2, &a, sizeof a},
+                            {"fc.bwd_filter", {&x, &dy}, {&dw[2], &db[2]}, 2, 2, &a, sizeof a}};
+    for (int i = 0; i < 3; i++) {
+      const char *impl = i == 2 ? "reference" : GEMM_IMPL;
+      k_run(kernel_of("fc.bwd_data", impl), &bd[i]);
+      k_run(kernel_of("fc.bwd_filter", impl), &bf[i]);
+    }
+    const bp_abi_kernel *kd = kernel_of("fc.bwd_data", GEMM_IMPL);
+    const bp_abi_kernel *kf = kernel_of("fc.bwd_filter", GEMM_IMPL);
+#ifdef GEMM_DNNL
+    ck_assert_uint_gt(k_workspace(kd, &bd[0]), (uint64_t)O * F * sizeof(float));
+    ck_assert_uint_gt(k_workspace(kf, &bf[0]), (uint64_t)N * (F + O) * sizeof(float));
+    const uint64_t need = k_workspace(kd, &bd[0]);
+    float *ws = malloc((size_t)need);
+    ck_assert_ptr_nonnull(ws);
+    ck_assert_int_eq(ops_kernel_run(kd, &bd[0], ws, need - 4), BP_ABI_ERR_INVALID);
+    ck_assert_int_eq(ops_kernel_run(kd, &bd[0], NULL, 0), BP_ABI_ERR_INVALID);
+    free(ws);
+#else
+    ck_assert_uint_eq(k_workspace(kd, &bd[0]), 0);
+    ck_assert_uint_eq(k_workspace(kf, &bf[0]), 0);
+#endif
+    ck_assert_uint_eq(k_workspace(kd, &bd[1]), 0); /* padded rows: used in place */
+    ck_assert_uint_eq(k_workspace(kf, &bf[1]), 0);
+    ck_assert_msg(bitwise_equal(&dx[0], &dx[1]), "fc.bwd_data accumulate %d: copy changed bits", acc);
+    ck_assert_msg(bitwise_equal(&dw[0], &dw[1]), "fc.bwd_filter accumulate %d: copy changed bits", acc);
+    ck_assert_msg(bitwise_equal(&db[0], &db[1]), "fc.bwd_filter db accumulate %d", acc);
+    ck_assert_msg(tt_padding_intact(&dx[1]) && tt_padding_intact(&dw[1]), "padding written");
+    ck_assert_msg(norm_err(&dx[0], &dx[2]) <= BLAS_TOL, "dx vs reference: %g", norm_err(&dx[0], &dx[2]));
+    ck_assert_msg(norm_err(&dw[0], &dw[2]) <= BLAS_TOL, "dw vs reference: %g", norm_err(&dw[0], &dw[2]));
+    ck_assert_msg(norm_err(&db[0], &db[2]) <= BLAS_TOL, "db vs reference: %g", norm_err(&db[0], &db[2]));
+    for (int i = 0; i < 3; i++) tt_free(&dx[i]), tt_free(&dw[i]), tt_free(&db[i]);
+  }
+  tt_free(&x), tt_free(&w), tt_free(&dy), tt_free(&xp), tt_free(&wp), tt_free(&dyp);
+}
+END_TEST
+
 START_TEST(conv_run_needs_its_workspace) {
   tt x = tt_new(BP_ABI_DTYPE_FP32, 2, 6, 6, 3, 0), w = tt_new(BP_ABI_DTYPE_FP32, 4, 3, 3, 3, 0);
   tt y = tt_new(BP_ABI_DTYPE_FP32, 2, 6, 6, 4, 0);
@@ -583,6 +650,7 @@ int main(void) {
   tcase_add_test(tc, conv_refuses_uneven_rows);
   tcase_add_test(tc, fc_refuses_padded_feature_maps);
   tcase_add_test(tc, conv_run_needs_its_workspace);
+  tcase_add_test(tc, fc_pads_1k_leading_dimensions_with_the_same_bits);
   tcase_add_test(tc, blas_refuses_bad_args_like_the_reference);
   tcase_add_test(tc, descriptors);
   tcase_add_test(tc, select_prefers_blas_and_pins_override);

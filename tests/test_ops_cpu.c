@@ -429,6 +429,9 @@ static const pool_case pool_cases[] = {
     {1, 5, 5, 3, POOL_A(5, 5, 5, 5, 2, 2), 0},   /* windows larger than the input */
     {5, 28, 28, 32, POOL_A(2, 2, 2, 2, 0, 0), 0}, /* the CNN's shapes (batch cut to 5) */
     {5, 14, 14, 64, POOL_A(2, 2, 2, 2, 0, 0), 0},
+    {3, 6, 4, 7, POOL_A(2, 2, 2, 2, 0, 0), 2},   /* tiling 2x2, odd C, padded channels */
+    {2, 9, 6, 5, POOL_A(3, 3, 3, 3, 0, 0), 1},   /* tiling 3x3 */
+    {2, 6, 6, 5, POOL_A(2, 2, 2, 2, 1, 1), 1},   /* 2x2 stride 2 with padding: edge windows */
 };
 #define POOL_CASES ((int)(sizeof pool_cases / sizeof pool_cases[0]))
 
@@ -593,12 +596,23 @@ END_TEST
 /* ---- batchnorm ------------------------------------------------------------ */
 
 /* x shapes: C 1, 3, 16, 17, 64 and 130 (three blocks), batch 1 and 5, odd
- * H and W, padded channels, the CNN's feature maps (batch cut to 5). */
+ * H and W, padded channels, the CNN's feature maps (batch cut to 5; 4 and
+ * 1 chunks of the statistics' order), more pixels than 32 chunks of 1024
+ * (longer chunks, the last one shorter), and one whose x-shaped tensors
+ * leave a gap after every image row (pixels not evenly strided). */
 static const int64_t bn_shapes[][5] = {
     {1, 3, 5, 1, 0},  {5, 3, 3, 3, 0},  {2, 4, 4, 16, 0}, {5, 5, 7, 17, 3},
     {1, 7, 7, 64, 0}, {2, 3, 5, 130, 2}, {1, 1, 2, 5, 0}, {5, 28, 28, 32, 0},
-    {5, 14, 14, 64, 0}};
+    {5, 14, 14, 64, 0}, {41, 29, 31, 3, 1}, {3, 9, 11, 40, 1}};
 #define BN_SHAPES ((int)(sizeof bn_shapes / sizeof bn_shapes[0]))
+#define BN_ROW_GAP_SHAPE (BN_SHAPES - 1)
+
+/* An x-shaped tensor of shape s; gap: 2 unused pixels after every row. */
+static tt bn_x_tensor(const int64_t *s, int gap) {
+  tt t = tt_new(FP32, s[0], s[1], s[2] + (gap ? 2 : 0), s[3], s[4]);
+  t.d.shape[2] = s[2];
+  return t;
+}
 
 /* Finite values: the mix without Infs and NaNs, scaled to stay finite
  * through the double sums (the reference's NaN handling is the plain
@@ -617,11 +631,12 @@ static void bn_fill(tt *t, uint64_t *rng, double lo, double hi) {
 
 START_TEST(batchnorm_matches_reference) {
   const int64_t *s = bn_shapes[_i];
-  const int64_t N = s[0], H = s[1], W = s[2], C = s[3], e = s[4];
+  const int64_t C = s[3];
   uint64_t rng = 900u + (uint64_t)_i;
-  tt x = tt_new(FP32, N, H, W, C, e), dy = tt_new(FP32, N, H, W, C, e);
-  tt yr = tt_new(FP32, N, H, W, C, e), yc = tt_new(FP32, N, H, W, C, e);
-  tt dxr = tt_new(FP32, N, H, W, C, e), dxc = tt_new(FP32, N, H, W, C, e);
+  const int gap = _i == BN_ROW_GAP_SHAPE;
+  tt x = bn_x_tensor(s, gap), dy = bn_x_tensor(s, gap);
+  tt yr = bn_x_tensor(s, gap), yc = bn_x_tensor(s, gap);
+  tt dxr = bn_x_tensor(s, gap), dxc = bn_x_tensor(s, gap);
   /* the [1,1,1,C] tensors, some with padded channels; reference and cpu
    * sides in the same layout */
   tt g = tt_new(FP32, 1, 1, 1, C, 1), b = tt_new(FP32, 1, 1, 1, C, 0);
@@ -699,6 +714,43 @@ START_TEST(batchnorm_matches_reference) {
   tt *all[] = {&x,   &dy,  &yr,  &yc,  &dxr, &dxc, &g,   &b,   &rm0, &rv0, &smr, &smc,
                &sir, &sic, &rmr, &rmc, &rvr, &rvc, &dgr, &dgc, &dbr, &dbc};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+END_TEST
+
+/* The statistics' sums follow the chunk order of batchnorm_steps.h in both
+ * modules. M = 2048 pixels of one channel are two chunks of 1024; x is 0
+ * at pixel 0 (the shift K), 2^53 at pixel 1, then 1, 1 and -2^53 at
+ * pixels 1024 to 1026, 0 elsewhere. The chunk sums are 2^53 and 2 - 2^53
+ * (both exact), whose sum is 2: the mean is 2/2048. One running sum over
+ * the pixels would lose each 1 against 2^53 (a tie, to even) and give 0.
+ * The backward sums dy the same way (dbeta 2, not 0). */
+START_TEST(batchnorm_sums_in_chunk_order) {
+  const float big = 9007199254740992.0f; /* 2^53 */
+  tt x = tt_new(FP32, 2, 32, 32, 1, 0), y = tt_new(FP32, 2, 32, 32, 1, 0);
+  tt dx = tt_new(FP32, 2, 32, 32, 1, 0), c[8];
+  for (int i = 0; i < 8; i++) c[i] = tt_new(FP32, 1, 1, 1, 1, 0);
+  *tt_at(&c[0], 0) = 1.0f, *tt_at(&c[3], 0) = 1.0f; /* gamma, running_var */
+  *tt_at(&x, 1) = big, *tt_at(&x, 1024) = 1.0f, *tt_at(&x, 1025) = 1.0f;
+  *tt_at(&x, 1026) = -big;
+  bp_batchnorm_attrs a = {1e-5f, 0.1f, 0};
+  /* in: x, gamma, beta, running mean, var; out: y, save_mean, save_invstd,
+   * running mean, var (in place) */
+  const ops_call t = {"batchnorm.fwd_train", {&x, &c[0], &c[1], &c[2], &c[3]},
+                      {&y, &c[4], &c[5], &c[2], &c[3]}, 5, 5, &a, sizeof a};
+  /* in: x, dy (x again), gamma, save_mean, save_invstd; out: dx, dgamma, dbeta */
+  const ops_call b = {"batchnorm.bwd", {&x, &x, &c[0], &c[4], &c[5]}, {&dx, &c[6], &c[7]}, 5, 3,
+                      &a, sizeof a};
+  static const char *const impls[] = {"reference", "cpu"};
+  for (int i = 0; i < 2; i++) {
+    k_run(impls[i], &t);
+    ck_assert_msg(*tt_at(&c[4], 0) == 2.0f / 2048.0f, "%s: save_mean %g, want 2/2048", impls[i],
+                  (double)*tt_at(&c[4], 0));
+    k_run(impls[i], &b);
+    ck_assert_msg(*tt_at(&c[7], 0) == 2.0f, "%s: dbeta %g, want 2", impls[i],
+                  (double)*tt_at(&c[7], 0));
+  }
+  tt_free(&x), tt_free(&y), tt_free(&dx);
+  for (int i = 0; i < 8; i++) tt_free(&c[i]);
 }
 END_TEST
 
@@ -1168,6 +1220,7 @@ int main(void) {
   tcase_add_test(tc, maxpool_ties_and_nans_by_hand);
   tcase_add_test(tc, maxpool_bwd_checks_the_mask);
   tcase_add_loop_test(tc, batchnorm_matches_reference, 0, BN_SHAPES);
+  tcase_add_test(tc, batchnorm_sums_in_chunk_order);
   tcase_add_test(tc, relu_refuses_layouts_that_are_not_one_run);
   tcase_add_test(tc, pool_and_batchnorm_refuse_strided_channels);
   tcase_add_test(tc, bad_args_get_the_reference_reasons);

@@ -310,6 +310,53 @@ START_TEST(sgd_and_adamw_skip_match_reference) {
 }
 END_TEST
 
+/* Spans long enough to be cut into tasks (ops/cpu/optim.c: tasks of
+ * 16 * 65536 elements), one element past a task boundary and with a long
+ * last task: the same bytes as the reference whatever order or threads
+ * run the tasks. */
+START_TEST(sgd_and_adamw_tasks_match_reference_on_threads) {
+  static const int64_t lens[] = {(1 << 20) + 1, 2 * (1 << 20) + 1000003};
+  bp_optimizer_attrs a = {0.9f, 5e-4f, 0, 0.9f, 0.999f, 1e-8f, 0, 0};
+  tt lr = tt_new(FP32, 1, 1, 1, 1, 0), step = tt_new(FP32, 1, 1, 1, 1, 0);
+  *tt_at(&lr, 0) = 0.05f, *tt_at(&step, 0) = 3;
+  for (int li = 0; li < 2; li++)
+    for (int adam = 0; adam < 2; adam++)
+      for (int mode = 0; mode < MODES; mode++) {
+        const int64_t n = lens[li], off = (li + mode) % 2;
+        uint64_t rng = 91 + (uint64_t)mode;
+        vec g = vec_new(FP32, n, off), w = vec_new(FP32, n, off), m = vec_new(FP32, n, off),
+            v = vec_new(FP32, n, off);
+        for (int64_t i = 0; i < n; i++) {
+          ((float *)g.t.data)[i] = (float)(tt_rand_unit(&rng) - 0.5);
+          ((float *)w.t.data)[i] = (float)(tt_rand_unit(&rng) - 0.5);
+          ((float *)m.t.data)[i] = (float)(tt_rand_unit(&rng) - 0.5) * 0.1f;
+          ((float *)v.t.data)[i] = (float)tt_rand_unit(&rng) * 0.01f;
+        }
+        vec wc = vec_clone(&w, off), mc = vec_clone(&m, off), vc = vec_clone(&v, off);
+        vec wr = vec_clone(&w, 0), mr = vec_clone(&m, 0), vr = vec_clone(&v, 0);
+        ops_call cc = {"range.sgd", {&g.t, &lr}, {&wc.t, &mc.t}, 2, 2, &a, sizeof a};
+        ops_call cr = {"range.sgd", {&g.t, &lr}, {&wr.t, &mr.t}, 2, 2, &a, sizeof a};
+        if (adam) {
+          const ops_call ac = {"range.adamw", {&g.t, &lr, &step}, {&wc.t, &mc.t, &vc.t}, 3, 3,
+                               &a, sizeof a};
+          const ops_call ar = {"range.adamw", {&g.t, &lr, &step}, {&wr.t, &mr.t, &vr.t}, 3, 3,
+                               &a, sizeof a};
+          cc = ac, cr = ar;
+        }
+        ck_assert_int_eq(run_mode("cpu", &cc, mode), BP_ABI_OK);
+        ck_assert_int_eq(run_mode("reference", &cr, NO_THREADS), BP_ABI_OK);
+        char what[96];
+        snprintf(what, sizeof what, "%s n %lld %s", adam ? "adamw" : "sgd", (long long)n,
+                 mode_names[mode]);
+        expect_same_bytes(&wc, &wr, what), expect_same_bytes(&mc, &mr, what);
+        expect_same_bytes(&vc, &vr, what);
+        vec *all[] = {&g, &w, &m, &v, &wc, &mc, &vc, &wr, &mr, &vr};
+        for (int i = 0; i < 10; i++) vec_free(all[i]);
+      }
+  tt_free(&lr), tt_free(&step);
+}
+END_TEST
+
 /* ---- descriptors, refusals, selection ------------------------------------------------------ */
 
 START_TEST(descriptors_reasons_and_selection) {
@@ -364,6 +411,7 @@ int main(void) {
   tcase_add_test(tc, nan_check_matches_reference);
   tcase_add_test(tc, zero_matches_reference);
   tcase_add_test(tc, sgd_and_adamw_skip_match_reference);
+  tcase_add_test(tc, sgd_and_adamw_tasks_match_reference_on_threads);
   tcase_add_test(tc, descriptors_reasons_and_selection);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

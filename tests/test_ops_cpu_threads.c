@@ -214,11 +214,12 @@ END_TEST
 /* ---- batchnorm ----------------------------------------------------------------------- */
 
 /* x shapes (N, H, W, C, padded channels): C around the 64-channel block,
- * and one wider than the module keeps per-channel factors for (its tasks
- * are channel blocks only). */
+ * one wider than the module keeps per-channel factors for (a statistics
+ * and an elementwise round per block), and 32 chunks of more than 1024
+ * pixels, the last one shorter (the statistics' order, batchnorm_steps.h). */
 static const int64_t bn_shapes[][5] = {{6, 23, 29, 70, 2},  {7, 27, 25, 37, 0},
                                        {3, 31, 33, 130, 1}, {128, 14, 14, 17, 0},
-                                       {3, 9, 11, 530, 1}};
+                                       {3, 9, 11, 530, 1},  {41, 29, 31, 3, 1}};
 #define BN_SHAPES ((int)(sizeof bn_shapes / sizeof bn_shapes[0]))
 
 START_TEST(batchnorm_gives_the_same_bits_on_any_thread_count) {
@@ -301,14 +302,24 @@ START_TEST(small_calls_are_one_task) {
   tt mo = tt_new(FP32, 1, 1, 1, 100000, 0), lr = tt_new(FP32, 1, 1, 1, 1, 0);
   bp_optimizer_attrs oa = {0.9f, 0.0f, 0, 0.9f, 0.999f, 1e-8f, 0, 0};
   const ops_call u = {"range.sgd", {&g, &lr}, {&w, &mo}, 2, 2, &oa, sizeof oa};
-  const ops_call *calls[] = {&r, &p, &u};
-  for (int i = 0; i < 3; i++) {
+  /* a batch-1 batch norm: one chunk of statistics, one elementwise task */
+  tt c64[6]; /* gamma, beta, running mean, running var, save_mean, save_invstd */
+  for (int i = 0; i < 6; i++) c64[i] = tt_new(FP32, 1, 1, 1, 64, 0);
+  tt_rand(&c64[3], &rng, 0.5, 2.0);
+  bp_batchnorm_attrs ba = {1e-5f, 0.1f, 0};
+  const ops_call bn = {"batchnorm.fwd_eval", {&x, &c64[0], &c64[1], &c64[2], &c64[3]}, {&y}, 5, 1,
+                       &ba, sizeof ba};
+  const ops_call bt = {"batchnorm.fwd_train", {&x, &c64[0], &c64[1], &c64[2], &c64[3]},
+                       {&y, &c64[4], &c64[5], &c64[2], &c64[3]}, 5, 5, &ba, sizeof ba};
+  const ops_call *calls[] = {&r, &p, &u, &bn, &bt};
+  for (int i = 0; i < 5; i++) {
     reverse_tasks = 0;
     ck_assert_int_eq(run_mode("cpu", calls[i], REVERSE), BP_ABI_OK);
     ck_assert_int_le(reverse_tasks, 1);
   }
   tt_free(&x), tt_free(&y), tt_free(&m), tt_free(&yp);
   tt_free(&g), tt_free(&w), tt_free(&mo), tt_free(&lr);
+  for (int i = 0; i < 6; i++) tt_free(&c64[i]);
 }
 END_TEST
 

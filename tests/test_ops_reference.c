@@ -20,6 +20,7 @@ static const char *const expected_ops[] = {
     "range.zero",         "range.copy",          "range.scale",        "range.cast",
     "range.ema",          "range.nan_check",     "range.sgd",          "range.adamw",
     "range.lars",         "range.unscale",       "range.loss_scale",
+    "batchnorm_relu.fwd_train", "batchnorm_relu.fwd_eval", "batchnorm_relu.bwd",
 };
 #define EXPECTED_COUNT ((int)(sizeof expected_ops / sizeof expected_ops[0]))
 

@@ -84,6 +84,8 @@ START_TEST(builtin_ops_are_known_before_modules) {
       {"range.adamw", 4, 3},         {"range.lars", 4, 3},          {"allreduce.sum", 1, 1},
       {"allreduce.reduce_scatter", 1, 1}, {"allreduce.all_gather", 1, 1},
       {"range.unscale", 2, 1},       {"range.loss_scale", 1, 4},
+      {"batchnorm_relu.fwd_train", 5, 5}, {"batchnorm_relu.fwd_eval", 5, 1},
+      {"batchnorm_relu.bwd", 6, 3},
   };
   for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
     const bp_abi_op *op = bp_registry_find_op(r, expect[i].name);

@@ -50,6 +50,7 @@ static const char usage_text[] =
     "                        liveness packing; the same bits, a larger arena)\n"
     "  --no-graph            run every step eagerly, not as a captured device graph\n"
     "                        (debugging; docs/training.md, \"Steps as graphs\")\n"
+    "  --streams N           compute streams of a device rank, 1..3 (default 3; 1: one)\n"
     "  --device KIND         device kind a plugin provides: cpu (default), cuda\n"
     "  --devices LIST        device indices the ranks use in turn (0,1); default:\n"
     "                        rank r on device r mod the devices of that kind\n"
@@ -224,12 +225,17 @@ static int run(bp_cli_train_args *a) {
     /* a device (not the cpu): how rank 0's steps reached it */
     if ((bp_trainer_graphs(t) || bp_trainer_graph_note(t)[0]) && r.exec.steps)
       printf("  rank 0 per step: %.2f graph launches, %.2f kernel calls, %.2f host tasks, "
-             "%.2f syncs, %.2f waits\n",
+             "%.2f syncs, %.2f waits, %.2f events\n",
              (double)r.exec.graph_launches / (double)r.exec.steps,
              (double)r.exec.kernel_calls / (double)r.exec.steps,
              (double)r.exec.host_tasks / (double)r.exec.steps,
              (double)r.exec.syncs / (double)r.exec.steps,
-             (double)r.exec.waits / (double)r.exec.steps);
+             (double)r.exec.waits / (double)r.exec.steps,
+             (double)r.exec.events / (double)r.exec.steps);
+    if (r.exec.comm_us && r.exec.steps)
+      printf("  rank 0 per step: %.3f ms in collectives, %.3f ms of them during backward\n",
+             (double)r.exec.comm_us / 1e3 / (double)r.exec.steps,
+             (double)r.exec.comm_overlap_us / 1e3 / (double)r.exec.steps);
     if (r.complete) last_test = r.test_accuracy;
   }
   const bp_train_state end = bp_trainer_state(t);

@@ -32,7 +32,8 @@ typedef enum {
   O_LOG_EVERY, O_LR, O_MOMENTUM, O_WEIGHT_DECAY, O_NESTEROV, O_SCHEDULE, O_WARMUP,
   O_STEP_GAMMA, O_STEP_EVERY, O_TRAIN_LIMIT, O_STOP_AFTER, O_CROP_PAD, O_FLIP, O_EMA_DECAY,
   O_AUTOTUNE, O_AUTOTUNE_CACHE, O_REPLICATE, O_VERBOSE, O_DEVICES, O_LOSS_SCALE,
-  O_GROWTH_INTERVAL, O_PROFILE, O_NO_REUSE, O_DETERMINISTIC, O_NO_TF32, O_NO_GRAPH
+  O_GROWTH_INTERVAL, O_PROFILE, O_NO_REUSE, O_DETERMINISTIC, O_NO_TF32, O_NO_GRAPH,
+  O_STREAMS
 } option_id;
 
 /* Every option: its name, what its value is, and whether eval takes it. */
@@ -64,6 +65,7 @@ static const struct option_spec {
     {O_REPLICATE, "--replicate-update", V_NONE, 0},
     {O_NO_REUSE, "--no-reuse", V_NONE, 1},
     {O_NO_GRAPH, "--no-graph", V_NONE, 1},
+    {O_STREAMS, "--streams", V_COUNT, 1},
     {O_DETERMINISTIC, "--deterministic", V_NONE, 1},
     {O_NO_TF32, "--no-tf32", V_NONE, 1},
     {O_SEED, "--seed", V_SEED, 0},
@@ -237,6 +239,14 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
       return -1;
     }
     o->loss_scale = d;
+    break;
+  case O_STREAMS:
+    if (i < 1 || i > 3) {
+      bp_cli_report(cmd, "--streams %lld: must be in [1, 3] (compute streams of a device rank)",
+                    (long long)i);
+      return -1;
+    }
+    o->streams = (int)i;
     break;
   case O_RANKS:
     if (i < 1 || i > BP_COMM_MAX_WORLD) {

@@ -3,53 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blueprint/exec.h"
-#include "blueprint/threads.h"
 #include "bp_abi_sdk.h"
-
-#define T_MAX BP_NODE_MAX_TENSORS
-
-/* A node ready to run: its kernel and its two argument blocks (buffer A,
- * buffer B), which point into the descriptor and pointer arrays below. */
-typedef struct bound_node {
-  int (*run)(void *user, const bp_abi_kernel_args *args);
-  void *user;
-  bp_abi_kernel_args args[2];
-  bp_abi_tensor inputs[T_MAX], outputs[T_MAX];
-  const void *in_ptrs[2][T_MAX];
-  void *out_ptrs[2][T_MAX];
-  const bp_node *node;                /* borrowed from the graph */
-  const bp_registered_kernel *kernel; /* borrowed from the registry */
-  uint64_t workspace_bytes;
-  void *state; /* what the kernel's prepare() made, or NULL; released at destroy */
-  int profile_slot; /* its node in the attached profile */
-} bound_node;
-
-typedef struct bound_segment {
-  bound_node *nodes;
-  int count;
-} bound_segment;
-
-struct bp_exec {
-  const bp_graph *graph;
-  const bp_plan *plan;
-  bp_exec_options options;
-  char device[64];
-  char *base; /* arena base on the device */
-  uint64_t arena_bytes;
-  int variant_count;
-  bound_segment (*segments)[BP_SEGMENT_COUNT]; /* [variant_count] */
-  void *workspace;
-  uint64_t workspace_bytes;
-  const bp_abi_device *dev; /* the device plugin that allocated the workspace, or NULL */
-  bp_span ia, ib;
-  const bp_abi_threads *threads; /* options.threads, or own_threads' */
-  bp_threads *own_threads;       /* made when options.threads is NULL */
-  uint64_t params_generation;    /* args->params_generation points here */
-  char reason[BP_EXEC_REASON_BYTES]; /* args->reason of every node */
-  bp_profile *profile; /* (optional) borrowed: bp_exec_set_profile */
-  uint64_t calls;      /* nodes of the segments run (bp_exec_kernel_calls) */
-};
+#include "exec-impl.h"
 
 /* ---- descriptors ------------------------------------------------------------ */
 
@@ -117,14 +72,15 @@ static void fill_args(bp_exec *x, bound_node *b, int buffer) {
   a->attrs = b->node->attr_size ? (const void *)&b->node->attrs : NULL;
   a->attr_size = b->node->attr_size;
   a->attr_version = b->node->attr_version ? b->node->attr_version : BP_ABI_ATTR_VERSION;
-  a->stream = x->options.stream; /* NULL: kernels run synchronously on the caller's thread */
+  /* NULL: kernels run synchronously on the caller's thread */
+  a->stream = x->options.lane_stream[b->lane] ? x->options.lane_stream[b->lane] : x->options.stream;
   a->rank = x->options.rank;
   a->world_size = x->options.world;
   a->comm = x->options.comm;
   a->state = NULL; /* set once prepare() ran */
   a->params_generation = &x->params_generation;
-  a->reason = x->reason;
-  a->reason_size = sizeof x->reason;
+  a->reason = x->reason[b->lane];
+  a->reason_size = sizeof x->reason[b->lane];
   a->threads = x->threads;
 }
 
@@ -145,11 +101,34 @@ static void shard_slice(const bp_exec *x, const bp_node *n, uint64_t *first, uin
   if (*end < *first) *end = *first;
 }
 
+static int ends_with(const char *s, const char *tail) {
+  const size_t n = strlen(s), m = strlen(tail);
+  return n >= m && strcmp(s + n - m, tail) == 0;
+}
+
+/* The lane of a node of segment s (exec.h, BP_EXEC_LANE_*). */
+static int lane_of(const bp_exec_options *o, bp_segment s, const char *op) {
+  if (o->streams <= 1) return BP_EXEC_LANE_MAIN;
+  switch (s) {
+  case BP_SEGMENT_CAST_GRAD:
+  case BP_SEGMENT_COMM:
+  case BP_SEGMENT_UPDATE:
+  case BP_SEGMENT_GATHER:
+  case BP_SEGMENT_EMA: return BP_EXEC_LANE_UPDATE;
+  case BP_SEGMENT_CAST:
+  case BP_SEGMENT_ZERO_GRAD: return o->streams >= 3 ? BP_EXEC_LANE_SIDE : BP_EXEC_LANE_MAIN;
+  case BP_SEGMENT_BACKWARD:
+    return ends_with(op, ".bwd_filter") ? BP_EXEC_LANE_WGRAD : BP_EXEC_LANE_MAIN;
+  default: return BP_EXEC_LANE_MAIN;
+  }
+}
+
 /* Binds node n of variant v; *bound = 0 for a sharded node of which this
  * rank owns nothing (it is left out of the bound segment). */
-static bp_status bind_node(bp_exec *x, bp_registry *r, int v, const bp_node *n, bound_node *b,
-                           int *bound) {
+static bp_status bind_node(bp_exec *x, bp_registry *r, int v, bp_segment seg, const bp_node *n,
+                           bound_node *b, int *bound) {
   b->node = n;
+  b->lane = lane_of(&x->options, seg, n->op);
   uint64_t first, end;
   shard_slice(x, n, &first, &end);
   *bound = end > first;
@@ -183,7 +162,7 @@ static bp_status bind_node(bp_exec *x, bp_registry *r, int v, const bp_node *n, 
   so.device_index = x->options.device_index;
   const bp_registered_kernel *k = NULL;
   bp_status st = bp_registry_select(r, n->op, x->device, &b->args[0], &so, &k);
-  x->reason[0] = '\0'; /* what autotune's runs may have left */
+  x->reason[b->lane][0] = '\0'; /* what autotune's runs may have left */
   if (st != BP_OK) {
     char why[3072];
     snprintf(why, sizeof why, "%s", bp_last_error()); /* copied: bp_fail rewrites it */
@@ -205,13 +184,23 @@ static bp_status bind_node(bp_exec *x, bp_registry *r, int v, const bp_node *n, 
     meta.reason_size = 0;
     b->workspace_bytes = k->kernel.workspace_size(k->kernel.user, &meta);
   }
-  if (b->workspace_bytes > x->workspace_bytes) x->workspace_bytes = b->workspace_bytes;
+  if (b->workspace_bytes > x->lane_workspace[b->lane])
+    x->lane_workspace[b->lane] = b->workspace_bytes;
   return BP_OK;
 }
 
+/* Where lane `lane`'s slice starts in the workspace: the slices of the
+ * lanes before it, each rounded up to 256 bytes. */
+static uint64_t lane_offset(const bp_exec *x, int lane) {
+  uint64_t at = 0;
+  for (int l = 0; l < lane; l++) at += (x->lane_workspace[l] + 255) / 256 * 256;
+  return at;
+}
+
 static bp_status alloc_workspace(bp_exec *x) {
+  x->workspace_bytes = lane_offset(x, BP_EXEC_LANES);
   if (x->workspace_bytes == 0) return BP_OK;
-  const uint64_t bytes = (x->workspace_bytes + 255) / 256 * 256;
+  const uint64_t bytes = x->workspace_bytes;
   if (x->dev && x->dev->arena_alloc) { /* on the rank's device, beside its arena */
     if (x->dev->arena_alloc(x->options.device_index, bytes, 256, &x->workspace) != BP_ABI_OK)
       return bp_fail(BP_ERR_NOMEM,
@@ -232,10 +221,11 @@ static bp_status alloc_workspace(bp_exec *x) {
 
 /* The kernel's reason, or `fallback` when it wrote none; then clears the
  * buffer for the next failure. */
-static void take_reason(bp_exec *x, char *out, size_t size, const char *fallback) {
-  x->reason[sizeof x->reason - 1] = '\0'; /* a kernel that ignored reason_size */
-  snprintf(out, size, "%s", x->reason[0] ? x->reason : fallback);
-  x->reason[0] = '\0';
+static void take_reason(bp_exec *x, int lane, char *out, size_t size, const char *fallback) {
+  char *reason = x->reason[lane];
+  reason[BP_EXEC_REASON_BYTES - 1] = '\0'; /* a kernel that ignored reason_size */
+  snprintf(out, size, "%s", reason[0] ? reason : fallback);
+  reason[0] = '\0';
 }
 
 static bp_status status_of_abi(int rc) {
@@ -256,7 +246,7 @@ static bp_status prepare_node(bp_exec *x, int v, bound_node *b) {
   const int rc = prepare(b->user, &b->args[0], &state);
   if (rc != BP_ABI_OK) {
     char why[BP_EXEC_REASON_BYTES];
-    take_reason(x, why, sizeof why, bp_status_str(status_of_abi(rc)));
+    take_reason(x, b->lane, why, sizeof why, bp_status_str(status_of_abi(rc)));
     /* a state made despite the failure is still the kernel's to free */
     if (state && b->kernel->kernel.release) b->kernel->kernel.release(b->user, state);
     return bp_fail(status_of_abi(rc),
@@ -295,6 +285,8 @@ bp_status bp_exec_create(const bp_graph *graph, bp_registry *registry, void *are
   }
   snprintf(x->device, sizeof x->device, "%s", options->device);
   x->options.device = x->device;
+  if (x->options.streams < 1) x->options.streams = 1;
+  if (x->options.streams > BP_EXEC_COMPUTE_LANES) x->options.streams = BP_EXEC_COMPUTE_LANES;
   x->base = arena_base;
   x->arena_bytes = bp_plan_total_bytes(x->plan);
   x->dev = bp_registry_find_device(registry, options->memory_device ? options->memory_device
@@ -317,7 +309,7 @@ bp_status bp_exec_create(const bp_graph *graph, bp_registry *registry, void *are
       }
       for (int k = 0; st == BP_OK && k < count; k++) {
         int bound = 0;
-        st = bind_node(x, registry, v, bp_graph_node(graph, v, (bp_segment)s, k),
+        st = bind_node(x, registry, v, (bp_segment)s, bp_graph_node(graph, v, (bp_segment)s, k),
                        &bs->nodes[bs->count], &bound);
         bs->count += bound;
       }
@@ -331,9 +323,10 @@ bp_status bp_exec_create(const bp_graph *graph, bp_registry *registry, void *are
     for (int s = 0; s < BP_SEGMENT_COUNT; s++)
       for (int k = 0; k < x->segments[v][s].count; k++) {
         bound_node *b = &x->segments[v][s].nodes[k];
-        BP_ASSERT(b->workspace_bytes <= x->workspace_bytes); /* invariant 3 */
+        BP_ASSERT(b->workspace_bytes <= x->lane_workspace[b->lane]); /* invariant 3 */
         for (int buf = 0; buf < 2; buf++) {
-          b->args[buf].workspace = b->workspace_bytes ? x->workspace : NULL;
+          b->args[buf].workspace =
+              b->workspace_bytes ? (char *)x->workspace + lane_offset(x, b->lane) : NULL;
           b->args[buf].workspace_bytes = b->workspace_bytes;
         }
       }
@@ -361,6 +354,7 @@ void bp_exec_destroy(bp_exec *x) {
         free(bs->nodes);
       }
   free(x->segments);
+  bp_exec_programs_free(x);
   if (x->workspace) {
     if (x->dev && x->dev->arena_free)
       x->dev->arena_free(x->options.device_index, x->workspace, x->workspace_bytes);
@@ -379,7 +373,7 @@ static bp_status node_failed(bp_exec *x, int v, const bound_node *b, int rc) {
   char why[BP_EXEC_REASON_BYTES + 32];
   char fallback[64];
   snprintf(fallback, sizeof fallback, "%s (ABI status %d)", bp_status_str(status_of_abi(rc)), rc);
-  take_reason(x, why, sizeof why, fallback);
+  take_reason(x, b->lane, why, sizeof why, fallback);
   return bp_fail(status_of_abi(rc), "rank %d, variant '%s': node '%s' (%s/%s) failed: %s",
                  x->options.rank, bp_plan_variant(x->plan, v)->name, b->node->name,
                  b->kernel->kernel.op, b->kernel->kernel.impl, why);
@@ -391,7 +385,7 @@ bp_status bp_exec_run(bp_exec *x, int variant, bp_segment segment, int buffer) {
     return bp_fail(BP_ERR_INVALID, "bp_exec_run: variant %d, segment %d, buffer %d", variant,
                    (int)segment, buffer);
   const bound_segment *s = &x->segments[variant][segment];
-  x->calls += (uint64_t)s->count;
+  __atomic_fetch_add(&x->calls, (uint64_t)s->count, __ATOMIC_RELAXED);
   /* profiled: one clock reading before the first node and one after each,
    * so the node times partition the run (profile.h invariant 1) */
   bp_profile *p = x->profile && bp_profile_recording(x->profile) ? x->profile : NULL;
@@ -448,7 +442,32 @@ const bp_node *bp_exec_node(const bp_exec *x, int variant, bp_segment segment, i
 
 uint64_t bp_exec_workspace_bytes(const bp_exec *x) { return x ? x->workspace_bytes : 0; }
 
-uint64_t bp_exec_kernel_calls(const bp_exec *x) { return x ? x->calls : 0; }
+uint64_t bp_exec_kernel_calls(const bp_exec *x) {
+  return x ? __atomic_load_n(&x->calls, __ATOMIC_RELAXED) : 0;
+}
+
+bp_status bp_exec_run_nodes(bp_exec *x, int variant, bp_segment segment, int first, int count,
+                            int buffer) {
+  if (!x || variant < 0 || variant >= x->variant_count || (int)segment < 0 ||
+      segment >= BP_SEGMENT_COUNT || buffer < 0 || buffer > 1 || first < 0 || count < 0 ||
+      first > x->segments[variant][segment].count - count)
+    return bp_fail(BP_ERR_INVALID, "bp_exec_run_nodes: variant %d, segment %d, nodes %d+%d",
+                   variant, (int)segment, first, count);
+  const bound_node *nodes = x->segments[variant][segment].nodes;
+  __atomic_fetch_add(&x->calls, (uint64_t)count, __ATOMIC_RELAXED);
+  for (int k = first; k < first + count; k++) {
+    const int rc = nodes[k].run(nodes[k].user, &nodes[k].args[buffer]);
+    if (rc != BP_ABI_OK) return node_failed(x, variant, &nodes[k], rc);
+  }
+  return BP_OK;
+}
+
+int bp_exec_node_lane(const bp_exec *x, int variant, bp_segment segment, int index) {
+  if (!x || variant < 0 || variant >= x->variant_count || (int)segment < 0 ||
+      segment >= BP_SEGMENT_COUNT || index < 0 || index >= x->segments[variant][segment].count)
+    return BP_EXEC_LANE_MAIN;
+  return x->segments[variant][segment].nodes[index].lane;
+}
 
 void bp_exec_params_changed(bp_exec *x) {
   if (x) x->params_generation++;

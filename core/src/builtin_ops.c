@@ -60,6 +60,11 @@ static const bp_abi_op builtin_ops[] = {
      * scale, good_steps, step, skipped */
     BP_OP("range.unscale", 2, 1, bp_range_attrs),
     BP_OP("range.loss_scale", 1, 4, bp_loss_scale_attrs),
+    /* batch norm then relu in one pass: as batchnorm.*, y = relu(BN(x));
+     * bwd: x, dy, gamma, save_mean, save_invstd, y -> dx, dgamma, dbeta */
+    BP_OP("batchnorm_relu.fwd_train", 5, 5, bp_batchnorm_attrs),
+    BP_OP("batchnorm_relu.fwd_eval", 5, 1, bp_batchnorm_attrs),
+    BP_OP("batchnorm_relu.bwd", 6, 3, bp_batchnorm_attrs),
 };
 
 const bp_abi_op *bp_builtin_ops(int *count_out) {

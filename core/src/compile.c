@@ -63,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuse-impl.h"
 #include "layer-impl.h"
 #include "liveness-impl.h"
 #include "plan-impl.h"
@@ -312,6 +313,7 @@ bp_compile_options bp_compile_options_from_model(const bp_model *model) {
   o.plan.amp = t.amp;
   o.plan.ema = t.ema;
   o.plan.optimizer = t.optimizer;
+  o.fuse_bn_relu = bp_fuse_bn_relu_default();
   o.batch = t.batch;
   o.eval_batch = t.eval_batch;
   o.train_size = t.train_size;
@@ -368,6 +370,7 @@ bp_status bp_model_compile(const bp_model *model, const bp_compile_options *opti
     return layer_fail(&x, -1, BP_ERR_NOMEM, "out of memory");
   }
   bp_plan_attach(x.plan, x.record, record_free); /* the plan owns it from here */
+  x.record->fuse_bn_relu = options->fuse_bn_relu && !options->plan.amp;
 
   const int64_t h = model->height, w = model->width;
   const int64_t world = options->world > 1 ? options->world : 1;

@@ -71,6 +71,11 @@ typedef struct bp_devio {
   unsigned char *step_scalars[2]; /* pinned, BP_DEVIO_STEP_SCALARS slots of 16 bytes: the
                                      scalars of a step on input buffer b */
   bp_exec_counts counts;       /* syncs and waits counted here; the rest by the trainer */
+  /* streams (bp_devio_lanes_open; docs/training.md, "Streams"): lane[0] is
+   * `compute`; lanes 1 and 2 further compute streams, 3 the update stream;
+   * NULL where not opened (one stream: every lane is `compute`) */
+  bp_abi_stream *lane[4];
+  bp_abi_event *lane_fork, *lane_join[4]; /* a job's fork from and join into lane 0 */
 } bp_devio;
 
 #define BP_DEVIO_CHUNK (1u << 20)
@@ -139,6 +144,17 @@ void *bp_devio_step_scalar(bp_devio *io, int b, int slot);
  * transfer stream joins the capture) and outside. */
 bp_status bp_devio_step_inputs(bp_devio *io, int b, const bp_span *spans, int count,
                                const bp_span *scalars, int count_s);
+
+/* Opens the lanes of a rank with `streams` compute streams (2 or 3): the
+ * further compute streams, the update stream and the fork/join events.
+ * Device mode only. */
+bp_status bp_devio_lanes_open(bp_devio *io, int streams);
+/* The stream of lane l: its own, or `compute` where it has none. */
+static inline bp_abi_stream *bp_devio_lane(const bp_devio *io, int l) {
+  return io->lane[l] ? io->lane[l] : io->compute;
+}
+/* The native handle of lane l's stream, as bp_devio_stream_native. */
+void *bp_devio_lane_native(const bp_devio *io, int l);
 
 /* What kernels get in args->stream: the compute stream's native handle,
  * where they enqueue their work; NULL where they run synchronously (host

@@ -68,6 +68,11 @@ void bp_devio_close(bp_devio *io) {
   const bp_abi_device *d = io->dev;
   if (io->compute) d->stream_synchronize(io->compute);
   if (io->transfer) d->stream_synchronize(io->transfer);
+  for (int l = 1; l < 4; l++)
+    if (io->lane[l]) d->stream_synchronize(io->lane[l]);
+  for (int l = 1; l < 4; l++) d->stream_destroy(io->lane[l]);
+  d->event_destroy(io->lane_fork);
+  for (int l = 0; l < 4; l++) d->event_destroy(io->lane_join[l]);
   d->stream_destroy(io->compute);
   d->stream_destroy(io->transfer);
   bp_abi_event *events[8] = {io->computed,  io->transferred, io->loaded[0], io->loaded[1],
@@ -302,7 +307,30 @@ bp_status bp_devio_sync(bp_devio *io) {
   if (io->host) return BP_OK;
   DEV(io, sync_stream(io, io->compute), "stream_synchronize");
   DEV(io, sync_stream(io, io->transfer), "stream_synchronize");
+  /* every job joins its lanes into the compute stream: they are idle now,
+   * and the drain (not counted) only makes their last event marks done */
+  for (int l = 1; l < 4; l++)
+    if (io->lane[l]) DEV(io, io->dev->stream_synchronize(io->lane[l]), "stream_synchronize");
   return BP_OK;
+}
+
+bp_status bp_devio_lanes_open(bp_devio *io, int streams) {
+  BP_ASSERT(!io->host && io->dev && streams >= 2);
+  const bp_abi_device *d = io->dev;
+  io->lane[0] = io->compute;
+  for (int l = 1; l < 4; l++) {
+    if (l == 2 && streams < 3) continue;
+    const int role = l == 3 ? BP_ABI_STREAM_UPDATE : BP_ABI_STREAM_COMPUTE;
+    DEV(io, d->stream_create(io->device, role, &io->lane[l]), "stream_create");
+  }
+  DEV(io, d->event_create(io->device, &io->lane_fork), "event_create");
+  for (int l = 1; l < 4; l++) DEV(io, d->event_create(io->device, &io->lane_join[l]), "event_create");
+  return BP_OK;
+}
+
+void *bp_devio_lane_native(const bp_devio *io, int l) {
+  if (io->host || io->host_tasks || !io->dev->stream_native) return NULL; /* synchronous */
+  return io->dev->stream_native(bp_devio_lane(io, l));
 }
 
 void *bp_devio_stream_native(const bp_devio *io) {

@@ -21,6 +21,12 @@
  * layers upstream of it (on that path only) get none, and their backward
  * nodes are left out.
  *
+ * Fusion: when the plan was compiled with fuse_bn_relu (FP32 features:
+ * never with AMP), a batchnorm whose output has exactly one reader, a relu,
+ * runs as one batchnorm_relu node per pass and the relu adds none
+ * (layer_norm_act.c); the bits are those of the two unfused nodes
+ * (bp_abi_ops.h). Liveness packing builds this same graph.
+ *
  * Sinks: batch norm and add always write their data gradients, even where
  * the producer is the model's input, which has no gradient slot. Such a
  * gradient goes into the layer's own ".out": by the time the layer's
@@ -108,6 +114,8 @@ typedef struct build_ctx {
   int *needs;     /* [layer_count] a parameter at or upstream: the gradient matters */
   int *reaches;   /* [layer_count] a path to the loss */
   int *flows;     /* [layer_count] the loss's gradient flows back to it */
+  int *fuse;      /* [layer_count] batchnorm: the relu fused into it; that relu:
+                     FUSED_AWAY; else -1 */
   int32_t input, lr, step, lars_segments, lars_norms; /* from globals: input in I_A */
   int32_t loss_scale, found_inf, good_steps, skipped;  /* AMP's scalars (-1 without) */
   int *writers; /* [tensor count] gradient-slot writers, per variant */
@@ -191,6 +199,28 @@ static void analyze(build_ctx *x) {
   }
 }
 
+#define FUSED_AWAY (-2)
+
+/* Which batchnorm + relu pairs run fused: the relu is the batchnorm's only
+ * reader (one input of one layer), so nothing else needs the batchnorm's
+ * own output, in any pass. */
+static void plan_fusion(build_ctx *x) {
+  const bp_model *m = x->m;
+  for (int i = 0; i < m->layer_count; i++) x->fuse[i] = -1;
+  if (!bp_model_tensors_of(x->plan)->fuse_bn_relu) return;
+  for (int i = 0; i < m->layer_count; i++) {
+    if (m->layers[i].type != BP_LAYER_BATCHNORM) continue;
+    int readers = 0, reader = -1;
+    for (int j = 0; j < m->layer_count; j++)
+      for (int k = 0; k < m->layers[j].input_count; k++)
+        if (m->layers[j].inputs[k] == i) readers++, reader = j;
+    if (readers == 1 && m->layers[reader].type == BP_LAYER_RELU) {
+      x->fuse[i] = reader;
+      x->fuse[reader] = FUSED_AWAY;
+    }
+  }
+}
+
 /* ---- nodes ----------------------------------------------------------------- */
 
 static bp_node *node_add(build_ctx *x, bp_segment seg, const char *op, int layer,
@@ -260,6 +290,7 @@ static bp_layer_graph layer_graph(build_ctx *x, int i, int eval) {
       .globals = x->globals,
       .eval = eval,
       .global_batch = x->vg->global_batch,
+      .fused_relu = x->fuse[i] >= 0 ? &x->ids[x->fuse[i]] : NULL,
       .impl = x,
   };
 }
@@ -325,12 +356,14 @@ int32_t bp_layer_param_grad(const bp_layer_graph *g, const bp_param_ids *p) {
 
 /* The forward node(s) of layer i into `seg` (training or evaluation mode). */
 static void forward_layer(build_ctx *x, bp_segment seg, int i, int eval) {
+  if (x->fuse[i] == FUSED_AWAY) return; /* its batchnorm's node writes its output */
   bp_layer_graph g = layer_graph(x, i, eval);
   x->seg = seg;
   bp_layer_desc_for(g.layer)->forward(&g);
 }
 
 static void backward_layer(build_ctx *x, int i) {
+  if (x->fuse[i] == FUSED_AWAY) return; /* its batchnorm's node reads its gradient */
   bp_layer_graph g = layer_graph(x, i, 0);
   const bp_layer_desc *d = bp_layer_desc_for(g.layer);
   if (d->backward) d->backward(&g);
@@ -785,13 +818,15 @@ bp_status bp_graph_build(const bp_model *model, const bp_plan *plan,
   x.needs = calloc((size_t)model->layer_count, sizeof *x.needs);
   x.reaches = calloc((size_t)model->layer_count, sizeof *x.reaches);
   x.flows = calloc((size_t)model->layer_count, sizeof *x.flows);
+  x.fuse = calloc((size_t)model->layer_count, sizeof *x.fuse);
   x.writers = calloc((size_t)tensors + 1, sizeof *x.writers);
   x.written = calloc((size_t)tensors + 1, sizeof *x.written);
   if (x.g) {
     x.g->variant_count = bp_plan_variant_count(plan);
     x.g->variants = calloc((size_t)x.g->variant_count, sizeof *x.g->variants);
   }
-  if (!x.g || !x.g->variants || !x.needs || !x.reaches || !x.flows || !x.writers || !x.written) {
+  if (!x.g || !x.g->variants || !x.needs || !x.reaches || !x.flows || !x.fuse || !x.writers ||
+      !x.written) {
     st = bp_fail(BP_ERR_NOMEM, "out of memory building a graph");
     goto done;
   }
@@ -807,6 +842,7 @@ bp_status bp_graph_build(const bp_model *model, const bp_plan *plan,
     goto done;
   }
   analyze(&x);
+  plan_fusion(&x);
   for (int v = 0; v < x.g->variant_count; v++)
     if ((st = build_variant(&x, v)) != BP_OK) goto done;
   if (lars && x.lars_segments >= 0 && (st = build_lars_table(&x)) != BP_OK) goto done;
@@ -816,6 +852,7 @@ done:
   free(x.needs);
   free(x.reaches);
   free(x.flows);
+  free(x.fuse);
   free(x.writers);
   free(x.written);
   if (st != BP_OK) {

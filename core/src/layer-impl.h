@@ -79,6 +79,7 @@ typedef struct bp_model_tensors {
   char (*names)[BP_NAME_MAX];   /* [layer_count] the layers it was compiled from */
   bp_layer_type *types;         /* [layer_count] */
   bp_global_tensors globals;
+  int fuse_bn_relu; /* the graph fuses batchnorm + relu (bp_compile_options) */
 } bp_model_tensors;
 
 /* The record kept with a plan bp_model_compile made; NULL for any other. */
@@ -131,6 +132,10 @@ typedef struct bp_layer_graph {
   const bp_global_tensors *globals;
   int eval;                      /* forward: evaluation mode (BN on running statistics) */
   int64_t global_batch;          /* samples of one step over all ranks (grad_scale) */
+  /* batchnorm: the tensors of the relu fused into it (its only reader;
+   * graph_build.c decides), or NULL: the layer then writes relu(BN(x))
+   * into that relu's ".out" and takes its gradient from its ".dout" */
+  const bp_layer_tensors *fused_relu;
   void *impl;                    /* graph_build.c's own context */
 } bp_layer_graph;
 

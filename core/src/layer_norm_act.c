@@ -8,7 +8,14 @@
  *   add        y = a + b, two inputs of one shape (a residual)
  *
  * batchnorm and add always write their data gradients, into a sink where
- * the producer is the model's input (bp_layer_input_grad). */
+ * the producer is the model's input (bp_layer_input_grad).
+ *
+ * A batchnorm whose only reader is a relu may run fused with it
+ * (g->fused_relu, graph_build.c): batchnorm_relu.fwd_train / .fwd_eval
+ * write the relu's ".out" directly, and batchnorm_relu.bwd reads the relu's
+ * ".out" and ".dout"; the relu layer adds no node, and the batchnorm's own
+ * ".out" and ".dout" are never touched (liveness packing gives them no
+ * bytes of their own). */
 #include <math.h>
 
 #include "layer-impl.h"
@@ -51,13 +58,16 @@ static bp_status bn_alloc(bp_layer_compile *c) {
  * save_invstd, running mean, var (updated in place). eval: out y. */
 static void bn_forward(bp_layer_graph *g) {
   const bp_layer_tensors *t = g->t;
-  bp_node *n = bp_layer_node(g, g->eval ? "batchnorm.fwd_eval" : "batchnorm.fwd_train", "fwd");
+  const bp_layer_tensors *r = g->fused_relu;
+  const char *op = r ? (g->eval ? "batchnorm_relu.fwd_eval" : "batchnorm_relu.fwd_train")
+                     : (g->eval ? "batchnorm.fwd_eval" : "batchnorm.fwd_train");
+  bp_node *n = bp_layer_node(g, op, "fwd");
   bp_node_in(n, bp_layer_input(g, 0));
   bp_node_in(n, bp_layer_param_in(g, &t->weight));
   bp_node_in(n, bp_layer_param_in(g, &t->bias));
   bp_node_in(n, t->running[0]);
   bp_node_in(n, t->running[1]);
-  bp_node_out(n, t->out);
+  bp_node_out(n, r ? r->out : t->out);
   if (!g->eval) {
     bp_node_out(n, t->saved[0]);
     bp_node_out(n, t->saved[1]);
@@ -67,16 +77,18 @@ static void bn_forward(bp_layer_graph *g) {
   BP_SET_ATTRS(n, batchnorm, {g->layer->eps, g->layer->momentum, 0});
 }
 
-/* in: x, dy, gamma, save_mean, save_invstd   out: dx, dgamma, dbeta */
+/* in: x, dy, gamma, save_mean, save_invstd (fused: then the relu's y)
+ * out: dx, dgamma, dbeta */
 static void bn_backward(bp_layer_graph *g) {
-  const bp_layer_tensors *t = g->t;
-  bp_node *n =
-      bp_layer_backward_node(g, "batchnorm.bwd", "bwd", offsetof(bp_batchnorm_attrs, accumulate));
+  const bp_layer_tensors *t = g->t, *r = g->fused_relu;
+  bp_node *n = bp_layer_backward_node(g, r ? "batchnorm_relu.bwd" : "batchnorm.bwd", "bwd",
+                                      offsetof(bp_batchnorm_attrs, accumulate));
   bp_node_in(n, bp_layer_input(g, 0));
-  bp_node_in(n, t->dout);
+  bp_node_in(n, r ? r->dout : t->dout);
   bp_node_in(n, bp_layer_param_in(g, &t->weight));
   bp_node_in(n, t->saved[0]);
   bp_node_in(n, t->saved[1]);
+  if (r) bp_node_in(n, r->out);
   bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
   bp_layer_grad_out(g, n, bp_layer_param_grad(g, &t->weight));
   bp_layer_grad_out(g, n, bp_layer_param_grad(g, &t->bias));

@@ -96,6 +96,9 @@ bp_status bp_metrics_write_epoch(bp_metrics *m, const bp_epoch_report *r) {
   num(line, sizeof line, "host_tasks_per_step", (double)r->exec.host_tasks / steps);
   num(line, sizeof line, "syncs_per_step", (double)r->exec.syncs / steps);
   num(line, sizeof line, "waits_per_step", (double)r->exec.waits / steps);
+  num(line, sizeof line, "events_per_step", (double)r->exec.events / steps);
+  num(line, sizeof line, "comm_ms_per_step", (double)r->exec.comm_us / 1e3 / steps);
+  num(line, sizeof line, "comm_overlap_ms_per_step", (double)r->exec.comm_overlap_us / 1e3 / steps);
   return emit(m, line);
 }
 

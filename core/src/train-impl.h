@@ -80,6 +80,7 @@ typedef struct bp_train_rank {
   bp_abi_comm comm; /* world > 1: this rank's view of the communicator (kernels see it) */
   bp_threads *threads; /* the threads its kernels get: the rank's share of the cores */
   struct bp_step_graph *graphs; /* graph mode: [variant * 2 + buffer] (train_graph.c) */
+  struct bp_lanes *lanes;       /* streams > 1 on a device (train_streams.c), else NULL */
 } bp_train_rank;
 
 typedef struct bp_metrics bp_metrics;       /* metrics.c */
@@ -208,6 +209,8 @@ typedef struct bp_rank_job {
   int bump_params; /* graph mode: the job tells its kernels the parameters changed after
                       its segments, on the thread that ran them (the host never does
                       while graphs may run) */
+  int failed;      /* set (atomically) with the first failure: status and why are
+                      then the claimant's (bp_train_job_failed) */
   bp_status status;
   char why[1024];
 } bp_rank_job;
@@ -224,6 +227,7 @@ typedef struct bp_step_graph {
   /* the captured host task's argument (host-task kernels): it outlives every launch */
   bp_rank_job job;
   bp_segment segments[BP_SEGMENT_COUNT];
+  struct bp_lane_task *tasks; /* streams with host tasks: the captured tasks' arguments */
 } bp_step_graph;
 void bp_train_job_start(bp_trainer *t, int k, bp_rank_job *job);
 bp_status bp_train_job_finish(bp_trainer *t, int k, bp_rank_job *job);
@@ -256,6 +260,27 @@ void bp_train_run_segments(bp_rank_job *job);
 void bp_train_job_task(void *job); /* the same as a stream task */
 void bp_train_job_enqueue(bp_trainer *t, int k, bp_rank_job *job, int wait_inputs);
 void bp_train_job_failed(bp_rank_job *job, bp_status st);
+
+/* train_streams.c: a job on the rank's lanes (streams > 1; docs/training.md,
+ * "Streams"). Open makes r->lanes and the rank's lane streams when t's
+ * device ranks have more than one compute stream (nothing else). Enqueue hands the job's program (exec.h)
+ * to the lanes: the side lanes fork from lane 0, each chunk waits for its
+ * derived edges, runs (one host task, or its kernels called here), records
+ * its event; the lanes join back into lane 0. `tasks` holds the host
+ * tasks' arguments (bp_train_lane_tasks entries) and must outlive them:
+ * NULL uses the rank's own (eager jobs, waited for before the next).
+ * Tasks is the storage a step graph keeps for its captured tasks. */
+typedef struct bp_lane_task bp_lane_task;
+bp_status bp_train_lanes_open(bp_trainer *t, bp_train_rank *r);
+void bp_train_lanes_close(bp_train_rank *r); /* before its io closes; streams idle */
+bp_status bp_train_lanes_enqueue(bp_trainer *t, int k, bp_rank_job *job, bp_lane_task *tasks);
+/* Argument storage for the host tasks of job's program; free() it. */
+bp_status bp_train_lane_tasks(bp_trainer *t, int k, const bp_rank_job *job, bp_lane_task **out);
+/* After an eager job is waited for: reads the clocks of its step (if it
+ * was timed) into the rank's comm_us and comm_overlap_us. */
+bp_status bp_train_lanes_clocks(bp_trainer *t, int k);
+/* The compute streams a device rank of t uses (1..3). */
+int bp_train_streams(const bp_trainer *t);
 
 /* train_ranks.c: the one way a job runs on every local rank. Ranks
  * 1..local-1 run on threads of their own (started when local > 1), rank 0

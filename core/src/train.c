@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuse-impl.h"
 #include "model-impl.h"
 #include "train-impl.h"
 
@@ -33,6 +34,9 @@ static int finite_in(double v, double lo, double hi) { return isfinite(v) && v >
 
 static bp_status check_options(const bp_train_options *o) {
   if (o->ranks < 1) return bp_fail(BP_ERR_INVALID, "ranks %d must be >= 1", o->ranks);
+  if (o->streams < 0 || o->streams > BP_EXEC_COMPUTE_LANES)
+    return bp_fail(BP_ERR_INVALID, "streams %d must be in [1, %d] (0: the default, %d)",
+                   o->streams, BP_EXEC_COMPUTE_LANES, BP_EXEC_COMPUTE_LANES);
   if (o->ranks > BP_TRAIN_MAX_RANKS)
     return bp_fail(BP_ERR_UNSUPPORTED, "%d ranks: at most %d ranks run as threads", o->ranks,
                    BP_TRAIN_MAX_RANKS);
@@ -341,6 +345,9 @@ static bp_status compile_and_build(bp_trainer *t) {
   co.world = t->world;
   co.eval_size = bp_dataset_get_info(t->test_set)->count;
   co.no_reuse = t->opt.no_reuse;
+  char why[160]; /* batchnorm + relu fused only where the device has the kernels */
+  co.fuse_bn_relu = co.fuse_bn_relu &&
+                    bp_fuse_bn_relu_allowed(t->registry, t->kernel_kind, t->pins, why, sizeof why);
   bp_status st = bp_model_compile(t->model, &co, &t->plan);
   if (st != BP_OK) return st;
   t->v_train = bp_plan_find_variant(t->plan, "train");
@@ -520,6 +527,7 @@ static bp_status open_rank(bp_trainer *t, int k) {
   r->base = bp_arena_base(r->arena);
   if ((st = bp_devio_open(&r->io, t->dev, t->device, r->device, r->base, t->plan)) != BP_OK)
     return st;
+  if ((st = bp_train_lanes_open(t, r)) != BP_OK) return st;
   if ((st = open_nccl(t, r, k)) != BP_OK) return st;
   const char *pins = t->pins; /* resolved and checked once (train_kernels.c) */
   /* the ranks sharing this machine share its cores: ranks as threads here,
@@ -538,7 +546,10 @@ static bp_status open_rank(bp_trainer *t, int k) {
       .memory_device = t->dev ? t->device : NULL, /* the workspace beside the arena */
       .device_index = r->device,
       .stream = bp_devio_stream_native(&r->io),
+      .streams = r->lanes ? bp_train_streams(t) : 1,
   };
+  for (int l = 0; r->lanes && l < BP_EXEC_LANES; l++)
+    eo.lane_stream[l] = bp_devio_lane_native(&r->io, l);
   /* bind before filling: autotuning runs kernels on the arena */
   if ((st = bp_exec_create(t->graph, t->registry, r->base, &eo, &r->exec)) != BP_OK) return st;
   if (k == 0 && t->opt.profile) { /* rank 0 is profiled; the yardstick on its threads */
@@ -663,6 +674,8 @@ void bp_trainer_destroy(bp_trainer *t) {
   bp_rank_pool_stop(t);
   bp_train_graphs_close(t);
   for (int k = 0; k < BP_TRAIN_MAX_RANKS; k++) {
+    if (t->ranks[k].lanes) (void)bp_devio_sync(&t->ranks[k].io); /* their events idle */
+    bp_train_lanes_close(&t->ranks[k]);
     bp_devio_close(&t->ranks[k].io); /* drains the rank's streams first */
     bp_exec_destroy(t->ranks[k].exec);
     bp_threads_destroy(t->ranks[k].threads); /* after the exec: its kernels borrow them */

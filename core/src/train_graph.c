@@ -94,8 +94,10 @@ void bp_train_graphs_close(bp_trainer *t) {
     bp_train_rank *r = &t->ranks[k];
     if (!r->graphs) continue;
     (void)bp_devio_sync(&r->io); /* no launch may still run */
-    for (int i = 0; i < 2 * bp_plan_variant_count(t->plan); i++)
+    for (int i = 0; i < 2 * bp_plan_variant_count(t->plan); i++) {
       if (r->graphs[i].exec) r->io.graph->exec_destroy(r->graphs[i].exec);
+      free(r->graphs[i].tasks);
+    }
     free(r->graphs);
     r->graphs = NULL;
   }
@@ -127,7 +129,11 @@ static bp_status capture(bp_trainer *t, int k, bp_step_graph *g, bp_rank_job *jo
   bp_status st = bp_devio_step_inputs(io, b, r->upload[b], 2, t->scalar_spans,
                                       job->train_step ? t->scalar_count : 0);
   if (st == BP_OK) {
-    if (io->host_tasks) {
+    if (r->lanes) { /* the lanes fork from the compute stream and join back */
+      g->job.failed = 0;
+      st = bp_train_lane_tasks(t, k, &g->job, &g->tasks);
+      if (st == BP_OK) st = bp_train_lanes_enqueue(t, k, &g->job, g->tasks);
+    } else if (io->host_tasks) {
       io->counts.host_tasks++; /* enqueued once, into the graph */
       if (io->dev->stream_enqueue_host(io->compute, bp_train_job_task, &g->job) != BP_ABI_OK)
         st = graph_fail(io, "stream_enqueue_host");
@@ -194,6 +200,7 @@ void bp_train_graph_start(bp_trainer *t, int k, bp_rank_job *job) {
   }
   BP_ASSERT(g->exec && g->skip == job->skip); /* a rank's skip mask is fixed per variant */
   g->job.status = BP_OK; /* its last run is done (above) */
+  g->job.failed = 0;
   g->job.why[0] = '\0';
   if (!io->host_tasks && io->dev->stream_native) /* the rank's device current here */
     (void)io->dev->stream_native(io->compute);
@@ -215,6 +222,7 @@ bp_status bp_train_graphs_check(bp_trainer *t) {
       if (g->runs >= 2 && g->job.status != BP_OK) {
         const bp_status failed = g->job.status;
         g->job.status = BP_OK; /* reported once */
+        g->job.failed = 0;
         return bp_fail(failed, "%s", g->job.why);
       }
     }

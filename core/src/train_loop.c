@@ -216,7 +216,10 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
                                c.kernel_calls - counts0.kernel_calls,
                                c.host_tasks - counts0.host_tasks,
                                c.syncs - counts0.syncs,
-                               c.waits - counts0.waits};
+                               c.waits - counts0.waits,
+                               c.events - counts0.events,
+                               c.comm_us - counts0.comm_us,
+                               c.comm_overlap_us - counts0.comm_overlap_us};
   out->train_seconds = bp_train_now() - t0;
   double loss, correct;
   if ((st = bp_train_read_results(t, 1, &loss, &correct)) != BP_OK) return st;

@@ -10,13 +10,12 @@
 void bp_train_run_segments(bp_rank_job *job) {
   for (int s = 0; s < job->count; s++) {
     const unsigned bit = 1u << job->segments[s];
-    if (job->status != BP_OK && !(job->keep_collectives && (BP_TRAIN_COLLECTIVE & bit))) continue;
+    if (__atomic_load_n(&job->failed, __ATOMIC_ACQUIRE) &&
+        !(job->keep_collectives && (BP_TRAIN_COLLECTIVE & bit)))
+      continue;
     if (job->skip & bit) continue;
     bp_status st = bp_exec_run(job->exec, job->variant, job->segments[s], job->buffer);
-    if (st != BP_OK && job->status == BP_OK) {
-      job->status = st;
-      snprintf(job->why, sizeof job->why, "%s", bp_last_error());
-    }
+    if (st != BP_OK) bp_train_job_failed(job, st);
   }
   if (job->bump_params) bp_exec_params_changed(job->exec); /* after UPDATE, GATHER, EMA */
 }
@@ -31,8 +30,10 @@ static void run_here(bp_devio *io, bp_rank_job *job) {
   io->counts.kernel_calls += bp_exec_kernel_calls(job->exec) - calls;
 }
 
+/* The first failure claims the job (tasks of several lanes may fail at
+ * once); status and why are read once the job is done. */
 void bp_train_job_failed(bp_rank_job *job, bp_status st) {
-  if (job->status != BP_OK) return;
+  if (__atomic_exchange_n(&job->failed, 1, __ATOMIC_ACQ_REL)) return;
   job->status = st;
   snprintf(job->why, sizeof job->why, "%s", bp_last_error());
 }
@@ -41,6 +42,7 @@ void bp_train_job_start(bp_trainer *t, int k, bp_rank_job *job) {
   bp_train_rank *r = &t->ranks[k];
   job->exec = r->exec;
   job->status = BP_OK;
+  job->failed = 0;
   job->why[0] = '\0';
   job->launched = 0;
   bp_devio *io = &r->io;
@@ -59,7 +61,9 @@ void bp_train_job_start(bp_trainer *t, int k, bp_rank_job *job) {
 void bp_train_job_enqueue(bp_trainer *t, int k, bp_rank_job *job, int wait_inputs) {
   bp_devio *io = &t->ranks[k].io;
   bp_status st = wait_inputs ? bp_devio_compute_begin(io, job->buffer) : BP_OK;
-  if (st == BP_OK && io->host_tasks) {
+  if (st == BP_OK && t->ranks[k].lanes) {
+    st = bp_train_lanes_enqueue(t, k, job, NULL);
+  } else if (st == BP_OK && io->host_tasks) {
     io->counts.host_tasks++;
     if (io->dev->stream_enqueue_host(io->compute, bp_train_job_task, job) != BP_ABI_OK)
       st = bp_fail(BP_ERR_DEVICE, "device '%s' %d: stream_enqueue_host failed: %s", io->kind,
@@ -80,6 +84,7 @@ bp_status bp_train_job_finish(bp_trainer *t, int k, bp_rank_job *job) {
     /* a failed enqueue leaves nothing of this job to wait for, but the
      * stream is drained all the same before job is reused */
     bp_status st = bp_devio_sync(io);
+    if (st == BP_OK) st = bp_train_lanes_clocks(t, k);
     if (st != BP_OK) bp_train_job_failed(job, st);
   }
   return job->status == BP_OK ? BP_OK : bp_fail(job->status, "%s", job->why);

@@ -260,31 +260,40 @@ static const plain_geo bn_geos[] = {
     {4, 3, 3, 5, 0}, {2, 1, 1, 7, 8}, {1, 2, 3, 4, 0}, {8, 4, 4, 16, 0},
 };
 
-static void batchnorm_cases(void) {
+/* batchnorm.* and, with relu, batchnorm_relu.* (whose bwd also reads y) */
+static void batchnorm_op_cases(int relu) {
   const bp_batchnorm_attrs a = {.eps = 1e-5f, .momentum = 0.1f, .accumulate = 0};
+  const char *train = relu ? "batchnorm_relu.fwd_train" : "batchnorm.fwd_train";
+  const char *eval = relu ? "batchnorm_relu.fwd_eval" : "batchnorm.fwd_eval";
+  const char *bwd = relu ? "batchnorm_relu.bwd" : "batchnorm.bwd";
   for (size_t i = 0; i < sizeof bn_geos / sizeof bn_geos[0]; i++) {
     const plain_geo *g = &bn_geos[i];
     char name[96];
     plain_name(g, name, sizeof name);
     const bp_abi_tensor x = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->pad);
     const bp_abi_tensor p = vc_tensor_desc(F32, 1, 1, 1, g->c, g->pad);
-    vc_case *c = add("batchnorm.fwd_train", "%s", name);
+    vc_case *c = add(train, "%s", name);
     for (int k = 0; k < 5; k++) in(c, k ? p : x);
     for (int k = 0; k < 5; k++) out(c, k ? p : x);
     attrs(c, &a, sizeof a);
-    c = add("batchnorm.fwd_eval", "%s", name);
+    c = add(eval, "%s", name);
     for (int k = 0; k < 5; k++) in(c, k ? p : x);
     out(c, x);
     attrs(c, &a, sizeof a);
-    c = add("batchnorm.bwd", "%s", name);
+    c = add(bwd, "%s", name);
     in(c, x);
     in(c, x);
     for (int k = 0; k < 3; k++) in(c, p);
+    if (relu) in(c, x);
     out(c, x);
     out(c, p);
     out(c, p);
     attrs(c, &a, sizeof a);
   }
+}
+static void batchnorm_cases(void) {
+  batchnorm_op_cases(0);
+  batchnorm_op_cases(1);
 }
 
 /* ---- pools ------------------------------------------------------------------------ */

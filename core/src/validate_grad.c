@@ -14,7 +14,10 @@
  * relu inputs |x| >= 0.05, maxpool inputs spaced 0.03 apart in each
  * tensor so no step changes a window's argmax, batch norm inputs spread
  * evenly over [-1, 1] so no channel's variance is near eps (a batch of
- * two pixels normalizes to +-1 whatever the inputs). */
+ * two pixels normalizes to +-1 whatever the inputs). batchnorm_relu has
+ * no row: its relu kinks sit wherever BN's outputs cross 0, which no input
+ * fill keeps a step away; its backward is batchnorm.bwd on relu.bwd's
+ * output, bit for bit (tests/test_fusion.c), and both are checked here. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -21,6 +21,13 @@ static void set_fill(vc_tensor *t, vc_fill fill, double lo, double hi) {
 static int starts(const char *op, const char *p) { return strncmp(op, p, strlen(p)) == 0; }
 static int is(const vc_case *c, const char *op) { return strcmp(c->op, op) == 0; }
 static int prefix(const vc_case *c, const char *p) { return starts(c->op, p); }
+/* batchnorm.<pass> or its fused form batchnorm_relu.<pass> */
+static int is_bn(const vc_case *c, const char *pass) {
+  const char *p = starts(c->op, "batchnorm.")        ? c->op + 10
+                  : starts(c->op, "batchnorm_relu.") ? c->op + 15
+                                                     : NULL;
+  return p && strcmp(p, pass) == 0;
+}
 
 /* (1.5) The skip input of range.ema and the optimizers: its index, or -1;
  * *flag_out: the byte offset of has_skip in the op's attribute block. */
@@ -50,7 +57,7 @@ void vc_op_complete(vc_case *c) {
     c->accumulate_offset = (int)offsetof(bp_elementwise_attrs, accumulate);
   if (is(c, "maxpool.bwd") || is(c, "avgpool.bwd"))
     c->accumulate_offset = (int)offsetof(bp_pool_attrs, accumulate);
-  if (is(c, "batchnorm.bwd")) c->accumulate_offset = (int)offsetof(bp_batchnorm_attrs, accumulate);
+  if (is_bn(c, "bwd")) c->accumulate_offset = (int)offsetof(bp_batchnorm_attrs, accumulate);
   if (c->accumulate_offset >= 0 && (uint32_t)c->accumulate_offset + 4 > c->attr_size)
     c->accumulate_offset = -1; /* a block too short to hold the flag */
 
@@ -60,15 +67,16 @@ void vc_op_complete(vc_case *c) {
     set_fill(&c->in[0], VC_FILL_RELU_Y, -1, 1);
   }
   if (is(c, "maxpool.bwd") && c->num_inputs > 1) set_fill(&c->in[1], VC_FILL_POOL_MASK, 0, 0);
-  if (is(c, "batchnorm.fwd_train") || is(c, "batchnorm.fwd_eval")) {
+  if (is_bn(c, "fwd_train") || is_bn(c, "fwd_eval")) {
     if (c->num_inputs > 1) set_fill(&c->in[1], VC_FILL_UNIFORM, 0.5, 1.5); /* gamma */
     if (c->num_inputs > 4) set_fill(&c->in[4], VC_FILL_UNIFORM, 0.5, 1.5); /* running var */
   }
-  if (is(c, "batchnorm.fwd_train"))
+  if (is_bn(c, "fwd_train"))
     for (int o = 3; o < 5 && o < c->num_outputs; o++) c->alias[o] = o; /* running stats, in place */
-  if (is(c, "batchnorm.bwd")) {
+  if (is_bn(c, "bwd")) {
     if (c->num_inputs > 2) set_fill(&c->in[2], VC_FILL_UNIFORM, 0.5, 1.5); /* gamma */
     if (c->num_inputs > 4) set_fill(&c->in[4], VC_FILL_UNIFORM, 0.5, 2.0); /* save_invstd */
+    if (c->num_inputs > 5) set_fill(&c->in[5], VC_FILL_RELU_Y, -1, 1); /* relu output y */
   }
   if (is(c, "softmax_ce.fwd_bwd")) {
     if (c->num_inputs > 1) set_fill(&c->in[1], VC_FILL_INT, 0, (double)c->in[0].d.shape[3] - 1);
@@ -183,7 +191,8 @@ static int amp_input(const vc_case *c, int side, int i) {
 }
 
 int vc_case_amp(const vc_case *c, vc_case *out) {
-  if (prefix(c, "range.") || c->collective) return 0;
+  /* the fused batchnorm_relu ops are FP32 only (the graph fuses FP32 features) */
+  if (prefix(c, "range.") || prefix(c, "batchnorm_relu.") || c->collective) return 0;
   *out = *c;
   int any = 0;
   for (int side = 0; side < 2; side++) {

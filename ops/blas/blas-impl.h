@@ -98,6 +98,43 @@ int blas_view(const bp_abi_tensor *t, int split, const char *name, const char *r
 /* 1 if v fits a BLAS int (and is >= 0), else 0 with a reason naming it. */
 int blas_check_int(int64_t v, const char *what, char *reason, size_t reason_size);
 
+/* What run() checks of a workspace of `bytes` (> 0) bytes: present, that
+ * large, 4-byte aligned, overlapping no input or output. 1, or 0 with a
+ * reason. */
+int blas_check_workspace(const bp_abi_kernel_args *args, uint64_t bytes, char *reason,
+                         size_t reason_size);
+
+/* Leading dimensions that are a multiple of BLAS_PAD_MODULUS floats (1 KiB:
+ * 512-wide fc layers) slow dnnl_sgemm down where it packs an operand down
+ * its columns: the rows of a column fall into the same few L1 sets. On the
+ * MLP's 512x512 layers (bench/fc_gemms.c, bench/results) that is
+ * backward-data's W (N/N: 47-50 GFLOP/s on one thread against 72-88 with
+ * W's rows 16 floats apart more) and both operands of backward-filter
+ * (T/N: 42-54 against 70-83); forward (N/T) runs at full speed either way.
+ * Where the provider sets BLAS_PAD_POW2_LD, fc.c copies those operands into
+ * the workspace with blas_padded_ld's leading dimension first (a copy of
+ * at most a few MiB, a few percent of the GEMM); the GEMM then reads the
+ * same values and returns the same bits (dnnl_sgemm's sums do not depend
+ * on the leading dimension; tests/test_ops_blas.c checks it). */
+#define BLAS_PAD_MODULUS 256
+#ifdef BLAS_PROVIDER_DNNL
+#define BLAS_PAD_POW2_LD 1
+#else
+#define BLAS_PAD_POW2_LD 0 /* OpenBLAS runs these shapes at the same speed padded or not */
+#endif
+
+/* 1 when a matrix with leading dimension ld is copied (BLAS_PAD_POW2_LD). */
+int blas_needs_pad(int64_t ld);
+/* The leading dimension of the padded copy of a matrix with `cols`
+ * columns: cols rounded up to 16 floats (64 bytes), plus 16 when that is a
+ * multiple of BLAS_PAD_MODULUS. */
+int64_t blas_padded_ld(int64_t cols);
+/* Bytes of the padded copy of a rows x cols matrix, rounded up to 64. */
+uint64_t blas_padded_bytes(int64_t rows, int64_t cols);
+/* Copies rows x cols of src (leading dimension ld) into dst with leading
+ * dimension blas_padded_ld(cols). */
+void blas_copy_padded(float *dst, const float *src, int64_t rows, int64_t cols, int64_t ld);
+
 /* Sets every row r < rows of the matrix at y (leading dimension ld) to
  * bias[c * bias_stride], c < cols: the C that a GEMM with beta = 1 then
  * adds to. */

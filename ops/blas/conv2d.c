@@ -114,25 +114,7 @@ static int conv_check_run(const bp_abi_kernel_args *args, ops_pass pass, conv_ge
   if (!conv_check(args, pass, g, reason, rs) ||
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return 0;
-  if (g->ws_bytes == 0) return 1;
-  if (!BP_SDK_HAS_FIELD(args, bp_abi_kernel_args, workspace_bytes) || !args->workspace ||
-      args->workspace_bytes < g->ws_bytes || (uintptr_t)args->workspace % sizeof(float) != 0)
-    return bp_sdk_fail(reason, rs, "needs a 4-byte aligned workspace of %llu bytes, got %llu",
-                       (unsigned long long)g->ws_bytes,
-                       (unsigned long long)(args->workspace ? args->workspace_bytes : 0));
-  /* the workspace is the kernel's alone */
-  const uintptr_t w0 = (uintptr_t)args->workspace, w1 = w0 + (uintptr_t)g->ws_bytes;
-  for (int o = 0; o < args->num_outputs; o++) {
-    const uintptr_t o0 = (uintptr_t)args->output_ptrs[o];
-    if (o0 < w1 && w0 < o0 + bp_sdk_output(args, o)->slot_bytes)
-      return bp_sdk_fail(reason, rs, "the workspace overlaps output %d", o);
-  }
-  for (int i = 0; i < args->num_inputs; i++) {
-    const uintptr_t i0 = (uintptr_t)args->input_ptrs[i];
-    if (i0 < w1 && w0 < i0 + bp_sdk_input(args, i)->slot_bytes)
-      return bp_sdk_fail(reason, rs, "the workspace overlaps input %d", i);
-  }
-  return 1;
+  return g->ws_bytes == 0 || blas_check_workspace(args, g->ws_bytes, reason, rs);
 }
 
 #define CONV_SUPPORTS(fn, pass)                                                             \

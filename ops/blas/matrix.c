@@ -50,6 +50,45 @@ int blas_check_int(int64_t v, const char *what, char *reason, size_t reason_size
   return 1;
 }
 
+int blas_check_workspace(const bp_abi_kernel_args *args, uint64_t bytes, char *reason,
+                         size_t rs) {
+  if (!BP_SDK_HAS_FIELD(args, bp_abi_kernel_args, workspace_bytes) || !args->workspace ||
+      args->workspace_bytes < bytes || (uintptr_t)args->workspace % sizeof(float) != 0)
+    return bp_sdk_fail(reason, rs, "needs a 4-byte aligned workspace of %llu bytes, got %llu",
+                       (unsigned long long)bytes,
+                       (unsigned long long)(args->workspace ? args->workspace_bytes : 0));
+  /* the workspace is the kernel's alone */
+  const uintptr_t w0 = (uintptr_t)args->workspace, w1 = w0 + (uintptr_t)bytes;
+  for (int o = 0; o < args->num_outputs; o++) {
+    const uintptr_t o0 = (uintptr_t)args->output_ptrs[o];
+    if (o0 < w1 && w0 < o0 + bp_sdk_output(args, o)->slot_bytes)
+      return bp_sdk_fail(reason, rs, "the workspace overlaps output %d", o);
+  }
+  for (int i = 0; i < args->num_inputs; i++) {
+    const uintptr_t i0 = (uintptr_t)args->input_ptrs[i];
+    if (i0 < w1 && w0 < i0 + bp_sdk_input(args, i)->slot_bytes)
+      return bp_sdk_fail(reason, rs, "the workspace overlaps input %d", i);
+  }
+  return 1;
+}
+
+int blas_needs_pad(int64_t ld) { return BLAS_PAD_POW2_LD && ld % BLAS_PAD_MODULUS == 0; }
+
+int64_t blas_padded_ld(int64_t cols) {
+  const int64_t ld = (cols + 15) / 16 * 16;
+  return ld % BLAS_PAD_MODULUS == 0 ? ld + 16 : ld;
+}
+
+uint64_t blas_padded_bytes(int64_t rows, int64_t cols) {
+  return ((uint64_t)rows * (uint64_t)blas_padded_ld(cols) * sizeof(float) + 63) / 64 * 64;
+}
+
+void blas_copy_padded(float *dst, const float *src, int64_t rows, int64_t cols, int64_t ld) {
+  const int64_t ldd = blas_padded_ld(cols);
+  for (int64_t r = 0; r < rows; r++)
+    memcpy(dst + r * ldd, src + r * ld, (size_t)cols * sizeof *dst);
+}
+
 void blas_fill_rows(float *y, int64_t ld, int64_t rows, int64_t cols, const float *bias,
                     int64_t bias_stride) {
   for (int64_t r = 0; r < rows; r++) {

@@ -5,8 +5,9 @@
  * What it holds: vectorized FP32 kernels for the memory-bound ops that
  * dominate a CPU training step besides the GEMMs: range.sgd, range.adamw
  * (optim.c), relu.fwd and relu.bwd (relu.c), maxpool.fwd and maxpool.bwd
- * (pool.c), batchnorm.fwd_train, .fwd_eval and .bwd (batchnorm.c; these
- * two vectorized across channels); and the span ops of a mixed-precision
+ * (pool.c), batchnorm.fwd_train, .fwd_eval and .bwd and their fused
+ * batchnorm_relu forms (batchnorm.c; these two vectorized across
+ * channels); and the span ops of a mixed-precision
  * step, range.zero, range.cast, range.unscale and range.nan_check
  * (range_fp16.c: F16C conversions, spans cut into chunks run on the
  * host's threads). Every kernel runs its work in tasks on the host's
@@ -125,8 +126,11 @@ const char *cpu_isa_name(cpu_isa_level isa);
 /* Threads: a kernel cuts its work into tasks whose bounds depend on the
  * shape only, never on the thread count, and runs them through the host's
  * threads (bp_sdk_parallel_for). Each task writes only its own elements and
- * each sum runs inside one task in its single-thread order, so every bit is
- * the same for any thread count, and the same as the reference's. A task
+ * each sum runs in the order the reference takes too, whatever the thread
+ * count: inside one task, or (batch norm's statistics) as partial sums over
+ * fixed chunks of pixels, one task each, added in chunk order on the
+ * calling thread (ops/shared/batchnorm_steps.h). So every bit is the same
+ * for any thread count, and the same as the reference's. A task
  * holds at least CPU_TASK_ELEMS elements of work (tens of microseconds,
  * which dwarf the hand-off); a call with less is one task, run on the
  * calling thread (a batch-1 inference pays nothing). */
@@ -166,6 +170,8 @@ extern const bp_abi_kernel cpu_range_sgd, cpu_range_adamw, cpu_relu_fwd, cpu_rel
 extern const bp_abi_kernel cpu_range_zero, cpu_range_cast, cpu_range_unscale, cpu_range_nan_check;
 extern const bp_abi_kernel cpu_maxpool_fwd, cpu_maxpool_bwd;
 extern const bp_abi_kernel cpu_batchnorm_fwd_train, cpu_batchnorm_fwd_eval, cpu_batchnorm_bwd;
+extern const bp_abi_kernel cpu_batchnorm_relu_fwd_train, cpu_batchnorm_relu_fwd_eval,
+    cpu_batchnorm_relu_bwd;
 
 /* A descriptor of this module: op name, supports, run, extra flags and the
  * dtypes among the op's tensors (as the reference declares them: FP32,

@@ -3,7 +3,8 @@
  * loops run with (cpu-impl.h). range.sgd, range.adamw, relu.fwd, relu.bwd,
  * maxpool.fwd, maxpool.bwd, batchnorm.fwd_train, batchnorm.fwd_eval and
  * batchnorm.bwd, FP32 (INT8 for the maxpool mask; the last five also
- * FP16, through shared/fp16_adapter.h, cpu-impl.h), and range.zero,
+ * FP16, through shared/fp16_adapter.h, cpu-impl.h), batchnorm_relu.fwd_train,
+ * .fwd_eval and .bwd (FP32), and range.zero,
  * range.cast, range.unscale and range.nan_check (the dtypes of the
  * reference's), device
  * "cpu", implementation "cpu", priority 5, flagged DETERMINISTIC (relu
@@ -49,6 +50,9 @@ static const bp_abi_kernel *const cpu_kernels[] = {
     &cpu_batchnorm_fwd_train,
     &cpu_batchnorm_fwd_eval,
     &cpu_batchnorm_bwd,
+    &cpu_batchnorm_relu_fwd_train,
+    &cpu_batchnorm_relu_fwd_eval,
+    &cpu_batchnorm_relu_bwd,
 };
 
 /* Written at init, read by every run (possibly from several rank threads,

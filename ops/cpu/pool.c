@@ -86,6 +86,34 @@ CPU_INLINE void maxpool_tap(float *restrict best, int32_t *restrict arg, const f
   }
 }
 
+/* A whole 2x2 window (the common pooling), taps 0..3 at a, b, c, e in the
+ * reference's order: maxpool_tap's updates, with tap 0 folded into tap
+ * 1's loop and tap 3 into the one that writes y and the mask. (The general
+ * loop's first-tap copy and output copy become memcpy calls, whose start-up
+ * cost dwarfs a window of 32 channels.) */
+CPU_INLINE void maxpool_2x2(const float *restrict a, const float *restrict b,
+                            const float *restrict c, const float *restrict e, float *restrict y,
+                            int8_t *restrict mask, int64_t nc) {
+  for (int64_t c0 = 0; c0 < nc; c0 += POOL_BLOCK) {
+    const int64_t nb = nc - c0 < POOL_BLOCK ? nc - c0 : POOL_BLOCK;
+    float best[POOL_BLOCK];
+    int32_t arg[POOL_BLOCK];
+    for (int64_t j = 0; j < nb; j++) { /* taps 0 and 1 (a loop that is no copy) */
+      const float v = b[c0 + j], m = a[c0 + j];
+      const int take = (v > m) | ((v != v) & (m == m));
+      best[j] = take ? v : m;
+      arg[j] = take;
+    }
+    maxpool_tap(best, arg, c + c0, 2, nb);
+    for (int64_t j = 0; j < nb; j++) { /* tap 3, then the outputs */
+      const float v = e[c0 + j], m = best[j];
+      const int take = (v > m) | ((v != v) & (m == m));
+      y[c0 + j] = take ? v : m;
+      mask[c0 + j] = (int8_t)(take ? 3 : arg[j]);
+    }
+  }
+}
+
 /* Output rows [r0, r1) of the n * oh rows (row r: image r / oh, row r % oh). */
 CPU_INLINE void maxpool_fwd_loop_body(const pool_dims *d, const float *restrict x,
                                       float *restrict y, int8_t *restrict mask, int64_t r0,
@@ -97,6 +125,11 @@ CPU_INLINE void maxpool_fwd_loop_body(const pool_dims *d, const float *restrict 
       const int64_t ky0 = wi.ky0, ky1 = wi.ky1, kx0 = wi.kx0, kx1 = wi.kx1, ih = wi.ih, iw = wi.iw;
       float *yr = y + bp_sdk_offset(d->y, n, oh, ow, 0);
       int8_t *mr = mask + bp_sdk_offset(d->mask, n, oh, ow, 0);
+      if (d->kh == 2 && d->kw == 2 && ky1 - ky0 == 2 && kx1 - kx0 == 2) {
+        const float *a = x + bp_sdk_offset(d->x, n, ih, iw, 0), *c = a + d->x->stride[1];
+        maxpool_2x2(a, a + d->x->stride[2], c, c + d->x->stride[2], yr, mr, d->c);
+        continue;
+      }
       for (int64_t c0 = 0; c0 < d->c; c0 += POOL_BLOCK) {
         const int64_t nb = d->c - c0 < POOL_BLOCK ? d->c - c0 : POOL_BLOCK;
         float best[POOL_BLOCK];
@@ -204,6 +237,48 @@ CPU_DISPATCH(maxpool_bwd_loop,
               float *restrict dx, int64_t n0, int64_t n1),
              (d, dy, mask, dx, n0, n1))
 
+/* Windows that tile the input (stride = kernel, no padding, no pixel left
+ * over) and accumulate 0: every dx element is one tap of one window, so
+ * the reference's zeroing and its one addition give dx = (the mask names
+ * the tap) ? 0.0f + dy : +0.0f, written here in one pass instead of a
+ * zeroing pass and a read-modify-write one. The sum is kept (a -0.0 dy
+ * becomes +0.0 there too) and picked bitwise, as in maxpool_scatter_tap. */
+static int maxpool_tiles(const pool_dims *d) {
+  return !d->accumulate && d->sh == d->kh && d->sw == d->kw && d->ph == 0 && d->pw == 0 &&
+         d->h == d->oh * d->kh && d->w == d->ow * d->kw;
+}
+
+CPU_INLINE void maxpool_put_tap(float *restrict dx, const float *restrict dy,
+                                const int8_t *restrict m, int32_t tap, int64_t nc) {
+  for (int64_t j = 0; j < nc; j++) {
+    const float sum = 0.0f + dy[j];
+    uint32_t sb;
+    memcpy(&sb, &sum, sizeof sb);
+    const uint32_t r = sb & (0u - (uint32_t)(m[j] == tap));
+    memcpy(&dx[j], &r, sizeof r);
+  }
+}
+
+/* Images [n0, n1) of a tiling pool (maxpool_tiles). */
+CPU_INLINE void maxpool_bwd_put_loop_body(const pool_dims *d, const float *restrict dy,
+                                          const int8_t *restrict mask, float *restrict dx,
+                                          int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; n++)
+    for (int64_t oh = 0; oh < d->oh; oh++)
+      for (int64_t ow = 0; ow < d->ow; ow++) {
+        const float *dyr = dy + bp_sdk_offset(d->y, n, oh, ow, 0);
+        const int8_t *mr = mask + bp_sdk_offset(d->mask, n, oh, ow, 0);
+        for (int64_t ky = 0; ky < d->kh; ky++)
+          for (int64_t kx = 0; kx < d->kw; kx++)
+            maxpool_put_tap(dx + bp_sdk_offset(d->x, n, oh * d->kh + ky, ow * d->kw + kx, 0),
+                            dyr, mr, (int32_t)(ky * d->kw + kx), d->c);
+      }
+}
+CPU_DISPATCH(maxpool_bwd_put_loop,
+             (const pool_dims *d, const float *restrict dy, const int8_t *restrict mask,
+              float *restrict dx, int64_t n0, int64_t n1),
+             (d, dy, mask, dx, n0, n1))
+
 /* ---- tasks -------------------------------------------------------------------- */
 
 /* One call cut into tasks: the forward by output rows (each output element
@@ -244,12 +319,17 @@ static void maxpool_mask_task(void *p, int64_t i) {
 }
 
 /* accumulate 0: the images' dx zeroed first (+0.0f is all zero bits;
- * padded channels untouched), then the scatter. */
+ * padded channels untouched), then the scatter; a tiling pool writes dx in
+ * one pass instead. */
 static void maxpool_bwd_task(void *p, int64_t i) {
   pool_job *j = p;
   const pool_dims *d = j->d;
   int64_t n1;
   const int64_t n0 = cpu_task_items(i, j->per, j->items, &n1);
+  if (maxpool_tiles(d)) {
+    maxpool_bwd_put_loop(d, j->in, j->mask, j->out, n0, n1);
+    return;
+  }
   if (!d->accumulate)
     for (int64_t n = n0; n < n1; n++)
       for (int64_t h = 0; h < d->h; h++)

@@ -15,7 +15,8 @@
  * the S partials in slice order. No atomics: the same inputs give the same
  * bits on every run.
  *   fwd_train: partial sums of x -> mean; partial sums of (x - mean)^2 ->
- *   var (two passes, as the reference); per channel invstd, scale, shift,
+ *   var (two passes; ops/cpu and the reference take one, of shifted sums,
+ *   batchnorm_steps.h); per channel invstd, scale, shift,
  *   save_mean, save_invstd and the running statistics (read and written by
  *   the same thread, so updating them in place is safe); then y
  *   elementwise. 5 launches.

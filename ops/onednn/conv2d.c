@@ -1,5 +1,7 @@
 /* conv2d forward, backward-data and backward-filter on oneDNN's convolution
- * primitives. Same contract as ops/reference/conv2d.c (bp_abi_ops.h):
+ * primitives; the backward-filter of most shapes on conv_bwf.c's direct
+ * kernel instead (direct_bwf says which; README.md "Backward-filter").
+ * Same contract as ops/reference/conv2d.c (bp_abi_ops.h):
  *   x  [N, H, W, C]        oneDNN src / diff_src, tag nhwc
  *   w  [K, kh, kw, C/G]    oneDNN weights as "ohwi" ({K, C, kh, kw}), or with
  *                          groups "gohwi" ({G, K/G, C/G, kh, kw}): the same bytes
@@ -32,6 +34,9 @@
  * applies the rank's count first, keeps it in the state, and run() applies
  * that count: the bits depend only on the inputs and the rank's count.
  *
+ * The direct backward-filter keeps no oneDNN object: its state is the plan,
+ * its workspace the chunks' partial sums and padded input rows (conv_bwf.h).
+ *
  * Memory: oneDNN's scratchpads (mode user, for the convolution and the
  * filter reorder alike) are the state's own buffer, sized by the
  * primitives prepare() made (the size depends on that thread count, which
@@ -44,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv_bwf.h"
 #include "onednn-impl.h"
 #include "shared/weighted_check.h"
 
@@ -66,6 +72,8 @@ typedef struct conv_plan {
   dnnl_memory_desc_t w_md;  /* the primitive's (diff_)weights layout */
   int w_reorder;            /* w_md differs from the plan's layout */
   uint64_t temp_bytes;      /* workspace: dense dx of bwd_data with accumulate */
+  int direct;               /* backward-filter on conv_bwf.c instead (no pd) */
+  bwf_plan bwf;
 } conv_plan;
 
 /* 1 when t is dense NHWC over its channels (no padding), else 0 with a
@@ -101,6 +109,20 @@ static int plan_fail(conv_plan *p, dnnl_primitive_desc_t hint, char *reason, siz
                      st == dnnl_unimplemented ? " (no convolution for this case)" : "");
 }
 
+/* 1 when backward-filter runs on conv_bwf.c (README.md "Backward-filter"):
+ * groups 1, no dilation, and either a filter row (kw*C floats) of at least
+ * BWF_SHORT_ROW, or filters in whole vectors (k % 8 == 0: the kernel runs
+ * its vectors along them), or a strided 1x1 (oneDNN 2.6's kernel for it
+ * overruns its scratchpad). Short rows of ragged filter counts stay on
+ * oneDNN. The rule reads the shape only. */
+static int direct_bwf(const ops_conv_geom *r, bwf_plan *b) {
+  if (r->groups != 1 || r->dh != 1 || r->dw != 1) return 0;
+  const int strided_1x1 = r->kh == 1 && r->kw == 1 && (r->sh > 1 || r->sw > 1);
+  if (r->kw * r->c < BWF_SHORT_ROW && r->k % 8 != 0 && !strided_1x1) return 0;
+  return bwf_plan_make(b, r->n, r->h, r->w_, r->c, r->k, r->oh, r->ow, r->kh, r->kw, r->sh,
+                       r->sw, r->ph, r->pw, r->has_bias);
+}
+
 /* The checks of the reference (the same messages), then this module's
  * layouts, then the primitive descriptor: 1 with p->pd owned, or 0 with a
  * reason and nothing owned. */
@@ -119,6 +141,10 @@ static int conv_plan_make(const bp_abi_kernel_args *args, ops_pass pass, conv_pl
   if (r->b && r->k > 1 && r->b->stride[3] != 1)
     return bp_sdk_fail(reason, rs, "bias: channel stride %lld is not 1",
                        (long long)r->b->stride[3]);
+  if (pass == OPS_PASS_BWD_FILTER && direct_bwf(r, &p->bwf)) {
+    p->direct = 1;
+    return 1;
+  }
   /* oneDNN 2.6's 1x1 backward-filter copies a strided input into its
    * scratchpad first ("reduce to unit stride"); that copy writes past the
    * scratchpad size the primitive descriptor reports (12 bytes with 5
@@ -200,6 +226,7 @@ static int conv_plan_make(const bp_abi_kernel_args *args, ops_pass pass, conv_pl
 }
 
 static uint64_t plan_workspace(const conv_plan *p) {
+  if (p->direct) return ODNN_ALIGN + bwf_workspace_bytes(&p->bwf);
   return p->temp_bytes ? ODNN_ALIGN + p->temp_bytes : 0;
 }
 
@@ -288,6 +315,10 @@ static int state_new(const bp_abi_kernel_args *args, ops_pass pass, conv_state *
     return BP_ABI_ERR_INVALID;
   }
   const conv_plan *p = &s->p;
+  if (p->direct) { /* no oneDNN objects */
+    *out = s;
+    return BP_ABI_OK;
+  }
   /* backward-filter writes w_buf and reorders it into dw, unless it can
    * write dw itself (same layout, no accumulate) */
   const int via_buf = p->w_reorder || (pass == OPS_PASS_BWD_FILTER && p->r.accumulate);
@@ -375,6 +406,35 @@ static dnnl_status_t filters_in(conv_state *s, const bp_abi_kernel_args *args, c
   return st;
 }
 
+/* Backward-filter on conv_bwf.c: the work items on the host's threads, then
+ * their ordered sum, split into BWF_REDUCE_PARTS pieces of dw (the split
+ * does not change any element's sum). */
+#define BWF_REDUCE_PARTS 8
+typedef struct bwf_call {
+  const bwf_plan *p;
+  const float *x, *dy;
+  float *dw, *db;
+  void *ws;
+  int accumulate;
+} bwf_call;
+
+static void bwf_item_fn(void *arg, int64_t i) {
+  const bwf_call *c = arg;
+  bwf_item(c->p, c->x, c->dy, c->ws, i);
+}
+
+static void bwf_reduce_fn(void *arg, int64_t i) {
+  const bwf_call *c = arg;
+  bwf_reduce(c->p, c->ws, c->dw, c->db, c->accumulate, i, BWF_REDUCE_PARTS);
+}
+
+static void bwf_run(const bp_abi_kernel_args *args, const conv_plan *p, void *ws) {
+  bwf_call c = {&p->bwf, args->input_ptrs[0], args->input_ptrs[1], args->output_ptrs[0],
+                p->r.has_bias ? args->output_ptrs[1] : NULL, ws, p->r.accumulate};
+  bp_sdk_parallel_for(args, bwf_item_fn, &c, p->bwf.items);
+  bp_sdk_parallel_for(args, bwf_reduce_fn, &c, BWF_REDUCE_PARTS);
+}
+
 /* d[i] += t[i], i < n. */
 static void add_into(float *restrict d, const float *restrict t, size_t n) {
   for (size_t i = 0; i < n; i++) d[i] += t[i];
@@ -415,6 +475,11 @@ static int conv_run(const bp_abi_kernel_args *args, ops_pass pass) {
   char *ws = ws_need ? (char *)args->workspace : NULL;
   if (ws) ws += (ODNN_ALIGN - (uintptr_t)ws % ODNN_ALIGN) % ODNN_ALIGN;
   float *temp = ws ? (float *)(void *)ws : NULL;
+  if (p->direct) {
+    bwf_run(args, p, ws);
+    state_release(NULL, tmp);
+    return BP_ABI_OK;
+  }
 
   const void *in0 = args->input_ptrs[0], *in1 = args->input_ptrs[1];
   void *out0 = args->output_ptrs[0];

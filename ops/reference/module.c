@@ -26,6 +26,7 @@ static const bp_abi_kernel *const ref_kernels[] = {
     &ref_avgpool_fwd,         &ref_avgpool_bwd,        &ref_global_avgpool_fwd,
     &ref_global_avgpool_bwd,  &ref_batchnorm_fwd_train, &ref_batchnorm_fwd_eval,
     &ref_batchnorm_bwd,       &ref_softmax_ce_fwd_bwd,
+    &ref_batchnorm_relu_fwd_train, &ref_batchnorm_relu_fwd_eval, &ref_batchnorm_relu_bwd,
     &ref_range_zero,          &ref_range_copy,         &ref_range_scale,
     &ref_range_cast,          &ref_range_ema,          &ref_range_nan_check,
     &ref_range_sgd,           &ref_range_adamw,        &ref_range_lars,

@@ -69,6 +69,8 @@ extern const bp_abi_kernel ref_relu_fwd, ref_relu_bwd, ref_add_fwd, ref_add_bwd;
 extern const bp_abi_kernel ref_maxpool_fwd, ref_maxpool_bwd, ref_avgpool_fwd, ref_avgpool_bwd;
 extern const bp_abi_kernel ref_global_avgpool_fwd, ref_global_avgpool_bwd;
 extern const bp_abi_kernel ref_batchnorm_fwd_train, ref_batchnorm_fwd_eval, ref_batchnorm_bwd;
+extern const bp_abi_kernel ref_batchnorm_relu_fwd_train, ref_batchnorm_relu_fwd_eval,
+    ref_batchnorm_relu_bwd;
 extern const bp_abi_kernel ref_softmax_ce_fwd_bwd;
 extern const bp_abi_kernel ref_range_zero, ref_range_copy, ref_range_scale, ref_range_cast;
 extern const bp_abi_kernel ref_range_ema, ref_range_nan_check, ref_range_unscale;

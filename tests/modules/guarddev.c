@@ -34,7 +34,21 @@
  *    a captured event, or a capturing stream waiting on an event recorded
  *    outside the capture, fails the call and the capture. Launching the
  *    graph enqueues copies of the recorded tasks on the launch stream, in
- *    the order they were recorded (one valid order of the graph). */
+ *    the order they were recorded, each on the stream that recorded it (the
+ *    origin's on the launch stream), the captured event records and waits
+ *    becoming marks and waits on events of the graph's own: the graph runs
+ *    with the concurrency it was captured with.
+ *  - GUARD_SCHEDULE (read at the first stream's creation) replaces the
+ *    threads by an adversary: per device one thread runs the tasks of all
+ *    its streams, one at a time, and only while the host waits for that
+ *    device (a synchronize), so everything the host enqueued before its
+ *    wait is there to choose from; of the streams whose first task may run
+ *    (a wait whose event is done, or any other task) it runs event marks
+ *    and satisfied waits at once, and of the rest "latest": the one
+ *    enqueued last, or with a number: a pick by a random generator seeded
+ *    with it. A missing cross-stream wait then runs a consumer
+ *    before its producer, deterministically; the results show it. One
+ *    rank per device (a collective inside a task holds its device). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -175,6 +189,8 @@ struct bp_abi_event {
   uint64_t capture_id;
   bp_abi_stream *capture_stream;
   uint64_t capture_op;
+  int capture_gevent; /* the graph's event that record became */
+  int device;
 };
 
 static int guard_event_create(int device, bp_abi_event **out) {
@@ -186,6 +202,7 @@ static int guard_event_create(int device, bp_abi_event **out) {
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->cv, NULL);
   e->recorded_role = -1;
+  e->device = device;
   *out = e;
   return BP_ABI_OK;
 }
@@ -221,12 +238,49 @@ typedef struct task {
   uint64_t after; /* COPY: compute_enqueued when it was enqueued */
   int compute; /* HOST: on a compute stream */
   int delay_ms;
+  bp_abi_stream *stream; /* captured: the stream that recorded it */
+  int gevent;            /* captured RECORD / WAIT: the graph's event */
+  uint64_t order;        /* GUARD_SCHEDULE: enqueue order on its device */
 } task;
 
 typedef struct guard_graph guard_graph;
 
+/* ---- the adversary (GUARD_SCHEDULE) ------------------------------------------- */
+
+typedef struct sched {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t thread;
+  int streams;          /* live streams of the device: the thread runs while > 0 */
+  int waiters;          /* host threads draining a stream of this device now */
+  uint64_t order, rng;
+  bp_abi_stream *list;  /* the device's streams */
+} sched;
+
+/* Host threads waiting for any device now (atomic): every adversary runs
+ * then, since a task of one device may wait in a collective for a task of
+ * another that nobody waits for. */
+static int host_waiters;
+
+#define SCHED_INIT {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER}
+static sched scheds[GUARD_DEVICES] = {SCHED_INIT, SCHED_INIT};
+
+/* GUARD_SCHEDULE now: 0 off, 1 latest, 2 seeded (*seed set). */
+static int schedule_env(uint64_t *seed) {
+  const char *e = getenv("GUARD_SCHEDULE");
+  if (!e || !*e) return 0;
+  if (strcmp(e, "latest") == 0) return 1;
+  *seed = strtoull(e, NULL, 10) * 2654435761u + 88172645463325252u;
+  return 2;
+}
+
 struct bp_abi_stream {
   stream_worker worker;
+  int sched; /* run by the device's adversary (GUARD_SCHEDULE's mode), not the worker */
+  /* GUARD_SCHEDULE: the stream's FIFO on its device's thread (under its mu) */
+  task *head, *tail;
+  int running;
+  bp_abi_stream *next_in_device;
   int role, device;
   int delay_ms; /* GUARD_COMPUTE_DELAY_MS, compute streams */
   guard_graph *capture; /* the graph this stream records into, or NULL */
@@ -245,6 +299,7 @@ struct guard_graph {
   bp_abi_stream *joined[GUARD_GRAPH_STREAMS];
   int joined_count;
   uint64_t ops; /* operations recorded so far (tasks, event records) */
+  int gevents;  /* the graph's own events: one per event record in the capture */
   task **tasks;
   int count, cap;
   char failed[160]; /* an illegal call during the capture: capture_end fails with it */
@@ -253,6 +308,9 @@ struct guard_graph {
 typedef struct guard_exec {
   task *tasks; /* copies */
   int count;
+  bp_abi_stream *origin; /* its tasks run on the launch stream */
+  bp_abi_event **events; /* the graph's own (task.gevent) */
+  int event_count;
 } guard_exec;
 
 static guard_graph *open_graphs; /* under window_mu */
@@ -314,6 +372,25 @@ static void task_run(stream_task *base) {
   free(t);
 }
 
+/* Hands t to s's worker, or to the device's adversary. */
+static void stream_push(bp_abi_stream *s, task *t) {
+  if (!s->sched) {
+    stream_worker_push(&s->worker, &t->base);
+    return;
+  }
+  sched *d = &scheds[s->device];
+  pthread_mutex_lock(&d->mu);
+  t->order = ++d->order;
+  t->base.next = NULL;
+  if (s->tail)
+    s->tail->base.next = &t->base;
+  else
+    s->head = t;
+  s->tail = t;
+  pthread_cond_broadcast(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
 static int push(bp_abi_stream *s, task *t) {
   if (!t) return guard_fail(BP_ABI_ERR_NOMEM, "out of memory");
   guard_graph *g = s->capture;
@@ -328,12 +405,111 @@ static int push(bp_abi_stream *s, task *t) {
       g->tasks = grown;
       g->cap = cap;
     }
+    t->stream = s;
     g->tasks[g->count++] = t;
     s->last_op = ++g->ops;
     return BP_ABI_OK;
   }
-  stream_worker_push(&s->worker, &t->base);
+  stream_push(s, t);
   return BP_ABI_OK;
+}
+
+static int task_ready(task *t) {
+  if (t->kind != TASK_WAIT) return 1;
+  pthread_mutex_lock(&t->event->mu);
+  const int ready = t->event->completed >= t->seq;
+  pthread_mutex_unlock(&t->event->mu);
+  return ready;
+}
+
+/* The adversary's choice among the streams whose first task may run. */
+static bp_abi_stream *sched_pick(sched *d, int mode) {
+  bp_abi_stream *ready[64];
+  int n = 0;
+  for (bp_abi_stream *s = d->list; s && n < 64; s = s->next_in_device)
+    if (s->head && task_ready(s->head)) {
+      /* event marks and satisfied waits do no work: at once, so that the
+       * choice is among tasks that do (the first on its stream may run) */
+      if (s->head->kind == TASK_RECORD || s->head->kind == TASK_WAIT) return s;
+      ready[n++] = s;
+    }
+  if (n == 0) return NULL;
+  int pick = 0;
+  if (mode == 1) {
+    for (int i = 1; i < n; i++)
+      if (ready[i]->head->order > ready[pick]->head->order) pick = i;
+  } else {
+    d->rng ^= d->rng << 13; /* xorshift64 */
+    d->rng ^= d->rng >> 7;
+    d->rng ^= d->rng << 17;
+    pick = (int)(d->rng % (uint64_t)n);
+  }
+  return ready[pick];
+}
+
+/* A device's adversary: runs one task at a time while the host waits. */
+static void *sched_main(void *arg) {
+  sched *d = arg;
+  pthread_mutex_lock(&d->mu);
+  while (d->streams > 0) {
+    const int waited = d->waiters > 0 || __atomic_load_n(&host_waiters, __ATOMIC_ACQUIRE) > 0;
+    bp_abi_stream *s = waited ? sched_pick(d, d->list ? d->list->sched : 1) : NULL;
+    if (!s) { /* events of other devices complete without telling us: poll */
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 1000000;
+      if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+      }
+      pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+      continue;
+    }
+    task *t = s->head;
+    s->head = (task *)(void *)t->base.next;
+    if (!s->head) s->tail = NULL;
+    s->running = 1;
+    pthread_mutex_unlock(&d->mu);
+    t->base.run(&t->base); /* frees t */
+    pthread_mutex_lock(&d->mu);
+    s->running = 0;
+    pthread_cond_broadcast(&d->cv);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
+}
+
+/* The host waits for a device: the adversaries run meanwhile. */
+static void sched_wait_begin(void) {
+  __atomic_fetch_add(&host_waiters, 1, __ATOMIC_ACQ_REL);
+  for (int i = 0; i < GUARD_DEVICES; i++) {
+    pthread_mutex_lock(&scheds[i].mu);
+    pthread_cond_broadcast(&scheds[i].cv);
+    pthread_mutex_unlock(&scheds[i].mu);
+  }
+}
+
+static void sched_wait_end(void) { __atomic_fetch_sub(&host_waiters, 1, __ATOMIC_ACQ_REL); }
+
+/* Until every task pushed to s so far has run. */
+static void sched_drain(bp_abi_stream *s) {
+  sched *d = &scheds[s->device];
+  sched_wait_begin();
+  pthread_mutex_lock(&d->mu);
+  d->waiters++;
+  pthread_cond_broadcast(&d->cv);
+  while (s->head || s->running) pthread_cond_wait(&d->cv, &d->mu);
+  d->waiters--;
+  pthread_mutex_unlock(&d->mu);
+  sched_wait_end();
+}
+
+static int on_sched_thread(const bp_abi_stream *s) {
+  sched *d = &scheds[s->device];
+  pthread_mutex_lock(&d->mu);
+  const int here = d->streams > 0 && pthread_equal(d->thread, pthread_self());
+  pthread_mutex_unlock(&d->mu);
+  return here;
 }
 
 static task *task_new(task_kind kind) {
@@ -357,6 +533,31 @@ static int guard_stream_create(int device, int role, bp_abi_stream **out) {
   s->device = device;
   const char *delay = getenv("GUARD_COMPUTE_DELAY_MS");
   if (delay && role == BP_ABI_STREAM_COMPUTE) s->delay_ms = atoi(delay) % 1000;
+  uint64_t seed = 1;
+  s->sched = schedule_env(&seed);
+  if (s->sched) {
+    sched *d = &scheds[device];
+    pthread_mutex_lock(&d->mu);
+    s->next_in_device = d->list;
+    d->list = s;
+    int rc = 0;
+    if (d->streams++ == 0) {
+      d->rng = seed;
+      d->order = 0;
+      rc = pthread_create(&d->thread, NULL, sched_main, d);
+      if (rc) {
+        d->streams = 0;
+        d->list = NULL;
+      }
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (rc) {
+      free(s);
+      return guard_fail(BP_ABI_ERR_DEVICE, "stream_create: %s", strerror(rc));
+    }
+    *out = s;
+    return BP_ABI_OK;
+  }
   const int rc = stream_worker_start(&s->worker);
   if (rc != 0) {
     free(s);
@@ -368,16 +569,33 @@ static int guard_stream_create(int device, int role, bp_abi_stream **out) {
 
 static void guard_stream_destroy(bp_abi_stream *s) {
   if (!s) return;
-  stream_worker_stop(&s->worker);
+  if (!s->sched) {
+    stream_worker_stop(&s->worker);
+    free(s);
+    return;
+  }
+  sched_drain(s);
+  sched *d = &scheds[s->device];
+  pthread_mutex_lock(&d->mu);
+  bp_abi_stream **link = &d->list;
+  while (*link != s) link = &(*link)->next_in_device;
+  *link = s->next_in_device;
+  const int last = --d->streams == 0;
+  pthread_cond_broadcast(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+  if (last) pthread_join(d->thread, NULL);
   free(s);
 }
 
 static int guard_stream_synchronize(bp_abi_stream *s) {
   if (!s) return guard_fail(BP_ABI_ERR_INVALID, "stream_synchronize: stream is NULL");
-  if (stream_worker_is_current(&s->worker))
+  if (s->sched ? on_sched_thread(s) : stream_worker_is_current(&s->worker))
     return guard_fail(BP_ABI_ERR_INVALID, "stream_synchronize: from the stream's own task");
   if (s->capture) return capture_refuse(s->capture, "stream_synchronize");
-  stream_worker_drain(&s->worker);
+  if (s->sched)
+    sched_drain(s);
+  else
+    stream_worker_drain(&s->worker);
   return BP_ABI_OK;
 }
 
@@ -402,11 +620,17 @@ static void *guard_stream_native(bp_abi_stream *s) { return s; }
 
 static int guard_event_record(bp_abi_event *e, bp_abi_stream *s) {
   if (!e || !s) return guard_fail(BP_ABI_ERR_INVALID, "event_record: NULL argument");
-  if (s->capture) { /* a point of the capture other streams may wait for */
+  if (s->capture) { /* a point of the capture other streams may wait for: a mark */
+    task *t = task_new(TASK_RECORD);
+    if (!t) return guard_fail(BP_ABI_ERR_NOMEM, "event_record: out of memory");
+    t->gevent = s->capture->gevents++;
+    const int rc = push(s, t);
+    if (rc != BP_ABI_OK) return rc;
     pthread_mutex_lock(&e->mu);
     e->capture_id = s->capture->id;
     e->capture_stream = s;
-    e->capture_op = s->last_op = ++s->capture->ops;
+    e->capture_op = s->last_op;
+    e->capture_gevent = t->gevent;
     e->recorded_role = s->role;
     pthread_mutex_unlock(&e->mu);
     return BP_ABI_OK;
@@ -430,6 +654,7 @@ static int guard_stream_wait_event(bp_abi_stream *s, bp_abi_event *e) {
   const uint64_t seq = e->recorded;
   const int from = e->recorded_role;
   const uint64_t capture_id = e->capture_id, capture_op = e->capture_op;
+  const int capture_gevent = e->capture_gevent;
   bp_abi_stream *capture_stream = e->capture_stream;
   pthread_mutex_unlock(&e->mu);
   if (capture_id) {
@@ -446,7 +671,10 @@ static int guard_stream_wait_event(bp_abi_stream *s, bp_abi_event *e) {
     }
     if (s == g->origin && capture_stream != g->origin && capture_op > capture_stream->joined_back)
       capture_stream->joined_back = capture_op; /* joined back up to there */
-    return BP_ABI_OK;
+    task *t = task_new(TASK_WAIT); /* an edge of the graph */
+    if (!t) return guard_fail(BP_ABI_ERR_NOMEM, "stream_wait_event: out of memory");
+    t->gevent = capture_gevent;
+    return push(s, t);
   }
   if (s->capture && seq)
     return capture_refuse(s->capture, "stream_wait_event on an event recorded outside the capture");
@@ -468,7 +696,12 @@ static int guard_event_synchronize(bp_abi_event *e) {
   pthread_mutex_unlock(&e->mu);
   if (capture_id)
     return capture_refuse(open_graph(capture_id), "event_synchronize on a captured event");
+  pthread_mutex_lock(&scheds[e->device].mu);
+  const int sched_mode = scheds[e->device].streams > 0; /* its device has an adversary */
+  pthread_mutex_unlock(&scheds[e->device].mu);
+  if (sched_mode) sched_wait_begin();
   event_wait_for(e, seq);
+  if (sched_mode) sched_wait_end();
   return BP_ABI_OK;
 }
 
@@ -584,6 +817,8 @@ static int guard_capture_end(bp_abi_stream *s, void **graph_out) {
   return BP_ABI_OK;
 }
 
+static void guard_exec_destroy(void *exec);
+
 static int guard_instantiate(void *graph, void **exec_out) {
   if (!graph || !exec_out) return guard_fail(BP_ABI_ERR_INVALID, "instantiate: NULL argument");
   const guard_graph *g = graph;
@@ -595,6 +830,14 @@ static int guard_instantiate(void *graph, void **exec_out) {
   }
   for (int i = 0; i < g->count; i++) x->tasks[i] = *g->tasks[i];
   x->count = g->count;
+  x->origin = g->origin;
+  x->events = calloc((size_t)g->gevents + 1, sizeof *x->events);
+  for (int i = 0; x->events && i < g->gevents; i++)
+    if (guard_event_create(g->origin->device, &x->events[x->event_count++]) != BP_ABI_OK) break;
+  if (!x->events || x->event_count < g->gevents) {
+    guard_exec_destroy(x);
+    return guard_fail(BP_ABI_ERR_NOMEM, "instantiate: out of memory");
+  }
   *exec_out = x;
   return BP_ABI_OK;
 }
@@ -608,15 +851,22 @@ static int guard_launch(void *exec, bp_abi_stream *s) {
     task *t = task_new(x->tasks[i].kind);
     if (!t) return guard_fail(BP_ABI_ERR_NOMEM, "launch: out of memory");
     *t = x->tasks[i];
+    bp_abi_stream *on = t->stream == x->origin ? s : t->stream;
     t->base.run = task_run;
     t->upload = 0; /* on the launch stream now */
-    t->compute = t->kind == TASK_HOST && s->role == BP_ABI_STREAM_COMPUTE;
-    t->delay_ms = s->delay_ms;
+    t->compute = t->kind == TASK_HOST && on->role == BP_ABI_STREAM_COMPUTE;
+    t->delay_ms = on->delay_ms;
+    if (t->kind == TASK_RECORD || t->kind == TASK_WAIT) { /* the graph's own events */
+      t->event = x->events[t->gevent];
+      pthread_mutex_lock(&t->event->mu);
+      t->seq = t->kind == TASK_RECORD ? ++t->event->recorded : t->event->recorded;
+      pthread_mutex_unlock(&t->event->mu);
+    }
     pthread_mutex_lock(&window_mu);
     if (t->compute) compute_enqueued++;
     t->after = compute_enqueued;
     pthread_mutex_unlock(&window_mu);
-    stream_worker_push(&s->worker, &t->base);
+    stream_push(on, t);
   }
   return BP_ABI_OK;
 }
@@ -628,6 +878,8 @@ static void guard_graph_destroy(void *graph) {
 static void guard_exec_destroy(void *exec) {
   guard_exec *x = exec;
   if (!x) return;
+  for (int i = 0; i < x->event_count; i++) guard_event_destroy(x->events[i]);
+  free(x->events);
   free(x->tasks);
   free(x);
 }

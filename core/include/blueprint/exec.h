@@ -5,9 +5,9 @@
  * (bp_abi_tensor) and argument blocks (bp_abi_kernel_args) are built, and
  * each node's kernel is chosen through bp_registry_select (pins from the
  * options or BP_KERNELS, then supports(), autotune, priority; REFERENCE
- * kernels only as a last resort). One workspace per rank, the largest any
- * node asks for, is allocated here and shared by every node (nodes run one
- * at a time on a rank).
+ * kernels only as a last resort). One workspace per rank is allocated
+ * here: a slice per lane (options.streams), each the largest any node of
+ * that lane asks for, shared by the lane's nodes (they run one at a time).
  *
  * A sharded node (graph.h: bp_node.shard_domain) is bound to the slice of
  * its spans that lies in this rank's chunk of its bucket, the same slice of
@@ -65,6 +65,17 @@ extern "C" {
 
 typedef struct bp_exec bp_exec; /* opaque */
 
+/* Lanes of a rank's work (streams > 1): three compute lanes and the update
+ * lane. MAIN: forward, loss and the data-gradient chain of backward; WGRAD:
+ * the weight gradients (*.bwd_filter); SIDE: work off the chain (CAST's
+ * working copies, ZERO_GRAD); UPDATE: CAST_GRAD, COMM (the bucket
+ * collectives), UPDATE, GATHER, EMA. With 2 compute streams SIDE folds
+ * into MAIN; with 1 every node is on MAIN. */
+#define BP_EXEC_LANES 4
+#define BP_EXEC_COMPUTE_LANES 3
+enum { BP_EXEC_LANE_MAIN = 0, BP_EXEC_LANE_WGRAD = 1, BP_EXEC_LANE_SIDE = 2,
+       BP_EXEC_LANE_UPDATE = 3 };
+
 typedef struct bp_exec_options {
   const char *device;         /* the kind of kernels selected: "cpu" (for a device that runs
                                  another kind's kernels, bp_abi_device.kernel_kind) */
@@ -85,6 +96,12 @@ typedef struct bp_exec_options {
                                  native compute stream of the rank where kernels enqueue
                                  their work (stream_native); NULL: they run synchronously
                                  on the thread that calls bp_exec_run */
+  /* Streams (docs/training.md, "Streams"). With streams > 1 every node
+   * has a lane (bp_exec_node_lane), its kernel gets lane_stream[lane] in
+   * args->stream (NULL there: `stream`) and a workspace slice of its
+   * lane's own, so nodes of different lanes never share workspace bytes. */
+  int streams;                /* compute streams, 1..BP_EXEC_COMPUTE_LANES; 0: 1 */
+  void *lane_stream[BP_EXEC_LANES]; /* native handles, by lane */
 } bp_exec_options;
 
 /* Bytes of the reason buffer kernels write a failure into. */
@@ -132,6 +149,62 @@ uint64_t bp_exec_workspace_bytes(const bp_exec *exec);
 /* Kernel run() calls the segment runs have made (nodes of the segments run,
  * a failed one's included). Read it on the thread that runs the executor. */
 uint64_t bp_exec_kernel_calls(const bp_exec *exec);
+
+/* ---- streams: programs (docs/training.md, "Streams") -----------------------------
+ * A program is what a job of one variant running the segments in
+ * `segment_mask` (bit 1 << segment, run in segment order) enqueues on the
+ * lanes: its bound nodes in order, grouped into chunks (consecutive nodes
+ * of one lane), and the cross-lane edges derived from the plan. Node j
+ * conflicts with an earlier node i when a byte range one writes overlaps
+ * a range the other reads or writes (RAW, WAR, WAW), on the arena's
+ * actual offsets, so tensors that share bytes through liveness packing
+ * conflict too; scalars and the loss-scale state are arena tensors like
+ * any other. Workspace never conflicts across lanes (a slice each). For
+ * each other lane, j waits for the latest conflicting node there, unless
+ * its lane already waited for that node or a later one of that lane.
+ * Only nodes some wait refers to record an event. */
+typedef struct bp_exec_entry {
+  int segment, index, lane; /* bound node `index` of `segment` */
+} bp_exec_entry;
+
+typedef struct bp_exec_chunk {
+  int lane;
+  int first, count;            /* entries [first, first + count) */
+  int wait_first, wait_count;  /* events (program.waits[...]) waited for before it */
+  int record;                  /* event recorded after it, or -1 */
+  unsigned segments;           /* bit 1 << segment of each of its nodes; a chunk holds
+                                  COMM nodes only or none (their time is measured) */
+} bp_exec_chunk;
+
+typedef struct bp_exec_program {
+  int variant;
+  unsigned segment_mask;
+  bp_exec_entry *entries;
+  int entry_count;
+  bp_exec_chunk *chunks;
+  int chunk_count;
+  int *waits; /* event indices */
+  int wait_total;
+  int event_count;   /* events the program records (one per recording chunk) */
+  unsigned lanes;    /* bit 1 << lane for every lane with a node */
+  int edges_dropped; /* the test hook's doing (below): 0 or 1 */
+} bp_exec_program;
+
+/* The program of (variant, segment_mask), built on first use and kept by
+ * the executor (valid until bp_exec_destroy). Only with streams > 1.
+ * Test hook: the environment variable BP_TEST_DROP_WAIT=N leaves out the
+ * N-th wait (from 0, in program order) of every program that has one, so
+ * a test can show a missing edge is caught. */
+bp_status bp_exec_program_get(bp_exec *exec, int variant, unsigned segment_mask,
+                              const bp_exec_program **program_out);
+/* The lane of bound node `index` of a segment (0 with one stream). */
+int bp_exec_node_lane(const bp_exec *exec, int variant, bp_segment segment, int index);
+/* Runs bound nodes [first, first + count) of a segment with input buffer
+ * `buffer`, as bp_exec_run does (no profile). Threads running nodes of
+ * different lanes at once is allowed: each lane has its own reason
+ * buffer and workspace slice. */
+bp_status bp_exec_run_nodes(bp_exec *exec, int variant, bp_segment segment, int first, int count,
+                            int buffer);
 
 /* Attaches `profile` (profile.h; borrowed, must outlive the executor):
  * declares every variant and bound node in it, then times each node of

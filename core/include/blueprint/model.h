@@ -118,6 +118,11 @@ typedef struct bp_compile_options {
   int world;               /* ranks R sharing each global batch (0 or 1: one rank); appended */
   int no_reuse;            /* 1: every feature and gradient slot keeps its own bytes (no
                               liveness packing of F32/F16; docs/plan.md) */
+  int fuse_bn_relu;        /* 1: each batchnorm whose only reader is a relu runs fused with
+                              it, one batchnorm_relu node per pass (FP32 features only:
+                              ignored with amp; docs/plan.md, "Fusion"). The plan keeps the
+                              choice: liveness packing follows the graph, so the arena
+                              differs. From the model: 1 when BP_FUSE is set (not 0) */
 } bp_compile_options;
 
 /* Options from the model's own training settings (no extra variants, world 1). */

@@ -131,12 +131,22 @@ typedef struct bp_exec_counts {
   uint64_t graph_launches; /* captured step graphs launched (a capture's first run included) */
   uint64_t kernel_calls;   /* kernel run() calls made on the rank's thread (eager nodes, and
                               each node once while a graph is captured) */
-  uint64_t host_tasks;     /* jobs handed to the device as one host task each (eager) */
+  uint64_t host_tasks;     /* host tasks handed to the device (eager): one per job with one
+                              stream, one per chunk of its program with more ("Streams") */
   uint64_t syncs;          /* host waits for the device (stream or event synchronize):
                               eager steps, metric reads, checkpoints, the epoch's end */
   uint64_t waits;          /* graph steps: waits for the step before the previous one,
                               before its input staging is reused (the one in flight is not
                               waited for) */
+  uint64_t events;         /* streams: event records and stream waits enqueued between a
+                              job's streams (fork, derived edges, join; docs/training.md,
+                              "Streams"); in a captured step graph, once, at the capture */
+  /* streams, eager training steps with collectives (--no-graph; a step
+   * graph's events are edges, not clocks): microseconds the update stream
+   * spent in the COMM segment's chunks, and of those, the ones inside the
+   * backward pass (its first node's start to its last node's end), from
+   * device events (event_elapsed_ms) */
+  uint64_t comm_us, comm_overlap_us;
 } bp_exec_counts;
 
 typedef struct bp_epoch_report {
@@ -244,6 +254,9 @@ typedef struct bp_train_options {
   double progress_interval; /* seconds between reads of R for on_progress; 0: only at
                                log_every steps */
   int eval_only;            /* 1: load only the test set (bp_trainer_evaluate) */
+  int streams;              /* compute streams of a device rank, 1..3 (docs/training.md,
+                               "Streams"); 0: 3. 1: one compute stream, as before streams
+                               (with --profile always 1). The cpu device has none */
   int no_graph;             /* 1: run every step eagerly, never as a captured step graph
                                (docs/training.md, "Steps as graphs"); debugging */
   bp_profile *profile;      /* (optional) a fresh profile (profile.h), borrowed, outliving
