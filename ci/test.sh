@@ -26,10 +26,10 @@ case "$mode" in
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     # validate over every node of a whole model (FP32 and FP16 twins, each
-    # case a forked child) tests XNNPACK's numbers, which the normal build
+    # case a forked child) tests XNNPACK's and Winograd's numbers, which the normal build
     # checks; under the sanitizers it took over 10 minutes. Every other
     # suite, validate's own included, runs here
-    filter=(-E "^validate_(xnnpack|onednn)_passes_every_node_of_")
+    filter=(-E "^validate_(xnnpack|onednn|winograd)_passes_every_node_of_")
     ;;
   thread)
     dir=build-tsan
