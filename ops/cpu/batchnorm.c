@@ -142,12 +142,14 @@ CPU_INLINE void bn_bwd_sums_mode(const float *restrict x, int64_t xs, const floa
                                  int64_t nb, const double *restrict mean,
                                  const double *restrict invstd, double *restrict sdy,
                                  double *restrict sdyx, int relu) {
-  for (int64_t i = 0; i < cnt; i++, x += xs, dy += dys, y += relu ? ys : 0)
+  for (int64_t i = 0; i < cnt; i++, x += xs, dy += dys) {
+    const float *restrict yi = relu ? y + i * ys : y; /* y is NULL without relu */
     for (int64_t j = 0; j < nb; j++) {
-      const double g = bn_grad(y, j, dy[j], relu);
+      const double g = bn_grad(yi, j, dy[j], relu);
       sdy[j] += g;
       sdyx[j] += bp_bn_dy_xhat(g, x[j], mean[j], invstd[j]);
     }
+  }
 }
 CPU_INLINE void bn_bwd_sums_loop_body(const float *restrict x, int64_t xs,
                                       const float *restrict dy, int64_t dys,
@@ -173,12 +175,14 @@ CPU_INLINE void bn_bwd_dx_mode(const float *restrict x, int64_t xs, const float 
                                const double *restrict mean, const double *restrict invstd,
                                const double *restrict k, const double *restrict sdy,
                                const double *restrict sdyx, int accumulate, int relu) {
-  for (int64_t i = 0; i < cnt; i++, x += xs, dy += dys, dx += dxs, y += relu ? ys : 0)
+  for (int64_t i = 0; i < cnt; i++, x += xs, dy += dys, dx += dxs) {
+    const float *restrict yi = relu ? y + i * ys : y; /* y is NULL without relu */
     for (int64_t j = 0; j < nb; j++) {
       const double xhat = bp_bn_xhat(x[j], mean[j], invstd[j]);
-      const float g = bp_bn_dx(k[j], bn_grad(y, j, dy[j], relu), xhat, sdy[j], sdyx[j]);
+      const float g = bp_bn_dx(k[j], bn_grad(yi, j, dy[j], relu), xhat, sdy[j], sdyx[j]);
       dx[j] = accumulate ? dx[j] + g : g;
     }
+  }
 }
 #define BN_DX_MODE(acc, relu)                                                                  \
   bn_bwd_dx_mode(x, xs, dy, dys, y, ys, dx, dxs, cnt, nb, f[0], f[1], f[2], f[3], f[4], acc, \
