@@ -27,19 +27,8 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "../ops/onednn/conv_bwf.h"
+#include "cnn_convs.h"
 
-typedef struct shape {
-  const char *name;
-  int64_t h, w, c, k;
-} shape;
-
-static const shape shapes[] = {
-    {"conv1 28x28x1->32", 28, 28, 1, 32},
-    {"conv2 28x28x32->32", 28, 28, 32, 32},
-    {"conv3 14x14x32->64", 14, 14, 32, 64},
-    {"conv4 14x14x64->64", 14, 14, 64, 64},
-};
-#define NSHAPES (sizeof shapes / sizeof shapes[0])
 #define NALT 3
 static const char *alt_names[NALT] = {"onednn-nhwc", "onednn-8c", "direct"};
 
@@ -76,7 +65,7 @@ typedef struct odnn {
   dnnl_memory_t x_user, y_user, x, y, w, w_user, scratch;
 } odnn;
 
-static void odnn_make(odnn *o, dnnl_engine_t eng, const shape *s, int64_t n,
+static void odnn_make(odnn *o, dnnl_engine_t eng, const cnn_conv *s, int64_t n,
                       dnnl_format_tag_t act) {
   memset(o, 0, sizeof *o);
   const dnnl_dims_t xd = {n, s->c, s->h, s->w}, yd = {n, s->k, s->h, s->w},
@@ -164,7 +153,7 @@ static void direct_run(const bwf_plan *p, const float *x, const float *dy, float
   for (int64_t i = 0; i < 4; i++) bwf_reduce(p, ws, dw, NULL, 0, i, 4);
 }
 
-static void reference(const shape *s, int64_t n, const float *x, const float *dy, double *dw) {
+static void reference(const cnn_conv *s, int64_t n, const float *x, const float *dy, double *dw) {
   const int64_t H = s->h, W = s->w, C = s->c, K = s->k;
   memset(dw, 0, sizeof(double) * (size_t)(K * 9 * C));
   for (int64_t b = 0; b < n; b++)
@@ -222,8 +211,8 @@ int main(int argc, char **argv) {
          bench_clock == CLOCK_MONOTONIC ? "wall" : "CPU");
   printf("%-20s %-12s %9s %8s %10s\n", "shape", "impl", "ms", "GFLOP/s", "rel.diff");
   uint64_t rng = 88172645463325252u;
-  for (size_t si = 0; si < NSHAPES; si++) {
-    const shape *s = &shapes[si];
+  for (size_t si = 0; si < CNN_CONVS; si++) {
+    const cnn_conv *s = &cnn_convs[si];
     const int64_t nx = n * s->h * s->w * s->c, ny = n * s->h * s->w * s->k, nw = s->k * 9 * s->c;
     float *x = xalloc(sizeof(float) * (size_t)nx), *dy = xalloc(sizeof(float) * (size_t)ny);
     for (int64_t i = 0; i < nx; i++) {

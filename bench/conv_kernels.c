@@ -29,132 +29,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "blueprint/registry.h"
 #include "blueprint/threads.h"
 #include "bp_abi.h"
 #include "bp_abi_ops.h"
+#include "cnn_convs.h"
 
-typedef struct shape {
-  const char *name;
-  int64_t h, w, c, k;
-} shape;
-
-/* The CNN's convolutions (conv1..conv4 of models/cnn.yaml). */
-static const shape shapes[] = {
-    {"conv1 28x28x1->32", 28, 28, 1, 32},
-    {"conv2 28x28x32->32", 28, 28, 32, 32},
-    {"conv3 14x14x32->64", 14, 14, 32, 64},
-    {"conv4 14x14x64->64", 14, 14, 64, 64},
-};
-
-/* A compact FP32 tensor and its buffer. */
-typedef struct buf {
-  bp_abi_tensor d;
-  float *p;
-} buf;
-
-static int buf_new(buf *b, int64_t n, int64_t h, int64_t w, int64_t c) {
-  memset(b, 0, sizeof *b);
-  b->d.struct_size = sizeof b->d;
-  b->d.dtype = BP_ABI_DTYPE_FP32;
-  b->d.shape[0] = n, b->d.shape[1] = h, b->d.shape[2] = w, b->d.shape[3] = c;
-  b->d.padded_c = c;
-  b->d.stride[3] = 1, b->d.stride[2] = c, b->d.stride[1] = w * c, b->d.stride[0] = h * w * c;
-  b->d.slot_bytes = (uint64_t)(n * h * w * c) * sizeof(float) + 16;
-  if (posix_memalign((void **)&b->p, 256, (size_t)b->d.slot_bytes) != 0) return 0;
-  memset(b->p, 0, (size_t)b->d.slot_bytes);
-  return 1;
-}
-
-static int64_t buf_count(const buf *b) {
-  return b->d.shape[0] * b->d.shape[1] * b->d.shape[2] * b->d.shape[3];
-}
-
-static void buf_rand(buf *b, uint64_t *rng) {
-  for (int64_t i = 0; i < buf_count(b); i++) {
-    *rng = *rng * 6364136223846793005u + 1442695040888963407u;
-    b->p[i] = (float)((double)(*rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-  }
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static const bp_abi_kernel *find_kernel(const bp_registry *r, const char *op, const char *impl) {
-  for (int i = 0; i < bp_registry_kernel_count(r); i++) {
-    const bp_abi_kernel *k = &bp_registry_kernel(r, i)->kernel;
-    if (strcmp(k->op, op) == 0 && strcmp(k->impl, impl) == 0 && strcmp(k->device, "cpu") == 0)
-      return k;
-  }
-  return NULL;
-}
-
-/* One kernel call: args over the given tensors, a workspace of exactly
- * workspace_size() bytes. */
-typedef struct call {
-  const bp_abi_kernel *k;
-  bp_abi_tensor in[2], out[1];
-  const void *in_ptrs[2];
-  void *out_ptrs[1];
-  bp_abi_kernel_args args;
-  void *ws;
-} call;
+#define F32 BP_ABI_DTYPE_FP32
 
 static const bp_abi_threads *bench_threads; /* one rank's, lent to every call */
 
-static int call_init(call *c, const bp_abi_kernel *k, const buf *in0, const buf *in1, buf *out,
-                     const bp_conv2d_attrs *attrs) {
-  memset(c, 0, sizeof *c);
-  c->k = k;
-  c->in[0] = in0->d, c->in[1] = in1->d, c->out[0] = out->d;
-  c->in_ptrs[0] = in0->p, c->in_ptrs[1] = in1->p, c->out_ptrs[0] = out->p;
-  c->args.struct_size = sizeof c->args;
-  c->args.num_inputs = 2, c->args.num_outputs = 1;
-  c->args.inputs = c->in, c->args.outputs = c->out;
-  c->args.attrs = attrs, c->args.attr_size = sizeof *attrs;
-  c->args.attr_version = BP_ABI_ATTR_VERSION;
-  c->args.world_size = 1;
-  c->args.threads = bench_threads;
-  char reason[256] = "";
-  if (k->supports && !k->supports(k->user, &c->args, reason, sizeof reason)) {
-    fprintf(stderr, "%s/%s refuses: %s\n", k->op, k->impl, reason);
-    return 0;
-  }
-  const uint64_t need = k->workspace_size ? k->workspace_size(k->user, &c->args) : 0;
-  if (need > 0) {
-    if (posix_memalign(&c->ws, 256, (size_t)need) != 0) return 0;
-    c->args.workspace = c->ws, c->args.workspace_bytes = need;
-  }
-  c->args.input_ptrs = c->in_ptrs, c->args.output_ptrs = c->out_ptrs;
-  return 1;
-}
-
-/* Best seconds of one run; < 0 when run() fails. */
-static double time_call(call *c, double min_seconds) {
-  if (c->k->run(c->k->user, &c->args) != BP_ABI_OK) return -1;
-  double best = INFINITY, start = now_s();
-  for (int reps = 0; reps < 2 || now_s() - start < min_seconds; reps++) {
-    const double t0 = now_s();
-    if (c->k->run(c->k->user, &c->args) != BP_ABI_OK) return -1;
-    const double t = now_s() - t0;
-    if (t < best) best = t;
-  }
-  return best;
-}
-
-static double norm_err(const buf *a, const buf *b) {
-  double diff = 0.0, scale = 1.0;
-  for (int64_t i = 0; i < buf_count(a); i++) {
-    const double d = fabs((double)a->p[i] - b->p[i]);
-    if (!(d <= diff)) diff = d;
-    if (fabs(b->p[i]) > scale) scale = fabs(b->p[i]);
-  }
-  return diff / scale;
+/* k bound to in0, in1 -> out on the bench's threads; why not on stderr. */
+static int node_open(bench_node *n, const bp_abi_kernel *k, const bench_buf *in0,
+                     const bench_buf *in1, const bench_buf *out, const bp_conv2d_attrs *attrs) {
+  const bench_buf in[2] = {*in0, *in1};
+  if (bench_node_open(n, k, in, 2, out, 1, attrs, sizeof *attrs, bench_threads)) return 1;
+  bench_node_report(n, "bench_conv_kernels");
+  return 0;
 }
 
 static void usage(void);
@@ -184,56 +77,19 @@ static const conv_layer conv_layers[] = {
 
 #define MAX_IMPLS 6
 
-/* One implementation's kernel bound to a call, with its state. */
-typedef struct bound {
-  call c;
-  void *state;
-  uint64_t generation;
-  char reason[256];
-} bound;
-
-static int bound_init(bound *b, const bp_abi_kernel *k, const buf *in0, const buf *in1, buf *out,
-                      const bp_conv2d_attrs *attrs) {
-  memset(b, 0, sizeof *b);
-  if (!call_init(&b->c, k, in0, in1, out, attrs)) return 0;
-  b->generation = 1;
-  b->c.args.params_generation = &b->generation;
-  b->c.args.reason = b->reason, b->c.args.reason_size = sizeof b->reason;
-  if (k->prepare && k->prepare(k->user, &b->c.args, &b->state) != BP_ABI_OK) {
-    fprintf(stderr, "%s/%s prepare: %s\n", k->op, k->impl, b->reason);
-    return 0;
-  }
-  b->c.args.state = b->state;
-  return k->run(k->user, &b->c.args) == BP_ABI_OK; /* warm-up */
-}
-
-static void bound_free(bound *b) {
-  if (b->state && b->c.k->release) b->c.k->release(b->c.k->user, b->state);
-  free(b->c.ws);
-}
-
-/* Mean seconds per call over at least `seconds` (at least 2 calls); < 0 on failure. */
-static double bound_time(bound *b, double seconds) {
+/* Mean seconds per call over at least `seconds` (at least 2 calls), the
+ * generation moving before each; < 0 on failure. */
+static double node_mean(bench_node *n, double seconds) {
   int calls = 0;
-  const double start = now_s();
+  const double start = bench_now();
   double t = 0;
   do {
-    b->generation++;
-    if (b->c.k->run(b->c.k->user, &b->c.args) != BP_ABI_OK) return -1;
+    n->generation++;
+    if (n->k->run(n->k->user, &n->args) != BP_ABI_OK) return -1;
     calls++;
-    t = now_s() - start;
+    t = bench_now() - start;
   } while (calls < 2 || t < seconds);
   return t / calls;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static int compare_impls(const char *list, int64_t batch, int rounds, double seconds) {
@@ -250,12 +106,7 @@ static int compare_impls(const char *list, int64_t batch, int rounds, double sec
   }
   bp_registry *r = NULL;
   bp_threads *pool = NULL;
-  if (bp_registry_create(&r) != BP_OK || bp_registry_discover(r, NULL, 0) != BP_OK ||
-      bp_threads_create(bp_threads_share(1), &pool) != BP_OK) {
-    fprintf(stderr, "bench_conv_kernels: %s\n", bp_last_error());
-    bp_registry_destroy(r);
-    return 1;
-  }
+  if (!bench_discover("bench_conv_kernels", &r, &pool)) return 1;
   bench_threads = bp_threads_abi(pool);
   printf("conv2d, batch %lld, FP32, ms per call (median of %d alternating rounds); threads: %d\n",
          (long long)batch, rounds, bench_threads->count);
@@ -273,32 +124,33 @@ static int compare_impls(const char *list, int64_t batch, int rounds, double sec
     const bp_conv2d_attrs attrs = {(int32_t)l->kernel, (int32_t)l->kernel, (int32_t)l->stride,
                                    (int32_t)l->stride, (int32_t)l->pad, (int32_t)l->pad,
                                    1, 1, 1, 0, 0};
-    buf x, w, y;
-    if (!buf_new(&x, batch, l->h, l->w, l->c) || !buf_new(&w, l->k, l->kernel, l->kernel, l->c) ||
-        !buf_new(&y, batch, oh, ow, l->k)) {
+    bench_buf x, w, y;
+    if (!bench_buf_new(&x, F32, batch, l->h, l->w, l->c, &rng) ||
+        !bench_buf_new(&w, F32, l->k, l->kernel, l->kernel, l->c, &rng) ||
+        !bench_buf_new(&y, F32, batch, oh, ow, l->k, &rng)) {
       fprintf(stderr, "bench_conv_kernels: out of memory\n");
       return 1;
     }
-    buf_rand(&x, &rng), buf_rand(&w, &rng), buf_rand(&y, &rng);
     for (int p = 0; p < 3 && rc == 0; p++) {
-      const buf *in0 = p == 0 ? &x : p == 1 ? &y : &x, *in1 = p == 2 ? &y : &w;
-      const buf *like = p == 0 ? &y : p == 1 ? &x : &w;
-      buf out[MAX_IMPLS];
-      bound b[MAX_IMPLS];
+      const bench_buf *in0 = p == 0 ? &x : p == 1 ? &y : &x, *in1 = p == 2 ? &y : &w;
+      const bench_buf *like = p == 0 ? &y : p == 1 ? &x : &w;
+      bench_buf out[MAX_IMPLS];
+      bench_node b[MAX_IMPLS];
       int ok[MAX_IMPLS] = {0};
       memset(b, 0, sizeof b);
       double t[MAX_IMPLS][64], ratio[MAX_IMPLS][64];
       const int nr = rounds < 64 ? rounds : 64;
       for (int i = 0; i < ni; i++) {
-        const bp_abi_kernel *k = find_kernel(r, ops[p], names[i]);
-        if (!buf_new(&out[i], like->d.shape[0], like->d.shape[1], like->d.shape[2],
-                     like->d.shape[3]))
+        const bp_abi_kernel *k = bench_find_kernel(r, ops[p], names[i]);
+        if (!bench_buf_new(&out[i], F32, like->d.shape[0], like->d.shape[1], like->d.shape[2],
+                           like->d.shape[3], NULL))
           return 1;
-        ok[i] = k && bound_init(&b[i], k, in0, in1, &out[i], &attrs);
+        ok[i] = k && node_open(&b[i], k, in0, in1, &out[i], &attrs) &&
+                b[i].k->run(b[i].k->user, &b[i].args) == BP_ABI_OK; /* warm-up */
       }
       for (int round = 0; round < nr; round++)
         for (int i = 0; i < ni; i++) {
-          t[i][round] = ok[i] ? bound_time(&b[i], seconds / nr) : -1;
+          t[i][round] = ok[i] ? node_mean(&b[i], seconds / nr) : -1;
           if (t[i][round] < 0) ok[i] = 0;
         }
       printf("%-8s %-11s %-11s", l->model, l->name, ops[p] + 7);
@@ -306,18 +158,18 @@ static int compare_impls(const char *list, int64_t batch, int rounds, double sec
       for (int i = 0; i < ni; i++) {
         for (int round = 0; round < nr && ok[0] && ok[i]; round++)
           ratio[i][round] = t[i][round] / t[0][round];
-        med[i] = ok[i] ? median(t[i], nr) * 1e3 : -1;
+        med[i] = ok[i] ? bench_median(t[i], nr) * 1e3 : -1;
         if (med[i] < 0) printf(" %10s", "-");
         else printf(" %10.3f", med[i]);
       }
       for (int i = 1; i < ni; i++) {
-        if (ok[0] && ok[i]) printf(" %15.2f", median(ratio[i], nr));
+        if (ok[0] && ok[i]) printf(" %15.2f", bench_median(ratio[i], nr));
         else printf(" %15s", "-");
       }
       printf("\n");
       fflush(stdout);
       for (int i = 0; i < ni; i++) {
-        bound_free(&b[i]);
+        bench_node_close(&b[i]);
         free(out[i].p);
       }
     }
@@ -378,49 +230,50 @@ int main(int argc, char **argv) {
   static const char *const ops[] = {"conv2d.fwd", "conv2d.bwd_data", "conv2d.bwd_filter"};
   int rc = 0;
   uint64_t rng = 42;
-  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && rc == 0; s++) {
-    const shape *sh = &shapes[s];
+  for (size_t s = 0; s < CNN_CONVS && rc == 0; s++) {
+    const cnn_conv *sh = &cnn_convs[s];
     const bp_conv2d_attrs attrs = {3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0};
-    buf x, w, y, out_ref, out_blas;
-    int ok = buf_new(&x, batch, sh->h, sh->w, sh->c) && buf_new(&w, sh->k, 3, 3, sh->c) &&
-             buf_new(&y, batch, sh->h, sh->w, sh->k);
+    bench_buf x, w, y, out_ref, out_blas;
+    int ok = bench_buf_new(&x, F32, batch, sh->h, sh->w, sh->c, &rng) &&
+             bench_buf_new(&w, F32, sh->k, 3, 3, sh->c, &rng) &&
+             bench_buf_new(&y, F32, batch, sh->h, sh->w, sh->k, &rng);
     if (!ok) {
       fprintf(stderr, "bench_conv_kernels: out of memory\n");
       return 1;
     }
-    buf_rand(&x, &rng), buf_rand(&w, &rng), buf_rand(&y, &rng);
     const double flops = 2.0 * (double)batch * (double)(sh->h * sh->w) * (double)sh->k * 9.0 *
                          (double)sh->c;
     for (int p = 0; p < 3 && rc == 0; p++) {
       /* fwd: x, w -> y;  bwd_data: dy, w -> dx;  bwd_filter: x, dy -> dw */
-      const buf *in0 = p == 0 ? &x : p == 1 ? &y : &x, *in1 = p == 2 ? &y : &w;
-      const buf *like = p == 0 ? &y : p == 1 ? &x : &w;
-      if (!buf_new(&out_ref, like->d.shape[0], like->d.shape[1], like->d.shape[2],
-                   like->d.shape[3]) ||
-          !buf_new(&out_blas, like->d.shape[0], like->d.shape[1], like->d.shape[2],
-                   like->d.shape[3])) {
+      const bench_buf *in0 = p == 0 ? &x : p == 1 ? &y : &x, *in1 = p == 2 ? &y : &w;
+      const bench_buf *like = p == 0 ? &y : p == 1 ? &x : &w;
+      if (!bench_buf_new(&out_ref, F32, like->d.shape[0], like->d.shape[1], like->d.shape[2],
+                         like->d.shape[3], NULL) ||
+          !bench_buf_new(&out_blas, F32, like->d.shape[0], like->d.shape[1], like->d.shape[2],
+                         like->d.shape[3], NULL)) {
         fprintf(stderr, "bench_conv_kernels: out of memory\n");
         return 1;
       }
-      const bp_abi_kernel *kr = find_kernel(r, ops[p], "reference");
-      const bp_abi_kernel *kb = find_kernel(r, ops[p], "blas");
-      call cr, cb;
-      if (!kr || !kb || !call_init(&cr, kr, in0, in1, &out_ref, &attrs) ||
-          !call_init(&cb, kb, in0, in1, &out_blas, &attrs)) {
+      const bp_abi_kernel *kr = bench_find_kernel(r, ops[p], "reference");
+      const bp_abi_kernel *kb = bench_find_kernel(r, ops[p], "blas");
+      bench_node cr, cb;
+      if (!kr || !kb || !node_open(&cr, kr, in0, in1, &out_ref, &attrs) ||
+          !node_open(&cb, kb, in0, in1, &out_blas, &attrs)) {
         fprintf(stderr, "bench_conv_kernels: %s: no usable reference and blas kernels\n", ops[p]);
         rc = 1;
         break;
       }
-      const double tr = time_call(&cr, seconds), tb = time_call(&cb, seconds);
+      const double tr = bench_node_best(&cr, seconds, 0), tb = bench_node_best(&cb, seconds, 0);
       if (tr < 0 || tb < 0) {
         fprintf(stderr, "bench_conv_kernels: %s run() failed\n", ops[p]);
         rc = 1;
       } else {
         printf("%-20s %-11s %12.2f %12.2f %7.1fx %9.1e\n", sh->name, ops[p] + 7,
-               flops / tr * 1e-9, flops / tb * 1e-9, tr / tb, norm_err(&out_blas, &out_ref));
+               flops / tr * 1e-9, flops / tb * 1e-9, tr / tb, bench_norm_err(&out_blas, &out_ref));
         fflush(stdout);
       }
-      free(cr.ws), free(cb.ws), free(out_ref.p), free(out_blas.p);
+      bench_node_close(&cr), bench_node_close(&cb);
+      free(out_ref.p), free(out_blas.p);
     }
     free(x.p), free(w.p), free(y.p);
   }

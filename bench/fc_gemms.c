@@ -26,13 +26,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { REPS = 30, ROUNDS = 8 };
+#include "bench_clock.h"
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+enum { REPS = 30, ROUNDS = 8 };
 
 typedef struct gemm {
   char ta, tb;
@@ -222,7 +218,7 @@ static void bench_shape(const char *name, gemm g, dnnl_engine_t eng, dnnl_stream
         if (pthread_create(&th, NULL, helper_main, NULL) != 0) exit(1);
       }
       for (int r = 0; r < REPS; r++) {
-        const double t0 = now();
+        const double t0 = bench_now();
         switch (v) {
           case V_DNNL1:
           case V_DNNL2: run_dnnl(&g, 0, g.m); break;
@@ -239,7 +235,7 @@ static void bench_shape(const char *name, gemm g, dnnl_engine_t eng, dnnl_stream
           case V_TRB1:
           case V_TRB2: run_tr(&g, 1); break;
         }
-        const double t = now() - t0;
+        const double t = bench_now() - t0;
         if (t < best[v]) best[v] = t;
       }
       if (v == V_SPLIT2) {

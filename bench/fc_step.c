@@ -33,14 +33,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_clock.h"
+
 enum { STEPS = 60, BLOCKS = 6, MAX_NB = 128 };
 static int NB = 128, omp_threads = 2; /* argv[2], argv[3] */
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* ---- a condition-variable pool of one worker (core/src/threads.c's model:
  * the worker and the caller take indices from one counter; the caller then
@@ -208,16 +204,16 @@ static const char *kname[K_COUNT] = {"fc1.fwd",        "fc2.fwd",        "fc3.fw
                                      "step"};
 static double tk[K_COUNT];
 
-#define TIMED(k, stmt)          \
-  do {                          \
-    const double t0_ = now();   \
-    stmt;                       \
-    tk[k] += now() - t0_;       \
+#define TIMED(k, stmt)              \
+  do {                              \
+    const double t0_ = bench_now(); \
+    stmt;                           \
+    tk[k] += bench_now() - t0_;     \
   } while (0)
 
 static void step(void) {
   for (int k = 0; k < K_COUNT; k++) tk[k] = 0;
-  const double t0 = now();
+  const double t0 = bench_now();
   for (int l = 0; l < 3; l++) {
     const int kk = l == 0 ? K_FC1F : l == 1 ? K_FC2F : K_FC3F;
     TIMED(kk, fill_rows(pre[l], NB, O[l], bp[l]);
@@ -242,7 +238,7 @@ static void step(void) {
   }
   const int upd_tasks = (int)((nparams + UPD_TASK - 1) / UPD_TASK);
   TIMED(K_UPD, if (split_update) pool_run(sgd_task, NULL, upd_tasks); else sgd_range(0, nparams));
-  tk[K_STEP] = now() - t0;
+  tk[K_STEP] = bench_now() - t0;
 }
 
 static float *alloc(long n) {

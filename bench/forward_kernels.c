@@ -22,8 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "blueprint/registry.h"
 #include "blueprint/threads.h"
 #include "bp_abi.h"
@@ -67,50 +67,10 @@ static const layer layers[] = {
 static const char *const impls[] = {"reference", "cpu", "blas", "dnnl", "onednn", "xnnpack"};
 #define IMPLS (sizeof impls / sizeof impls[0])
 
-typedef struct buf {
-  bp_abi_tensor d;
-  void *p;
-} buf;
-
-static int buf_new(buf *b, int32_t dtype, int64_t n, int64_t h, int64_t w, int64_t c,
-                   uint64_t *rng) {
-  memset(b, 0, sizeof *b);
-  b->d.struct_size = sizeof b->d;
-  b->d.dtype = dtype;
-  b->d.shape[0] = n, b->d.shape[1] = h, b->d.shape[2] = w, b->d.shape[3] = c;
-  b->d.padded_c = c;
-  b->d.stride[3] = 1, b->d.stride[2] = c, b->d.stride[1] = w * c, b->d.stride[0] = h * w * c;
-  const size_t esize = dtype == BP_ABI_DTYPE_INT8 ? 1 : 4;
-  b->d.slot_bytes = (uint64_t)(n * h * w * c) * esize + 16;
-  if (posix_memalign(&b->p, 256, (size_t)b->d.slot_bytes) != 0) return 0;
-  memset(b->p, 0, (size_t)b->d.slot_bytes);
-  if (dtype == BP_ABI_DTYPE_FP32)
-    for (int64_t i = 0; i < n * h * w * c; i++) {
-      *rng = *rng * 6364136223846793005u + 1442695040888963407u;
-      ((float *)b->p)[i] = (float)((double)(*rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
-  return 1;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static const bp_abi_kernel *find_kernel(const bp_registry *r, const char *op, const char *impl) {
-  for (int i = 0; i < bp_registry_kernel_count(r); i++) {
-    const bp_abi_kernel *k = &bp_registry_kernel(r, i)->kernel;
-    if (strcmp(k->op, op) == 0 && strcmp(k->impl, impl) == 0 && strcmp(k->device, "cpu") == 0)
-      return k;
-  }
-  return NULL;
-}
-
 /* The tensors and attributes of one layer at one batch. */
 typedef struct problem {
   const char *op;
-  buf in[3], out[2];
+  bench_buf in[3], out[2];
   int nin, nout;
   bp_conv2d_attrs conv;
   bp_fc_attrs fc;
@@ -123,7 +83,7 @@ typedef struct problem {
 
 static int problem_new(problem *p, const layer *l, int64_t n, uint64_t *rng) {
   memset(p, 0, sizeof *p);
-  int ok = buf_new(&p->in[0], BP_ABI_DTYPE_FP32, n, l->h, l->w, l->c, rng);
+  int ok = bench_buf_new(&p->in[0], BP_ABI_DTYPE_FP32, n, l->h, l->w, l->c, rng);
   switch (l->kind) {
     case CONV: {
       const int64_t oh = (l->h + 2 * l->pad - l->kernel) / l->stride + 1;
@@ -134,8 +94,9 @@ static int problem_new(problem *p, const layer *l, int64_t n, uint64_t *rng) {
                                   .pad_h = (int32_t)l->pad, .pad_w = (int32_t)l->pad,
                                   .dilation_h = 1, .dilation_w = 1, .groups = 1};
       p->attrs = &p->conv, p->attr_size = sizeof p->conv;
-      ok = ok && buf_new(&p->in[1], BP_ABI_DTYPE_FP32, l->k, l->kernel, l->kernel, l->c, rng) &&
-           buf_new(&p->out[0], BP_ABI_DTYPE_FP32, n, oh, ow, l->k, rng);
+      ok = ok &&
+           bench_buf_new(&p->in[1], BP_ABI_DTYPE_FP32, l->k, l->kernel, l->kernel, l->c, rng) &&
+           bench_buf_new(&p->out[0], BP_ABI_DTYPE_FP32, n, oh, ow, l->k, rng);
       p->nin = 2, p->nout = 1;
       p->flops = 2.0 * (double)(n * oh * ow * l->k) * (double)(l->kernel * l->kernel * l->c);
       break;
@@ -145,9 +106,9 @@ static int problem_new(problem *p, const layer *l, int64_t n, uint64_t *rng) {
       p->fc = (bp_fc_attrs){.has_bias = 1};
       p->attrs = &p->fc, p->attr_size = sizeof p->fc;
       ok = ok &&
-           buf_new(&p->in[1], BP_ABI_DTYPE_FP32, l->k, 1, 1, l->h * l->w * l->c, rng) &&
-           buf_new(&p->in[2], BP_ABI_DTYPE_FP32, 1, 1, 1, l->k, rng) &&
-           buf_new(&p->out[0], BP_ABI_DTYPE_FP32, n, 1, 1, l->k, rng);
+           bench_buf_new(&p->in[1], BP_ABI_DTYPE_FP32, l->k, 1, 1, l->h * l->w * l->c, rng) &&
+           bench_buf_new(&p->in[2], BP_ABI_DTYPE_FP32, 1, 1, 1, l->k, rng) &&
+           bench_buf_new(&p->out[0], BP_ABI_DTYPE_FP32, n, 1, 1, l->k, rng);
       p->nin = 3, p->nout = 1;
       p->flops = 2.0 * (double)(n * l->k) * (double)(l->h * l->w * l->c);
       break;
@@ -158,10 +119,10 @@ static int problem_new(problem *p, const layer *l, int64_t n, uint64_t *rng) {
       p->pool = (bp_pool_attrs){.kernel_h = (int32_t)l->kernel, .kernel_w = (int32_t)l->kernel,
                                 .stride_h = (int32_t)l->stride, .stride_w = (int32_t)l->stride};
       p->attrs = &p->pool, p->attr_size = sizeof p->pool;
-      ok = ok && buf_new(&p->out[0], BP_ABI_DTYPE_FP32, n, oh, ow, l->c, rng);
+      ok = ok && bench_buf_new(&p->out[0], BP_ABI_DTYPE_FP32, n, oh, ow, l->c, rng);
       p->nin = 1, p->nout = 1;
       if (l->kind == MAXPOOL) {
-        ok = ok && buf_new(&p->out[1], BP_ABI_DTYPE_INT8, n, oh, ow, l->c, rng);
+        ok = ok && bench_buf_new(&p->out[1], BP_ABI_DTYPE_INT8, n, oh, ow, l->c, rng);
         p->nout = 2;
       }
       break;
@@ -171,13 +132,15 @@ static int problem_new(problem *p, const layer *l, int64_t n, uint64_t *rng) {
       p->op = l->kind == RELU ? "relu.fwd" : "add.fwd";
       p->attrs = &p->ew, p->attr_size = sizeof p->ew;
       p->nin = l->kind == RELU ? 1 : 2, p->nout = 1;
-      ok = ok && (p->nin == 1 || buf_new(&p->in[1], BP_ABI_DTYPE_FP32, n, l->h, l->w, l->c, rng)) &&
-           buf_new(&p->out[0], BP_ABI_DTYPE_FP32, n, l->h, l->w, l->c, rng);
+      ok = ok &&
+           (p->nin == 1 ||
+            bench_buf_new(&p->in[1], BP_ABI_DTYPE_FP32, n, l->h, l->w, l->c, rng)) &&
+           bench_buf_new(&p->out[0], BP_ABI_DTYPE_FP32, n, l->h, l->w, l->c, rng);
       break;
     case GAP:
       p->op = "global_avgpool.fwd";
       p->attrs = &p->ew, p->attr_size = sizeof p->ew;
-      ok = ok && buf_new(&p->out[0], BP_ABI_DTYPE_FP32, n, 1, 1, l->c, rng);
+      ok = ok && bench_buf_new(&p->out[0], BP_ABI_DTYPE_FP32, n, 1, 1, l->c, rng);
       p->nin = 1, p->nout = 1;
       break;
   }
@@ -191,57 +154,16 @@ static void problem_free(problem *p) {
 
 static const bp_abi_threads *bench_threads;
 
-/* Best milliseconds of one run of k on p; < 0 when it refuses or fails
- * (why in reason). repack: the generation moves before every run. */
-static double time_kernel(const bp_abi_kernel *k, problem *p, double seconds, int repack,
-                          char *reason, size_t rs) {
-  bp_abi_tensor in[3], out[2];
-  const void *in_ptrs[3];
-  void *out_ptrs[2];
-  for (int i = 0; i < p->nin; i++) in[i] = p->in[i].d, in_ptrs[i] = p->in[i].p;
-  for (int o = 0; o < p->nout; o++) out[o] = p->out[o].d, out_ptrs[o] = p->out[o].p;
-  uint64_t generation = 1;
-  bp_abi_kernel_args a = {.struct_size = sizeof a,
-                          .num_inputs = p->nin,
-                          .num_outputs = p->nout,
-                          .inputs = in,
-                          .outputs = out,
-                          .attrs = p->attrs,
-                          .attr_size = p->attr_size,
-                          .attr_version = BP_ABI_ATTR_VERSION,
-                          .world_size = 1,
-                          .threads = bench_threads};
-  reason[0] = '\0';
-  if (k->supports && !k->supports(k->user, &a, reason, rs)) return -1;
-  const uint64_t need = k->workspace_size ? k->workspace_size(k->user, &a) : 0;
-  void *ws = NULL;
-  if (need > 0 && posix_memalign(&ws, 256, (size_t)need) != 0) return -1;
-  a.workspace = ws, a.workspace_bytes = need;
-  a.input_ptrs = in_ptrs, a.output_ptrs = out_ptrs;
-  a.params_generation = &generation;
-  a.reason = reason, a.reason_size = rs;
-  void *state = NULL;
+/* Best milliseconds of one run of k on p; < 0 when it refuses or fails.
+ * repack: the generation moves before every run. */
+static double time_kernel(const bp_abi_kernel *k, problem *p, double seconds, int repack) {
+  bench_node n;
   double best = -1;
-  if (k->prepare && k->prepare(k->user, &a, &state) != BP_ABI_OK) goto out;
-  a.state = state;
-  if (k->run(k->user, &a) != BP_ABI_OK) goto out;
-  best = INFINITY;
-  const double start = now_s();
-  for (int reps = 0; reps < 2 || now_s() - start < seconds; reps++) {
-    if (repack) generation++;
-    const double t0 = now_s();
-    if (k->run(k->user, &a) != BP_ABI_OK) {
-      best = -1;
-      goto out;
-    }
-    const double t = now_s() - t0;
-    if (t < best) best = t;
-  }
-  best *= 1e3;
-out:
-  if (state && k->release) k->release(k->user, state);
-  free(ws);
-  return best;
+  if (bench_node_open(&n, k, p->in, p->nin, p->out, p->nout, p->attrs, p->attr_size,
+                      bench_threads))
+    best = bench_node_best(&n, seconds, repack);
+  bench_node_close(&n);
+  return best < 0 ? -1 : best * 1e3;
 }
 
 static void usage(void) {
@@ -282,12 +204,7 @@ int main(int argc, char **argv) {
     }
   bp_registry *r = NULL;
   bp_threads *pool = NULL;
-  if (bp_registry_create(&r) != BP_OK || bp_registry_discover(r, NULL, 0) != BP_OK ||
-      bp_threads_create(bp_threads_share(1), &pool) != BP_OK) {
-    fprintf(stderr, "bench_forward_kernels: %s\n", bp_last_error());
-    bp_registry_destroy(r);
-    return 1;
-  }
+  if (!bench_discover("bench_forward_kernels", &r, &pool)) return 1;
   bench_threads = bp_threads_abi(pool);
   printf("forward kernels, FP32, milliseconds per call (best of >= %.2f s); threads: %d\n",
          seconds, bench_threads->count);
@@ -304,17 +221,16 @@ int main(int argc, char **argv) {
         return 1;
       }
       double ms[IMPLS + 1];
-      char reason[256];
       int best = -1;
       for (size_t i = 0; i <= IMPLS; i++) {
         const int repack = i == IMPLS;
-        const bp_abi_kernel *k = find_kernel(r, p.op, impls[repack ? IMPLS - 1 : i]);
+        const bp_abi_kernel *k = bench_find_kernel(r, p.op, impls[repack ? IMPLS - 1 : i]);
         ms[i] = -1;
         if (!k || (repack && p.flops == 0) ||
             (strcmp(impls[i < IMPLS ? i : 0], "reference") == 0 && !repack &&
              batches[b] > skip_ref_above))
           continue;
-        ms[i] = time_kernel(k, &p, seconds, repack, reason, sizeof reason);
+        ms[i] = time_kernel(k, &p, seconds, repack);
         if (ms[i] >= 0 && !repack && (best < 0 || ms[i] < ms[best])) best = (int)i;
       }
       double second = INFINITY;

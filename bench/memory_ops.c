@@ -34,18 +34,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "blueprint/registry.h"
 #include "blueprint/threads.h"
 #include "bp_abi.h"
 #include "bp_abi_ops.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- stream ---------------------------------------------------------------- */
 
@@ -102,9 +96,9 @@ static void run_stream(const bp_abi_threads *t, int reps) {
     j.kind = (stream_kind)kind;
     double best = INFINITY;
     for (int r = 0; r < reps; r++) {
-      const double t0 = now_s();
+      const double t0 = bench_now();
       t->parallel_for(t->ctx, stream_task, &j, STREAM_TASKS);
-      const double dt = now_s() - t0;
+      const double dt = bench_now() - t0;
       if (dt < best) best = dt;
     }
     printf("  %-6s %7.2f\n", stream_names[kind], (double)bytes * stream_arrays[kind] / best / 1e9);
@@ -114,37 +108,20 @@ static void run_stream(const bp_abi_threads *t, int reps) {
 
 /* ---- kernels --------------------------------------------------------------- */
 
-typedef struct buf {
-  bp_abi_tensor d;
-  void *p;
-} buf;
-
-static void buf_new(buf *b, int32_t dtype, int64_t n, int64_t h, int64_t w, int64_t c,
+/* A tensor of a problem: FP32 uniform in [-1, 1), INT8 zeros; out of
+ * memory ends the bench. */
+static void buf_new(bench_buf *b, int32_t dtype, int64_t n, int64_t h, int64_t w, int64_t c,
                     uint64_t *rng) {
-  memset(b, 0, sizeof *b);
-  b->d.struct_size = sizeof b->d;
-  b->d.dtype = dtype;
-  b->d.shape[0] = n, b->d.shape[1] = h, b->d.shape[2] = w, b->d.shape[3] = c;
-  b->d.padded_c = c;
-  b->d.stride[3] = 1, b->d.stride[2] = c, b->d.stride[1] = w * c, b->d.stride[0] = h * w * c;
-  const size_t esize = dtype == BP_ABI_DTYPE_INT8 ? 1 : 4;
-  b->d.slot_bytes = (uint64_t)(n * h * w * c) * esize + 16;
-  if (posix_memalign(&b->p, 256, (size_t)b->d.slot_bytes) != 0) {
+  if (!bench_buf_new(b, dtype, n, h, w, c, rng)) {
     fprintf(stderr, "bench_memory_ops: out of memory\n");
     exit(1);
   }
-  memset(b->p, 0, (size_t)b->d.slot_bytes);
-  if (dtype == BP_ABI_DTYPE_FP32)
-    for (int64_t i = 0; i < n * h * w * c; i++) {
-      *rng = *rng * 6364136223846793005u + 1442695040888963407u;
-      ((float *)b->p)[i] = (float)((double)(*rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
 }
 
 /* One op at one shape: its tensors, attributes and the bytes it must move. */
 typedef struct problem {
   const char *op;
-  buf in[6], out[5];
+  bench_buf in[6], out[5];
   int nin, nout;
   bp_batchnorm_attrs bn;
   bp_pool_attrs pool;
@@ -185,7 +162,7 @@ static void problem_new(problem *p, const char *op, int64_t n, int64_t h, int64_
     const int bwd = strcmp(op, "maxpool.bwd") == 0;
     p->pool = (bp_pool_attrs){.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2};
     p->attrs = &p->pool, p->attr_size = sizeof p->pool;
-    buf x, y, m;
+    bench_buf x, y, m;
     buf_new(&x, BP_ABI_DTYPE_FP32, n, h, w, c, rng);
     buf_new(&y, BP_ABI_DTYPE_FP32, n, h / 2, w / 2, c, rng);
     buf_new(&m, BP_ABI_DTYPE_INT8, n, h / 2, w / 2, c, rng);
@@ -205,88 +182,29 @@ static void problem_free(problem *p) {
   for (int o = 0; o < p->nout; o++) free(p->out[o].p);
 }
 
-static const bp_abi_kernel *find_kernel(const bp_registry *r, const char *op, const char *impl) {
-  for (int i = 0; i < bp_registry_kernel_count(r); i++) {
-    const bp_abi_kernel *k = &bp_registry_kernel(r, i)->kernel;
-    if (strcmp(k->op, op) == 0 && strcmp(k->impl, impl) == 0 && strcmp(k->device, "cpu") == 0)
-      return k;
-  }
-  return NULL;
-}
-
-/* One kernel bound to one problem, ready to run. */
-typedef struct bound {
-  const bp_abi_kernel *k;
-  bp_abi_tensor in[6], out[5];
-  const void *in_ptrs[6];
-  void *out_ptrs[5];
-  uint64_t generation;
-  char reason[256];
-  bp_abi_kernel_args a;
-  void *ws, *state;
-  double best;
-} bound;
-
-static int bind(bound *b, const bp_abi_kernel *k, problem *p, const bp_abi_threads *t) {
-  memset(b, 0, sizeof *b);
-  b->k = k, b->best = INFINITY, b->generation = 1;
-  for (int i = 0; i < p->nin; i++) b->in[i] = p->in[i].d, b->in_ptrs[i] = p->in[i].p;
-  for (int o = 0; o < p->nout; o++) b->out[o] = p->out[o].d, b->out_ptrs[o] = p->out[o].p;
-  b->a = (bp_abi_kernel_args){.struct_size = sizeof b->a,
-                              .num_inputs = p->nin,
-                              .num_outputs = p->nout,
-                              .inputs = b->in,
-                              .outputs = b->out,
-                              .attrs = p->attrs,
-                              .attr_size = p->attr_size,
-                              .attr_version = BP_ABI_ATTR_VERSION,
-                              .world_size = 1,
-                              .threads = t};
-  if (k->supports && !k->supports(k->user, &b->a, b->reason, sizeof b->reason)) {
-    fprintf(stderr, "%s/%s refuses: %s\n", k->op, k->impl, b->reason);
-    return 0;
-  }
-  const uint64_t need = k->workspace_size ? k->workspace_size(k->user, &b->a) : 0;
-  if (need > 0 && posix_memalign(&b->ws, 256, (size_t)need) != 0) return 0;
-  b->a.workspace = b->ws, b->a.workspace_bytes = need;
-  b->a.input_ptrs = b->in_ptrs, b->a.output_ptrs = b->out_ptrs;
-  b->a.params_generation = &b->generation;
-  b->a.reason = b->reason, b->a.reason_size = sizeof b->reason;
-  if (k->prepare && k->prepare(k->user, &b->a, &b->state) != BP_ABI_OK) return 0;
-  b->a.state = b->state;
-  return 1;
-}
-
-/* One timed run; keep: whether it counts toward the best. */
-static int run_once(bound *b, int keep) {
-  const double t0 = now_s();
-  if (b->k->run(b->k->user, &b->a) != BP_ABI_OK) {
-    fprintf(stderr, "%s/%s fails: %s\n", b->k->op, b->k->impl, b->reason);
-    return 0;
-  }
-  const double dt = now_s() - t0;
-  if (keep && dt < b->best) b->best = dt;
-  return 1;
-}
-
-static void unbind(bound *b) {
-  if (b->state && b->k->release) b->k->release(b->k->user, b->state);
-  free(b->ws);
-}
-
 /* Best seconds of k (and of base, when not NULL, alternating with k) on
  * p; < 0 where one refuses or fails. */
 static void time_kernels(const bp_abi_kernel *k, const bp_abi_kernel *base, problem *p,
                          const bp_abi_threads *t, int reps, double *sec, double *base_sec) {
-  bound b[2];
+  bench_node b[2];
+  const bp_abi_kernel *ks[2] = {k, base};
   const int nk = base ? 2 : 1;
-  int ok[2] = {bind(&b[0], k, p, t), base ? bind(&b[1], base, p, t) : 0};
+  int ok[2] = {0, 0};
+  double best[2] = {INFINITY, INFINITY};
+  for (int i = 0; i < nk; i++) {
+    ok[i] = bench_node_open(&b[i], ks[i], p->in, p->nin, p->out, p->nout, p->attrs,
+                            p->attr_size, t);
+    if (!ok[i]) bench_node_report(&b[i], "bench_memory_ops");
+  }
   for (int r = 0; r <= reps; r++) /* run 0 warms up */
-    for (int i = 0; i < nk; i++)
-      if (ok[i]) ok[i] = run_once(&b[i], r > 0);
-  *sec = ok[0] ? b[0].best : -1;
-  *base_sec = nk == 2 && ok[1] ? b[1].best : -1;
-  for (int i = 0; i < nk; i++) unbind(&b[i]);
+    for (int i = 0; i < nk; i++) {
+      const double dt = ok[i] ? bench_node_call(&b[i]) : -1;
+      if (ok[i] && dt < 0) bench_node_report(&b[i], "bench_memory_ops"), ok[i] = 0;
+      if (ok[i] && r > 0 && dt < best[i]) best[i] = dt;
+    }
+  *sec = ok[0] ? best[0] : -1;
+  *base_sec = nk == 2 && ok[1] ? best[1] : -1;
+  for (int i = 0; i < nk; i++) bench_node_close(&b[i]);
 }
 
 typedef struct shape {
@@ -345,7 +263,7 @@ int main(int argc, char **argv) {
   uint64_t rng = 7;
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     const shape *sh = &shapes[s];
-    const bp_abi_kernel *k = find_kernel(r, sh->op, impl);
+    const bp_abi_kernel *k = bench_find_kernel(r, sh->op, impl);
     if (!k || (only && strncmp(sh->op, only, strlen(only)) != 0)) continue;
     problem p;
     problem_new(&p, sh->op, 128, sh->h, sh->w, sh->c, &rng);
@@ -354,7 +272,7 @@ int main(int argc, char **argv) {
              (long long)sh->c);
     printf("  %-8s %-20s %-12s %8.1f", sh->layer, sh->op, dims, p.bytes / 1e6);
     double sec[2], base_sec[2];
-    const bp_abi_kernel *kb = rb ? find_kernel(rb, sh->op, impl) : NULL;
+    const bp_abi_kernel *kb = rb ? bench_find_kernel(rb, sh->op, impl) : NULL;
     for (int t = 0; t < 2; t++)
       time_kernels(k, kb, &p, bp_threads_abi(pools[t]), reps, &sec[t], &base_sec[t]);
     for (int t = 0; t < 2; t++) {

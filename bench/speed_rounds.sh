@@ -6,7 +6,11 @@
 #   bench/speed_rounds.sh [BUILD_DIR [ROUNDS]]     (defaults: build 2)
 #
 # One epoch each: the CNN on its first 12800 training images, the MLP on
-# all 60000; 1000 test images. One line per round and model.
+# all 60000; 1000 test images. One line per round and model. Before the
+# MLP's default run, bench_sgemm_floor measures the SGEMM rate sustained for
+# 3 s (and its fastest call): the MLP's floor is that rate over its
+# 4,012,032 training FLOPs per image (3 x 2 x 668,672 weights), and the
+# line ends with the default run's share of both floors.
 set -eu
 build=${1:-build}
 rounds=${2:-2}
@@ -16,10 +20,18 @@ for r in $(seq "$rounds"); do
   for m in cnn mlp; do
     lim=""
     [ "$m" = cnn ] && lim="--train-limit 12800"
+    floor=""
+    if [ "$m" = mlp ] && [ -x "$build/bench/bench_sgemm_floor" ]; then
+      floor=$("$build/bench/bench_sgemm_floor" 3)
+    fi
     a=$("$build/blueprint" train "models/$m.yaml" --epochs 1 --seed 1 $lim --test-limit 1000 --quiet 2>&1 | ips)
     b=$("$build/blueprint" train "models/$m.yaml" --epochs 1 --seed 1 $lim --test-limit 1000 --ranks 2 --quiet 2>&1 | ips)
     c=$(/usr/bin/python3 bench/torch_twin.py --model "$m" --epochs 1 $lim --test-limit 1000 --threads 2 --json 2>/dev/null | twin)
     d=$(/usr/bin/python3 bench/torch_twin.py --model "$m" --epochs 1 $lim --test-limit 1000 --threads 1 --json 2>/dev/null | twin)
     echo "round $r $m: blueprint default $a; --ranks 2 $b; pytorch 2 threads $c img/s; 1 thread $d img/s"
+    [ -z "$floor" ] || echo "$floor" | awk -v ips="${a% img/s}" '{
+      for (i = 1; i <= NF; i++) { if ($i == "sustained") s = $(i + 1) + 0; if ($i == "fastest") f = $(i + 1) + 0 }
+      fs = s * 1e9 / 4012032; ff = f * 1e9 / 4012032
+      printf "round mlp floor: SGEMM sustained %.1f GFLOP/s -> %.0f img/s, default %.1f%%; fastest call %.1f -> %.0f img/s, default %.1f%%\n", s, fs, 100 * ips / fs, f, ff, 100 * ips / ff }'
   done
 done

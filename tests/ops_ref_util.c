@@ -266,6 +266,60 @@ void ops_expect_refused(const ops_call *call, const char *needle) {
   ck_assert_int_eq(ops_run_raw(call), BP_ABI_ERR_INVALID);
 }
 
+/* ---- prepared nodes ----------------------------------------------------- */
+
+void ops_node_open(ops_node *n, const char *impl, const ops_call *c,
+                   const bp_abi_threads *threads) {
+  memset(n, 0, sizeof *n);
+  n->k = ops_kernel_impl(c->op, impl);
+  ops_args_make(&n->a, c, 1);
+  n->a.args.threads = threads;
+  char why[256] = "";
+  ops_args s;
+  ops_args_make(&s, c, 0);
+  s.args.threads = threads;
+  ck_assert_msg(!n->k->supports || n->k->supports(n->k->user, &s.args, why, sizeof why),
+                "%s/%s refuses: %s", c->op, impl, why);
+  const uint64_t need = n->k->workspace_size ? n->k->workspace_size(n->k->user, &s.args) : 0;
+  if (need) {
+    ck_assert_int_eq(posix_memalign(&n->ws, 64, (size_t)need), 0);
+    n->a.args.workspace = n->ws, n->a.args.workspace_bytes = need;
+  }
+  n->generation = 1;
+  n->a.args.params_generation = &n->generation;
+  n->a.args.reason = n->reason, n->a.args.reason_size = sizeof n->reason;
+  if (n->k->prepare)
+    ck_assert_msg(n->k->prepare(n->k->user, &n->a.args, &n->state) == BP_ABI_OK, "%s",
+                  n->reason);
+  n->a.args.state = n->state;
+}
+
+void ops_node_run(ops_node *n) {
+  ck_assert_msg(n->k->run(n->k->user, &n->a.args) == BP_ABI_OK, "%s/%s: %s", n->k->op, n->k->impl,
+                n->reason);
+}
+
+void ops_node_close(ops_node *n) {
+  if (n->state && n->k->release) n->k->release(n->k->user, n->state);
+  free(n->ws);
+}
+
+double ops_rel_err(const tt *a, const tt *b) {
+  double d = 0, scale = 1;
+  for (int64_t i = 0; i < tt_count(a); i++) {
+    const double e = fabs((double)*tt_at(a, i) - *tt_at(b, i));
+    if (!(e <= d)) d = e;
+    if (fabs(*tt_at(b, i)) > scale) scale = fabs(*tt_at(b, i));
+  }
+  return d / scale;
+}
+
+int ops_same_bits(const tt *a, const tt *b) {
+  for (int64_t i = 0; i < tt_count(a); i++)
+    if (bits_of(*tt_at(a, i)) != bits_of(*tt_at(b, i))) return 0;
+  return 1;
+}
+
 /* ---- gradients ---------------------------------------------------------- */
 
 double ops_dot(const tt *r, const tt *y) {

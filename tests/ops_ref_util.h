@@ -1,6 +1,6 @@
 /* Helpers of the reference op module tests (test_ops_*.c): loading the
- * module, host tensors with device strides, running kernels, and the finite
- * difference check of backward kernels. */
+ * module, host tensors with device strides, running kernels (once, or as a
+ * prepared node), and the finite difference check of backward kernels. */
 #ifndef BP_TESTS_OPS_REF_UTIL_H
 #define BP_TESTS_OPS_REF_UTIL_H
 
@@ -96,6 +96,30 @@ void ops_run(const ops_call *call);
 int ops_run_raw(const ops_call *call);
 /* Asserts supports() says no with a reason containing `needle`. */
 void ops_expect_refused(const ops_call *call, const char *needle);
+
+/* One prepared node of a kernel, as a binding keeps it: its args, the
+ * workspace it asked for, its state, its parameter generation (1 at open;
+ * a test bumps it to announce new parameters) and its reason buffer. */
+typedef struct ops_node {
+  const bp_abi_kernel *k;
+  ops_args a;
+  void *ws, *state;
+  uint64_t generation;
+  char reason[256];
+} ops_node;
+/* Opens a node of kernel `impl` for the call on `threads` (NULL: one
+ * thread): supports() must accept it (with those threads), its workspace is
+ * allocated, prepare() runs where the kernel has one. Fails the test
+ * otherwise. */
+void ops_node_open(ops_node *n, const char *impl, const ops_call *c,
+                   const bp_abi_threads *threads);
+void ops_node_run(ops_node *n);   /* run(); fails the test unless it succeeds */
+void ops_node_close(ops_node *n); /* release() and the workspace */
+
+/* max |a - b| / max(1, max |b|) over the logical elements. */
+double ops_rel_err(const tt *a, const tt *b);
+/* 1 when every logical element of a has the bits of b's. */
+int ops_same_bits(const tt *a, const tt *b);
 
 /* sum over logical elements of r .* y, in double. */
 double ops_dot(const tt *r, const tt *y);

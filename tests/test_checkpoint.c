@@ -56,9 +56,9 @@ static void put_le64(unsigned char *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* The final CRC of format version 2: every byte before it except the
+/* The final CRC of format version 3: every byte before it except the
  * header CRC (bytes 380..383), so that it depends on the whole header. */
-static uint32_t body_crc_v2(const unsigned char *img, size_t n) {
+static uint32_t body_crc(const unsigned char *img, size_t n) {
   uint32_t c = 0xffffffffu;
   for (size_t i = 0; i < n - TRAILER_BYTES; i++) {
     if (i >= 380 && i < 384) continue;
@@ -71,7 +71,7 @@ static uint32_t body_crc_v2(const unsigned char *img, size_t n) {
 /* Recomputes both CRCs of an edited image, as a well-behaved writer would. */
 static void reseal(unsigned char *img, size_t n) {
   put_le32(img + 380, crc32_ref(img, 380));
-  put_le32(img + n - TRAILER_BYTES, body_crc_v2(img, n));
+  put_le32(img + n - TRAILER_BYTES, body_crc(img, n));
 }
 
 static uint64_t splitmix(uint64_t *s) {
@@ -212,7 +212,7 @@ static const int64_t default_batches[] = {8, 3};
 
 static bp_plan *default_plan(bp_plan_options o) { return net_plan(o, 24, default_batches, 2); }
 
-static bp_plan *mlp_plan(int ema) {
+static bp_plan *mlp_plan_packed(int ema, int no_reuse) {
   const char *src = getenv("BP_SOURCE_DIR");
   ck_assert_msg(src != NULL, "BP_SOURCE_DIR is not set (run through CTest)");
   char path[4096];
@@ -221,11 +221,14 @@ static bp_plan *mlp_plan(int ema) {
   ck_assert_msg(bp_model_load(path, &m) == BP_OK, "%s", bp_last_error());
   bp_compile_options co = bp_compile_options_from_model(m);
   co.plan.ema = ema;
+  co.no_reuse = no_reuse;
   bp_plan *p = NULL;
   ck_assert_msg(bp_model_compile(m, &co, &p) == BP_OK, "%s", bp_last_error());
   bp_model_destroy(m);
   return p;
 }
+
+static bp_plan *mlp_plan(int ema) { return mlp_plan_packed(ema, 0); }
 
 static const bp_train_state sample_state = {
     .seed = 0x0123456789abcdefull,
@@ -310,7 +313,7 @@ START_TEST(hash_is_stable_and_sensitive) {
    * builds or machines (a change here orphans every existing checkpoint).
    * The value was checked against an independent Python implementation of
    * the serialization in docs/checkpoint-format.md. */
-  ck_assert_uint_eq(bp_plan_hash(a), UINT64_C(0xc02b54f58c46f63c));
+  ck_assert_uint_eq(bp_plan_hash(a), UINT64_C(0x5e617d719858a24d));
 
   bp_plan *shape = net_plan(sgd, 25, default_batches, 2);
   ck_assert_uint_ne(bp_plan_hash(a), bp_plan_hash(shape));
@@ -329,13 +332,19 @@ START_TEST(hash_is_stable_and_sensitive) {
   bp_plan *more = net_plan(sgd, 24, three, 3);
   ck_assert_uint_eq(bp_plan_total_bytes(more), bp_plan_total_bytes(a));
   ck_assert_uint_eq(bp_plan_hash(more), bp_plan_hash(a));
-  /* a larger batch moves offsets */
+  /* another training batch: the step counters count other steps */
   const int64_t big[] = {64, 3};
   bp_plan *bigger = net_plan(sgd, 24, big, 2);
   ck_assert_uint_ne(bp_plan_hash(bigger), bp_plan_hash(a));
+  /* larger feature slots (an evaluation batch of 50) move every slot after
+   * the state spans and the plan's size, not what a checkpoint holds */
+  const int64_t wide[] = {8, 50};
+  bp_plan *wider = net_plan(sgd, 24, wide, 2);
+  ck_assert_uint_gt(bp_plan_total_bytes(wider), bp_plan_total_bytes(a));
+  ck_assert_uint_eq(bp_plan_hash(wider), bp_plan_hash(a));
   ck_assert_uint_eq(bp_plan_hash(NULL), 0);
-  bp_plan *all_destroy[] = {a, b, shape, ema, amp, adamw, lars, amp2, more, bigger};
-  for (int i = 0; i < 10; i++) bp_plan_destroy(all_destroy[i]);
+  bp_plan *all_destroy[] = {a, b, shape, ema, amp, adamw, lars, amp2, more, bigger, wider};
+  for (int i = 0; i < 11; i++) bp_plan_destroy(all_destroy[i]);
 }
 END_TEST
 
@@ -370,7 +379,7 @@ START_TEST(file_layout_is_as_documented) {
   ck_assert_uint_eq(n, HEADER_BYTES + TABLE_BYTES + s[0].bytes + s[1].bytes + TRAILER_BYTES);
 
   ck_assert_int_eq(memcmp(img, "BPCKPT", 6), 0);
-  ck_assert_int_eq(img[6], 2); /* u16 version 2, little-endian */
+  ck_assert_int_eq(img[6], 3); /* u16 version 3, little-endian */
   ck_assert_int_eq(img[7], 0);
   ck_assert_uint_eq(le32(img + 8), HEADER_BYTES);
   ck_assert_uint_eq(le32(img + 12), 2);
@@ -408,12 +417,12 @@ START_TEST(file_layout_is_as_documented) {
   const unsigned char *d = t + TABLE_BYTES;
   ck_assert_int_eq(memcmp(d, arena + s[0].offset, (size_t)s[0].bytes), 0);
   ck_assert_int_eq(memcmp(d + s[0].bytes, arena + s[1].offset, (size_t)s[1].bytes), 0);
-  ck_assert_uint_eq(le32(img + n - 12), body_crc_v2(img, n));
+  ck_assert_uint_eq(le32(img + n - 12), body_crc(img, n));
   ck_assert_int_eq(memcmp(img + n - 8, "BPCKEND\n", 8), 0);
 
   bp_checkpoint_info info;
   ck_assert_msg(bp_checkpoint_read_info(path, &info) == BP_OK, "%s", bp_last_error());
-  ck_assert_uint_eq(info.format_version, 2);
+  ck_assert_uint_eq(info.format_version, 3);
   ck_assert_uint_eq(info.plan_hash, bp_plan_hash(p));
   ck_assert_uint_eq(info.plan_total_bytes, bp_plan_total_bytes(p));
   ck_assert_uint_eq(info.data_bytes, s[0].bytes + s[1].bytes);
@@ -465,6 +474,50 @@ START_TEST(round_trip_compiled_mlp) {
   ck_assert_ptr_nonnull(w);
   ck_assert(in_spans(s, w->offset));
   bp_plan_destroy(p);
+}
+END_TEST
+
+/* Each state tensor of `b` holds the bytes of the same-named one of `a`. */
+static void assert_same_state_bytes(const bp_plan *a, const unsigned char *arena_a,
+                                    const bp_plan *b, const unsigned char *arena_b) {
+  bp_span s[2];
+  state_spans(b, s);
+  int compared = 0;
+  for (int32_t id = 0; id < bp_plan_tensor_count(b); id++) {
+    const bp_dtensor *tb = bp_plan_tensor(b, 0, id);
+    if (!in_spans(s, tb->offset)) continue;
+    const bp_dtensor *ta = bp_plan_tensor(a, 0, bp_plan_find_tensor(a, tb->name));
+    ck_assert_uint_eq(ta->slot_bytes, tb->slot_bytes);
+    ck_assert_msg(memcmp(arena_a + ta->offset, arena_b + tb->offset, (size_t)tb->slot_bytes) == 0,
+                  "'%s' differs", tb->name);
+    compared++;
+  }
+  ck_assert_int_gt(compared, 8);
+}
+
+/* Plans that differ only in how their features are packed (here liveness
+ * reuse on and off; fusion is the other case, tests/test_fusion.c) read
+ * each other's checkpoints: the hash covers the state spans alone. */
+START_TEST(a_plan_that_packs_features_otherwise_reads_the_checkpoint) {
+  bp_plan *packed = mlp_plan_packed(1, 0), *plain = mlp_plan_packed(1, 1);
+  ck_assert_uint_lt(bp_plan_total_bytes(packed), bp_plan_total_bytes(plain));
+  ck_assert_uint_eq(bp_plan_hash(packed), bp_plan_hash(plain));
+  const bp_plan *from[] = {packed, plain}, *to[] = {plain, packed};
+  char path[4200];
+  in_tmp(path, sizeof path, "cross.ckpt");
+  for (int k = 0; k < 2; k++) {
+    unsigned char *src = random_arena(from[k], 20 + (uint64_t)k);
+    ck_assert_int_eq(bp_checkpoint_save(path, from[k], src, &sample_state), BP_OK);
+    unsigned char *dst = random_arena(to[k], 30 + (uint64_t)k);
+    bp_train_state got;
+    ck_assert_msg(bp_checkpoint_load(path, to[k], dst, &got) == BP_OK, "%s", bp_last_error());
+    assert_state_eq(&got, &sample_state);
+    assert_same_state_bytes(from[k], src, to[k], dst);
+    free(src);
+    free(dst);
+  }
+  bp_plan_destroy(packed);
+  bp_plan_destroy(plain);
 }
 END_TEST
 
@@ -716,14 +769,14 @@ START_TEST(not_a_checkpoint_and_future_versions) {
   expect_refused_(&f, img, m, BP_ERR_PARSE, "wrong magic", "BPCKPU");
 
   /* a later format, properly sealed by its writer */
-  const uint16_t versions[] = {3, 0x100, 0xffff};
+  const uint16_t versions[] = {4, 0x100, 0xffff};
   for (int i = 0; i < 3; i++) {
     memcpy(img, f.image, m);
     img[6] = (unsigned char)versions[i];
     img[7] = (unsigned char)(versions[i] >> 8);
     reseal(img, m);
     char needle[96];
-    snprintf(needle, sizeof needle, "has format version %u, newer than this build reads (2)",
+    snprintf(needle, sizeof needle, "has format version %u, newer than this build reads (3)",
              (unsigned)versions[i]);
     expect_refused_(&f, img, m, BP_ERR_UNSUPPORTED, needle, "future version");
   }
@@ -771,7 +824,7 @@ static void expect_other_plan_refused(fixture *f, bp_plan *other, const char *wh
 /* The header of one valid checkpoint joined to the body of another of the
  * same layout (another epoch, other weights): format version 1 accepted
  * it, as its final CRC also covered the header CRC, whose residue is one
- * constant; version 2 refuses it. */
+ * constant; versions 2 and later refuse it. */
 START_TEST(a_header_spliced_onto_another_body_is_refused) {
   fixture f;
   fixture_init(&f, (bp_plan_options){0, 0, BP_OPT_SGD});
@@ -866,8 +919,9 @@ START_TEST(non_finite_state_is_refused_by_tensor_name) {
 END_TEST
 
 /* Values a CRC cannot judge, in a properly sealed header: refused. And a
- * version-1 file (sealed by its own rule) is still read. */
-START_TEST(counters_no_trainer_writes_are_refused_and_version_1_still_reads) {
+ * version-1 or -2 file (sealed by its own rule), whose plan hash this build
+ * no longer computes, is refused with one line that says so. */
+START_TEST(counters_no_trainer_writes_and_older_versions_are_refused) {
   fixture f;
   fixture_init(&f, (bp_plan_options){0, 0, BP_OPT_SGD});
   size_t m = f.image_bytes;
@@ -896,16 +950,20 @@ START_TEST(counters_no_trainer_writes_are_refused_and_version_1_still_reads) {
   img[96 + 3] = '\n';
   reseal(img, m);
   expect_refused_(&f, img, m, BP_ERR_PARSE, "control characters", "a newline in the text");
-  /* version 1: the final CRC covers the header CRC too */
-  memcpy(img, f.image, m);
-  img[6] = 1;
-  put_le32(img + 380, crc32_ref(img, 380));
-  put_le32(img + m - TRAILER_BYTES, crc32_ref(img, m - TRAILER_BYTES));
-  write_file(f.path, img, m);
-  bp_train_state out;
-  ck_assert_msg(bp_checkpoint_load(f.path, f.plan, f.arena, &out) == BP_OK, "%s",
-                bp_last_error());
-  assert_state_eq(&out, &sample_state);
+  /* version 1: the final CRC covers the header CRC too; version 2 as 3 */
+  for (int version = 1; version <= 2; version++) {
+    memcpy(img, f.image, m);
+    img[6] = (unsigned char)version;
+    put_le32(img + 380, crc32_ref(img, 380));
+    put_le32(img + m - TRAILER_BYTES,
+             version == 1 ? crc32_ref(img, m - TRAILER_BYTES) : body_crc(img, m));
+    char needle[96];
+    snprintf(needle, sizeof needle, "has format version %d, older than this build reads (3",
+             version);
+    expect_refused_(&f, img, m, BP_ERR_UNSUPPORTED, needle, "an older version");
+    bp_checkpoint_info info;
+    ck_assert_int_eq(bp_checkpoint_read_info(f.path, &info), BP_ERR_UNSUPPORTED);
+  }
   free(img);
   fixture_free(&f);
 }
@@ -926,11 +984,25 @@ START_TEST(another_plan_is_refused) {
   ck_assert(strstr(bp_last_error(), "this plan: ") != NULL);
   ck_assert(strstr(bp_last_error(), "variants") != NULL);
 
-  /* same hash, but a section table that disagrees with the plan */
+  /* same hash, but a section table that disagrees with the plan: a span's
+   * size or name */
   unsigned char *img = dup_bytes(f.image, f.image_bytes);
+  put_le64(img + HEADER_BYTES + 88, le64(img + HEADER_BYTES + 88) + 256);
+  put_le64(img + HEADER_BYTES + 40, le64(img + HEADER_BYTES + 40) - 256);
+  reseal(img, f.image_bytes);
+  expect_refused_(&f, img, f.image_bytes, BP_ERR_SHAPE, "state sections differ", "span sizes");
+  memcpy(img, f.image, f.image_bytes);
+  img[HEADER_BYTES + 64] = 'V';
+  reseal(img, f.image_bytes);
+  expect_refused_(&f, img, f.image_bytes, BP_ERR_SHAPE, "state sections differ", "span name");
+  /* where a span lay in the writer's arena does not matter */
+  memcpy(img, f.image, f.image_bytes);
   put_le64(img + HEADER_BYTES + 80, le64(img + HEADER_BYTES + 80) + 256);
   reseal(img, f.image_bytes);
-  expect_refused_(&f, img, f.image_bytes, BP_ERR_SHAPE, "state sections differ", "section table");
+  write_file(f.path, img, f.image_bytes);
+  bp_train_state out;
+  ck_assert_msg(bp_checkpoint_load(f.path, f.plan, f.arena, &out) == BP_OK, "%s",
+                bp_last_error());
   free(img);
   bp_plan_destroy(ema);
   bp_plan_destroy(adamw);
@@ -1018,6 +1090,7 @@ int main(void) {
   tcase_add_test(tc, a_long_note_is_cut_to_the_field);
   tcase_add_test(tc, round_trip_every_option_set);
   tcase_add_test(tc, round_trip_compiled_mlp);
+  tcase_add_test(tc, a_plan_that_packs_features_otherwise_reads_the_checkpoint);
   tcase_add_test(tc, save_replaces_an_existing_checkpoint);
   tcase_add_test(tc, failed_saves_leave_the_old_checkpoint);
   tcase_add_test(tc, truncated_files_are_refused);
@@ -1025,7 +1098,7 @@ int main(void) {
   tcase_add_test(tc, not_a_checkpoint_and_future_versions);
   tcase_add_test(tc, a_header_spliced_onto_another_body_is_refused);
   tcase_add_test(tc, non_finite_state_is_refused_by_tensor_name);
-  tcase_add_test(tc, counters_no_trainer_writes_are_refused_and_version_1_still_reads);
+  tcase_add_test(tc, counters_no_trainer_writes_and_older_versions_are_refused);
   tcase_add_test(tc, another_plan_is_refused);
   tcase_add_test(tc, read_info_refuses_what_load_refuses);
   tcase_add_test(tc, misuse_is_refused);

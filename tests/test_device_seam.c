@@ -137,53 +137,24 @@ END_TEST
 static const char bn_model[] =
     TOY_BN_MODEL_LAYERS "train: {batch: 24, eval_batch: 20, epochs: 2, lr: 0.02}\n";
 
-typedef struct run_opts {
-  const char *device;
-  int ranks;
-  int64_t batch;
-  int64_t stop_after;   /* 0: run every epoch */
-  const char *checkpoint, *resume;
-  const char *devices;
-  int no_graph; /* eager steps: the paths these tests count (test_graph_replay: graphs) */
-} run_opts;
-
+/* Every trainer here: the guarded device's registry, evaluation batches of
+ * 20, seed 3, a constant learning rate. Runs whose copies and tasks a test
+ * counts take no_graph: eager steps (test_graph_replay counts graphs). */
 static bp_trainer *make(const char *model, const char *data, const run_opts *r) {
   registry_open();
-  bp_train_options o;
-  bp_train_options_init(&o);
+  run_opts o = *r;
   o.registry = registry;
-  o.device = r->device;
-  o.devices = r->devices;
-  o.ranks = r->ranks;
-  o.data_dir = data;
-  o.epochs = 2;
-  o.batch = r->batch;
   o.eval_batch = 20;
-  o.train_limit = 100;
-  o.test_limit = 30;
   o.seed = 3;
-  o.stop_after_steps = r->stop_after;
-  o.checkpoint_path = r->checkpoint;
-  o.resume_path = r->resume;
-  o.no_graph = r->no_graph;
-  bp_trainer *t = NULL;
-  bp_status st = bp_trainer_create_from_file(model, &o, &t);
-  ck_assert_msg(st == BP_OK, "create on %s: %s", r->device, bp_last_error());
-  return t;
+  o.constant_lr = 1;
+  return make_trainer(model, data, &o);
 }
 
-static void same_reports(const reports *a, const reports *b) {
-  ck_assert_int_eq(a->n, b->n);
-  for (int i = 0; i < a->n; i++) {
-    ck_assert_int_eq(a->r[i].samples, b->r[i].samples);
-    ck_assert_msg(a->r[i].train_loss == b->r[i].train_loss, "epoch %d: train loss %.9g vs %.9g",
-                  i + 1, a->r[i].train_loss, b->r[i].train_loss);
-    ck_assert(a->r[i].train_accuracy == b->r[i].train_accuracy);
-    ck_assert_msg(a->r[i].test_loss == b->r[i].test_loss, "epoch %d: test loss %.9g vs %.9g",
-                  i + 1, a->r[i].test_loss, b->r[i].test_loss);
-    ck_assert(a->r[i].test_accuracy == b->r[i].test_accuracy);
-    ck_assert(isfinite(a->r[i].train_loss));
-  }
+/* Every epoch here ends with its evaluation: the test figures are numbers. */
+static void same_evaluated_reports(const reports *a, const reports *b) {
+  same_reports(a, b);
+  for (int i = 0; i < a->n; i++)
+    ck_assert(!isnan(a->r[i].test_loss) && !isnan(a->r[i].test_accuracy));
 }
 
 /* `model` trained on cpu and on guarded with `ranks` ranks: the same
@@ -195,12 +166,14 @@ static void check_model(const char *model, int ranks, int64_t batch) {
   if (strcmp(m, "mlp") == 0) m = e.mlp;
   const guard_stats before = stats_now();
   reports rc = {0}, rg = {0};
-  bp_trainer *c = make(m, e.data, &(run_opts){"cpu", ranks, batch, 0, ck_cpu, NULL, NULL, 0});
-  bp_trainer *g = make(m, e.data, &(run_opts){"guarded", ranks, batch, 0, ck_dev, NULL, NULL, 1});
+  bp_trainer *c = make(m, e.data, &(run_opts){.device = "cpu", .ranks = ranks, .batch = batch,
+                                              .checkpoint = ck_cpu});
+  bp_trainer *g = make(m, e.data, &(run_opts){.device = "guarded", .ranks = ranks, .batch = batch,
+                                              .checkpoint = ck_dev, .no_graph = 1});
   train_all(c, &rc);
   train_all(g, &rg);
   ck_assert_int_eq(rc.n, 2);
-  same_reports(&rc, &rg);
+  same_evaluated_reports(&rc, &rg);
   same_state(c, g);
   bp_eval_report ec, eg;
   ck_assert_int_eq(bp_trainer_evaluate(c, &ec), BP_OK);
@@ -254,7 +227,7 @@ START_TEST(a_written_tensor_reads_back_and_counts_as_on_cpu) {
   bp_eval_report r[2];
   const char *dev[2] = {"cpu", "guarded"};
   for (int i = 0; i < 2; i++) {
-    t[i] = make(e.model, e.data, &(run_opts){dev[i], 2, 24, 0, NULL, NULL, NULL, 0});
+    t[i] = make(e.model, e.data, &(run_opts){.device = dev[i], .ranks = 2, .batch = 24});
     const bp_plan *p = bp_trainer_plan(t[i]);
     const bp_dtensor *d = bp_plan_tensor(p, 0, bp_plan_find_tensor(p, "fc.w"));
     ck_assert_ptr_nonnull(d);
@@ -290,7 +263,8 @@ START_TEST(the_next_batch_is_uploaded_while_the_step_runs) {
   toy_env e = toy_env_open(bn_model, 100, 30, 7);
   const guard_stats before = stats_now();
   reports r = {0};
-  bp_trainer *g = make(e.mlp, e.data, &(run_opts){"guarded", 1, 16, 0, NULL, NULL, NULL, 1});
+  bp_trainer *g =
+      make(e.mlp, e.data, &(run_opts){.device = "guarded", .ranks = 1, .batch = 16, .no_graph = 1});
   train_all(g, &r);
   const guard_stats after = stats_now();
   const uint64_t steps = (uint64_t)bp_trainer_state(g).global_step;
@@ -315,13 +289,16 @@ START_TEST(a_resumed_run_on_the_guarded_device_ends_as_on_cpu) {
        *ck_end = path_in(e.dir, "end.ckpt");
   reports rc = {0}, r1 = {0}, r2 = {0};
   /* both ends checkpointed: on 2 ranks that gathers the moments (graph.h) */
-  bp_trainer *c = make(e.model, e.data, &(run_opts){"cpu", ranks, 24, 0, ck_cpu, NULL, NULL, 0});
+  bp_trainer *c = make(e.model, e.data, &(run_opts){.device = "cpu", .ranks = ranks, .batch = 24,
+                                                     .checkpoint = ck_cpu});
   train_all(c, &rc);
-  bp_trainer *g = make(e.model, e.data, &(run_opts){"guarded", ranks, 24, 3, ck, NULL, NULL, 0});
+  bp_trainer *g = make(e.model, e.data, &(run_opts){.device = "guarded", .ranks = ranks,
+                                                     .batch = 24, .stop_after = 3, .checkpoint = ck});
   train_all(g, &r1);
   ck_assert_int_eq(bp_trainer_state(g).global_step, 3);
   bp_trainer_destroy(g);
-  g = make(e.model, e.data, &(run_opts){"guarded", ranks, 24, 0, ck_end, ck, NULL, 0});
+  g = make(e.model, e.data, &(run_opts){.device = "guarded", .ranks = ranks, .batch = 24,
+                                         .checkpoint = ck_end, .resume = ck});
   ck_assert_int_eq(bp_trainer_state(g).global_step, 3);
   train_all(g, &r2);
   same_state(c, g);
@@ -340,11 +317,13 @@ END_TEST
 START_TEST(a_devices_list_maps_ranks_and_a_bad_one_is_refused) {
   toy_env e = toy_env_open(bn_model, 100, 30, 7);
   reports a = {0}, b = {0};
-  bp_trainer *one = make(e.model, e.data, &(run_opts){"guarded", 2, 24, 0, NULL, NULL, "1,0", 0});
-  bp_trainer *two = make(e.model, e.data, &(run_opts){"guarded", 2, 24, 0, NULL, NULL, NULL, 0});
+  bp_trainer *one = make(e.model, e.data, &(run_opts){.device = "guarded", .ranks = 2,
+                                                       .batch = 24, .devices = "1,0"});
+  bp_trainer *two =
+      make(e.model, e.data, &(run_opts){.device = "guarded", .ranks = 2, .batch = 24});
   train_all(one, &a);
   train_all(two, &b);
-  same_reports(&a, &b);
+  same_evaluated_reports(&a, &b);
   bp_trainer_destroy(one);
   bp_trainer_destroy(two);
   bp_train_options o;
@@ -421,12 +400,7 @@ START_TEST(blueprint_train_runs_on_the_guarded_device) {
                      "--quiet", "--metrics", m_dev, "--ranks", "2", "--plugin", BP_GUARDED_DIR,
                      "--device", "guarded", "--devices", "1,0");
   ck_assert_msg(g.status == 0, "%s", g.err);
-  const char *keys[] = {"train_loss", "test_loss", "test_accuracy"};
-  for (int i = 0; i < 3; i++) {
-    const double a = jsonl_number(m_cpu, "epoch", 0, keys[i], NULL);
-    const double b = jsonl_number(m_dev, "epoch", 0, keys[i], NULL);
-    ck_assert_msg(isfinite(a) && a == b, "%s: %g on cpu, %g on guarded", keys[i], a, b);
-  }
+  same_epoch_metrics(m_cpu, m_dev, 0, "on cpu", "on guarded");
   run_free(&c);
   run_free(&g);
   free(m_cpu);

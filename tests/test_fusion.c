@@ -1,13 +1,15 @@
 /* Batchnorm + relu fusion (bp_compile_options.fuse_bn_relu, graph_build.c,
  * layer_norm_act.c; the batchnorm_relu ops of bp_abi_ops.h): which pairs
- * the graph fuses, when a run may fuse (fuse.c), the arena it saves, and
- * that training fused ends with the very bits of training unfused. */
+ * the graph fuses, when a run may fuse (fuse.c), the arena it saves, that
+ * training fused ends with the very bits of training unfused, and that
+ * fused and unfused runs resume from each other's checkpoints. */
 #include <check.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "blueprint/checkpoint.h"
 #include "blueprint/graph.h"
 #include "blueprint/model.h"
 #include "blueprint/plan.h"
@@ -169,7 +171,7 @@ START_TEST(a_batchnorm_with_another_reader_stays_unfused) {
 }
 END_TEST
 
-START_TEST(amp_and_the_default_keep_batchnorm_and_relu_apart) {
+START_TEST(amp_keeps_batchnorm_and_relu_apart_and_bp_fuse_0_opts_out) {
   bp_model *m = load("models/cnn.yaml");
   for (int amp = 0; amp < 2; amp++) {
     bp_plan *p = compile(m, !amp, amp); /* amp with fusion asked for; fp32 without */
@@ -181,9 +183,9 @@ START_TEST(amp_and_the_default_keep_batchnorm_and_relu_apart) {
     bp_graph_destroy(g);
     bp_plan_destroy(p);
   }
-  /* off by default; BP_FUSE turns it on */
+  /* on by default; BP_FUSE=0 turns it off, BP_FUSE=1 keeps it on */
   unsetenv("BP_FUSE");
-  ck_assert_int_eq(bp_compile_options_from_model(m).fuse_bn_relu, 0);
+  ck_assert_int_eq(bp_compile_options_from_model(m).fuse_bn_relu, 1);
   setenv("BP_FUSE", "1", 1);
   ck_assert_int_eq(bp_compile_options_from_model(m).fuse_bn_relu, 1);
   setenv("BP_FUSE", "0", 1);
@@ -218,42 +220,63 @@ END_TEST
 
 /* ---- training: fused and unfused end with the same bits --------------------------- */
 
-static bp_trainer *train(const char *model, const char *data, int fuse, int pin_reference,
-                         bp_epoch_report *report) {
+/* One epoch of batch 32 on `train_limit` toy images, 32 test images. */
+static bp_train_options toy_options(const char *data, int64_t train_limit, int pin_reference) {
   bp_train_options o;
   bp_train_options_init(&o);
   o.data_dir = data;
   o.batch = 32;
   o.eval_batch = 32;
-  o.train_limit = 96;
+  o.train_limit = train_limit;
   o.test_limit = 32;
   o.epochs = 1;
   o.seed = 5;
   if (pin_reference) o.kernels = "*=reference";
-  if (fuse) setenv("BP_FUSE", "1", 1);
-  bp_trainer *t = NULL;
-  const bp_status st = bp_trainer_create_from_file(model, &o, &t);
+  return o;
+}
+
+/* A trainer created with BP_FUSE set to `fuse` ("1", "0"), or unset (NULL). */
+static bp_status create(const char *model, const bp_train_options *o, const char *fuse,
+                        bp_trainer **out) {
+  if (fuse) setenv("BP_FUSE", fuse, 1);
+  else unsetenv("BP_FUSE");
+  const bp_status st = bp_trainer_create_from_file(model, o, out);
   unsetenv("BP_FUSE");
+  return st;
+}
+
+/* Nodes bound to a batchnorm_relu kernel: the kernels a trainer runs say
+ * whether it fused. */
+static int fused_nodes(const bp_trainer *t) {
+  int n = 0;
+  for (int i = 0; i < bp_trainer_kernel_use_count(t); i++)
+    if (strncmp(bp_trainer_kernel_use(t, i)->kernel->kernel.op, "batchnorm_relu.", 15) == 0) n++;
+  return n;
+}
+
+static bp_trainer *train(const char *model, const char *data, int fuse, int pin_reference,
+                         bp_epoch_report *report) {
+  const bp_train_options o = toy_options(data, 96, pin_reference);
+  bp_trainer *t = NULL;
+  const bp_status st = create(model, &o, fuse ? "1" : "0", &t);
   ck_assert_msg(st == BP_OK, "%s: %s", model, bp_last_error());
   ck_assert_msg(bp_trainer_train_epoch(t, report) == BP_OK, "%s: %s", model, bp_last_error());
-  /* the kernels it ran say whether it fused */
-  int fused_nodes = 0;
-  for (int i = 0; i < bp_trainer_kernel_use_count(t); i++)
-    if (strncmp(bp_trainer_kernel_use(t, i)->kernel->kernel.op, "batchnorm_relu.", 15) == 0)
-      fused_nodes++;
-  ck_assert_msg(fuse ? fused_nodes > 0 : fused_nodes == 0, "%s: %d fused nodes", model,
-                fused_nodes);
+  ck_assert_msg(fuse ? fused_nodes(t) > 0 : fused_nodes(t) == 0, "%s: %d fused nodes", model,
+                fused_nodes(t));
   return t;
 }
 
 /* Every FP32 tensor outside the feature regions (weights, gradients,
- * momenta, running statistics, results), bit for bit. */
-static void assert_same_state(const bp_trainer *a, const bp_trainer *b, const char *what) {
+ * momenta, running statistics and, unless skip_results, results), bit for
+ * bit. */
+static void assert_same_state_(const bp_trainer *a, const bp_trainer *b, const char *what,
+                               int skip_results) {
   const bp_plan *p = bp_trainer_plan(a);
   int compared = 0;
   for (int32_t id = 0; id < bp_plan_tensor_count(p); id++) {
     const bp_dtensor *d = bp_plan_tensor(p, 0, id);
     if (d->dtype != BP_DTYPE_FP32 || bp_region_is_packed(d->region)) continue;
+    if (skip_results && d->region == BP_REGION_R) continue;
     const uint64_t n = bp_dtensor_host_elems(d);
     float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
     ck_assert_int_eq(bp_trainer_read_tensor(a, d->name, x, n), BP_OK);
@@ -264,6 +287,10 @@ static void assert_same_state(const bp_trainer *a, const bp_trainer *b, const ch
     compared++;
   }
   ck_assert_int_gt(compared, 8);
+}
+
+static void assert_same_state(const bp_trainer *a, const bp_trainer *b, const char *what) {
+  assert_same_state_(a, b, what, 0);
 }
 
 START_TEST(training_fused_ends_with_the_bits_of_training_unfused) {
@@ -295,17 +322,235 @@ START_TEST(training_fused_ends_with_the_bits_of_training_unfused) {
 }
 END_TEST
 
+/* ---- checkpoints: fused and unfused plans read each other's ------------------------ */
+
+START_TEST(fused_and_unfused_plans_hash_alike) {
+  static const char *const models[] = {"models/cnn.yaml", "models/resnet8.yaml"};
+  for (int i = 0; i < 2; i++) {
+    bp_model *m = load(models[i]);
+    for (int amp = 0; amp < 2; amp++) {
+      bp_plan *fused = compile(m, 1, amp), *plain = compile(m, 0, amp);
+      ck_assert_msg(bp_plan_hash(fused) == bp_plan_hash(plain), "%s, amp %d", models[i], amp);
+      ck_assert_uint_eq(bp_checkpoint_file_bytes(fused), bp_checkpoint_file_bytes(plain));
+      printf("%s, amp %d: plan hash %016" PRIx64 " fused and unfused (arena %" PRIu64
+             " vs %" PRIu64 " bytes)\n",
+             models[i], amp, bp_plan_hash(fused), bp_plan_total_bytes(fused),
+             bp_plan_total_bytes(plain));
+      bp_plan_destroy(fused);
+      bp_plan_destroy(plain);
+    }
+    bp_model_destroy(m);
+  }
+}
+END_TEST
+
+START_TEST(the_default_fuses_on_cpu_and_bp_fuse_0_does_not) {
+  toy_env e = toy_env_open("", 64, 32, 7);
+  char *cnn = source_path("models/cnn.yaml");
+  const bp_train_options o = toy_options(e.data, 64, 0);
+  bp_trainer *on = NULL, *off = NULL, *pinned = NULL;
+  ck_assert_msg(create(cnn, &o, NULL, &on) == BP_OK, "%s", bp_last_error());
+  ck_assert_msg(create(cnn, &o, "0", &off) == BP_OK, "%s", bp_last_error());
+  /* the nodes each run bound: with no BP_FUSE, every batchnorm of cnn runs
+   * fused with its relu, forward, backward and in every evaluation variant */
+  int relu_on = 0, relu_off = 0;
+  for (int i = 0; i < bp_trainer_kernel_use_count(on); i++)
+    relu_on += strncmp(bp_trainer_kernel_use(on, i)->kernel->kernel.op, "relu.", 5) == 0;
+  for (int i = 0; i < bp_trainer_kernel_use_count(off); i++)
+    relu_off += strncmp(bp_trainer_kernel_use(off, i)->kernel->kernel.op, "relu.", 5) == 0;
+  ck_assert_int_ge(fused_nodes(on), 12); /* 4 pairs: train forward, backward, eval */
+  ck_assert_int_eq(relu_on, 0);
+  ck_assert_int_eq(fused_nodes(off), 0);
+  ck_assert_int_ge(relu_off, 12);
+  ck_assert_uint_eq(bp_plan_hash(bp_trainer_plan(on)), bp_plan_hash(bp_trainer_plan(off)));
+  /* a pin of the unfused relu is kept: that run does not fuse */
+  bp_train_options pin = o;
+  pin.kernels = "relu.*=reference";
+  ck_assert_msg(create(cnn, &pin, NULL, &pinned) == BP_OK, "%s", bp_last_error());
+  ck_assert_int_eq(fused_nodes(pinned), 0);
+  bp_trainer_destroy(on);
+  bp_trainer_destroy(off);
+  bp_trainer_destroy(pinned);
+  free(cnn);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* Trains `model` to the end of the toy epoch (4 steps), BP_FUSE=`fuse`,
+ * after a resume from `resume` (NULL: from the start); with `stop`, stops
+ * after that many steps and checkpoints to `save`. */
+static bp_trainer *run_part(const char *model, const char *data, const char *fuse, int64_t stop,
+                            const char *save, const char *resume, bp_epoch_report *r) {
+  bp_train_options o = toy_options(data, 128, 0);
+  o.stop_after_steps = stop;
+  o.checkpoint_path = save;
+  o.resume_path = resume;
+  bp_trainer *t = NULL;
+  ck_assert_msg(create(model, &o, fuse, &t) == BP_OK, "%s: %s", model, bp_last_error());
+  ck_assert_msg(strcmp(fuse, "1") == 0 ? fused_nodes(t) > 0 : fused_nodes(t) == 0,
+                "%s, BP_FUSE=%s: %d fused nodes", model, fuse, fused_nodes(t));
+  ck_assert_msg(bp_trainer_train_epoch(t, r) == BP_OK, "%s: %s", model, bp_last_error());
+  return t;
+}
+
+/* Two steps fused, a checkpoint, two more unfused (and the other way
+ * round) end with the bits of four steps in one run. */
+START_TEST(a_checkpoint_resumes_fused_or_unfused_with_the_same_bits) {
+  toy_env e = toy_env_open("", 128, 32, 17);
+  char *ck = path_in(e.dir, "half.ckpt");
+  static const char *const models[] = {"models/cnn.yaml", "models/resnet8.yaml"};
+  for (int i = 0; i < 2; i++) {
+    char *model = source_path(models[i]);
+    bp_epoch_report whole, half, rest;
+    bp_trainer *once = run_part(model, e.data, "1", 0, NULL, NULL, &whole);
+    ck_assert_int_eq(whole.steps, 4);
+    for (int first_fused = 1; first_fused >= 0; first_fused--) {
+      const char *first = first_fused ? "1" : "0", *then = first_fused ? "0" : "1";
+      char what[256];
+      snprintf(what, sizeof what, "%s, BP_FUSE=%s then %s", models[i], first, then);
+      bp_trainer *a = run_part(model, e.data, first, 2, ck, NULL, &half);
+      ck_assert_int_eq(half.complete, 0);
+      ck_assert_int_eq(half.checkpointed, 1);
+      bp_trainer_destroy(a);
+      bp_trainer *b = run_part(model, e.data, then, 0, NULL, ck, &rest);
+      ck_assert_int_eq(rest.steps, 2);
+      ck_assert_int_eq(rest.complete, 1);
+      ck_assert_msg(memcmp(&rest.test_loss, &whole.test_loss, sizeof rest.test_loss) == 0,
+                    "%s: test loss %.9g, %.9g in one run", what, rest.test_loss, whole.test_loss);
+      /* the results hold this call's loss sums: two steps, not four */
+      assert_same_state_(once, b, what, 1);
+      printf("%s: the bits of one run\n", what);
+      bp_trainer_destroy(b);
+    }
+    bp_trainer_destroy(once);
+    free(model);
+  }
+  free(ck);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* Another model's or another optimizer's checkpoint is still refused, with
+ * one line that names the file. */
+START_TEST(a_checkpoint_of_another_model_or_optimizer_is_refused) {
+  toy_env e = toy_env_open(TOY_BN_MODEL_LAYERS, 64, 32, 23);
+  char *ck = path_in(e.dir, "cnn.ckpt"), *cnn = source_path("models/cnn.yaml");
+  bp_epoch_report r;
+  bp_trainer *t = run_part(cnn, e.data, "1", 1, ck, NULL, &r);
+  bp_trainer_destroy(t);
+  bp_train_options o = toy_options(e.data, 64, 0);
+  o.resume_path = ck;
+  bp_train_options adamw = o;
+  adamw.optimizer = BP_OPT_ADAMW;
+  const struct {
+    const char *model;
+    const bp_train_options *o;
+    const char *fuse;
+  } cases[] = {{e.mlp, &o, "1"}, {e.model, &o, "0"}, {cnn, &adamw, "1"}, {cnn, &adamw, "0"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    bp_trainer *x = NULL;
+    const bp_status st = create(cases[i].model, cases[i].o, cases[i].fuse, &x);
+    const char *msg = bp_last_error();
+    ck_assert_msg(st == BP_ERR_SHAPE, "case %zu: %s: %s", i, bp_status_str(st), msg);
+    ck_assert_msg(strstr(msg, ck) && strstr(msg, "was written for another plan") &&
+                      !strchr(msg, '\n'),
+                  "case %zu: %s", i, msg);
+    bp_trainer_destroy(x);
+  }
+  free(ck);
+  free(cnn);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* Stdout of a command-line run with BP_FUSE=`fuse` (NULL: unset), without
+ * what differs from run to run or file to file: eval's "checkpoint F" line
+ * and the time in its "test loss" line, predict's latency line. */
+static char *run_with(const char *fuse, const char *const *args) {
+  if (fuse) setenv("BP_FUSE", fuse, 1);
+  else unsetenv("BP_FUSE");
+  run_result r = run_exe("blueprint", args);
+  unsetenv("BP_FUSE");
+  ck_assert_msg(r.status == 0, "%s %s: %s%s", args[0], args[1], r.out, r.err);
+  char *out = malloc(r.out_len + 1), *o = out;
+  for (const char *line = r.out; *line;) {
+    const char *end = strchr(line, '\n');
+    const size_t n = end ? (size_t)(end - line) + 1 : strlen(line);
+    const char *paren = strstr(line, "  ("), *latency = strstr(line, "latency");
+    if (strncmp(line, "test loss ", 10) == 0 && paren && paren < line + n) {
+      memcpy(o, line, (size_t)(paren - line));
+      o += paren - line;
+      *o++ = '\n';
+    } else if (strncmp(line, "checkpoint ", 11) != 0 && !(latency && latency < line + n)) {
+      memcpy(o, line, n);
+      o += n;
+    }
+    line += n;
+  }
+  *o = '\0';
+  run_free(&r);
+  return out;
+}
+
+/* Through the command line: a checkpoint trained with fusion (the default
+ * on cpu) and one trained with BP_FUSE=0 evaluate and predict alike either
+ * way. */
+START_TEST(eval_and_predict_read_a_checkpoint_either_way) {
+  toy_env e = toy_env_open(TOY_BN_MODEL_LAYERS "train: {batch: 32, eval_batch: 50, epochs: 1}\n",
+                           128, 50, 29);
+  char *ck[2] = {path_in(e.dir, "fused.ckpt"), path_in(e.dir, "plain.ckpt")};
+  char *images = path_in(e.data, "t10k-images-idx3-ubyte");
+  char *want_eval = NULL, *want_predict = NULL;
+  for (int k = 0; k < 2; k++) {
+    free(run_with(k ? "0" : NULL, (const char *const[]){"train", e.model, "--data", e.data,
+                                                         "--checkpoint", ck[k], "--quiet", NULL}));
+    for (int f = 0; f < 2; f++) {
+      const char *fuse = f ? "0" : NULL;
+      char *ev = run_with(fuse, (const char *const[]){"eval", e.model, "--checkpoint", ck[k],
+                                                      "--data", e.data, "--quiet", NULL});
+      char *pr = run_with(fuse, (const char *const[]){"predict", e.model, "--checkpoint", ck[k],
+                                                      "--input", images, "--data", e.data, "--top",
+                                                      "3", NULL});
+      ck_assert_msg(strstr(ev, "test loss "), "%s", ev);
+      if (!want_eval) {
+        want_eval = ev;
+        want_predict = pr;
+        continue;
+      }
+      ck_assert_msg(strcmp(ev, want_eval) == 0, "trained %s, BP_FUSE=%s:\n%s\nwant\n%s",
+                    k ? "unfused" : "fused", f ? "0" : "unset", ev, want_eval);
+      ck_assert_msg(strcmp(pr, want_predict) == 0, "trained %s, BP_FUSE=%s:\n%s\nwant\n%s",
+                    k ? "unfused" : "fused", f ? "0" : "unset", pr, want_predict);
+      free(ev);
+      free(pr);
+    }
+  }
+  printf("eval and predict alike, fused or not:\n%s", want_eval);
+  free(want_eval);
+  free(want_predict);
+  free(images);
+  free(ck[0]);
+  free(ck[1]);
+  toy_env_close(&e);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("fusion");
   TCase *tc = tcase_create("graph");
   tcase_add_test(tc, the_cnn_runs_every_batchnorm_fused_with_its_relu);
   tcase_add_test(tc, a_batchnorm_with_another_reader_stays_unfused);
-  tcase_add_test(tc, amp_and_the_default_keep_batchnorm_and_relu_apart);
+  tcase_add_test(tc, amp_keeps_batchnorm_and_relu_apart_and_bp_fuse_0_opts_out);
   tcase_add_test(tc, a_run_fuses_only_where_the_kernels_are_and_no_pin_is_lost);
+  tcase_add_test(tc, fused_and_unfused_plans_hash_alike);
   tcase_set_timeout(tc, 120);
   suite_add_tcase(s, tc);
   TCase *train_case = tcase_create("train");
   tcase_add_test(train_case, training_fused_ends_with_the_bits_of_training_unfused);
+  tcase_add_test(train_case, the_default_fuses_on_cpu_and_bp_fuse_0_does_not);
+  tcase_add_test(train_case, a_checkpoint_resumes_fused_or_unfused_with_the_same_bits);
+  tcase_add_test(train_case, a_checkpoint_of_another_model_or_optimizer_is_refused);
+  tcase_add_test(train_case, eval_and_predict_read_a_checkpoint_either_way);
   tcase_set_timeout(train_case, 600);
   suite_add_tcase(s, train_case);
   SRunner *sr = srunner_create(s);

@@ -11,7 +11,6 @@
  * the run continues bit for bit; a device without the capture extension,
  * or --no-graph, runs eagerly and says so. Data: small generated sets. */
 #include <check.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,59 +48,11 @@ static bp_registry *registry(int which) {
   return registries[which];
 }
 
-typedef struct run_opts {
-  const char *device;
-  int ranks, amp, no_graph, nograph_device, adamw;
-  int streams; /* compute streams of a device rank (0: the default, 3) */
-  int state_kernel; /* registry 2, relu.fwd pinned to the kernel-state module */
-  int64_t epochs, stop_after, log_every;
-  const char *checkpoint, *resume, *metrics;
-} run_opts;
-
+/* On registry 0 unless r names one. */
 static bp_trainer *make(const char *model, const char *data, const run_opts *r) {
-  bp_train_options o;
-  bp_train_options_init(&o);
-  o.registry = registry(r->state_kernel ? 2 : r->nograph_device);
-  if (r->state_kernel) o.kernels = "relu.fwd=stateful";
-  o.device = r->device;
-  o.ranks = r->ranks;
-  o.amp = r->amp ? 1 : -1;
-  o.no_graph = r->no_graph;
-  o.streams = r->streams;
-  o.data_dir = data;
-  o.epochs = r->epochs ? r->epochs : 2;
-  o.batch = 8; /* 100 images: 12 full steps and a short one (train_last) */
-  o.eval_batch = 8; /* 30 test images: 3 full batches and a short one (eval_last) */
-  o.train_limit = 100;
-  o.test_limit = 30;
-  o.seed = 5;
-  /* the step's scalars change every step: the lr (cosine) and AdamW's step */
-  o.schedule = BP_LR_COSINE;
-  if (r->adamw) o.optimizer = BP_OPT_ADAMW;
-  o.stop_after_steps = r->stop_after;
-  o.log_every = r->log_every;
-  o.checkpoint_path = r->checkpoint;
-  o.resume_path = r->resume;
-  o.metrics_path = r->metrics;
-  bp_trainer *t = NULL;
-  bp_status st = bp_trainer_create_from_file(model, &o, &t);
-  ck_assert_msg(st == BP_OK, "create on %s: %s", r->device, bp_last_error());
-  return t;
-}
-
-static void same_reports(const reports *a, const reports *b) {
-  ck_assert_int_eq(a->n, b->n);
-  for (int i = 0; i < a->n; i++) {
-    ck_assert_int_eq(a->r[i].samples, b->r[i].samples);
-    ck_assert_msg(a->r[i].train_loss == b->r[i].train_loss, "epoch %d: train loss %.9g vs %.9g",
-                  i + 1, a->r[i].train_loss, b->r[i].train_loss);
-    ck_assert(a->r[i].train_accuracy == b->r[i].train_accuracy);
-    ck_assert(isfinite(a->r[i].train_loss));
-    ck_assert(a->r[i].test_loss == b->r[i].test_loss || (isnan(a->r[i].test_loss) &&
-                                                         isnan(b->r[i].test_loss)));
-    ck_assert(a->r[i].loss_scale == b->r[i].loss_scale);
-    ck_assert_int_eq(a->r[i].skipped_steps, b->r[i].skipped_steps);
-  }
+  run_opts o = *r;
+  if (!o.registry) o.registry = registry(0);
+  return make_trainer(model, data, &o);
 }
 
 /* ---- (a) replay equals eager ------------------------------------------------------- */
@@ -283,7 +234,8 @@ START_TEST(replayed_steps_keep_the_kernels_contract) {
   bp_trainer *t[2];
   for (int graph = 0; graph < 2; graph++) {
     t[graph] = make(e.mlp, e.data, &(run_opts){.device = "guarded", .ranks = 2,
-                                                .no_graph = !graph, .state_kernel = 1});
+                                                .no_graph = !graph, .registry = registry(2),
+                                                .kernels = "relu.fwd=stateful"});
     ck_assert_int_eq(bp_trainer_graphs(t[graph]), graph);
     const int before = __atomic_load_n(&stats->generation_changes, __ATOMIC_RELAXED);
     bp_epoch_report r;
@@ -314,7 +266,7 @@ START_TEST(a_device_without_graph_capture_runs_eagerly_and_says_so) {
   toy_env e = toy_env_open(bn_model, 100, 30, 11);
   reports rg = {0}, rc = {0};
   bp_trainer *g = make(e.mlp, e.data, &(run_opts){.device = "guarded", .ranks = 2,
-                                                   .nograph_device = 1, .streams = 1});
+                                                   .registry = registry(1), .streams = 1});
   bp_trainer *c = make(e.mlp, e.data, &(run_opts){.device = "cpu", .ranks = 2});
   ck_assert_int_eq(bp_trainer_graphs(g), 0);
   ck_assert_msg(strstr(bp_trainer_graph_note(g), "offers no graph capture: steps run eagerly"),
@@ -354,12 +306,7 @@ START_TEST(blueprint_train_says_how_steps_reach_the_device) {
   ck_assert(jsonl_number(m[0], "epoch", 1, "graph_launches_per_step", NULL) == 1.0);
   ck_assert(jsonl_number(m[1], "epoch", 1, "graph_launches_per_step", NULL) == 0.0);
   ck_assert(jsonl_number(m[0], "epoch", 1, "syncs_per_step", NULL) == 0.0);
-  const char *keys[] = {"train_loss", "test_loss", "test_accuracy"};
-  for (int i = 0; i < 3; i++) {
-    const double a = jsonl_number(m[0], "epoch", 1, keys[i], NULL);
-    const double b = jsonl_number(m[1], "epoch", 1, keys[i], NULL);
-    ck_assert_msg(isfinite(a) && a == b, "%s: %g with graphs, %g eager", keys[i], a, b);
-  }
+  same_epoch_metrics(m[0], m[1], 1, "with graphs", "eager");
   for (int i = 0; i < 2; i++) {
     run_free(&r[i]);
     free(m[i]);
@@ -387,12 +334,7 @@ START_TEST(a_failed_capture_falls_back_to_eager_steps) {
                     strstr(r0.err, "GUARD_CAPTURE_FAIL is set"),
                 "%s", r0.err);
   ck_assert(jsonl_number(m[0], "epoch", 1, "graph_launches_per_step", NULL) == 0.0);
-  const char *keys[] = {"train_loss", "test_loss", "test_accuracy"};
-  for (int i = 0; i < 3; i++) {
-    const double a = jsonl_number(m[0], "epoch", 1, keys[i], NULL);
-    const double b = jsonl_number(m[1], "epoch", 1, keys[i], NULL);
-    ck_assert_msg(isfinite(a) && a == b, "%s: %g after failed captures, %g eager", keys[i], a, b);
-  }
+  same_epoch_metrics(m[0], m[1], 1, "after failed captures", "eager");
   run_free(&r0);
   run_free(&r1);
   for (int i = 0; i < 2; i++) free(m[i]);

@@ -403,6 +403,71 @@ START_TEST(conv_run_needs_its_workspace) {
 }
 END_TEST
 
+/* ---- small GEMMs on one thread (oneDNN) ----------------------------------- */
+
+#ifdef GEMM_DNNL
+static void serial_for(void *ctx, void (*fn)(void *, int64_t), void *arg, int64_t n) {
+  (void)ctx;
+  for (int64_t i = 0; i < n; i++) fn(arg, i);
+}
+
+/* run() as a rank lent `count` threads runs it (module.c applies the count). */
+static void k_run_on(const bp_abi_kernel *k, const ops_call *c, int count) {
+  const bp_abi_threads th = {sizeof th, count, NULL, serial_for};
+  ops_args a;
+  ops_args_make(&a, c, 1);
+  a.args.threads = &th;
+  const uint64_t need = k->workspace_size ? k->workspace_size(k->user, &a.args) : 0;
+  void *ws = need ? malloc((size_t)need) : NULL;
+  if (need) ck_assert_ptr_nonnull(ws);
+  a.args.workspace = ws, a.args.workspace_bytes = need;
+  const int rc = k->run(k->user, &a.args);
+  free(ws);
+  if (rc != BP_ABI_OK) ck_abort_msg("%s/%s on %d threads returned %d", c->op, k->impl, count, rc);
+}
+
+/* The MLP's last layer (784-512-512-10) at batch 128 and 64: every GEMM is
+ * under BLAS_ONE_THREAD_MACS (ops/blas/blas-impl.h), so it runs on one
+ * thread whatever the rank's count and gives the same bits on one, two and
+ * three threads. (dnnl_sgemm itself rounds the forward's m n k = 128 10 512,
+ * N/T, differently on two threads than on one.) No workspace: with O = 10
+ * the padded copies do not pay (BLAS_PAD_MIN_EXTENT), though x's rows are
+ * 2 KiB apart. */
+START_TEST(small_gemms_get_the_same_bits_on_any_thread_count) {
+  enum { F = 512, O = 10, COUNTS = 3 };
+  for (int n = 64; n <= 128; n += 64) {
+    uint64_t rng = 31 + (uint64_t)n;
+    tt x = tt_new(BP_ABI_DTYPE_FP32, n, 1, 1, F, 0), w = tt_new(BP_ABI_DTYPE_FP32, O, 1, 1, F, 0);
+    tt b = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, O, 0), dy = tt_new(BP_ABI_DTYPE_FP32, n, 1, 1, O, 0);
+    tt_rand(&x, &rng, -1.0, 1.0), tt_rand(&w, &rng, -1.0, 1.0), tt_rand(&b, &rng, -1.0, 1.0);
+    tt_rand(&dy, &rng, -1.0, 1.0);
+    const bp_fc_attrs a = {1, 0};
+    tt y[COUNTS], dx[COUNTS], dw[COUNTS], db[COUNTS];
+    for (int t = 0; t < COUNTS; t++) {
+      y[t] = tt_new(BP_ABI_DTYPE_FP32, n, 1, 1, O, 0), dx[t] = tt_new(BP_ABI_DTYPE_FP32, n, 1, 1, F, 0);
+      dw[t] = tt_new(BP_ABI_DTYPE_FP32, O, 1, 1, F, 0), db[t] = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, O, 0);
+      const ops_call fwd = {"fc.fwd", {&x, &w, &b}, {&y[t]}, 3, 1, &a, sizeof a};
+      const ops_call bd = {"fc.bwd_data", {&dy, &w}, {&dx[t]}, 2, 1, &a, sizeof a};
+      const ops_call bf = {"fc.bwd_filter", {&x, &dy}, {&dw[t], &db[t]}, 2, 2, &a, sizeof a};
+      const ops_call *calls[3] = {&fwd, &bd, &bf};
+      for (int p = 0; p < 3; p++) {
+        const bp_abi_kernel *k = kernel_of(calls[p]->op, GEMM_IMPL);
+        ck_assert_uint_eq(k_workspace(k, calls[p]), 0);
+        k_run_on(k, calls[p], t + 1);
+      }
+    }
+    for (int t = 1; t < COUNTS; t++) {
+      ck_assert_msg(bitwise_equal(&y[t], &y[0]), "N %d: fc.fwd on %d threads", n, t + 1);
+      ck_assert_msg(bitwise_equal(&dx[t], &dx[0]), "N %d: fc.bwd_data on %d threads", n, t + 1);
+      ck_assert_msg(bitwise_equal(&dw[t], &dw[0]), "N %d: fc.bwd_filter on %d threads", n, t + 1);
+    }
+    for (int t = 0; t < COUNTS; t++) tt_free(&y[t]), tt_free(&dx[t]), tt_free(&dw[t]), tt_free(&db[t]);
+    tt_free(&x), tt_free(&w), tt_free(&b), tt_free(&dy);
+  }
+}
+END_TEST
+#endif
+
 START_TEST(blas_refuses_bad_args_like_the_reference) {
   tt x = tt_new(BP_ABI_DTYPE_FP32, 2, 5, 5, 4, 0), w = tt_new(BP_ABI_DTYPE_FP32, 6, 3, 3, 2, 0);
   tt b = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 1, 6, 0), y = tt_new(BP_ABI_DTYPE_FP32, 2, 5, 5, 6, 0);
@@ -651,6 +716,9 @@ int main(void) {
   tcase_add_test(tc, fc_refuses_padded_feature_maps);
   tcase_add_test(tc, conv_run_needs_its_workspace);
   tcase_add_test(tc, fc_pads_1k_leading_dimensions_with_the_same_bits);
+#ifdef GEMM_DNNL /* OpenBLAS threads by its own rule (blas-impl.h) */
+  tcase_add_test(tc, small_gemms_get_the_same_bits_on_any_thread_count);
+#endif
   tcase_add_test(tc, blas_refuses_bad_args_like_the_reference);
   tcase_add_test(tc, descriptors);
   tcase_add_test(tc, select_prefers_blas_and_pins_override);

@@ -20,79 +20,24 @@
 /* The reference module (ops_ref_util.c) and this one. */
 static bp_registry *both_modules(void) { return ops_registry_with(BP_OPS_ONEDNN_PATH); }
 
-/* One prepared node of a kernel: its args, workspace, state, generation. */
-typedef struct node {
-  const bp_abi_kernel *k;
-  ops_args a;
-  void *ws, *state;
-  uint64_t generation;
-  char reason[256];
-} node;
-
-/* threads: what the host lends (NULL: one thread). */
-static void node_open_on(node *n, const char *impl, const ops_call *c,
+/* A prepared node (ops_ref_util.h) of either module; threads: what the
+ * host lends (NULL: one thread). */
+static void node_open_on(ops_node *n, const char *impl, const ops_call *c,
                          const bp_abi_threads *threads) {
   both_modules();
-  memset(n, 0, sizeof *n);
-  n->k = ops_kernel_impl(c->op, impl);
-  ops_args_make(&n->a, c, 1);
-  n->a.args.threads = threads;
-  char why[256] = "";
-  ops_args s;
-  ops_args_make(&s, c, 0);
-  s.args.threads = threads;
-  ck_assert_msg(!n->k->supports || n->k->supports(n->k->user, &s.args, why, sizeof why),
-                "%s/%s refuses: %s", c->op, impl, why);
-  const uint64_t need = n->k->workspace_size ? n->k->workspace_size(n->k->user, &s.args) : 0;
-  if (need) {
-    ck_assert_int_eq(posix_memalign(&n->ws, 64, (size_t)need), 0);
-    n->a.args.workspace = n->ws, n->a.args.workspace_bytes = need;
-  }
-  n->generation = 1;
-  n->a.args.params_generation = &n->generation;
-  n->a.args.reason = n->reason, n->a.args.reason_size = sizeof n->reason;
-  if (n->k->prepare)
-    ck_assert_msg(n->k->prepare(n->k->user, &n->a.args, &n->state) == BP_ABI_OK, "%s",
-                  n->reason);
-  n->a.args.state = n->state;
+  ops_node_open(n, impl, c, threads);
 }
 
-static void node_open(node *n, const char *impl, const ops_call *c) {
+static void node_open(ops_node *n, const char *impl, const ops_call *c) {
   node_open_on(n, impl, c, NULL);
-}
-
-static void node_run(node *n) {
-  ck_assert_msg(n->k->run(n->k->user, &n->a.args) == BP_ABI_OK, "%s: %s", n->k->op, n->reason);
-}
-
-static void node_close(node *n) {
-  if (n->state && n->k->release) n->k->release(n->k->user, n->state);
-  free(n->ws);
 }
 
 /* One call of the reference kernel. */
 static void ref_run(const ops_call *c) {
-  node n;
+  ops_node n;
   node_open(&n, "reference", c);
-  node_run(&n);
-  node_close(&n);
-}
-
-/* max |a - b| / max(1, max |b|) over the logical elements. */
-static double rel_err(const tt *a, const tt *b) {
-  double d = 0, scale = 1;
-  for (int64_t i = 0; i < tt_count(a); i++) {
-    const double e = fabs((double)*tt_at(a, i) - *tt_at(b, i));
-    if (!(e <= d)) d = e;
-    if (fabs(*tt_at(b, i)) > scale) scale = fabs(*tt_at(b, i));
-  }
-  return d / scale;
-}
-
-static int same_bits(const tt *a, const tt *b) {
-  for (int64_t i = 0; i < tt_count(a); i++)
-    if (bits_of(*tt_at(a, i)) != bits_of(*tt_at(b, i))) return 0;
-  return 1;
+  ops_node_run(&n);
+  ops_node_close(&n);
 }
 
 /* A 3x3 pad-1 convolution of N=3, 9x8, C=8 -> K=16 (oneDNN's JIT serves
@@ -117,23 +62,23 @@ START_TEST(test_forward_reorders_its_filters_once_per_parameter_generation) {
   ops_call c = {"conv2d.fwd", {&x, &w, &b}, {&y}, 3, 1, &at, sizeof at};
   ops_call cr = c;
   cr.out[0] = &yr;
-  node n;
+  ops_node n;
   node_open(&n, "onednn", &c);
-  node_run(&n);
+  ops_node_run(&n);
   ref_run(&cr);
-  ck_assert_double_lt(rel_err(&y, &yr), 1e-5);
+  ck_assert_double_lt(ops_rel_err(&y, &yr), 1e-5);
   tt_copy(&y1, &y);
   /* new filters, same generation: the reordered copy is still what runs */
   tt_rand(&w, &rng, -1, 1);
-  node_run(&n);
-  ck_assert_msg(same_bits(&y, &y1), "the filters were reordered without a new generation");
+  ops_node_run(&n);
+  ck_assert_msg(ops_same_bits(&y, &y1), "the filters were reordered without a new generation");
   /* the host announces the change: the new filters run */
   n.generation++;
-  node_run(&n);
+  ops_node_run(&n);
   ref_run(&cr);
-  ck_assert_double_lt(rel_err(&y, &yr), 1e-5);
-  ck_assert_msg(!same_bits(&y, &y1), "the new generation's filters did not run");
-  node_close(&n);
+  ck_assert_double_lt(ops_rel_err(&y, &yr), 1e-5);
+  ck_assert_msg(!ops_same_bits(&y, &y1), "the new generation's filters did not run");
+  ops_node_close(&n);
   tt_free(&x), tt_free(&w), tt_free(&b), tt_free(&y), tt_free(&yr), tt_free(&y1);
 }
 END_TEST
@@ -145,7 +90,7 @@ static void check_added(const tt *out, const tt *start, const tt *once, int runs
                    out->d.shape[3], 0);
   for (int64_t i = 0; i < tt_count(out); i++)
     *tt_at(&want, i) = *tt_at(start, i) + (float)runs * *tt_at(once, i);
-  ck_assert_double_lt(rel_err(out, &want), 1e-5);
+  ck_assert_double_lt(ops_rel_err(out, &want), 1e-5);
   tt_free(&want);
 }
 
@@ -169,16 +114,16 @@ START_TEST(test_backward_kernels_add_into_their_outputs_run_after_run) {
   ref_run(&rd), ref_run(&rf);
   ops_call cd = {"conv2d.bwd_data", {&dy, &w}, {&dx}, 2, 1, &acc, sizeof acc};
   ops_call cf = {"conv2d.bwd_filter", {&x, &dy}, {&dw, &db}, 2, 2, &acc, sizeof acc};
-  node nd, nf;
+  ops_node nd, nf;
   node_open(&nd, "onednn", &cd), node_open(&nf, "onednn", &cf);
   for (int runs = 1; runs <= 3; runs++) {
-    node_run(&nd), node_run(&nf);
+    ops_node_run(&nd), ops_node_run(&nf);
     nd.generation++, nf.generation++;
     check_added(&dx, &dx0, &dxr, runs);
     check_added(&dw, &dw0, &dwr, runs);
     check_added(&db, &db0, &dbr, runs);
   }
-  node_close(&nd), node_close(&nf);
+  ops_node_close(&nd), ops_node_close(&nf);
   tt *all[] = {&x, &w, &dy, &dx, &dx0, &dxr, &dw, &dw0, &dwr, &db, &db0, &dbr};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
 }
@@ -202,10 +147,10 @@ static void serial_for(void *ctx, void (*fn)(void *, int64_t), void *arg, int64_
 
 /* One node of `c` on onednn with `threads`, run `runs` times. */
 static void odd_run(const ops_call *c, const bp_abi_threads *threads, int runs) {
-  node n;
+  ops_node n;
   node_open_on(&n, "onednn", c, threads);
-  for (int r = 0; r < runs; r++) node_run(&n);
-  node_close(&n);
+  for (int r = 0; r < runs; r++) ops_node_run(&n);
+  ops_node_close(&n);
 }
 
 /* Every pass of shape p on one to three threads against the reference. */
@@ -245,7 +190,7 @@ static void odd_check(const odd_shape *p, uint64_t *seed) {
     for (int t = 0; t < 3; t++) {
       ops_call cf = {"conv2d.fwd", {&x, &w, &b}, {&y}, 3, 1, &over, sizeof over};
       odd_run(&cf, thread_counts[t], 2);
-      ck_assert_msg(rel_err(&y, &yr) < 1e-5, "C,K %lld, %d threads: forward", i, t + 1);
+      ck_assert_msg(ops_rel_err(&y, &yr) < 1e-5, "C,K %lld, %d threads: forward", i, t + 1);
       for (int accumulate = 0; accumulate < 2; accumulate++) {
         const bp_conv2d_attrs *at = accumulate ? &acc : &over;
         const int runs = accumulate ? 2 : 1;
@@ -254,7 +199,7 @@ static void odd_check(const odd_shape *p, uint64_t *seed) {
         ops_call cb = {"conv2d.bwd_filter", {&x, &dy}, {&dw, &db}, 2, 2, at, sizeof *at};
         odd_run(&cd, thread_counts[t], runs);
         if (accumulate) check_added(&dx, &dx0, &dxr, runs);
-        else ck_assert_msg(rel_err(&dx, &dxr) < 1e-5, "C,K %lld, %d threads: dx", i, t + 1);
+        else ck_assert_msg(ops_rel_err(&dx, &dxr) < 1e-5, "C,K %lld, %d threads: dx", i, t + 1);
         if (strided_1x1) { /* the direct kernel serves it; without AVX2 it is refused */
           ops_args r;
           ops_args_make(&r, &cb, 0);
@@ -271,8 +216,8 @@ static void odd_check(const odd_shape *p, uint64_t *seed) {
           check_added(&dw, &dw0, &dwr, runs);
           check_added(&db, &db0, &dbr, runs);
         } else {
-          ck_assert_msg(rel_err(&dw, &dwr) < 1e-5, "C,K %lld, %d threads: dw", i, t + 1);
-          ck_assert_msg(rel_err(&db, &dbr) < 1e-5, "C,K %lld, %d threads: db", i, t + 1);
+          ck_assert_msg(ops_rel_err(&dw, &dwr) < 1e-5, "C,K %lld, %d threads: dw", i, t + 1);
+          ck_assert_msg(ops_rel_err(&db, &dbr) < 1e-5, "C,K %lld, %d threads: db", i, t + 1);
         }
       }
     }
@@ -381,23 +326,23 @@ START_TEST(test_direct_backward_filter_matches_the_reference_with_the_bits_of_on
         tt_copy(&dw[t], &dw0), tt_copy(&db[t], &db0);
         const bp_conv2d_attrs *at = accumulate ? &acc : &over;
         ops_call cb = {"conv2d.bwd_filter", {&x, &dy}, {&dw[t], &db[t]}, 2, outs, at, sizeof *at};
-        node n;
+        ops_node n;
         node_open_on(&n, "onednn", &cb, thread_counts[t]);
         ck_assert_msg(n.a.args.workspace_bytes > 0, "shape %zu: not on the direct kernel", si);
-        node_run(&n);
-        if (accumulate) node_run(&n);
-        node_close(&n);
+        ops_node_run(&n);
+        if (accumulate) ops_node_run(&n);
+        ops_node_close(&n);
         if (accumulate) {
           check_added(&dw[t], &dw0, &dwr, 2);
           if (a->has_bias) check_added(&db[t], &db0, &dbr, 2);
         } else {
-          ck_assert_msg(rel_err(&dw[t], &dwr) < 1e-5, "shape %zu, threads %d: dw", si, t);
-          ck_assert_msg(!a->has_bias || rel_err(&db[t], &dbr) < 1e-5, "shape %zu, threads %d: db",
-                        si, t);
+          ck_assert_msg(ops_rel_err(&dw[t], &dwr) < 1e-5, "shape %zu, threads %d: dw", si, t);
+          ck_assert_msg(!a->has_bias || ops_rel_err(&db[t], &dbr) < 1e-5,
+                        "shape %zu, threads %d: db", si, t);
         }
         if (t > 0) {
-          ck_assert_msg(same_bits(&dw[t], &dw[0]), "shape %zu, threads %d: dw bits", si, t);
-          ck_assert_msg(same_bits(&db[t], &db[0]), "shape %zu, threads %d: db bits", si, t);
+          ck_assert_msg(ops_same_bits(&dw[t], &dw[0]), "shape %zu, threads %d: dw bits", si, t);
+          ck_assert_msg(ops_same_bits(&db[t], &db[0]), "shape %zu, threads %d: db bits", si, t);
         }
         if (t == 2)
           for (int j = 0; j < 3; j++) tt_free(&dw[j]), tt_free(&db[j]);
@@ -436,13 +381,13 @@ static void *work_run(void *arg) {
   ops_call cf = {"conv2d.fwd", {&r->x, &r->w, &r->b}, {&r->y}, 3, 1, &r->at, sizeof r->at};
   ops_call cb = {"conv2d.bwd_filter", {&r->x, &r->dy}, {&r->dw, &r->db}, 2, 2, &r->at,
                  sizeof r->at};
-  node nf, nb;
+  ops_node nf, nb;
   node_open(&nf, "onednn", &cf), node_open(&nb, "onednn", &cb);
   for (int rep = 0; rep < 20; rep++) {
-    node_run(&nf), node_run(&nb);
+    ops_node_run(&nf), ops_node_run(&nb);
     nf.generation++;
   }
-  node_close(&nf), node_close(&nb);
+  ops_node_close(&nf), ops_node_close(&nb);
   return NULL;
 }
 
@@ -455,9 +400,9 @@ START_TEST(test_two_threads_running_their_own_nodes_get_the_bits_of_one) {
   for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, work_run, &together[i]), 0);
   for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
   for (int i = 0; i < 2; i++) {
-    ck_assert(same_bits(&alone[i].y, &together[i].y));
-    ck_assert(same_bits(&alone[i].dw, &together[i].dw));
-    ck_assert(same_bits(&alone[i].db, &together[i].db));
+    ck_assert(ops_same_bits(&alone[i].y, &together[i].y));
+    ck_assert(ops_same_bits(&alone[i].dw, &together[i].dw));
+    ck_assert(ops_same_bits(&alone[i].db, &together[i].db));
     work_free(&alone[i]), work_free(&together[i]);
   }
 }

@@ -22,69 +22,21 @@
 
 static bp_registry *both_modules(void) { return ops_registry_with(BP_OPS_WINOGRAD_PATH); }
 
-/* One prepared node of a kernel: its args, state and reason. */
-typedef struct node {
-  const bp_abi_kernel *k;
-  ops_args a;
-  void *state;
-  uint64_t generation;
-  char reason[256];
-} node;
-
-static void node_open(node *n, const char *impl, const ops_call *c, const bp_abi_threads *threads) {
+/* A prepared node (ops_ref_util.h) of either module; neither wants a
+ * workspace for these convolutions. */
+static void node_open(ops_node *n, const char *impl, const ops_call *c,
+                      const bp_abi_threads *threads) {
   both_modules();
-  memset(n, 0, sizeof *n);
-  n->k = ops_kernel_impl(c->op, impl);
-  ops_args_make(&n->a, c, 1);
-  n->a.args.threads = threads;
-  char why[256] = "";
-  ops_args s;
-  ops_args_make(&s, c, 0);
-  ck_assert_msg(!n->k->supports || n->k->supports(n->k->user, &s.args, why, sizeof why),
-                "%s/%s refuses: %s", c->op, impl, why);
-  ck_assert_msg(!n->k->workspace_size || n->k->workspace_size(n->k->user, &s.args) == 0,
-                "%s/%s wants a workspace", c->op, impl);
-  n->generation = 1;
-  n->a.args.params_generation = &n->generation;
-  n->a.args.reason = n->reason, n->a.args.reason_size = sizeof n->reason;
-  if (n->k->prepare)
-    ck_assert_msg(n->k->prepare(n->k->user, &n->a.args, &n->state) == BP_ABI_OK, "%s",
-                  n->reason);
-  n->a.args.state = n->state;
-}
-
-static void node_run(node *n) {
-  ck_assert_msg(n->k->run(n->k->user, &n->a.args) == BP_ABI_OK, "%s/%s: %s", n->k->op, n->k->impl,
-                n->reason);
-}
-
-static void node_close(node *n) {
-  if (n->state && n->k->release) n->k->release(n->k->user, n->state);
+  ops_node_open(n, impl, c, threads);
+  ck_assert_msg(!n->ws, "%s/%s wants a workspace", c->op, impl);
 }
 
 /* One call of kernel `impl` on `threads` (NULL: one thread). */
 static void run_once(const char *impl, const ops_call *c, const bp_abi_threads *threads) {
-  node n;
+  ops_node n;
   node_open(&n, impl, c, threads);
-  node_run(&n);
-  node_close(&n);
-}
-
-/* max |a - b| / max(1, max |b|) over the logical elements. */
-static double rel_err(const tt *a, const tt *b) {
-  double d = 0, scale = 1;
-  for (int64_t i = 0; i < tt_count(a); i++) {
-    const double e = fabs((double)*tt_at(a, i) - *tt_at(b, i));
-    if (!(e <= d)) d = e;
-    if (fabs(*tt_at(b, i)) > scale) scale = fabs(*tt_at(b, i));
-  }
-  return d / scale;
-}
-
-static int same_bits(const tt *a, const tt *b) {
-  for (int64_t i = 0; i < tt_count(a); i++)
-    if (bits_of(*tt_at(a, i)) != bits_of(*tt_at(b, i))) return 0;
-  return 1;
+  ops_node_run(&n);
+  ops_node_close(&n);
 }
 
 static bp_conv2d_attrs attrs_of(int has_bias, int accumulate) {
@@ -108,6 +60,16 @@ static const shape shapes[] = {
     {1, 8, 8, 64, 64, 5},   /* whole tiles only, padded */
 };
 
+/* The call on winograd (on `threads`) into its own output and on the
+ * reference into ref: their relative error. */
+static double pass_err(const ops_call *c, tt *ref, const bp_abi_threads *threads) {
+  ops_call cr = *c;
+  cr.out[0] = ref;
+  run_once("winograd", c, threads);
+  run_once("reference", &cr, NULL);
+  return ops_rel_err(c->out[0], ref);
+}
+
 /* Every pass of shape p against the reference, on `threads`. */
 static void check_shape(const shape *p, uint64_t seed, const bp_abi_threads *threads) {
   uint64_t rng = seed;
@@ -127,39 +89,25 @@ static void check_shape(const shape *p, uint64_t seed, const bp_abi_threads *thr
   for (int has_bias = 0; has_bias < 2; has_bias++) {
     const bp_conv2d_attrs at = attrs_of(has_bias, 0);
     ops_call c = {"conv2d.fwd", {&x, &w, &b}, {&y}, 2 + has_bias, 1, &at, sizeof at};
-    run_once("winograd", &c, threads);
-    c.out[0] = &yr;
-    run_once("reference", &c, NULL);
-    const double e = rel_err(&y, &yr);
+    const double e = pass_err(&c, &yr, threads);
     ck_assert_msg(e <= WINO_TOL, "%lld %lldx%lld bias %d: forward error %g", id,
                   (long long)p->h, (long long)p->w, has_bias, e);
     ck_assert(tt_padding_intact(&y));
   }
-  for (int acc = 0; acc < 2; acc++) {
-    const bp_conv2d_attrs at = attrs_of(0, acc);
-    tt_rand(&dx, &rng, -1, 1);
-    tt_copy(&dxr, &dx);
-    ops_call c = {"conv2d.bwd_data", {&dy, &w}, {&dx}, 2, 1, &at, sizeof at};
-    run_once("winograd", &c, threads);
-    c.out[0] = &dxr;
-    run_once("reference", &c, NULL);
-    const double e = rel_err(&dx, &dxr);
-    ck_assert_msg(e <= WINO_TOL, "%lld %lldx%lld accumulate %d: backward-data error %g", id,
-                  (long long)p->h, (long long)p->w, acc, e);
-    ck_assert(tt_padding_intact(&dx));
-  }
-  for (int acc = 0; acc < 2; acc++) {
-    const bp_conv2d_attrs at = attrs_of(0, acc);
-    tt_rand(&dw, &rng, -1, 1);
-    tt_copy(&dwr, &dw);
-    ops_call c = {"conv2d.bwd_filter", {&x, &dy}, {&dw}, 2, 1, &at, sizeof at};
-    run_once("winograd", &c, threads);
-    c.out[0] = &dwr;
-    run_once("reference", &c, NULL);
-    const double e = rel_err(&dw, &dwr);
-    ck_assert_msg(e <= WINO_TOL, "%lld %lldx%lld accumulate %d: backward-filter error %g", id,
-                  (long long)p->h, (long long)p->w, acc, e);
-  }
+  /* backward-data, then backward-filter; each overwriting, then adding */
+  for (int filter = 0; filter < 2; filter++)
+    for (int acc = 0; acc < 2; acc++) {
+      const bp_conv2d_attrs at = attrs_of(0, acc);
+      tt *out = filter ? &dw : &dx, *ref = filter ? &dwr : &dxr;
+      tt_rand(out, &rng, -1, 1);
+      tt_copy(ref, out);
+      ops_call c = {filter ? "conv2d.bwd_filter" : "conv2d.bwd_data",
+                    {filter ? &x : &dy, filter ? &dy : &w}, {out}, 2, 1, &at, sizeof at};
+      const double e = pass_err(&c, ref, threads);
+      ck_assert_msg(e <= WINO_TOL, "%lld %lldx%lld accumulate %d: backward-%s error %g", id,
+                    (long long)p->h, (long long)p->w, acc, filter ? "filter" : "data", e);
+      if (!filter) ck_assert(tt_padding_intact(out));
+    }
   tt_free(&x), tt_free(&w), tt_free(&b), tt_free(&y), tt_free(&yr);
   tt_free(&dy), tt_free(&dx), tt_free(&dxr), tt_free(&dw), tt_free(&dwr);
 }
@@ -194,7 +142,7 @@ START_TEST(test_one_thread_and_two_give_the_same_bits) {
   run_once("winograd", &f, NULL);
   f.out[0] = &y2;
   run_once("winograd", &f, bp_threads_abi(pool));
-  ck_assert(same_bits(&y1, &y2));
+  ck_assert(ops_same_bits(&y1, &y2));
   /* backward-data from y (as dy), accumulating into equal starts */
   tt_rand(&dx1, &rng, -1, 1);
   tt_copy(&dx2, &dx1);
@@ -202,7 +150,7 @@ START_TEST(test_one_thread_and_two_give_the_same_bits) {
   run_once("winograd", &d, NULL);
   d.out[0] = &dx2;
   run_once("winograd", &d, bp_threads_abi(pool));
-  ck_assert(same_bits(&dx1, &dx2));
+  ck_assert(ops_same_bits(&dx1, &dx2));
   /* backward-filter: 16 images, 256 tiles in eight groups, each summed
    * on its own, then added in group order */
   tt xg = tt_new(F32, 16, 14, 14, 32, 0), dyg = tt_new(F32, 16, 14, 14, 48, 0);
@@ -213,7 +161,7 @@ START_TEST(test_one_thread_and_two_give_the_same_bits) {
   run_once("winograd", &g, NULL);
   g.out[0] = &dw2;
   run_once("winograd", &g, bp_threads_abi(pool));
-  ck_assert(same_bits(&dw1, &dw2));
+  ck_assert(ops_same_bits(&dw1, &dw2));
   tt_free(&xg), tt_free(&dyg), tt_free(&dw1), tt_free(&dw2);
   tt_free(&x), tt_free(&w), tt_free(&b), tt_free(&y1), tt_free(&y2), tt_free(&dx1), tt_free(&dx2);
   bp_threads_destroy(pool);
@@ -229,21 +177,21 @@ START_TEST(test_a_prepared_node_follows_new_filters_run_after_run) {
   ops_call c = {"conv2d.fwd", {&x, &w}, {&y}, 2, 1, &at, sizeof at};
   ops_call cr = c;
   cr.out[0] = &yr;
-  node n;
+  ops_node n;
   node_open(&n, "winograd", &c, NULL);
   for (int r = 0; r < 3; r++) {
     tt_rand(&w, &rng, -1, 1);
     n.generation++;
-    node_run(&n);
+    ops_node_run(&n);
     run_once("reference", &cr, NULL);
-    ck_assert_msg(rel_err(&y, &yr) <= WINO_TOL, "run %d: error %g", r, rel_err(&y, &yr));
+    ck_assert_msg(ops_rel_err(&y, &yr) <= WINO_TOL, "run %d: error %g", r, ops_rel_err(&y, &yr));
   }
-  node_close(&n);
+  ops_node_close(&n);
   /* a call without a prepared state makes its own: the same bits */
   ops_call c2 = c;
   c2.out[0] = &yr;
   ck_assert_int_eq(ops_kernel_run(n.k, &c2, NULL, 0), BP_ABI_OK);
-  ck_assert(same_bits(&y, &yr));
+  ck_assert(ops_same_bits(&y, &yr));
   tt_free(&x), tt_free(&w), tt_free(&y), tt_free(&yr);
 }
 END_TEST

@@ -12,7 +12,6 @@
  * backward is measured; the fake capture refuses an unjoined stream
  * as CUDA does and replays the streams it was captured with. */
 #include <check.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,38 +41,11 @@ static bp_registry *registry(void) {
   return reg;
 }
 
-typedef struct run_opts {
-  const char *device;
-  int ranks, amp, adamw, no_graph, streams;
-  int64_t epochs, stop_after;
-  const char *checkpoint, *metrics;
-} run_opts;
-
+/* On the guarded device's registry. */
 static bp_trainer *make(const char *model, const char *data, const run_opts *r) {
-  bp_train_options o;
-  bp_train_options_init(&o);
+  run_opts o = *r;
   o.registry = registry();
-  o.device = r->device;
-  o.ranks = r->ranks;
-  o.amp = r->amp ? 1 : -1;
-  o.no_graph = r->no_graph;
-  o.streams = r->streams;
-  o.data_dir = data;
-  o.epochs = r->epochs ? r->epochs : 2;
-  o.batch = 8; /* 100 images: 12 full steps and a short one */
-  o.eval_batch = 8;
-  o.train_limit = 100;
-  o.test_limit = 30;
-  o.seed = 5;
-  o.schedule = BP_LR_COSINE;
-  if (r->adamw) o.optimizer = BP_OPT_ADAMW;
-  o.stop_after_steps = r->stop_after;
-  o.checkpoint_path = r->checkpoint;
-  o.metrics_path = r->metrics;
-  bp_trainer *t = NULL;
-  bp_status st = bp_trainer_create_from_file(model, &o, &t);
-  ck_assert_msg(st == BP_OK, "create on %s: %s", r->device, bp_last_error());
-  return t;
+  return make_trainer(model, data, &o);
 }
 
 /* The trainer's streams are made at create: the adversary is chosen then. */
@@ -86,20 +58,6 @@ static bp_trainer *make_scheduled(const char *schedule, const char *model, const
   bp_trainer *t = make(model, data, r);
   unsetenv("GUARD_SCHEDULE");
   return t;
-}
-
-static void same_reports(const reports *a, const reports *b) {
-  ck_assert_int_eq(a->n, b->n);
-  for (int i = 0; i < a->n; i++) {
-    ck_assert_int_eq(a->r[i].samples, b->r[i].samples);
-    ck_assert_msg(a->r[i].train_loss == b->r[i].train_loss, "epoch %d: train loss %.9g vs %.9g",
-                  i + 1, a->r[i].train_loss, b->r[i].train_loss);
-    ck_assert(isfinite(a->r[i].train_loss));
-    ck_assert(a->r[i].train_accuracy == b->r[i].train_accuracy);
-    ck_assert(a->r[i].test_loss == b->r[i].test_loss ||
-              (isnan(a->r[i].test_loss) && isnan(b->r[i].test_loss)));
-    ck_assert(a->r[i].loss_scale == b->r[i].loss_scale);
-  }
 }
 
 /* The shipped models/cnn.yaml beside models/mlp.yaml. */

@@ -270,11 +270,15 @@ static bp_status predictor_open(const predict_args *a, predictor *p) {
   if (a->optimizer && bp_optimizer_from_name(a->optimizer, &s->optimizer) != 0)
     return bp_fail(BP_ERR_INVALID, "--optimizer '%s' is not sgd, adamw or lars", a->optimizer);
 
+  const char *pins = a->pins ? a->pins : getenv("BP_KERNELS");
   bp_compile_options co = bp_compile_options_from_model(m);
   co.batch = s->batch;
   co.eval_batch = s->eval_batch;
   co.train_size = s->train_size;
   co.eval_size = s->eval_batch > 1 ? s->eval_batch + 1 : 0; /* "eval_last" of 1 image */
+  char why[160]; /* batchnorm + relu fused where the kernels are, as in training */
+  co.fuse_bn_relu =
+      co.fuse_bn_relu && bp_fuse_bn_relu_allowed(p->registry, "cpu", pins, why, sizeof why);
   if ((st = bp_model_compile(m, &co, &p->plan)) != BP_OK) return st;
   p->variant = bp_plan_find_variant(p->plan, s->eval_batch > 1 ? "eval_last" : "eval");
   if (p->variant < 0 || bp_plan_variant(p->plan, p->variant)->batch != 1)
@@ -292,7 +296,6 @@ static bp_status predictor_open(const predict_args *a, predictor *p) {
    * (measured: bench/RESULTS.md, issue 14) */
   const int threads = a->threads ? (int)(a->threads < 1024 ? a->threads : 1024) : 1;
   if ((st = bp_threads_create(threads, &p->threads)) != BP_OK) return st;
-  const char *pins = a->pins ? a->pins : getenv("BP_KERNELS");
   bp_exec_options eo = {.device = "cpu",
                         .pins = pins && *pins ? pins : NULL,
                         .rank = 0,

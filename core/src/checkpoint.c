@@ -1,17 +1,17 @@
 /* Checkpoints: the file format, an atomic save and a load that validates the
  * whole file before it changes one byte of the arena.
  *
- * File format, version 2 (also docs/checkpoint-format.md). Every integer is
+ * File format, version 3 (also docs/checkpoint-format.md). Every integer is
  * little-endian and fixed-width, whatever the host; the double is stored as
  * its IEEE-754 binary64 bits in a u64.
  *
  *   offset  bytes  field
  *        0      6  magic "BPCKPT"
- *        6      2  u16 format version (2)
+ *        6      2  u16 format version (3)
  *        8      4  u32 header bytes (384)
  *       12      4  u32 section count (2)
  *       16      8  u64 plan hash (bp_plan_hash)
- *       24      8  u64 plan total bytes (bp_plan_total_bytes)
+ *       24      8  u64 plan total bytes (bp_plan_total_bytes; for people, not checked)
  *       32      8  u64 data bytes (sum of the sections' bytes)
  *       40      8  u64 file bytes (this whole file)
  *       48      8  u64 seed            \
@@ -24,33 +24,34 @@
  *                  (an optional note, then a summary of the plan)
  *      352      8  u64 optimizer_steps  \ bp_train_state, AMP only (0 without):
  *      360      8  u64 skipped_steps    / bytes that were reserved (zero) before
- *      368     12  reserved, written as zero, ignored by version-1 and -2 readers
+ *      368     12  reserved, written as zero, ignored on reading
  *      380      4  u32 CRC-32 of bytes 0..379 (the header CRC)
  *      384   48*S  section table, S entries, in file order:
  *                    16  first region name, NUL-padded ("B")
  *                    16  last region name, NUL-padded ("E_CONV_DEEP")
- *                     8  u64 offset of the span in the arena
+ *                     8  u64 offset of the span in the writer's arena (for
+ *                        people: a reader puts the bytes at its own plan's)
  *                     8  u64 bytes of the span (0 is allowed and listed)
  *        D      .  data: each section's bytes, in table order, as in the arena
  *        .      4  u32 CRC-32 (zlib's crc32) of every byte before it except
  *                  the header CRC (bytes 380..383)
  *        .      8  end marker "BPCKEND\n"
  *
- * Version 2 binds the header to the body. In version 1 the final CRC also
- * covered the header CRC, and the CRC-32 of any message followed by its own
- * CRC is one constant: every valid header left the same state behind, so a
- * header spliced onto another file's body passed. Leaving the header CRC
- * out makes the final CRC depend on every header field. Version-1 files are
- * still read, by their own rule (they cannot detect such a splice).
+ * The final CRC leaves the header CRC out: the CRC-32 of any message
+ * followed by its own CRC is one constant, so covering it (as version 1 did)
+ * let a header spliced onto another file's body pass. Leaving it out makes
+ * the final CRC depend on every header field.
  *
- * Version 2 (as 1) has two sections: B..E_CONV_DEEP (BN statistics, master weights,
- * EMA) and M_BN_BIAS..N (moments, LARS norms). A file is
+ * Two sections (checkpoint-impl.h): B..E_CONV_DEEP (BN statistics, master
+ * weights, EMA) and M_BN_BIAS..N (moments, LARS norms). A file is
  * 384 + 2*48 + data + 12 bytes.
  *
  * Versioning: bytes 0..7 (magic and version) keep their meaning in every
- * version. A reader refuses a version newer than its own with a message that
- * says so, and reads every older version it knows. Anything after byte 7 may
- * change with the version number.
+ * version. A reader refuses a version newer than its own, and one older
+ * than it reads, with a message that says so. Version 3 changed what the
+ * plan hash covers (the state spans' layout only, plan_hash.c), so a
+ * version-1 or -2 file, whose hash this build no longer computes, is
+ * refused. Anything after byte 7 may change with the version number.
  *
  * Validation order on load: magic -> version -> header length -> header CRC
  * -> header consistency and counters (loss scale finite and > 0, epoch and
@@ -78,6 +79,7 @@
 #include "blueprint/outfile.h"
 #include "blueprint/train.h" /* BP_TRAIN_MAX_*: the counters' ranges */
 #include "bp_abi_sdk.h"
+#include "checkpoint-impl.h"
 
 #define MAGIC "BPCKPT"
 #define MAGIC_BYTES 6
@@ -100,13 +102,14 @@ _Static_assert(TEXT_AT + BP_CHECKPOINT_TEXT_MAX <= AMP_STEPS_AT, "text overlaps 
 _Static_assert(AMP_STEPS_AT + 16 <= HEADER_CRC_AT, "the AMP steps overlap the CRC");
 _Static_assert(sizeof(double) == 8, "loss_scale is stored as 64 IEEE bits");
 
-/* The state spans, in file order. Each holds exactly the state regions: the
- * regions just outside them are recomputed (A, the FP16 copies, follows E;
- * R precedes M; I_A follows N). */
-static const bp_region section_regions[SECTION_COUNT][2] = {
+/* The state spans, in file order (checkpoint-impl.h). Each holds exactly
+ * the state regions: the regions just outside them are recomputed (A, the
+ * FP16 copies, follows E; R precedes M; I_A follows N). */
+const bp_region bp_checkpoint_sections[BP_CHECKPOINT_SECTIONS][2] = {
     {BP_REGION_B, BP_REGION_E_CONV_DEEP},
     {BP_REGION_M_BN_BIAS, BP_REGION_N},
 };
+_Static_assert(SECTION_COUNT == BP_CHECKPOINT_SECTIONS, "one table of state spans");
 _Static_assert(BP_REGION_B == 0, "the first state span starts the arena");
 _Static_assert(BP_REGION_E_CONV_DEEP + 1 == BP_REGION_A_BN_BIAS,
                "the first state span ends where the FP16 copies begin");
@@ -180,8 +183,8 @@ typedef struct layout {
 static bp_status plan_layout(const bp_plan *plan, layout *out) {
   uint64_t data = 0;
   for (int s = 0; s < SECTION_COUNT; s++) {
-    bp_status st =
-        bp_plan_resolve(plan, section_regions[s][0], section_regions[s][1], &out->span[s]);
+    bp_status st = bp_plan_resolve(plan, bp_checkpoint_sections[s][0],
+                                   bp_checkpoint_sections[s][1], &out->span[s]);
     if (st != BP_OK) return st;
     data += out->span[s].bytes; /* spans lie inside the plan: no overflow */
   }
@@ -202,7 +205,7 @@ static void encode_table(const layout *l, unsigned char out[TABLE_BYTES]) {
   for (int s = 0; s < SECTION_COUNT; s++) {
     unsigned char *e = out + s * SECTION_BYTES;
     for (int k = 0; k < 2; k++) {
-      const char *name = bp_region_get(section_regions[s][k])->name;
+      const char *name = bp_region_get(bp_checkpoint_sections[s][k])->name;
       size_t n = strlen(name);
       BP_ASSERT(n < REGION_NAME_BYTES); /* region names are short by construction */
       memcpy(e + k * REGION_NAME_BYTES, name, n);
@@ -210,6 +213,19 @@ static void encode_table(const layout *l, unsigned char out[TABLE_BYTES]) {
     put_u64(e + 32, l->span[s].offset);
     put_u64(e + 40, l->span[s].bytes);
   }
+}
+
+/* Whether a file's section table names this plan's spans with their
+ * sizes. The arena offsets are not compared: the bytes go to this plan's
+ * spans, wherever packing put the regions before them. */
+static int same_sections(const unsigned char table[TABLE_BYTES], const layout *l) {
+  unsigned char ours[TABLE_BYTES];
+  encode_table(l, ours);
+  for (int s = 0; s < SECTION_COUNT; s++) {
+    const unsigned char *a = table + s * SECTION_BYTES, *b = ours + s * SECTION_BYTES;
+    if (memcmp(a, b, 2 * REGION_NAME_BYTES) != 0 || memcmp(a + 40, b + 40, 8) != 0) return 0;
+  }
+  return 1;
 }
 
 /* ---- header ------------------------------------------------------------ */
@@ -244,7 +260,7 @@ static void encode_header(const header *h, unsigned char out[HEADER_BYTES]) {
   put_u32(out + HEADER_CRC_AT, crc_update(crc_start(), out, HEADER_CRC_AT));
 }
 
-/* Decodes bytes 8.. of a version-1 header (the caller checked the rest). */
+/* Decodes bytes 8.. of a header (the caller checked the rest). */
 static void decode_header(const unsigned char in[HEADER_BYTES], header *h) {
   h->version = get_u16(in + VERSION_AT);
   h->header_bytes = get_u32(in + 8);
@@ -596,6 +612,13 @@ static bp_status open_checked(const char *path, uint64_t expect_bytes, opened *o
     st = bp_fail(BP_ERR_PARSE, "checkpoint %s is corrupt (format version 0)", path);
     goto fail;
   }
+  if (version < BP_CHECKPOINT_FORMAT_VERSION) { /* an older plan hash (see the top) */
+    st = bp_fail(BP_ERR_UNSUPPORTED,
+                 "checkpoint %s has format version %u, older than this build reads (%d, whose "
+                 "plan hash covers the saved state only): load it with the build that wrote it",
+                 path, (unsigned)version, BP_CHECKPOINT_FORMAT_VERSION);
+    goto fail;
+  }
   if (got < HEADER_BYTES) {
     st = truncated(path, got, expect_bytes);
     goto fail;
@@ -644,8 +667,7 @@ fail:
 static bp_status read_body(const char *path, const opened *o, unsigned char table[TABLE_BYTES],
                            unsigned char *data) {
   const header *h = &o->h;
-  /* version 2 leaves the header CRC out (see the top); version 1 did not */
-  uint32_t crc = crc_update(crc_start(), o->raw, h->version >= 2 ? HEADER_CRC_AT : HEADER_BYTES);
+  uint32_t crc = crc_update(crc_start(), o->raw, HEADER_CRC_AT); /* not the header CRC */
   uint64_t pos = HEADER_BYTES, got = 0;
   int err;
   if ((err = read_full(o->fd, table, TABLE_BYTES, &got)) != 0) return read_error(path, err);
@@ -731,7 +753,8 @@ static bp_status check_finite(const char *path, const bp_plan *plan, const layou
   const int32_t count = bp_plan_tensor_count(plan);
   uint64_t base = 0; /* the span's first byte in staging */
   for (int s = 0; s < SECTION_COUNT; s++) {
-    for (int r = (int)section_regions[s][0]; r <= (int)section_regions[s][1]; r++) {
+    const int first = (int)bp_checkpoint_sections[s][0], last = (int)bp_checkpoint_sections[s][1];
+    for (int r = first; r <= last; r++) {
       for (int32_t id = 0; id < count; id++) {
         const bp_dtensor *t = bp_plan_tensor(plan, 0, id);
         if (!t || (int)t->region != r || t->dtype != BP_DTYPE_FP32) continue;
@@ -777,22 +800,18 @@ bp_status bp_checkpoint_load_access(const char *path, const bp_plan *plan,
 
   opened o;
   if ((st = open_checked(path, l.file_bytes, &o)) != BP_OK) return st;
-  if (o.h.plan_hash != hash || o.h.total_bytes != bp_plan_total_bytes(plan) ||
-      o.h.data_bytes != l.data_bytes) {
+  /* the plan's total size is not compared: feature packing (fusion,
+   * liveness reuse) may differ, the state spans' layout may not */
+  if (o.h.plan_hash != hash || o.h.data_bytes != l.data_bytes) {
     close(o.fd);
     char theirs[BP_CHECKPOINT_TEXT_MAX], ours[BP_CHECKPOINT_TEXT_MAX];
     memcpy(theirs, o.h.text, sizeof theirs);
     sanitize_text(theirs);
     build_text(plan, NULL, ours);
-    /* a file of a build before liveness packing, or of --no-reuse */
-    const int unpacked = bp_plan_is_packed(plan) && o.h.total_bytes == bp_plan_unpacked_bytes(plan);
     return bp_fail(BP_ERR_SHAPE,
                    "checkpoint %s was written for another plan (hash %016" PRIx64
-                   ", this plan %016" PRIx64 "); it holds: %s; this plan: %s%s",
-                   path, o.h.plan_hash, hash, theirs, ours,
-                   unpacked ? "; its size is this plan's without liveness reuse: load it with "
-                              "--no-reuse"
-                            : "");
+                   ", this plan %016" PRIx64 "); it holds: %s; this plan: %s",
+                   path, o.h.plan_hash, hash, theirs, ours);
   }
   /* Sized from the plan, never from the file (whose data_bytes equals it). */
   unsigned char *staging = malloc(l.data_bytes ? (size_t)l.data_bytes : 1);
@@ -801,17 +820,14 @@ bp_status bp_checkpoint_load_access(const char *path, const bp_plan *plan,
     return bp_fail(BP_ERR_NOMEM, "out of memory staging %" PRIu64 " bytes of checkpoint %s",
                    l.data_bytes, path);
   }
-  unsigned char table[TABLE_BYTES], ours[TABLE_BYTES];
+  unsigned char table[TABLE_BYTES];
   st = read_body(path, &o, table, staging);
   close(o.fd);
-  if (st == BP_OK) {
-    encode_table(&l, ours);
-    if (memcmp(table, ours, TABLE_BYTES) != 0)
-      st = bp_fail(BP_ERR_SHAPE,
-                   "checkpoint %s was written for another plan (its state sections differ "
-                   "from this plan's)",
-                   path);
-  }
+  if (st == BP_OK && !same_sections(table, &l))
+    st = bp_fail(BP_ERR_SHAPE,
+                 "checkpoint %s was written for another plan (its state sections differ from "
+                 "this plan's)",
+                 path);
   if (st == BP_OK) st = check_finite(path, plan, &l, staging);
   if (st != BP_OK) {
     free(staging);

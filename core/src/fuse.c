@@ -13,7 +13,7 @@ static const char *const unfused_ops[] = {"batchnorm.fwd_train", "batchnorm.fwd_
 
 int bp_fuse_bn_relu_default(void) {
   const char *e = getenv("BP_FUSE");
-  return e && e[0] && strcmp(e, "0") != 0;
+  return !(e && strcmp(e, "0") == 0);
 }
 
 /* The impl pinned for op on device, or NULL (a malformed list counts as

@@ -1,24 +1,31 @@
 /* bp_plan_hash: a 64-bit FNV-1a hash over a canonical serialization of what
- * a checkpoint depends on. No pointer, no padding byte and no host byte order
+ * a checkpoint stores and what its bytes depend on: the options, the batch
+ * its step counters count in, and the layout of the state spans
+ * (checkpoint-impl.h). No pointer, no padding byte and no host byte order
  * reaches the hash, so equal plans hash equally on every run and machine.
  *
  * The serialization (every integer little-endian, every string as a u32
  * length then its bytes, no NUL):
- *   string  "bp-plan-hash-v1"          (bumped if this list ever changes)
+ *   string  "bp-plan-hash-v2"          (bumped if this list ever changes)
  *   u32     amp (0 or 1), u32 ema (0 or 1)
  *   string  optimizer name ("sgd", "adamw", "lars")
- *   u64     total bytes of the plan
- *   u32     tensor count
- *   then for every tensor of variant 0, in id order:
+ *   i64     batch of variant 0 (the training batch of one rank)
+ *   u64     bytes of each state span, in file order
+ *   u32     count of the tensors that lie in a state span
+ *   then for each of them, in id order:
  *     string name, string region name ("W_FC_WEIGHT"), string dtype name
- *     ("fp32"), i64 n, h, w, c, i64 padded_c, u64 offset, u64 slot_bytes
- * Names rather than enum values keep the hash independent of how the enums
- * are numbered. Init rules and the other variants' shapes are left out: a
- * checkpoint's data does not depend on them (the slots already hold the max
- * over variants). */
+ *     ("fp32"), i64 n, h, w, c, i64 padded_c, u64 offset from the start of
+ *     its span, u64 slot_bytes
+ * Feature, gradient, input, scalar and temporary slots are left out, and so
+ * are the arena offsets of the spans: the saved bytes do not depend on them,
+ * so plans that pack features differently (fusion, liveness reuse or not)
+ * read each other's checkpoints. Names rather than enum values keep the hash
+ * independent of how the enums are numbered. Init rules and the other
+ * variants are left out: the saved bytes do not depend on them. */
 #include <string.h>
 
 #include "blueprint/checkpoint.h"
+#include "checkpoint-impl.h"
 
 #define FNV64_OFFSET 0xcbf29ce484222325ull
 #define FNV64_PRIME 0x100000001b3ull
@@ -50,19 +57,39 @@ static uint64_t fnv_str(uint64_t h, const char *s) {
   return fnv_bytes(h, s, len);
 }
 
+/* The state span that holds `region`, or -1. */
+static int section_of(bp_region region) {
+  for (int s = 0; s < BP_CHECKPOINT_SECTIONS; s++)
+    if (region >= bp_checkpoint_sections[s][0] && region <= bp_checkpoint_sections[s][1]) return s;
+  return -1;
+}
+
 uint64_t bp_plan_hash(const bp_plan *plan) {
   if (!plan) return 0;
   const bp_plan_options *o = bp_plan_get_options(plan);
   uint64_t h = FNV64_OFFSET;
-  h = fnv_str(h, "bp-plan-hash-v1");
+  h = fnv_str(h, "bp-plan-hash-v2");
   h = fnv_u32(h, o->amp != 0);
   h = fnv_u32(h, o->ema != 0);
   h = fnv_str(h, bp_optimizer_name(o->optimizer));
-  h = fnv_u64(h, bp_plan_total_bytes(plan));
-  int32_t count = bp_plan_variant_count(plan) > 0 ? bp_plan_tensor_count(plan) : 0;
-  h = fnv_u32(h, (uint32_t)count);
-  for (int32_t id = 0; id < count; id++) {
+  const bp_variant_info *v0 = bp_plan_variant_count(plan) > 0 ? bp_plan_variant(plan, 0) : NULL;
+  h = fnv_u64(h, v0 ? (uint64_t)v0->batch : 0);
+  bp_span span[BP_CHECKPOINT_SECTIONS];
+  for (int s = 0; s < BP_CHECKPOINT_SECTIONS; s++) {
+    if (bp_plan_resolve(plan, bp_checkpoint_sections[s][0], bp_checkpoint_sections[s][1],
+                        &span[s]) != BP_OK)
+      span[s] = (bp_span){0, 0};
+    h = fnv_u64(h, span[s].bytes);
+  }
+  const int32_t all = v0 ? bp_plan_tensor_count(plan) : 0;
+  uint32_t count = 0;
+  for (int32_t id = 0; id < all; id++)
+    count += section_of(bp_plan_tensor(plan, 0, id)->region) >= 0;
+  h = fnv_u32(h, count);
+  for (int32_t id = 0; id < all; id++) {
     const bp_dtensor *t = bp_plan_tensor(plan, 0, id);
+    const int s = section_of(t->region);
+    if (s < 0) continue;
     const bp_region_info *ri = bp_region_get(t->region);
     h = fnv_str(h, t->name);
     h = fnv_str(h, ri ? ri->name : "?");
@@ -72,7 +99,7 @@ uint64_t bp_plan_hash(const bp_plan *plan) {
     h = fnv_u64(h, (uint64_t)t->shape.w);
     h = fnv_u64(h, (uint64_t)t->shape.c);
     h = fnv_u64(h, (uint64_t)t->padded_c);
-    h = fnv_u64(h, t->offset);
+    h = fnv_u64(h, t->offset - span[s].offset);
     h = fnv_u64(h, t->slot_bytes);
   }
   return h;

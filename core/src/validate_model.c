@@ -1,9 +1,10 @@
 /* Cases from a model (validate --model FILE): the model's plan compiled
- * with its own training settings and the graph built with the default
- * graph options; every node of every variant becomes a case with the
- * node's descriptors (DTensors and spans, as the executor passes them),
- * its attributes and its aliasing (an output that is one of its inputs),
- * once per distinct (op, descriptors, attributes). */
+ * with its own training settings, unfused and (unless BP_FUSE=0) with
+ * batchnorm + relu fused, and the graphs built with the default graph
+ * options; every node of every variant becomes a case with the node's
+ * descriptors (DTensors and spans, as the executor passes them), its
+ * attributes and its aliasing (an output that is one of its inputs), once
+ * per distinct (op, descriptors, attributes). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,17 +42,17 @@ static int same_case(const vc_case *a, const vc_case *b) {
   return 1;
 }
 
-bp_status vc_model_cases(const bp_registry *r, const char *path, vc_case **cases_out,
-                         int *count_out) {
-  bp_model *model = NULL;
+/* Appends the distinct cases of `model`'s graph compiled with `co` to
+ * *cases_io (*count_io of *cap_io used; grown with realloc). */
+static bp_status add_cases(const bp_registry *r, const char *path, const bp_model *model,
+                           const bp_compile_options co, vc_case **cases_io, int *count_io,
+                           int *cap_io) {
   bp_plan *plan = NULL;
   bp_graph *graph = NULL;
-  vc_case *cases = NULL;
-  int count = 0, cap = 0;
-  bp_status st = bp_model_load_with_registry(path, r, &model); /* module layer types too */
+  vc_case *cases = *cases_io;
+  int count = *count_io, cap = *cap_io;
+  bp_status st = bp_model_compile(model, &co, &plan);
   if (st != BP_OK) goto done;
-  bp_compile_options co = bp_compile_options_from_model(model);
-  if ((st = bp_model_compile(model, &co, &plan)) != BP_OK) goto done;
   bp_graph_options go;
   bp_graph_options_init(&go);
   go.global_batch = co.batch;
@@ -93,13 +94,36 @@ bp_status vc_model_cases(const bp_registry *r, const char *path, vc_case **cases
         for (int j = 0; j < count && !seen; j++) seen = same_case(&cases[j], c);
         if (!seen) count++;
       }
+done:
+  *cases_io = cases;
+  *count_io = count;
+  *cap_io = cap;
+  bp_graph_destroy(graph);
+  bp_plan_destroy(plan);
+  return st;
+}
+
+bp_status vc_model_cases(const bp_registry *r, const char *path, vc_case **cases_out,
+                         int *count_out) {
+  bp_model *model = NULL;
+  vc_case *cases = NULL;
+  int count = 0, cap = 0;
+  bp_status st = bp_model_load_with_registry(path, r, &model); /* module layer types too */
+  if (st != BP_OK) goto done;
+  /* the unfused graph, and the fused one where fusion is on: a run takes
+   * either, by its device and pins (bp_fuse_bn_relu_allowed, model.h) */
+  bp_compile_options co = bp_compile_options_from_model(model);
+  const int fusion = co.fuse_bn_relu;
+  for (int fuse = 0; fuse <= fusion && st == BP_OK; fuse++) {
+    co.fuse_bn_relu = fuse;
+    st = add_cases(r, path, model, co, &cases, &count, &cap);
+  }
+  if (st != BP_OK) goto done;
   *cases_out = cases;
   *count_out = count;
   cases = NULL;
 done:
   free(cases);
-  bp_graph_destroy(graph);
-  bp_plan_destroy(plan);
   bp_model_destroy(model);
   return st;
 }

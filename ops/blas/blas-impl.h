@@ -35,7 +35,8 @@
  * JIT picks from the CPU's ISA). Either library's threads split a GEMM the
  * same way for the same shape and thread count, and every other sum here
  * runs in a fixed order; so with a fixed thread count (the rank's share
- * the host lends, module.c; BP_THREADS fixes it) the same
+ * the host lends, module.c; BP_THREADS fixes it; one for small GEMMs,
+ * BLAS_ONE_THREAD_MACS) the same
  * inputs give the same bits, however many ranks call at once
  * (tests/test_ops_blas.c checks both, for each module). */
 #ifndef BP_OPS_BLAS_IMPL_H
@@ -117,14 +118,25 @@ int blas_check_workspace(const bp_abi_kernel_args *args, uint64_t bytes, char *r
  * same values and returns the same bits (dnnl_sgemm's sums do not depend
  * on the leading dimension; tests/test_ops_blas.c checks it). */
 #define BLAS_PAD_MODULUS 256
+/* ... but only for a GEMM whose m, n and k are all at least
+ * BLAS_PAD_MIN_EXTENT: with fewer rows down a column (fc3's backward-data,
+ * k = O = 10) nothing conflicts, and with a packed operand reused over
+ * fewer rows of the other (fc3's backward-filter, m = O = 10) the copy
+ * costs what the faster packing saves: on one thread m n k = 10 512 128
+ * ran 22 us with or without the copy, on two 35-42 us with it against
+ * 31-35 without; m = 32 already gained 10-20%
+ * (bench/results/fc3-small-gemms-1202.txt). The rule looks at the shape
+ * alone, and the copy never changes bits. */
+#define BLAS_PAD_MIN_EXTENT 32
 #ifdef BLAS_PROVIDER_DNNL
 #define BLAS_PAD_POW2_LD 1
 #else
 #define BLAS_PAD_POW2_LD 0 /* OpenBLAS runs these shapes at the same speed padded or not */
 #endif
 
-/* 1 when a matrix with leading dimension ld is copied (BLAS_PAD_POW2_LD). */
-int blas_needs_pad(int64_t ld);
+/* 1 when an operand with leading dimension ld of an m x n x k GEMM is
+ * copied (BLAS_PAD_POW2_LD, BLAS_PAD_MIN_EXTENT). */
+int blas_needs_pad(int64_t ld, int64_t m, int64_t n, int64_t k);
 /* The leading dimension of the padded copy of a matrix with `cols`
  * columns: cols rounded up to 16 floats (64 bytes), plus 16 when that is a
  * multiple of BLAS_PAD_MODULUS. */
@@ -162,6 +174,23 @@ void blas_provider_use_threads(int threads);
 /* One line for the log: the library, its version or configuration, its
  * kernel set where it says, and its current thread count. */
 void blas_provider_describe(char *text, size_t size);
+
+/* Small GEMMs run on one thread: on oneDNN, a GEMM with m*n*k below
+ * BLAS_ONE_THREAD_MACS runs on the calling thread alone whatever the
+ * rank's count (onednn.c). Waking the OpenMP worker (a futex under the
+ * passive wait policy the CLI sets, docs/training.md) and the barrier
+ * after cost more than the second thread saves: the MLP's fc3 GEMMs
+ * (m n k = 128 10 512 and its transposes) took 20-29 us on one thread
+ * against 34-46 us on two (bench/fc_gemms.c, minima; 22-31 against 45-57
+ * us right after a 2-thread fc2 GEMM), and m*n*k = 2^21 (O = 32) still
+ * ran faster on one (bench/results/fc3-small-gemms-1202.txt). The rule looks at the shape
+ * alone, so the bits stay a function of the shape and the rank's count;
+ * shapes under it get the same bits on any count (tests/test_ops_blas.c).
+ * OpenBLAS makes the same choice itself (its own threshold), and its count
+ * is one per process, so openblas.c leaves it alone. */
+#define BLAS_ONE_THREAD_MACS (INT64_C(1) << 21)
+/* 1 when an m x n x k GEMM runs on one thread (BLAS_ONE_THREAD_MACS). */
+int blas_one_thread(int64_t m, int64_t n, int64_t k);
 
 /* C = A*B (+ C with beta = 1; beta = 0 overwrites) on row-major operands,
  * with every extent and leading dimension already checked by

@@ -18,7 +18,7 @@
  * H = W = 1 only widen it; an x / dx with padded channels and H*W > 1 is
  * refused (its features are not adjacent). Workspace: the padded copies
  * of fc_geom (backward passes with 1 KiB-multiple leading dimensions, on
- * oneDNN), else none. FP32; no
+ * oneDNN, where m, n and k reach BLAS_PAD_MIN_EXTENT), else none. FP32; no
  * alignment beyond 4 bytes; the 16-byte tail is never read; outputs never
  * alias inputs. */
 #include "blas-impl.h"
@@ -52,9 +52,11 @@ static int fc_check(const bp_abi_kernel_args *args, ops_pass pass, fc_geom *g, c
       !blas_check_int(g->wm.ld, "the row stride of w", reason, rs) ||
       !blas_check_int(g->ym.ld, "the image stride of y", reason, rs))
     return 0;
-  g->pad_w = pass == OPS_PASS_BWD_DATA && blas_needs_pad(g->wm.ld);
-  g->pad_x = pass == OPS_PASS_BWD_FILTER && blas_needs_pad(g->xm.ld);
-  g->pad_y = pass == OPS_PASS_BWD_FILTER && blas_needs_pad(g->ym.ld);
+  /* the GEMMs: backward-data N x F x O, backward-filter O x F x N */
+  const int64_t n = g->r.n, f = g->r.f, o = g->r.o;
+  g->pad_w = pass == OPS_PASS_BWD_DATA && blas_needs_pad(g->wm.ld, n, f, o);
+  g->pad_x = pass == OPS_PASS_BWD_FILTER && blas_needs_pad(g->xm.ld, o, f, n);
+  g->pad_y = pass == OPS_PASS_BWD_FILTER && blas_needs_pad(g->ym.ld, o, f, n);
   g->ws_bytes = (g->pad_w ? blas_padded_bytes(g->r.o, g->r.f) : 0) +
                 (g->pad_x ? blas_padded_bytes(g->r.n, g->r.f) : 0) +
                 (g->pad_y ? blas_padded_bytes(g->r.n, g->r.o) : 0);

@@ -72,7 +72,17 @@ int blas_check_workspace(const bp_abi_kernel_args *args, uint64_t bytes, char *r
   return 1;
 }
 
-int blas_needs_pad(int64_t ld) { return BLAS_PAD_POW2_LD && ld % BLAS_PAD_MODULUS == 0; }
+int blas_needs_pad(int64_t ld, int64_t m, int64_t n, int64_t k) {
+  return BLAS_PAD_POW2_LD && ld % BLAS_PAD_MODULUS == 0 && m >= BLAS_PAD_MIN_EXTENT &&
+         n >= BLAS_PAD_MIN_EXTENT && k >= BLAS_PAD_MIN_EXTENT;
+}
+
+int blas_one_thread(int64_t m, int64_t n, int64_t k) {
+  /* m*n*k < limit without overflow: each extent fits a BLAS int
+   * (blas_check_int), so m*n fits int64_t, and m*n*k <= limit - 1 exactly
+   * when m*n <= (limit - 1) / k */
+  return k == 0 || m * n <= (BLAS_ONE_THREAD_MACS - 1) / k;
+}
 
 int64_t blas_padded_ld(int64_t cols) {
   const int64_t ld = (cols + 15) / 16 * 16;

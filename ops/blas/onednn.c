@@ -7,7 +7,8 @@
  * OpenMP: a GEMM uses as many threads as omp_get_max_threads() says in the
  * calling thread, and every thread (each rank of a process is one) has its
  * own count. So the rank's count (module.c) is applied in each calling
- * thread, before its GEMM, when that thread's count differs.
+ * thread, before its GEMM, when that thread's count differs; a small GEMM
+ * (blas_one_thread, blas-impl.h) runs on the calling thread alone.
  * BP_DNNL_LIBRARY names another oneDNN library file to load (a newer
  * build, say); it must have the same C API and run on OpenMP. */
 #include <dlfcn.h>
@@ -66,10 +67,15 @@ void blas_provider_describe(char *text, size_t size) {
            dnnl_lib.omp_get_max_threads());
 }
 
+/* A small GEMM (blas_one_thread) runs with this thread's count set to one
+ * and then put back: a thread-local setting, cheap to change. */
 int blas_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a,
                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  const int saved = blas_one_thread(m, n, k) ? dnnl_lib.omp_get_max_threads() : 1;
+  if (saved != 1) dnnl_lib.omp_set_num_threads(1);
   const dnnl_status_t st = dnnl_lib.sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f,
                                           a, lda, b, ldb, beta, c, ldc);
+  if (saved != 1) dnnl_lib.omp_set_num_threads(saved);
   if (st == dnnl_success) return BP_ABI_OK;
   return st == dnnl_out_of_memory ? BP_ABI_ERR_NOMEM : BP_ABI_ERR_INVALID;
 }

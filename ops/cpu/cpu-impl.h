@@ -7,7 +7,8 @@
  * (optim.c), relu.fwd and relu.bwd (relu.c), maxpool.fwd and maxpool.bwd
  * (pool.c), batchnorm.fwd_train, .fwd_eval and .bwd and their fused
  * batchnorm_relu forms (batchnorm.c; these two vectorized across
- * channels); and the span ops of a mixed-precision
+ * channels); softmax_ce.fwd_bwd on FP32 (softmax_ce.c: scalar rows, libm's
+ * exp and log as the reference calls them); and the span ops of a mixed-precision
  * step, range.zero, range.cast, range.unscale and range.nan_check
  * (range_fp16.c: F16C conversions, spans cut into chunks run on the
  * host's threads). Every kernel runs its work in tasks on the host's
@@ -172,6 +173,8 @@ extern const bp_abi_kernel cpu_maxpool_fwd, cpu_maxpool_bwd;
 extern const bp_abi_kernel cpu_batchnorm_fwd_train, cpu_batchnorm_fwd_eval, cpu_batchnorm_bwd;
 extern const bp_abi_kernel cpu_batchnorm_relu_fwd_train, cpu_batchnorm_relu_fwd_eval,
     cpu_batchnorm_relu_bwd;
+/* softmax_ce.c: FP32 logits, bit-identical to the reference's */
+extern const bp_abi_kernel cpu_softmax_ce_fwd_bwd;
 
 /* A descriptor of this module: op name, supports, run, extra flags and the
  * dtypes among the op's tensors (as the reference declares them: FP32,

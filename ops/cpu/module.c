@@ -4,7 +4,7 @@
  * maxpool.fwd, maxpool.bwd, batchnorm.fwd_train, batchnorm.fwd_eval and
  * batchnorm.bwd, FP32 (INT8 for the maxpool mask; the last five also
  * FP16, through shared/fp16_adapter.h, cpu-impl.h), batchnorm_relu.fwd_train,
- * .fwd_eval and .bwd (FP32), and range.zero,
+ * .fwd_eval and .bwd (FP32), softmax_ce.fwd_bwd (FP32), and range.zero,
  * range.cast, range.unscale and range.nan_check (the dtypes of the
  * reference's), device
  * "cpu", implementation "cpu", priority 5, flagged DETERMINISTIC (relu
@@ -53,6 +53,7 @@ static const bp_abi_kernel *const cpu_kernels[] = {
     &cpu_batchnorm_relu_fwd_train,
     &cpu_batchnorm_relu_fwd_eval,
     &cpu_batchnorm_relu_bwd,
+    &cpu_softmax_ce_fwd_bwd,
 };
 
 /* Written at init, read by every run (possibly from several rank threads,

@@ -84,6 +84,28 @@ uint64_t bwf_workspace_bytes(const bwf_plan *p) {
   return (uint64_t)p->chunks * p->chunk_bytes + (uint64_t)p->items * p->xbuf_bytes;
 }
 
+/* The pixel loop of both tile shapes, inside tile() and ktile(), on their
+ * p, xb, dyimg, oh0, oh1, r, k (dy's row length) and ow_n: every output row
+ * oh0..oh1-1 of the group whose input row for filter row r lies inside the
+ * image, and each of its pixels, with xr at float xoff of the pixel's window
+ * in the group's padded rows xb and dr at filter koff of the pixel's dy; the
+ * rest of the arguments is the body. A macro, so that the accumulators the
+ * body names stay in registers (the code compiled is the same as with the
+ * loop written out in each). */
+#define BWF_FOR_PIXELS(xoff, koff, ...)                                      \
+  do {                                                                       \
+    const int64_t xstep = p->sw * p->c, rowstride = p->wp * p->c;            \
+    for (int64_t oh = oh0; oh < oh1; oh++) {                                 \
+      const int64_t ih = oh * p->sh - p->ph + r;                             \
+      if (ih < 0 || ih >= p->h) continue;                                    \
+      const float *xr = xb + ((oh - oh0) * p->sh + r) * rowstride + (xoff);  \
+      const float *dr = dyimg + oh * ow_n * k + (koff);                      \
+      for (int64_t ow = 0; ow < ow_n; ow++, xr += xstep, dr += k) {          \
+        __VA_ARGS__                                                          \
+      }                                                                      \
+    }                                                                        \
+  } while (0)
+
 /* One tile: filters k0..k0+KT-1 of filter row r, vectors v0..v0+V-1 of the
  * row, over the group's output rows oh0..oh1-1 of one image. Named
  * accumulators (an array of them stays in memory with GCC). */
@@ -100,16 +122,6 @@ BWF_INLINE void tile(const bwf_plan *p, float *part, const float *xb, const floa
                                          : _mm256_setzero_ps();
   BWF_FOR_TILE(BWF_LOAD)
 #undef BWF_LOAD
-  const int64_t xstep = p->sw * p->c, rowstride = p->wp * p->c;
-  for (int64_t oh = oh0; oh < oh1; oh++) {
-    const int64_t ih = oh * p->sh - p->ph + r;
-    if (ih < 0 || ih >= p->h) continue;
-    const float *xr = xb + ((oh - oh0) * p->sh + r) * rowstride + v0 * 8;
-    const float *dr = dyimg + oh * ow_n * k + k0;
-    for (int64_t ow = 0; ow < ow_n; ow++, xr += xstep, dr += k) {
-      const __m256 x0 = _mm256_loadu_ps(xr);
-      const __m256 x1 = V > 1 ? _mm256_loadu_ps(xr + 8) : x0;
-      const __m256 x2 = V > 2 ? _mm256_loadu_ps(xr + 16) : x0;
 #define BWF_ROW(i)                                                  \
   if (KT > i) {                                                     \
     const __m256 b = _mm256_broadcast_ss(dr + i);                   \
@@ -117,34 +129,32 @@ BWF_INLINE void tile(const bwf_plan *p, float *part, const float *xb, const floa
     if (V > 1) BWF_ACC(i, 1) = _mm256_fmadd_ps(b, x1, BWF_ACC(i, 1)); \
     if (V > 2) BWF_ACC(i, 2) = _mm256_fmadd_ps(b, x2, BWF_ACC(i, 2)); \
   }
-      BWF_ROW(0) BWF_ROW(1) BWF_ROW(2) BWF_ROW(3)
+  BWF_FOR_PIXELS(v0 * 8, k0,
+                 const __m256 x0 = _mm256_loadu_ps(xr);
+                 const __m256 x1 = V > 1 ? _mm256_loadu_ps(xr + 8) : x0;
+                 const __m256 x2 = V > 2 ? _mm256_loadu_ps(xr + 16) : x0;
+                 BWF_ROW(0) BWF_ROW(1) BWF_ROW(2) BWF_ROW(3));
 #undef BWF_ROW
-    }
-  }
 #define BWF_STORE(i, j) \
   if (KT > i && V > j) _mm256_store_ps(dst + i * kh * lenp + j * 8, BWF_ACC(i, j));
   BWF_FOR_TILE(BWF_STORE)
 #undef BWF_STORE
 }
 
-#define BWF_TILE(KT, V) \
-  static BWF_TARGET void tile_##KT##_##V(const bwf_plan *p, float *part, const float *xb,      \
-                                         const float *dyimg, int64_t oh0, int64_t oh1,         \
-                                         int64_t r, int64_t k0, int64_t v0) {                  \
-    tile(p, part, xb, dyimg, oh0, oh1, r, k0, v0, KT, V);                                      \
+/* tile() and ktile() at each size of their grids, as functions the tables
+ * below pick at run time. */
+#define BWF_SIZED(fn, A, B)                                                                   \
+  static BWF_TARGET void fn##_##A##_##B(const bwf_plan *p, float *part, const float *xb,     \
+                                        const float *dyimg, int64_t oh0, int64_t oh1,        \
+                                        int64_t r, int64_t i0, int64_t j0) {                 \
+    fn(p, part, xb, dyimg, oh0, oh1, r, i0, j0, A, B);                                       \
   }
-BWF_TILE(4, 3)
-BWF_TILE(4, 2)
-BWF_TILE(4, 1)
-BWF_TILE(3, 3)
-BWF_TILE(3, 2)
-BWF_TILE(3, 1)
-BWF_TILE(2, 3)
-BWF_TILE(2, 2)
-BWF_TILE(2, 1)
-BWF_TILE(1, 3)
-BWF_TILE(1, 2)
-BWF_TILE(1, 1)
+#define BWF_SIZED3(fn, A) BWF_SIZED(fn, A, 1) BWF_SIZED(fn, A, 2) BWF_SIZED(fn, A, 3)
+#define BWF_SIZED4(fn, A) BWF_SIZED3(fn, A) BWF_SIZED(fn, A, 4)
+BWF_SIZED3(tile, 1)
+BWF_SIZED3(tile, 2)
+BWF_SIZED3(tile, 3)
+BWF_SIZED3(tile, 4)
 
 typedef void (*tile_fn)(const bwf_plan *, float *, const float *, const float *, int64_t,
                         int64_t, int64_t, int64_t, int64_t);
@@ -167,16 +177,6 @@ BWF_INLINE void ktile(const bwf_plan *p, float *part, const float *xb, const flo
   __m256 BWF_ACC(t, v) = T > t && VK > v ? _mm256_loadu_ps(dst + t * k + v * 8) : _mm256_setzero_ps();
   BWF_FOR_KTILE(BWF_KLOAD)
 #undef BWF_KLOAD
-  const int64_t xstep = p->sw * p->c, rowstride = p->wp * p->c;
-  for (int64_t oh = oh0; oh < oh1; oh++) {
-    const int64_t ih = oh * p->sh - p->ph + r;
-    if (ih < 0 || ih >= p->h) continue;
-    const float *xr = xb + ((oh - oh0) * p->sh + r) * rowstride + t0;
-    const float *dr = dyimg + oh * ow_n * k + k0;
-    for (int64_t ow = 0; ow < ow_n; ow++, xr += xstep, dr += k) {
-      const __m256 b0 = _mm256_broadcast_ss(xr);
-      const __m256 b1 = T > 1 ? _mm256_broadcast_ss(xr + 1) : b0;
-      const __m256 b2 = T > 2 ? _mm256_broadcast_ss(xr + 2) : b0;
 #define BWF_KCOL(v)                                                    \
   if (VK > v) {                                                        \
     const __m256 d = _mm256_loadu_ps(dr + v * 8);                      \
@@ -184,34 +184,21 @@ BWF_INLINE void ktile(const bwf_plan *p, float *part, const float *xb, const flo
     if (T > 1) BWF_ACC(1, v) = _mm256_fmadd_ps(b1, d, BWF_ACC(1, v));  \
     if (T > 2) BWF_ACC(2, v) = _mm256_fmadd_ps(b2, d, BWF_ACC(2, v));  \
   }
-      BWF_KCOL(0) BWF_KCOL(1) BWF_KCOL(2) BWF_KCOL(3)
+  BWF_FOR_PIXELS(t0, k0,
+                 const __m256 b0 = _mm256_broadcast_ss(xr);
+                 const __m256 b1 = T > 1 ? _mm256_broadcast_ss(xr + 1) : b0;
+                 const __m256 b2 = T > 2 ? _mm256_broadcast_ss(xr + 2) : b0;
+                 BWF_KCOL(0) BWF_KCOL(1) BWF_KCOL(2) BWF_KCOL(3));
 #undef BWF_KCOL
-    }
-  }
 #define BWF_KSTORE(t, v) \
   if (T > t && VK > v) _mm256_storeu_ps(dst + t * k + v * 8, BWF_ACC(t, v));
   BWF_FOR_KTILE(BWF_KSTORE)
 #undef BWF_KSTORE
 }
 
-#define BWF_KTILE(T, VK) \
-  static BWF_TARGET void ktile_##T##_##VK(const bwf_plan *p, float *part, const float *xb,     \
-                                          const float *dyimg, int64_t oh0, int64_t oh1,        \
-                                          int64_t r, int64_t t0, int64_t k0) {                 \
-    ktile(p, part, xb, dyimg, oh0, oh1, r, t0, k0, T, VK);                                     \
-  }
-BWF_KTILE(3, 4)
-BWF_KTILE(3, 3)
-BWF_KTILE(3, 2)
-BWF_KTILE(3, 1)
-BWF_KTILE(2, 4)
-BWF_KTILE(2, 3)
-BWF_KTILE(2, 2)
-BWF_KTILE(2, 1)
-BWF_KTILE(1, 4)
-BWF_KTILE(1, 3)
-BWF_KTILE(1, 2)
-BWF_KTILE(1, 1)
+BWF_SIZED4(ktile, 1)
+BWF_SIZED4(ktile, 2)
+BWF_SIZED4(ktile, 3)
 static const tile_fn ktiles[3][4] = {{ktile_1_1, ktile_1_2, ktile_1_3, ktile_1_4},
                                      {ktile_2_1, ktile_2_2, ktile_2_3, ktile_2_4},
                                      {ktile_3_1, ktile_3_2, ktile_3_3, ktile_3_4}};

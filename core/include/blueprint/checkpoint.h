@@ -4,8 +4,11 @@
  *
  * What is saved: the region spans that hold state, B..E_CONV_DEEP (running
  * BN statistics, FP32 master weights, EMA copies) and M_BN_BIAS..N (optimizer
- * moments, LARS norms), byte for byte at their plan offsets. Everything else
- * (FP16 copies, gradients, features, inputs) is recomputed.
+ * moments, LARS norms), byte for byte. Everything else (FP16 copies,
+ * gradients, features, inputs) is recomputed. A file loads into any plan
+ * whose state spans are laid out alike (bp_plan_hash), however its features
+ * are packed: a plan with batchnorm + relu fused reads an unfused plan's
+ * checkpoints and the other way round.
  *
  * Writing: to "<path>.tmp.<pid>", fsync, rename over <path>, fsync the
  * directory; a failure leaves an existing <path> untouched.
@@ -13,12 +16,13 @@
  * plan hash) before one byte of the arena changes; a corrupt, truncated or
  * mismatched file is refused with a message naming the file and the fault.
  *
- * The file format (version 2) is documented in core/src/checkpoint.c and
+ * The file format (version 3) is documented in core/src/checkpoint.c and
  * docs/checkpoint-format.md. Refusals and their status:
  *   BP_ERR_IO          the file cannot be opened or read, or written
  *   BP_ERR_PARSE       not a checkpoint (wrong magic), truncated, corrupt
  *                      (a CRC, the end marker or the header does not hold)
- *   BP_ERR_UNSUPPORTED a format version newer than this build reads
+ *   BP_ERR_UNSUPPORTED a format version newer than this build reads, or older
+ *                      (1 and 2: an older plan hash)
  *   BP_ERR_SHAPE       written for another plan (hash or state spans differ)
  *   BP_ERR_INVALID     a NULL argument;  BP_ERR_STATE  plan not finalized
  *   BP_ERR_NOMEM       the staging buffer could not be allocated */
@@ -47,15 +51,18 @@ typedef struct bp_train_state {
 } bp_train_state;
 
 /* The format version this build writes (and the newest it reads). */
-#define BP_CHECKPOINT_FORMAT_VERSION 2
+#define BP_CHECKPOINT_FORMAT_VERSION 3
 /* Bytes of the identification text field, NUL included. */
 #define BP_CHECKPOINT_TEXT_MAX 256
 
-/* A 64-bit hash of everything a checkpoint depends on: the options, the
- * total size and, for every tensor of variant 0, its name, region, dtype,
- * shape, padded_c, offset and slot. FNV-1a over a canonical little-endian
+/* A 64-bit hash of everything a checkpoint stores and depends on: the
+ * options, the training batch (variant 0's: the step counters count its
+ * steps), the sizes of the state spans and, for every tensor in them, its
+ * name, region, dtype, shape, padded_c, offset within its span and slot.
+ * Feature and gradient slots are left out, so plans that pack them
+ * differently hash alike. FNV-1a over a canonical little-endian
  * serialization (core/src/plan_hash.c, docs/checkpoint-format.md): equal on
- * every run, build and machine for equal plans. 0 for NULL. */
+ * every run, build and machine for equal state layouts. 0 for NULL. */
 uint64_t bp_plan_hash(const bp_plan *plan);
 
 /* Writes the state spans of `arena` (a host copy of one rank's arena,
@@ -97,7 +104,7 @@ uint64_t bp_checkpoint_file_bytes(const bp_plan *plan);
 typedef struct bp_checkpoint_info {
   uint32_t format_version;
   uint64_t plan_hash;        /* bp_plan_hash of the plan it was written for */
-  uint64_t plan_total_bytes; /* that plan's bp_plan_total_bytes */
+  uint64_t plan_total_bytes; /* that plan's bp_plan_total_bytes (not checked on load) */
   uint64_t data_bytes;       /* bytes of state data it holds */
   uint64_t file_bytes;       /* bytes of the file */
   bp_train_state state;

@@ -121,12 +121,24 @@ typedef struct bp_compile_options {
   int fuse_bn_relu;        /* 1: each batchnorm whose only reader is a relu runs fused with
                               it, one batchnorm_relu node per pass (FP32 features only:
                               ignored with amp; docs/plan.md, "Fusion"). The plan keeps the
-                              choice: liveness packing follows the graph, so the arena
-                              differs. From the model: 1 when BP_FUSE is set (not 0) */
+                              choice: liveness packing follows the graph, so the features'
+                              offsets differ (not the checkpoint's state). From the model:
+                              1 unless BP_FUSE is 0; the trainer and predict then drop it
+                              where the device or a pin lacks the fused kernels */
 } bp_compile_options;
 
 /* Options from the model's own training settings (no extra variants, world 1). */
 bp_compile_options bp_compile_options_from_model(const bp_model *model);
+
+/* 1 when a run on `device` with kernel `pins` (registry.h; NULL or "" for
+ * none) may compile with fuse_bn_relu: `registry` (borrowed) serves all
+ * three batchnorm_relu ops there, a pin that applies to one of them names
+ * an impl that has it, and no pin names an unfused batchnorm or relu op
+ * without also naming the fused ones (a pin is never silently ignored).
+ * Else 0, with the reason in `why` (why_size bytes). The trainer and
+ * `blueprint predict` clear fuse_bn_relu when this says 0. */
+int bp_fuse_bn_relu_allowed(const struct bp_registry *registry, const char *device,
+                            const char *pins, char *why, size_t why_size);
 
 /* Lays out every tensor of the model for each variant and finalizes the
  * plan. The plan holds ONE rank's tensors; the training variants are the
