@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzing: builds the libFuzzer targets of fuzz/ with clang, AddressSanitizer
 # and UndefinedBehaviorSanitizer (in build-fuzz/), then runs each for a
-# bounded time over a copy of its seed corpus (fuzz/corpus/<target>/).
+# bounded time over a copy of its seed corpus (fuzz/corpus/<target>/), as
+# many targets at a time as there are cores.
 #   ci/fuzz.sh [SECONDS]   seconds per target (default 45; BP_FUZZ_SECONDS too)
 # A crash, leak, hang (over 10 s on one input) or UB report fails the run;
 # libFuzzer leaves the input in build-fuzz/findings/<target>/: add it to
@@ -18,14 +19,36 @@ targets=(model idx elf cli checkpoint)
 cmake --build "$dir" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-status=0
-for t in "${targets[@]}"; do
-  work="$dir/corpus/$t" findings="$dir/findings/$t"
+# one target: its log in build-fuzz/fuzz_<target>.log, its exit status in
+# build-fuzz/fuzz_<target>.status (so that `wait -n` never sees a failure)
+fuzz_one() {
+  local t=$1 rc=0
+  local work="$dir/corpus/$t" findings="$dir/findings/$t" log="$dir/fuzz_$t.log"
   rm -rf "$work" && mkdir -p "$work" "$findings"
   cp fuzz/corpus/"$t"/* "$work"/
-  log="$dir/fuzz_$t.log"
-  if "$dir/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-       -close_fd_mask=3 -artifact_prefix="$findings/" -print_final_stats=1 "$work" >"$log" 2>&1; then
+  "$dir/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+    -close_fd_mask=3 -artifact_prefix="$findings/" -print_final_stats=1 "$work" >"$log" 2>&1 ||
+    rc=$?
+  echo "$rc" >"$dir/fuzz_$t.status"
+}
+# one target per core (BP_FUZZ_JOBS overrides): each still gets its SECONDS
+# of a whole core, the run takes ceil(targets / cores) * SECONDS
+jobs=${BP_FUZZ_JOBS:-$(nproc)}
+running=0
+for t in "${targets[@]}"; do
+  rm -f "$dir/fuzz_$t.status"
+  if ((running >= jobs)); then
+    wait -n
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+wait
+status=0
+for t in "${targets[@]}"; do
+  log="$dir/fuzz_$t.log" findings="$dir/findings/$t"
+  if [ "$(cat "$dir/fuzz_$t.status" 2>/dev/null)" = 0 ]; then
     result=clean
   else
     result=FAILED
