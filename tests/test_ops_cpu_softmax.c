@@ -16,13 +16,13 @@
  * choice. */
 #include <check.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bp_abi_sdk.h"
 #include "ops_ref_util.h"
+#include "thread_modes.h"
 
 #define FP32 BP_ABI_DTYPE_FP32
 #define FP16 BP_ABI_DTYPE_FP16
@@ -33,45 +33,14 @@ static const bp_abi_kernel *kernel_of(const char *impl) {
   return ops_kernel_impl("softmax_ce.fwd_bwd", impl);
 }
 
-/* ---- threads ---------------------------------------------------------------- */
-
-enum { NO_THREADS, REVERSE, FOUR_THREADS, MODES };
-static const char *const mode_names[] = {"no threads", "reverse order", "four threads"};
-
-static void reverse_for(void *ctx, void (*fn)(void *, int64_t), void *arg, int64_t n) {
-  (void)ctx;
-  for (int64_t i = n - 1; i >= 0; i--) fn(arg, i);
-}
-
-typedef struct strided_for {
-  void (*fn)(void *, int64_t);
-  void *arg;
-  int64_t n, first;
-} strided_for;
-
-static void *strided_main(void *p) {
-  strided_for *s = p;
-  for (int64_t i = s->first; i < s->n; i += 4) s->fn(s->arg, i);
-  return NULL;
-}
-
-static void four_threads_for(void *ctx, void (*fn)(void *, int64_t), void *arg, int64_t n) {
-  (void)ctx;
-  pthread_t th[3];
-  strided_for s[4];
-  for (int t = 0; t < 4; t++) s[t] = (strided_for){fn, arg, n, t};
-  for (int t = 1; t < 4; t++) ck_assert_int_eq(pthread_create(&th[t - 1], NULL, strided_main, &s[t]), 0);
-  strided_main(&s[0]);
-  for (int t = 1; t < 4; t++) pthread_join(th[t - 1], NULL);
-}
+/* ---- threads (the modes: thread_modes.h) ---------------------------------- */
 
 /* run() of impl with the threads of `mode`. */
 static int run_mode(const char *impl, const ops_call *c, int mode) {
   const bp_abi_kernel *k = kernel_of(impl);
   ops_args a;
   ops_args_make(&a, c, 1);
-  bp_abi_threads th = {sizeof th, 4, NULL, mode == REVERSE ? reverse_for : four_threads_for};
-  if (mode != NO_THREADS) a.args.threads = &th;
+  a.args.threads = thread_mode_service(mode);
   return k->run(k->user, &a.args);
 }
 
