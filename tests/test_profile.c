@@ -153,6 +153,8 @@ START_TEST(a_profiled_run_records_every_train_node_and_its_time_adds_up) {
   ck_assert_int_eq(s->m, 64);
   ck_assert_ptr_nonnull(s->impl);
   ck_assert(s->gflops > 0);
+  /* the median run is never faster than the fastest */
+  ck_assert(s->median_gflops > 0 && s->median_gflops <= s->gflops);
   bp_trainer_destroy(t);
 
   /* a profile holds one executor's nodes: a second trainer is refused */

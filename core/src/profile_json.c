@@ -46,6 +46,7 @@ static void sgemm(FILE *f, const bp_profile_sgemm *s) {
   fprintf(f, ",\"threads\":%d,\"runs\":%d", s->threads, s->runs);
   num(f, "best_seconds", s->measured ? s->best_seconds : NAN);
   num(f, "gflops", s->measured ? s->gflops : NAN);
+  num(f, "median_gflops", s->measured ? s->median_gflops : NAN);
   fputs(",\"why\":", f);
   bp_json_string(f, s->why);
   fputc('}', f);

@@ -67,10 +67,16 @@ static void bench_close(sgemm_bench *b) {
   free(b->args.workspace);
 }
 
+static int by_ns(const void *a, const void *b) {
+  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
 /* Runs the kernel: one warm-up, then SGEMM_MIN_RUNS.. runs within the
- * budget; the fastest in *best_ns. 0, or -1 with out->why set. */
+ * budget; the fastest in *best_ns, the median in *median_ns. 0, or -1
+ * with out->why set. */
 static int bench_time(sgemm_bench *b, const bp_registered_kernel *k, bp_profile_sgemm *out,
-                      uint64_t *best_ns) {
+                      uint64_t *best_ns, uint64_t *median_ns) {
   const bp_abi_kernel *kk = &k->kernel;
   if (kk->workspace_size) {
     bp_abi_kernel_args meta = b->args;
@@ -97,7 +103,7 @@ static int bench_time(sgemm_bench *b, const bp_registered_kernel *k, bp_profile_
   }
   b->args.state = state;
   int rc = kk->run(kk->user, &b->args); /* warm-up: packing, page faults */
-  uint64_t spent = 0;
+  uint64_t spent = 0, times[SGEMM_MAX_RUNS];
   *best_ns = UINT64_MAX;
   for (int r = 0; rc == BP_ABI_OK && r < SGEMM_MAX_RUNS &&
                   (r < SGEMM_MIN_RUNS || spent < SGEMM_BUDGET_NS);
@@ -107,7 +113,12 @@ static int bench_time(sgemm_bench *b, const bp_registered_kernel *k, bp_profile_
     const uint64_t ns = bp_profile_now_ns() - t0;
     spent += ns;
     if (ns < *best_ns) *best_ns = ns;
+    times[r] = ns;
     out->runs = r + 1;
+  }
+  if (out->runs > 0) {
+    qsort(times, (size_t)out->runs, sizeof times[0], by_ns);
+    *median_ns = times[out->runs / 2];
   }
   if (state && kk->release) kk->release(kk->user, state);
   if (rc != BP_ABI_OK) {
@@ -146,14 +157,15 @@ void bp_profile_sgemm_measure(bp_registry *registry, const char *device,
   so.pins = ""; /* the registry's own pick, whatever the run pins */
   so.node = "profile sgemm";
   const bp_registered_kernel *k = NULL;
-  uint64_t best = 0;
+  uint64_t best = 0, median = 0;
   if (bp_registry_select(registry, "fc.fwd", device, &b->args, &so, &k) != BP_OK) {
     snprintf(out->why, sizeof out->why, "no fc.fwd kernel: %.200s", bp_last_error());
-  } else if (bench_time(b, k, out, &best) == 0) {
+  } else if (bench_time(b, k, out, &best, &median) == 0) {
     out->measured = 1;
     out->impl = k->kernel.impl;
     out->best_seconds = (double)best / 1e9;
     out->gflops = 2.0 * (double)n * (double)n * (double)n / (double)best;
+    out->median_gflops = 2.0 * (double)n * (double)n * (double)n / (double)median;
     out->why[0] = '\0';
   }
   bench_close(b);

@@ -89,6 +89,8 @@ typedef struct bp_profile_sgemm {
   int runs;            /* timed runs after one warm-up */
   double best_seconds; /* the fastest run */
   double gflops;       /* 2*m*n*k / best_seconds / 1e9 */
+  double median_gflops; /* the same of the median run: what a run sustains on
+                           a busy or drifting machine, often 10-25% less */
   char why[256];       /* when not measured: why */
 } bp_profile_sgemm;
 
