@@ -91,6 +91,8 @@
 #define SECTION_COUNT 2
 #define SECTION_BYTES 48
 #define REGION_NAME_BYTES 16
+#define SPAN_OFFSET_AT 32 /* within a section entry: u64 arena offset of the span */
+#define SPAN_BYTES_AT 40  /* u64 bytes of the span */
 #define TABLE_BYTES (SECTION_COUNT * SECTION_BYTES)
 #define END_MARKER "BPCKEND\n"
 #define END_MARKER_BYTES 8
@@ -210,8 +212,8 @@ static void encode_table(const layout *l, unsigned char out[TABLE_BYTES]) {
       BP_ASSERT(n < REGION_NAME_BYTES); /* region names are short by construction */
       memcpy(e + k * REGION_NAME_BYTES, name, n);
     }
-    put_u64(e + 32, l->span[s].offset);
-    put_u64(e + 40, l->span[s].bytes);
+    put_u64(e + SPAN_OFFSET_AT, l->span[s].offset);
+    put_u64(e + SPAN_BYTES_AT, l->span[s].bytes);
   }
 }
 
@@ -223,7 +225,8 @@ static int same_sections(const unsigned char table[TABLE_BYTES], const layout *l
   encode_table(l, ours);
   for (int s = 0; s < SECTION_COUNT; s++) {
     const unsigned char *a = table + s * SECTION_BYTES, *b = ours + s * SECTION_BYTES;
-    if (memcmp(a, b, 2 * REGION_NAME_BYTES) != 0 || memcmp(a + 40, b + 40, 8) != 0) return 0;
+    if (memcmp(a, b, 2 * REGION_NAME_BYTES) != 0 || memcmp(a + SPAN_BYTES_AT, b + SPAN_BYTES_AT, 8) != 0)
+      return 0;
   }
   return 1;
 }
@@ -723,7 +726,7 @@ bp_status bp_checkpoint_read_info(const char *path, bp_checkpoint_info *info_out
   for (int s = 0; s < SECTION_COUNT; s++) {
     const unsigned char *e = table + s * SECTION_BYTES;
     if (e[REGION_NAME_BYTES - 1] != 0 || e[2 * REGION_NAME_BYTES - 1] != 0 ||
-        __builtin_add_overflow(sum, get_u64(e + 40), &sum))
+        __builtin_add_overflow(sum, get_u64(e + SPAN_BYTES_AT), &sum))
       return bp_fail(BP_ERR_PARSE, "checkpoint %s is corrupt (section table)", path);
   }
   if (sum != o.h.data_bytes)

@@ -15,8 +15,8 @@
  * Layouts: FP32 logits and dlogits whose classes are adjacent (stride[3]
  * 1; padded channels and any row stride are fine); FP16 (mixed precision)
  * and other strides are refused with a reason, and the reference serves
- * them. The checks are the reference's (ops/shared/softmax_ce_check.h) and
- * its run-time ones, with its messages: a label outside [0, K) or a bad
+ * them. The checks are the reference's, with its messages
+ * (ops/shared/softmax_ce_check.h, run-time ones included): a label outside [0, K) or a bad
  * loss scale returns BP_ABI_ERR_INVALID before anything is written.
  *
  * Threads: rows in tasks of CE_TASK_ELEMS classes at least (the shape
@@ -132,23 +132,7 @@ static int ce_run(void *user, const bp_abi_kernel_args *args) {
   j.labels = (const int32_t *)args->input_ptrs[1];
   j.lrow = tl->stride[0];
   const int64_t n_rows = tz->shape[0];
-  for (int64_t n = 0; n < n_rows; n++) {
-    const int32_t y = j.labels[n * j.lrow];
-    if (y < 0 || y >= j.k) {
-      bp_sdk_set_reason(args, "labels: sample %lld has label %d, outside [0, %lld)", (long long)n,
-                        (int)y, (long long)j.k);
-      return BP_ABI_ERR_INVALID;
-    }
-  }
-  j.scale = 1.0;
-  if (a.has_loss_scale) {
-    const float ls = *bp_sdk_input_f32(args, 2);
-    if (!isfinite(ls) || !(ls > 0.0f)) {
-      bp_sdk_set_reason(args, "loss_scale %g must be finite and > 0", (double)ls);
-      return BP_ABI_ERR_INVALID;
-    }
-    j.scale = ls;
-  }
+  if (!ops_ce_check_run(args, &a, &j.scale)) return BP_ABI_ERR_INVALID;
   j.dz = a.compute_grad ? bp_sdk_output_f32(args, 2) : NULL;
   j.dzrow = a.compute_grad ? bp_sdk_output(args, 2)->stride[0] : 0;
   bp_ce_targets(a.label_smoothing, j.k, &j.on, &j.off);

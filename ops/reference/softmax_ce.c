@@ -61,23 +61,8 @@ static int ce_run(void *user, const bp_abi_kernel_args *args) {
   const int32_t zt = tz->dtype;
   const int32_t *labels = (const int32_t *)args->input_ptrs[1];
   const int64_t N = tz->shape[0], K = tz->shape[3], zs = tz->stride[3];
-  for (int64_t n = 0; n < N; n++) {
-    const int32_t y = labels[bp_sdk_offset(tl, n, 0, 0, 0)];
-    if (y < 0 || y >= K) {
-      bp_sdk_set_reason(args, "labels: sample %lld has label %d, outside [0, %lld)", (long long)n,
-                        (int)y, (long long)K);
-      return BP_ABI_ERR_INVALID;
-    }
-  }
-  double S = 1.0;
-  if (a.has_loss_scale) {
-    const float ls = *bp_sdk_input_f32(args, 2);
-    if (!isfinite(ls) || !(ls > 0.0f)) {
-      bp_sdk_set_reason(args, "loss_scale %g must be finite and > 0", (double)ls);
-      return BP_ABI_ERR_INVALID;
-    }
-    S = ls;
-  }
+  double S;
+  if (!ops_ce_check_run(args, &a, &S)) return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *tg = a.compute_grad ? bp_sdk_output(args, 2) : NULL;
   void *dz = a.compute_grad ? args->output_ptrs[2] : NULL;
   double on, off;

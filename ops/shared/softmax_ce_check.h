@@ -1,11 +1,12 @@
 /* Argument checks of softmax_ce.fwd_bwd, shared by the in-tree
- * implementations (ops/reference, ops/cuda), so all accept the same nodes
- * with the same reasons. Header-only (static inline), on the module SDK.
- * Shapes (bp_abi_ops.h): logits [N,1,1,K] FP32 or FP16, labels [N,1,1,1]
- * INT32, loss_scale [1,1,1,1] FP32 (has_loss_scale), loss and correct
- * [1,1,1,1] FP32, dlogits [N,1,1,K] FP32 or FP16 (compute_grad). What only
- * run time can see (a label outside [0, K), a bad loss scale) is each
- * implementation's own. */
+ * implementations (ops/reference, ops/cpu, ops/cuda), so all accept the
+ * same nodes with the same reasons. Header-only (static inline), on the
+ * module SDK. Shapes (bp_abi_ops.h): logits [N,1,1,K] FP32 or FP16, labels
+ * [N,1,1,1] INT32, loss_scale [1,1,1,1] FP32 (has_loss_scale), loss and
+ * correct [1,1,1,1] FP32, dlogits [N,1,1,K] FP32 or FP16 (compute_grad).
+ * What only run time can see (a label outside [0, K), a bad loss scale):
+ * ops_ce_check_run for the kernels that read them on the host; ops/cuda
+ * checks them on the device. */
 #ifndef BP_OPS_SHARED_SOFTMAX_CE_CHECK_H
 #define BP_OPS_SHARED_SOFTMAX_CE_CHECK_H
 
@@ -59,6 +60,36 @@ static inline int ops_ce_check(const bp_abi_kernel_args *args, bp_softmax_ce_att
       !bp_sdk_check_shape(correct, "correct", 1, 1, 1, 1, reason, rs) ||
       (a->compute_grad && !bp_sdk_check_shape(dz, "dlogits", n, 1, 1, k, reason, rs)))
     return 0;
+  return 1;
+}
+
+/* Run time, after ops_ce_check: every label in [0, K) and, with
+ * has_loss_scale, a loss scale finite and > 0, returned in *scale (1.0
+ * without). 0 with the reason set (bp_sdk_set_reason) and nothing written
+ * otherwise: the kernel returns BP_ABI_ERR_INVALID with every output
+ * untouched. */
+static inline int ops_ce_check_run(const bp_abi_kernel_args *args, const bp_softmax_ce_attrs *a,
+                                   double *scale) {
+  const bp_abi_tensor *tz = bp_sdk_input(args, 0), *tl = bp_sdk_input(args, 1);
+  const int32_t *labels = (const int32_t *)args->input_ptrs[1];
+  const int64_t n_rows = tz->shape[0], k = tz->shape[3];
+  for (int64_t n = 0; n < n_rows; n++) {
+    const int32_t y = labels[bp_sdk_offset(tl, n, 0, 0, 0)];
+    if (y < 0 || y >= k) {
+      bp_sdk_set_reason(args, "labels: sample %lld has label %d, outside [0, %lld)", (long long)n,
+                        (int)y, (long long)k);
+      return 0;
+    }
+  }
+  *scale = 1.0;
+  if (a->has_loss_scale) {
+    const float ls = *bp_sdk_input_f32(args, 2);
+    if (!isfinite(ls) || !(ls > 0.0f)) {
+      bp_sdk_set_reason(args, "loss_scale %g must be finite and > 0", (double)ls);
+      return 0;
+    }
+    *scale = ls;
+  }
   return 1;
 }
 
