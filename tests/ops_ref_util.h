@@ -116,7 +116,7 @@ void ops_node_open(ops_node *n, const char *impl, const ops_call *c,
 void ops_node_run(ops_node *n);   /* run(); fails the test unless it succeeds */
 void ops_node_close(ops_node *n); /* release() and the workspace */
 
-/* max |a - b| / max(1, max |b|) over the logical elements. */
+/* max |a - b| / max(1, max |b|) over the logical elements; a NaN sticks. */
 double ops_rel_err(const tt *a, const tt *b);
 /* 1 when every logical element of a has the bits of b's. */
 int ops_same_bits(const tt *a, const tt *b);

@@ -89,25 +89,6 @@ static void blas_expect_refused(const ops_call *c, const char *needle) {
   ck_assert_int_eq(ops_kernel_run(k, c, NULL, 0), BP_ABI_ERR_INVALID);
 }
 
-/* ---- tensors ------------------------------------------------------------- */
-
-/* max|a - b| / max(1, max|b|) over the logical elements; NaN sticks. */
-static double norm_err(const tt *a, const tt *b) {
-  double diff = 0.0, scale = 1.0;
-  for (int64_t i = 0; i < tt_count(b); i++) {
-    const double d = fabs((double)*tt_at(a, i) - *tt_at(b, i));
-    if (!(d <= diff)) diff = d;
-    if (fabs(*tt_at(b, i)) > scale) scale = fabs(*tt_at(b, i));
-  }
-  return diff / scale;
-}
-
-static int bitwise_equal(const tt *a, const tt *b) {
-  for (int64_t i = 0; i < tt_count(a); i++)
-    if (memcmp(tt_at(a, i), tt_at(b, i), sizeof(float)) != 0) return 0;
-  return 1;
-}
-
 /* ---- conv2d shapes -------------------------------------------------------- */
 
 typedef struct conv_case {
@@ -160,9 +141,9 @@ START_TEST(conv_chunks_and_is_deterministic) {
     }
   }
   for (int p = 0; p < 3; p++) {
-    const double e = norm_err(&out[p][1], &out[p][0]);
+    const double e = ops_rel_err(&out[p][1], &out[p][0]);
     ck_assert_msg(e < BLAS_TOL, "pass %d: err %.3g", p, e);
-    ck_assert_msg(bitwise_equal(&out[p][1], &out[p][2]), "pass %d: two runs differ", p);
+    ck_assert_msg(ops_same_bits(&out[p][1], &out[p][2]), "pass %d: two runs differ", p);
     for (int r = 0; r < 3; r++) tt_free(&out[p][r]);
   }
   tt_free(&x), tt_free(&w), tt_free(&dy);
@@ -220,8 +201,8 @@ START_TEST(concurrent_ranks_get_the_same_bits) {
   for (int r = 0; r < RANKS; r++) {
     ck_assert_int_eq(pthread_join(threads[r], NULL), 0);
     ck_assert_msg(!jobs[r].failed, "rank %d: a run failed", r);
-    ck_assert_msg(bitwise_equal(&y[r], &y[RANKS]), "rank %d: y differs", r);
-    ck_assert_msg(bitwise_equal(&dw[r], &dw[RANKS]), "rank %d: dw differs", r);
+    ck_assert_msg(ops_same_bits(&y[r], &y[RANKS]), "rank %d: y differs", r);
+    ck_assert_msg(ops_same_bits(&dw[r], &dw[RANKS]), "rank %d: dw differs", r);
   }
   for (int r = 0; r <= RANKS; r++) tt_free(&y[r]), tt_free(&dw[r]);
   tt_free(&x), tt_free(&w), tt_free(&dy);
@@ -269,7 +250,7 @@ START_TEST(conv_refuses_uneven_rows) {
   const ops_call fwd3 = {"conv2d.fwd", {&x2, &w}, {&y3}, 2, 1, &a, sizeof a};
   k_run(kernel_of("conv2d.fwd", GEMM_IMPL), &fwd2);
   ops_run(&fwd3);
-  ck_assert(norm_err(&y2, &y3) < BLAS_TOL);
+  ck_assert(ops_rel_err(&y2, &y3) < BLAS_TOL);
   /* and so may dx, written by col2im instead of the flipped GEMM, for
    * both accumulate settings */
   for (int acc = 0; acc <= 1; acc++) {
@@ -286,8 +267,8 @@ START_TEST(conv_refuses_uneven_rows) {
     const ops_call bd1 = {"conv2d.bwd_data", {&y2, &w}, {&dx[1]}, 2, 1, &aa, sizeof aa};
     ops_run(&bd0);
     k_run(kernel_of("conv2d.bwd_data", GEMM_IMPL), &bd1);
-    ck_assert_msg(norm_err(&dx[1], &dx[0]) < BLAS_TOL, "col2im dx: err %.3g",
-                  norm_err(&dx[1], &dx[0]));
+    ck_assert_msg(ops_rel_err(&dx[1], &dx[0]) < BLAS_TOL, "col2im dx: err %.3g",
+                  ops_rel_err(&dx[1], &dx[0]));
     tt_free(&dx[0]), tt_free(&dx[1]);
   }
   tt_free(&x), tt_free(&w), tt_free(&y), tt_free(&x2), tt_free(&y2), tt_free(&y3);
@@ -363,13 +344,13 @@ START_TEST(fc_pads_1k_leading_dimensions_with_the_same_bits) {
 #endif
     ck_assert_uint_eq(k_workspace(kd, &bd[1]), 0); /* padded rows: used in place */
     ck_assert_uint_eq(k_workspace(kf, &bf[1]), 0);
-    ck_assert_msg(bitwise_equal(&dx[0], &dx[1]), "fc.bwd_data accumulate %d: copy changed bits", acc);
-    ck_assert_msg(bitwise_equal(&dw[0], &dw[1]), "fc.bwd_filter accumulate %d: copy changed bits", acc);
-    ck_assert_msg(bitwise_equal(&db[0], &db[1]), "fc.bwd_filter db accumulate %d", acc);
+    ck_assert_msg(ops_same_bits(&dx[0], &dx[1]), "fc.bwd_data accumulate %d: copy changed bits", acc);
+    ck_assert_msg(ops_same_bits(&dw[0], &dw[1]), "fc.bwd_filter accumulate %d: copy changed bits", acc);
+    ck_assert_msg(ops_same_bits(&db[0], &db[1]), "fc.bwd_filter db accumulate %d", acc);
     ck_assert_msg(tt_padding_intact(&dx[1]) && tt_padding_intact(&dw[1]), "padding written");
-    ck_assert_msg(norm_err(&dx[0], &dx[2]) <= BLAS_TOL, "dx vs reference: %g", norm_err(&dx[0], &dx[2]));
-    ck_assert_msg(norm_err(&dw[0], &dw[2]) <= BLAS_TOL, "dw vs reference: %g", norm_err(&dw[0], &dw[2]));
-    ck_assert_msg(norm_err(&db[0], &db[2]) <= BLAS_TOL, "db vs reference: %g", norm_err(&db[0], &db[2]));
+    ck_assert_msg(ops_rel_err(&dx[0], &dx[2]) <= BLAS_TOL, "dx vs reference: %g", ops_rel_err(&dx[0], &dx[2]));
+    ck_assert_msg(ops_rel_err(&dw[0], &dw[2]) <= BLAS_TOL, "dw vs reference: %g", ops_rel_err(&dw[0], &dw[2]));
+    ck_assert_msg(ops_rel_err(&db[0], &db[2]) <= BLAS_TOL, "db vs reference: %g", ops_rel_err(&db[0], &db[2]));
     for (int i = 0; i < 3; i++) tt_free(&dx[i]), tt_free(&dw[i]), tt_free(&db[i]);
   }
   tt_free(&x), tt_free(&w), tt_free(&dy), tt_free(&xp), tt_free(&wp), tt_free(&dyp);
@@ -457,9 +438,9 @@ START_TEST(small_gemms_get_the_same_bits_on_any_thread_count) {
       }
     }
     for (int t = 1; t < COUNTS; t++) {
-      ck_assert_msg(bitwise_equal(&y[t], &y[0]), "N %d: fc.fwd on %d threads", n, t + 1);
-      ck_assert_msg(bitwise_equal(&dx[t], &dx[0]), "N %d: fc.bwd_data on %d threads", n, t + 1);
-      ck_assert_msg(bitwise_equal(&dw[t], &dw[0]), "N %d: fc.bwd_filter on %d threads", n, t + 1);
+      ck_assert_msg(ops_same_bits(&y[t], &y[0]), "N %d: fc.fwd on %d threads", n, t + 1);
+      ck_assert_msg(ops_same_bits(&dx[t], &dx[0]), "N %d: fc.bwd_data on %d threads", n, t + 1);
+      ck_assert_msg(ops_same_bits(&dw[t], &dw[0]), "N %d: fc.bwd_filter on %d threads", n, t + 1);
     }
     for (int t = 0; t < COUNTS; t++) tt_free(&y[t]), tt_free(&dx[t]), tt_free(&dw[t]), tt_free(&db[t]);
     tt_free(&x), tt_free(&w), tt_free(&b), tt_free(&dy);
