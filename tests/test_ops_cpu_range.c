@@ -279,11 +279,11 @@ START_TEST(sgd_and_adamw_skip_match_reference) {
 END_TEST
 
 /* Spans long enough to be cut into tasks (ops/cpu/optim.c: tasks of
- * 16 * 65536 elements), one element past a task boundary and with a long
+ * 2 * 65536 elements), one element past a task boundary and with a long
  * last task: the same bytes as the reference whatever order or threads
  * run the tasks. */
 START_TEST(sgd_and_adamw_tasks_match_reference_on_threads) {
-  static const int64_t lens[] = {(1 << 20) + 1, 2 * (1 << 20) + 1000003};
+  static const int64_t lens[] = {(1 << 17) + 1, 2 * (1 << 17) + 100003};
   bp_optimizer_attrs a = {0.9f, 5e-4f, 0, 0.9f, 0.999f, 1e-8f, 0, 0};
   tt lr = tt_new(FP32, 1, 1, 1, 1, 0), step = tt_new(FP32, 1, 1, 1, 1, 0);
   *tt_at(&lr, 0) = 0.05f, *tt_at(&step, 0) = 3;

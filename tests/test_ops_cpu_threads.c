@@ -265,7 +265,7 @@ END_TEST
 /* ---- updates ------------------------------------------------------------------------- */
 
 START_TEST(sgd_and_adamw_give_the_same_bits_on_any_thread_count) {
-  const int64_t n = 2 * 16 * 65536 + 7; /* two tasks of 2^20 and a rest */
+  const int64_t n = 2 * 2 * 65536 + 7; /* two tasks of 2^17 and a rest */
   uint64_t rng = 21;
   tt gr = tt_new(FP32, 1, 1, 1, n, 0), w = tt_new(FP32, 1, 1, 1, n, 0);
   tt m = tt_new(FP32, 1, 1, 1, n, 0), v = tt_new(FP32, 1, 1, 1, n, 0);
@@ -323,6 +323,25 @@ START_TEST(small_calls_are_one_task) {
 }
 END_TEST
 
+/* The MLP's weight update (668,672 parameters) is shared: 6 tasks of up to
+ * 2^17 elements, so both cores take part in it. */
+START_TEST(an_mlp_sized_update_is_cut_into_tasks) {
+  const int64_t n = 784 * 512 + 512 * 512 + 512 * 10;
+  uint64_t rng = 5;
+  tt g = tt_new(FP32, 1, 1, 1, n, 0), w = tt_new(FP32, 1, 1, 1, n, 0);
+  tt mo = tt_new(FP32, 1, 1, 1, n, 0), lr = tt_new(FP32, 1, 1, 1, 1, 0);
+  fill(&g, &rng, 0), fill(&w, &rng, 0);
+  *tt_at(&lr, 0) = 0.05f;
+  bp_optimizer_attrs oa = {0.9f, 5e-4f, 0, 0.9f, 0.999f, 1e-8f, 0, 0};
+  const ops_call u = {"range.sgd", {&g, &lr}, {&w, &mo}, 2, 2, &oa, sizeof oa};
+  reverse_tasks = 0;
+  ck_assert_int_eq(run_mode("cpu", &u, REVERSE), BP_ABI_OK);
+  ck_assert_int_eq(reverse_tasks, (n + (1 << 17) - 1) >> 17);
+  ck_assert_int_eq(reverse_tasks, 6);
+  tt_free(&g), tt_free(&w), tt_free(&mo), tt_free(&lr);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ops_cpu_threads");
   TCase *tc = tcase_create("kernels");
@@ -333,6 +352,7 @@ int main(void) {
   tcase_add_loop_test(tc, batchnorm_gives_the_same_bits_on_any_thread_count, 0, BN_SHAPES);
   tcase_add_test(tc, sgd_and_adamw_give_the_same_bits_on_any_thread_count);
   tcase_add_test(tc, small_calls_are_one_task);
+  tcase_add_test(tc, an_mlp_sized_update_is_cut_into_tasks);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

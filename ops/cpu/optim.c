@@ -56,11 +56,13 @@ CPU_DISPATCH(adamw_loop,
 
 /* One update cut into tasks of OPTIM_TASK_ELEMS elements; each element's
  * update does not depend on the cut. An update reads and writes 3-4
- * floats an element in about a nanosecond, so a span of a typical small
- * model (around 10^5 parameters) takes tens of microseconds: less than
- * handing a task to a thread costs when the cores are busy. Only spans of
- * millions of parameters are shared. */
-#define OPTIM_TASK_ELEMS (16 * CPU_TASK_ELEMS)
+ * floats an element in under a nanosecond, so a task takes about 0.1 ms:
+ * several times what waking a sleeping thread costs (20-30 us on the
+ * 2-core VM). A span of a small model (around 10^5 parameters) stays one
+ * task on the calling thread; the MLP's 668,672 weights are 6 tasks (its
+ * update 0.48 -> 0.34 ms a step on 2 threads against one task, and no
+ * slower with another process busy on one core: bench/RESULTS.md). */
+#define OPTIM_TASK_ELEMS (2 * CPU_TASK_ELEMS)
 typedef struct optim_job {
   float *w, *m, *v;
   const float *grad;
