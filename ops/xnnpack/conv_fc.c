@@ -16,6 +16,7 @@
  * reads x as [N, H*W*C], so an x with padded channels and H*W > 1 is
  * refused (its features are not adjacent). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,71 +94,66 @@ static int pack_current(xnn_node *s, const bp_abi_kernel_args *args) {
 }
 
 
-/* ---- conv2d.fwd ------------------------------------------------------------------- */
+/* ---- one prepare and run for both operators ----------------------------------------- */
 
-static int conv_check(const bp_abi_kernel_args *args, ops_conv_geom *g, int *dtype, char *reason,
-                      size_t rs) {
-  xnnp_args_view v;
-  *dtype = xnnp_view_as_fp32(args, &v, reason, rs);
-  if (*dtype < 0 || !ops_conv_check(&v.args, OPS_PASS_FWD, g, reason, rs)) return 0;
-  if (*dtype == BP_ABI_DTYPE_FP16 && !xnnp_fp16_available())
-    return bp_sdk_fail(reason, rs, "%s", xnnp_fp16_reason());
-  /* the geometry's tensors point into the view: take the real ones */
-  g->x = bp_sdk_input(args, 0), g->w = bp_sdk_input(args, 1), g->y = bp_sdk_output(args, 0);
-  g->b = g->has_bias ? bp_sdk_input(args, 2) : NULL;
-  if (g->kh > UINT32_MAX || g->sh > UINT32_MAX || g->ph > UINT32_MAX || g->groups > UINT32_MAX)
-    return bp_sdk_fail(reason, rs, "attributes exceed XNNPACK's 32-bit range");
-  if (!fp16_reduction_ok(*dtype, g->kh * g->kw * g->cg, reason, rs)) return 0;
-  return xnnp_standard_nhwc(g->x, "x", reason, rs) && xnnp_standard_nhwc(g->y, "y", reason, rs);
-}
-
-static int conv_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
-  (void)user;
-  ops_conv_geom g;
+/* A checked call of conv2d.fwd or fc.fwd. */
+typedef struct weighted_call {
+  ops_conv_geom conv;           /* conv2d.fwd's geometry */
+  ops_fc_geom fc;               /* fc.fwd's geometry */
+  size_t in_stride, out_stride; /* fc: the image strides of x and y */
   int dtype;
-  return conv_check(args, &g, &dtype, reason, rs);
-}
+  const bp_abi_tensor *w, *b; /* the call's own tensors (b NULL without bias) */
+  int64_t n;                  /* images */
+} weighted_call;
 
-static int conv_create(xnn_node *s, const bp_abi_kernel_args *args, const ops_conv_geom *g,
-                       int dtype) {
-  const size_t esize = bp_sdk_dtype_size(dtype);
+/* What differs between the two: the checks and XNNPACK's calls; `what`
+ * names XNNPACK's operator in messages. */
+typedef struct weighted_op {
+  const char *what;
+  int (*check)(const bp_abi_kernel_args *args, weighted_call *c, char *reason, size_t rs);
+  enum xnn_status (*create)(const weighted_call *c, const void *w, const void *b,
+                            xnn_operator_t *op);
+  enum xnn_status (*setup)(const weighted_call *c, xnn_operator_t op, const void *x, void *y,
+                           pthreadpool_t pool);
+} weighted_op;
+
+/* The operator `c` needs, with the weights (dense) packed into it. */
+static int weighted_create(xnn_node *s, const bp_abi_kernel_args *args, const weighted_op *op,
+                           const weighted_call *c) {
   const void *w, *b;
-  int rc = dense_params(s, args, g->w, args->input_ptrs[1], g->b,
-                        g->b ? args->input_ptrs[2] : NULL, esize, &w, &b);
+  int rc = dense_params(s, args, c->w, args->input_ptrs[1], c->b,
+                        c->b ? args->input_ptrs[2] : NULL, bp_sdk_dtype_size(c->dtype), &w, &b);
   if (rc != BP_ABI_OK) return rc;
-  enum xnn_status st;
-  const uint32_t ph = (uint32_t)g->ph, pw = (uint32_t)g->pw;
-  if (dtype == BP_ABI_DTYPE_FP32)
-    st = xnn_create_convolution2d_nhwc_f32(
-        ph, pw, ph, pw, (uint32_t)g->kh, (uint32_t)g->kw, (uint32_t)g->sh, (uint32_t)g->sw,
-        (uint32_t)g->dh, (uint32_t)g->dw, (uint32_t)g->groups, (size_t)g->cg, (size_t)g->kg,
-        (size_t)g->x->padded_c, (size_t)g->y->padded_c, w, b, -INFINITY, INFINITY, 0, &s->op);
-  else
-    st = xnn_create_convolution2d_nhwc_f16(
-        ph, pw, ph, pw, (uint32_t)g->kh, (uint32_t)g->kw, (uint32_t)g->sh, (uint32_t)g->sw,
-        (uint32_t)g->dh, (uint32_t)g->dw, (uint32_t)g->groups, (size_t)g->cg, (size_t)g->kg,
-        (size_t)g->x->padded_c, (size_t)g->y->padded_c, w, b, -INFINITY, INFINITY, 0, &s->op);
+  const enum xnn_status st = op->create(c, w, b, &s->op);
   if (st != xnn_status_success) {
+    char what[64];
+    snprintf(what, sizeof what, "%s create", op->what);
     s->op = NULL;
-    return xnnp_fail(args, "convolution create", st);
+    return xnnp_fail(args, what, st);
   }
   s->packs++;
   return BP_ABI_OK;
 }
 
-static int conv_prepare(void *user, const bp_abi_kernel_args *args, void **state_out) {
-  (void)user;
+static int weighted_supports(void *user, const bp_abi_kernel_args *args, char *reason,
+                             size_t rs) {
+  const weighted_op *op = user;
+  weighted_call c;
+  return op->check(args, &c, reason, rs);
+}
+
+static int weighted_prepare(void *user, const bp_abi_kernel_args *args, void **state_out) {
+  const weighted_op *op = user;
   *state_out = NULL;
-  ops_conv_geom g;
-  int dtype;
-  if (!conv_check(args, &g, &dtype, bp_sdk_args_reason(args), bp_sdk_args_reason_size(args)))
+  weighted_call c;
+  if (!op->check(args, &c, bp_sdk_args_reason(args), bp_sdk_args_reason_size(args)))
     return BP_ABI_ERR_INVALID;
   xnn_node *s;
   int rc = xnn_node_create(args, &s);
   if (rc != BP_ABI_OK) return rc;
   /* created now so a refusal names the node at bind; the weights are not
    * written yet, so the first run packs again (packed stays 0) */
-  if (args->input_ptrs && (rc = conv_create(s, args, &g, dtype)) != BP_ABI_OK) {
+  if (args->input_ptrs && (rc = weighted_create(s, args, op, &c)) != BP_ABI_OK) {
     xnn_node_release(NULL, s);
     return rc;
   }
@@ -165,11 +161,10 @@ static int conv_prepare(void *user, const bp_abi_kernel_args *args, void **state
   return BP_ABI_OK;
 }
 
-static int conv_run(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
-  ops_conv_geom g;
-  int dtype;
-  if (!conv_check(args, &g, &dtype, bp_sdk_args_reason(args), bp_sdk_args_reason_size(args)) ||
+static int weighted_run(void *user, const bp_abi_kernel_args *args) {
+  const weighted_op *op = user;
+  weighted_call c;
+  if (!op->check(args, &c, bp_sdk_args_reason(args), bp_sdk_args_reason_size(args)) ||
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, bp_sdk_args_reason(args),
                          bp_sdk_args_reason_size(args)))
     return BP_ABI_ERR_INVALID;
@@ -177,64 +172,101 @@ static int conv_run(void *user, const bp_abi_kernel_args *args) {
   int rc = xnn_node_for_run(args, &s, &tmp, NULL);
   if (rc != BP_ABI_OK) return rc;
   if (!pack_current(s, args)) {
-    if ((rc = conv_create(s, args, &g, dtype)) != BP_ABI_OK) goto out;
+    if ((rc = weighted_create(s, args, op, &c)) != BP_ABI_OK) goto out;
     s->packed = 1;
   }
   const void *x = args->input_ptrs[0];
   void *y = args->output_ptrs[0];
   pthreadpool_t pool = xnnp_pool_handle(s->pool);
-  if (!xnn_node_setup_current(s, x, NULL, y, NULL, g.n)) {
-    const enum xnn_status st =
-        dtype == BP_ABI_DTYPE_FP32
-            ? xnn_setup_convolution2d_nhwc_f32(s->op, (size_t)g.n, (size_t)g.h, (size_t)g.w_, x,
-                                               y, pool)
-            : xnn_setup_convolution2d_nhwc_f16(s->op, (size_t)g.n, (size_t)g.h, (size_t)g.w_, x,
-                                               y, pool);
+  char what[64];
+  if (!xnn_node_setup_current(s, x, NULL, y, NULL, c.n)) {
+    const enum xnn_status st = op->setup(&c, s->op, x, y, pool);
     if (st != xnn_status_success) {
       s->set_batch = -1;
-      rc = xnnp_fail(args, "convolution setup", st);
+      snprintf(what, sizeof what, "%s setup", op->what);
+      rc = xnnp_fail(args, what, st);
       goto out;
     }
   }
   const enum xnn_status st = xnn_run_operator(s->op, pool);
-  if (st != xnn_status_success) rc = xnnp_fail(args, "convolution run", st);
+  if (st != xnn_status_success) {
+    snprintf(what, sizeof what, "%s run", op->what);
+    rc = xnnp_fail(args, what, st);
+  }
 out:
   xnn_node_release(NULL, tmp);
   return rc;
 }
 
-const bp_abi_kernel xnnp_conv2d_fwd = {
-    .struct_size = sizeof(bp_abi_kernel),
-    .op = "conv2d.fwd",
-    .impl = "xnnpack",
-    .device = "cpu",
-    .dtypes = XNNP_DTYPES,
-    .priority = XNNP_PRIORITY_BELOW_BLAS,
-    .flags = XNNP_FLAGS,
-    .supports = conv_supports,
-    .run = conv_run,
-    .prepare = conv_prepare,
-    .release = xnn_node_release,
-};
+#define WEIGHTED_KERNEL(op_name, weighted)                                                    \
+  {                                                                                          \
+    .struct_size = sizeof(bp_abi_kernel), .op = (op_name), .impl = "xnnpack",                \
+    .device = "cpu", .dtypes = XNNP_DTYPES, .priority = XNNP_PRIORITY_BELOW_BLAS,            \
+    .flags = XNNP_FLAGS, .supports = weighted_supports, .run = weighted_run,                 \
+    .prepare = weighted_prepare, .release = xnn_node_release, .user = (void *)&(weighted)    \
+  }
+
+/* ---- conv2d.fwd ------------------------------------------------------------------- */
+
+static int conv_check(const bp_abi_kernel_args *args, weighted_call *c, char *reason,
+                      size_t rs) {
+  xnnp_args_view v;
+  ops_conv_geom *g = &c->conv;
+  c->dtype = xnnp_view_as_fp32(args, &v, reason, rs);
+  if (c->dtype < 0 || !ops_conv_check(&v.args, OPS_PASS_FWD, g, reason, rs)) return 0;
+  if (c->dtype == BP_ABI_DTYPE_FP16 && !xnnp_fp16_available())
+    return bp_sdk_fail(reason, rs, "%s", xnnp_fp16_reason());
+  /* the geometry's tensors point into the view: take the real ones */
+  g->x = bp_sdk_input(args, 0), g->w = bp_sdk_input(args, 1), g->y = bp_sdk_output(args, 0);
+  g->b = g->has_bias ? bp_sdk_input(args, 2) : NULL;
+  c->w = g->w, c->b = g->b, c->n = g->n;
+  if (g->kh > UINT32_MAX || g->sh > UINT32_MAX || g->ph > UINT32_MAX || g->groups > UINT32_MAX)
+    return bp_sdk_fail(reason, rs, "attributes exceed XNNPACK's 32-bit range");
+  if (!fp16_reduction_ok(c->dtype, g->kh * g->kw * g->cg, reason, rs)) return 0;
+  return xnnp_standard_nhwc(g->x, "x", reason, rs) && xnnp_standard_nhwc(g->y, "y", reason, rs);
+}
+
+static enum xnn_status conv_create(const weighted_call *c, const void *w, const void *b,
+                                   xnn_operator_t *op) {
+  const ops_conv_geom *g = &c->conv;
+  const uint32_t ph = (uint32_t)g->ph, pw = (uint32_t)g->pw;
+  if (c->dtype == BP_ABI_DTYPE_FP32)
+    return xnn_create_convolution2d_nhwc_f32(
+        ph, pw, ph, pw, (uint32_t)g->kh, (uint32_t)g->kw, (uint32_t)g->sh, (uint32_t)g->sw,
+        (uint32_t)g->dh, (uint32_t)g->dw, (uint32_t)g->groups, (size_t)g->cg, (size_t)g->kg,
+        (size_t)g->x->padded_c, (size_t)g->y->padded_c, w, b, -INFINITY, INFINITY, 0, op);
+  return xnn_create_convolution2d_nhwc_f16(
+      ph, pw, ph, pw, (uint32_t)g->kh, (uint32_t)g->kw, (uint32_t)g->sh, (uint32_t)g->sw,
+      (uint32_t)g->dh, (uint32_t)g->dw, (uint32_t)g->groups, (size_t)g->cg, (size_t)g->kg,
+      (size_t)g->x->padded_c, (size_t)g->y->padded_c, w, b, -INFINITY, INFINITY, 0, op);
+}
+
+static enum xnn_status conv_setup(const weighted_call *c, xnn_operator_t op, const void *x,
+                                  void *y, pthreadpool_t pool) {
+  const ops_conv_geom *g = &c->conv;
+  return c->dtype == BP_ABI_DTYPE_FP32
+             ? xnn_setup_convolution2d_nhwc_f32(op, (size_t)g->n, (size_t)g->h, (size_t)g->w_,
+                                                x, y, pool)
+             : xnn_setup_convolution2d_nhwc_f16(op, (size_t)g->n, (size_t)g->h, (size_t)g->w_,
+                                                x, y, pool);
+}
+
+static const weighted_op conv_op = {"convolution", conv_check, conv_create, conv_setup};
+const bp_abi_kernel xnnp_conv2d_fwd = WEIGHTED_KERNEL("conv2d.fwd", conv_op);
 
 /* ---- fc.fwd -------------------------------------------------------------------------- */
 
-typedef struct fc_plan {
-  ops_fc_geom g;
-  size_t in_stride, out_stride;
-} fc_plan;
-
-static int fc_check(const bp_abi_kernel_args *args, fc_plan *p, int *dtype, char *reason,
-                    size_t rs) {
+static int fc_check(const bp_abi_kernel_args *args, weighted_call *c, char *reason, size_t rs) {
   xnnp_args_view v;
-  ops_fc_geom *g = &p->g;
-  *dtype = xnnp_view_as_fp32(args, &v, reason, rs);
-  if (*dtype < 0 || !ops_fc_check(&v.args, OPS_PASS_FWD, g, reason, rs)) return 0;
-  if (*dtype == BP_ABI_DTYPE_FP16 && !xnnp_fp16_available())
+  ops_fc_geom *g = &c->fc;
+  c->dtype = xnnp_view_as_fp32(args, &v, reason, rs);
+  if (c->dtype < 0 || !ops_fc_check(&v.args, OPS_PASS_FWD, g, reason, rs)) return 0;
+  if (c->dtype == BP_ABI_DTYPE_FP16 && !xnnp_fp16_available())
     return bp_sdk_fail(reason, rs, "%s", xnnp_fp16_reason());
   g->x = bp_sdk_input(args, 0), g->w = bp_sdk_input(args, 1), g->y = bp_sdk_output(args, 0);
   g->b = g->has_bias ? bp_sdk_input(args, 2) : NULL;
-  if (!fp16_reduction_ok(*dtype, g->f, reason, rs)) return 0;
+  c->w = g->w, c->b = g->b, c->n = g->n;
+  if (!fp16_reduction_ok(c->dtype, g->f, reason, rs)) return 0;
   /* x: N rows of F adjacent features */
   const bp_abi_tensor *x = g->x, *y = g->y;
   if (x->shape[3] > 1 && x->stride[3] != 1)
@@ -249,104 +281,27 @@ static int fc_check(const bp_abi_kernel_args *args, fc_plan *p, int *dtype, char
                        (long long)(x->shape[1] * x->shape[2]));
   if (y->shape[3] > 1 && y->stride[3] != 1)
     return bp_sdk_fail(reason, rs, "y: channels are not contiguous");
-  p->in_stride = g->n > 1 ? (size_t)x->stride[0] : (size_t)g->f;
-  p->out_stride = g->n > 1 ? (size_t)y->stride[0] : (size_t)g->o;
+  c->in_stride = g->n > 1 ? (size_t)x->stride[0] : (size_t)g->f;
+  c->out_stride = g->n > 1 ? (size_t)y->stride[0] : (size_t)g->o;
   return 1;
 }
 
-static int fc_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
-  (void)user;
-  fc_plan p;
-  int dtype;
-  return fc_check(args, &p, &dtype, reason, rs);
+static enum xnn_status fc_create(const weighted_call *c, const void *w, const void *b,
+                                 xnn_operator_t *op) {
+  const size_t f = (size_t)c->fc.f, o = (size_t)c->fc.o;
+  return c->dtype == BP_ABI_DTYPE_FP32
+             ? xnn_create_fully_connected_nc_f32(f, o, c->in_stride, c->out_stride, w, b,
+                                                 -INFINITY, INFINITY, 0, op)
+             : xnn_create_fully_connected_nc_f16(f, o, c->in_stride, c->out_stride, w, b,
+                                                 -INFINITY, INFINITY, 0, op);
 }
 
-static int fc_create(xnn_node *s, const bp_abi_kernel_args *args, const fc_plan *p, int dtype) {
-  const size_t esize = bp_sdk_dtype_size(dtype);
-  const void *w, *b;
-  int rc = dense_params(s, args, p->g.w, args->input_ptrs[1], p->g.b,
-                        p->g.b ? args->input_ptrs[2] : NULL, esize, &w, &b);
-  if (rc != BP_ABI_OK) return rc;
-  const enum xnn_status st =
-      dtype == BP_ABI_DTYPE_FP32
-          ? xnn_create_fully_connected_nc_f32((size_t)p->g.f, (size_t)p->g.o, p->in_stride,
-                                              p->out_stride, w, b, -INFINITY, INFINITY, 0,
-                                              &s->op)
-          : xnn_create_fully_connected_nc_f16((size_t)p->g.f, (size_t)p->g.o, p->in_stride,
-                                              p->out_stride, w, b, -INFINITY, INFINITY, 0,
-                                              &s->op);
-  if (st != xnn_status_success) {
-    s->op = NULL;
-    return xnnp_fail(args, "fully-connected create", st);
-  }
-  s->packs++;
-  return BP_ABI_OK;
+static enum xnn_status fc_setup(const weighted_call *c, xnn_operator_t op, const void *x,
+                                void *y, pthreadpool_t pool) {
+  return c->dtype == BP_ABI_DTYPE_FP32
+             ? xnn_setup_fully_connected_nc_f32(op, (size_t)c->n, x, y, pool)
+             : xnn_setup_fully_connected_nc_f16(op, (size_t)c->n, x, y, pool);
 }
 
-static int fc_prepare(void *user, const bp_abi_kernel_args *args, void **state_out) {
-  (void)user;
-  *state_out = NULL;
-  fc_plan p;
-  int dtype;
-  if (!fc_check(args, &p, &dtype, bp_sdk_args_reason(args), bp_sdk_args_reason_size(args)))
-    return BP_ABI_ERR_INVALID;
-  xnn_node *s;
-  int rc = xnn_node_create(args, &s);
-  if (rc != BP_ABI_OK) return rc;
-  if (args->input_ptrs && (rc = fc_create(s, args, &p, dtype)) != BP_ABI_OK) {
-    xnn_node_release(NULL, s);
-    return rc;
-  }
-  *state_out = s;
-  return BP_ABI_OK;
-}
-
-static int fc_run(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
-  fc_plan p;
-  int dtype;
-  if (!fc_check(args, &p, &dtype, bp_sdk_args_reason(args), bp_sdk_args_reason_size(args)) ||
-      !bp_sdk_check_ptrs(args, NULL, NULL, 0, bp_sdk_args_reason(args),
-                         bp_sdk_args_reason_size(args)))
-    return BP_ABI_ERR_INVALID;
-  xnn_node *s, *tmp;
-  int rc = xnn_node_for_run(args, &s, &tmp, NULL);
-  if (rc != BP_ABI_OK) return rc;
-  if (!pack_current(s, args)) {
-    if ((rc = fc_create(s, args, &p, dtype)) != BP_ABI_OK) goto out;
-    s->packed = 1;
-  }
-  const void *x = args->input_ptrs[0];
-  void *y = args->output_ptrs[0];
-  pthreadpool_t pool = xnnp_pool_handle(s->pool);
-  if (!xnn_node_setup_current(s, x, NULL, y, NULL, p.g.n)) {
-    const enum xnn_status st =
-        dtype == BP_ABI_DTYPE_FP32
-            ? xnn_setup_fully_connected_nc_f32(s->op, (size_t)p.g.n, x, y, pool)
-            : xnn_setup_fully_connected_nc_f16(s->op, (size_t)p.g.n, x, y, pool);
-    if (st != xnn_status_success) {
-      s->set_batch = -1;
-      rc = xnnp_fail(args, "fully-connected setup", st);
-      goto out;
-    }
-  }
-  const enum xnn_status st = xnn_run_operator(s->op, pool);
-  if (st != xnn_status_success) rc = xnnp_fail(args, "fully-connected run", st);
-out:
-  xnn_node_release(NULL, tmp);
-  return rc;
-}
-
-const bp_abi_kernel xnnp_fc_fwd = {
-    .struct_size = sizeof(bp_abi_kernel),
-    .op = "fc.fwd",
-    .impl = "xnnpack",
-    .device = "cpu",
-    .dtypes = XNNP_DTYPES,
-    .priority = XNNP_PRIORITY_BELOW_BLAS,
-    .flags = XNNP_FLAGS,
-    .supports = fc_supports,
-    .run = fc_run,
-    .prepare = fc_prepare,
-    .release = xnn_node_release,
-};
+static const weighted_op fc_op = {"fully-connected", fc_check, fc_create, fc_setup};
+const bp_abi_kernel xnnp_fc_fwd = WEIGHTED_KERNEL("fc.fwd", fc_op);
