@@ -147,6 +147,15 @@ START_TEST(a_profiled_run_records_every_train_node_and_its_time_adds_up) {
   ck_assert_int_ge(e, 0);
   ck_assert_uint_eq(bp_profile_variant_at(p, e)->steps, 1);
   ck_assert_uint_eq(node_named(p, e, "fc1.fwd")->flops, UINT64_C(2) * 200 * 784 * 512);
+  /* the work behind the SGEMM floor: 3 x the forward FLOPs when training
+   * (668,672 weights), the forward alone when evaluating */
+  const uint64_t weights = 784 * 512 + 512 * 512 + 512 * 10;
+  int trains = -1;
+  ck_assert_uint_eq(bp_profile_work_flops(p, v, &trains), UINT64_C(3) * 2 * 128 * weights);
+  ck_assert_int_eq(trains, 1);
+  ck_assert_uint_eq(bp_profile_work_flops(p, e, &trains), UINT64_C(2) * 200 * weights);
+  ck_assert_int_eq(trains, 0);
+  ck_assert_uint_eq(bp_profile_work_flops(p, 99, NULL), 0); /* no such variant */
   /* the yardstick ran on the cpu device */
   const bp_profile_sgemm *s = bp_profile_sgemm_rate(p);
   ck_assert_msg(s->measured, "not measured: %s", s->why);
@@ -203,6 +212,7 @@ START_TEST(the_metrics_profile_record_parses_and_has_the_fields) {
   ck_assert_ptr_nonnull(strstr(r.out, "SGEMM yardstick"));
   ck_assert_ptr_nonnull(strstr(r.out, "fc1.fwd"));
   ck_assert_ptr_nonnull(strstr(r.out, "(outside kernels)"));
+  ck_assert_ptr_nonnull(strstr(r.out, "SGEMM floor: 513.5 MFLOP of training work a step"));
   run_free(&r);
 
   jm_value *line = event_line(metrics, "profile");
@@ -224,6 +234,17 @@ START_TEST(the_metrics_profile_record_parses_and_has_the_fields) {
   ck_assert_uint_eq(u64_of(train, "steps"), 2);
   const uint64_t kernel_ns = u64_of(train, "kernel_ns");
   ck_assert_uint_le(kernel_ns, u64_of(train, "step_ns"));
+  /* the SGEMM floor: the work, and the share of it the step reaches (the
+   * median run's rate is never above the fastest's, so its share is >=) */
+  ck_assert_uint_eq(u64_of(train, "work_flops"), UINT64_C(3) * 2 * 128 * 668672);
+  ck_assert_int_eq(jm_get(train, "trains")->kind, JM_BOOL);
+  ck_assert_int_eq(jm_get(train, "trains")->boolean, 1);
+  const jm_value *share = jm_get(train, "floor_share"), *median = jm_get(train, "floor_share_median");
+  ck_assert(share && median && share->kind == median->kind);
+  if (share->kind == JM_NUMBER) { /* null only when the yardstick was not measured */
+    const double best = strtod(share->text, NULL), med = strtod(median->text, NULL);
+    ck_assert(best > 0 && med >= best);
+  }
   const jm_value *nodes = jm_get(train, "nodes"), *ops = jm_get(train, "ops");
   ck_assert(nodes && nodes->count > 0 && ops && ops->count > 0);
   uint64_t sum = 0;

@@ -45,6 +45,25 @@ static void yardstick(FILE *f, const bp_profile_sgemm *s) {
     fprintf(f, "SGEMM yardstick: %s\n", s->why);
 }
 
+/* The step's work at the yardstick's rate (bp_profile_work_flops), and
+ * the share of that floor the step reaches: floor time / step time. */
+static void sgemm_floor(FILE *f, const bp_profile *p, int v, const bp_profile_sgemm *s) {
+  const bp_profile_variant *pv = bp_profile_variant_at(p, v);
+  int trains;
+  const uint64_t work = bp_profile_work_flops(p, v, &trains);
+  if (!work || !s->measured || !pv->steps) return;
+  const double step_ms = ms(pv->step_ns) / (double)pv->steps;
+  const double best_ms = (double)work / (s->gflops * 1e6);
+  const double median_ms = (double)work / (s->median_gflops * 1e6);
+  fprintf(f,
+          "SGEMM floor: %.1f MFLOP of %s work a %s (%s) at the yardstick's rate: %.3f ms, "
+          "%.3f ms at its median run; the %s reaches %.1f%% and %.1f%% of them\n",
+          (double)work / 1e6, trains ? "training" : "inference", unit(pv->name, 1),
+          trains ? "3 x the forward conv and fc FLOPs" : "the forward conv and fc FLOPs",
+          best_ms, median_ms, unit(pv->name, 1), 100.0 * best_ms / step_ms,
+          100.0 * median_ms / step_ms);
+}
+
 static int by_node_time(const void *a, const void *b) {
   const bp_profile_node *x = *(const bp_profile_node *const *)a;
   const bp_profile_node *y = *(const bp_profile_node *const *)b;
@@ -113,6 +132,7 @@ void bp_cli_profile_report(FILE *f, const bp_profile *p, const char *main) {
             main, (unsigned long long)pv->steps, unit(main, pv->steps),
             ms(pv->step_ns) / (double)pv->steps, pct(pv->run_ns, pv->step_ns),
             pct(pv->step_ns - pv->run_ns, pv->step_ns));
+    sgemm_floor(f, p, v, s);
     fprintf(f, "by op (share: of the step time)\n");
     by_op(f, p, v, s);
     fprintf(f, "by node, most time first\n");

@@ -195,6 +195,20 @@ int bp_profile_ops(const bp_profile *p, int variant, bp_profile_op *out, int max
 
 const bp_profile_sgemm *bp_profile_sgemm_rate(const bp_profile *p) { return p ? &p->sgemm : NULL; }
 
+uint64_t bp_profile_work_flops(const bp_profile *p, int variant, int *trains) {
+  uint64_t forward = 0;
+  int backward = 0;
+  for (int i = 0; p && i < p->node_count; i++) {
+    const bp_profile_node *n = &p->nodes[i];
+    if (n->variant != variant) continue;
+    if (n->segment == BP_SEGMENT_BACKWARD) backward = 1;
+    const size_t len = strlen(n->op);
+    if (len > 4 && strcmp(n->op + len - 4, ".fwd") == 0) forward += n->flops;
+  }
+  if (trains) *trains = backward;
+  return backward ? 3 * forward : forward;
+}
+
 void bp_profile_measure_sgemm(bp_profile *p, bp_registry *registry, const char *device,
                               const bp_abi_threads *threads) {
   if (!p) return;

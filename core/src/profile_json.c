@@ -52,7 +52,8 @@ static void sgemm(FILE *f, const bp_profile_sgemm *s) {
   fputc('}', f);
 }
 
-static bp_status variant(FILE *f, const bp_profile *p, int v, double sgemm_gflops) {
+static bp_status variant(FILE *f, const bp_profile *p, int v, double sgemm_gflops,
+                         double median_gflops) {
   const bp_profile_variant *pv = bp_profile_variant_at(p, v);
   fputs("{\"variant\":", f);
   bp_json_string(f, pv->name);
@@ -61,6 +62,14 @@ static bp_status variant(FILE *f, const bp_profile *p, int v, double sgemm_gflop
   u64(f, "kernel_ns", pv->run_ns);
   num(f, "step_mean_ms", (double)pv->step_ns / (double)pv->steps / 1e6);
   num(f, "kernel_share", pv->step_ns ? (double)pv->run_ns / (double)pv->step_ns : NAN);
+  /* the SGEMM floor: the step's work at the yardstick's rate, over the step's time */
+  int trains;
+  const uint64_t work = bp_profile_work_flops(p, v, &trains);
+  u64(f, "work_flops", work);
+  fprintf(f, ",\"trains\":%s", trains ? "true" : "false");
+  const double steps_per_ns = pv->step_ns ? (double)pv->steps / (double)pv->step_ns : NAN;
+  num(f, "floor_share", work ? (double)work / sgemm_gflops * steps_per_ns : NAN);
+  num(f, "floor_share_median", work ? (double)work / median_gflops * steps_per_ns : NAN);
   fputs(",\"ops\":[", f);
   const int count = bp_profile_ops(p, v, NULL, 0);
   bp_profile_op *ops = calloc((size_t)count + 1, sizeof *ops);
@@ -107,7 +116,7 @@ bp_status bp_profile_write_json(const bp_profile *p, FILE *f) {
   for (int v = 0, listed = 0; st == BP_OK && v < bp_profile_variant_count(p); v++) {
     if (bp_profile_variant_at(p, v)->steps == 0) continue;
     if (listed++) fputc(',', f);
-    st = variant(f, p, v, s->measured ? s->gflops : NAN);
+    st = variant(f, p, v, s->measured ? s->gflops : NAN, s->measured ? s->median_gflops : NAN);
   }
   fputc(']', f);
   if (st == BP_OK && ferror(f)) return bp_fail(BP_ERR_IO, "writing a profile failed");

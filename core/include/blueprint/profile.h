@@ -151,6 +151,13 @@ const bp_profile_node *bp_profile_node_at(const bp_profile *p, int index);
  * `max` and returns how many there are. */
 int bp_profile_ops(const bp_profile *p, int variant, bp_profile_op *out, int max);
 const bp_profile_sgemm *bp_profile_sgemm_rate(const bp_profile *p);
+/* The work one step of `variant` stands for, in FLOPs: the FLOPs of its
+ * forward conv and fc nodes (per call), times 3 when the variant trains
+ * (has backward nodes: backward-data and backward-filter cost what the
+ * forward does; the first layer's backward-data counts though it never
+ * runs). *trains (may be NULL) says which. At the yardstick's rate this
+ * work is the step's SGEMM floor (docs/profile.md). */
+uint64_t bp_profile_work_flops(const bp_profile *p, int variant, int *trains);
 
 /* Writes the members of the metrics file's "profile" object after its
  * "event" member (each starting with ','; docs/metrics-jsonl.md): the
