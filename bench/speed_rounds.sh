@@ -10,7 +10,9 @@
 # MLP's default run, bench_sgemm_floor measures the SGEMM rate sustained for
 # 3 s (and its fastest call): the MLP's floor is that rate over its
 # 4,012,032 training FLOPs per image (3 x 2 x 668,672 weights), and the
-# line ends with the default run's share of both floors.
+# line ends with the default run's share of both floors. A profiled run of
+# the default then gives its step's share of the SGEMM floor measured in
+# the same process (`--profile`'s "SGEMM floor" line).
 set -eu
 build=${1:-build}
 rounds=${2:-2}
@@ -28,7 +30,11 @@ for r in $(seq "$rounds"); do
     b=$("$build/blueprint" train "models/$m.yaml" --epochs 1 --seed 1 $lim --test-limit 1000 --ranks 2 --quiet 2>&1 | ips)
     c=$(/usr/bin/python3 bench/torch_twin.py --model "$m" --epochs 1 $lim --test-limit 1000 --threads 2 --json 2>/dev/null | twin)
     d=$(/usr/bin/python3 bench/torch_twin.py --model "$m" --epochs 1 $lim --test-limit 1000 --threads 1 --json 2>/dev/null | twin)
+    # the step against the yardstick measured in the same process (docs/profile.md)
+    e=$("$build/blueprint" train "models/$m.yaml" --epochs 1 --seed 1 $lim --test-limit 1000 --quiet --profile 2>&1 |
+      grep -o 'reaches [0-9.]*% and [0-9.]*%' | head -1)
     echo "round $r $m: blueprint default $a; --ranks 2 $b; pytorch 2 threads $c img/s; 1 thread $d img/s"
+    echo "round $r $m: profiled default step $e of its SGEMM floor (yardstick's fastest and median run)"
     [ -z "$floor" ] || echo "$floor" | awk -v ips="${a% img/s}" '{
       for (i = 1; i <= NF; i++) { if ($i == "sustained") s = $(i + 1) + 0; if ($i == "fastest") f = $(i + 1) + 0 }
       fs = s * 1e9 / 4012032; ff = f * 1e9 / 4012032
