@@ -225,7 +225,8 @@ static int same_sections(const unsigned char table[TABLE_BYTES], const layout *l
   encode_table(l, ours);
   for (int s = 0; s < SECTION_COUNT; s++) {
     const unsigned char *a = table + s * SECTION_BYTES, *b = ours + s * SECTION_BYTES;
-    if (memcmp(a, b, 2 * REGION_NAME_BYTES) != 0 || memcmp(a + SPAN_BYTES_AT, b + SPAN_BYTES_AT, 8) != 0)
+    if (memcmp(a, b, 2 * REGION_NAME_BYTES) != 0 ||
+        memcmp(a + SPAN_BYTES_AT, b + SPAN_BYTES_AT, 8) != 0)
       return 0;
   }
   return 1;

@@ -117,6 +117,14 @@ typedef struct weighted_op {
                            pthreadpool_t pool);
 } weighted_op;
 
+/* XNNPACK's failure at `step` (create, setup, run) of op's operator. */
+static int weighted_fail(const bp_abi_kernel_args *args, const weighted_op *op, const char *step,
+                         enum xnn_status st) {
+  char what[64];
+  snprintf(what, sizeof what, "%s %s", op->what, step);
+  return xnnp_fail(args, what, st);
+}
+
 /* The operator `c` needs, with the weights (dense) packed into it. */
 static int weighted_create(xnn_node *s, const bp_abi_kernel_args *args, const weighted_op *op,
                            const weighted_call *c) {
@@ -126,10 +134,8 @@ static int weighted_create(xnn_node *s, const bp_abi_kernel_args *args, const we
   if (rc != BP_ABI_OK) return rc;
   const enum xnn_status st = op->create(c, w, b, &s->op);
   if (st != xnn_status_success) {
-    char what[64];
-    snprintf(what, sizeof what, "%s create", op->what);
     s->op = NULL;
-    return xnnp_fail(args, what, st);
+    return weighted_fail(args, op, "create", st);
   }
   s->packs++;
   return BP_ABI_OK;
@@ -178,21 +184,16 @@ static int weighted_run(void *user, const bp_abi_kernel_args *args) {
   const void *x = args->input_ptrs[0];
   void *y = args->output_ptrs[0];
   pthreadpool_t pool = xnnp_pool_handle(s->pool);
-  char what[64];
   if (!xnn_node_setup_current(s, x, NULL, y, NULL, c.n)) {
     const enum xnn_status st = op->setup(&c, s->op, x, y, pool);
     if (st != xnn_status_success) {
       s->set_batch = -1;
-      snprintf(what, sizeof what, "%s setup", op->what);
-      rc = xnnp_fail(args, what, st);
+      rc = weighted_fail(args, op, "setup", st);
       goto out;
     }
   }
   const enum xnn_status st = xnn_run_operator(s->op, pool);
-  if (st != xnn_status_success) {
-    snprintf(what, sizeof what, "%s run", op->what);
-    rc = xnnp_fail(args, what, st);
-  }
+  if (st != xnn_status_success) rc = weighted_fail(args, op, "run", st);
 out:
   xnn_node_release(NULL, tmp);
   return rc;
