@@ -4,6 +4,7 @@
  * FLOP counts follow the formulas of profile.h, the metrics record parses,
  * and without --profile there is none. No assertion is on speed. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,15 @@ START_TEST(a_profiled_run_records_every_train_node_and_its_time_adds_up) {
   ck_assert(s->gflops > 0);
   /* the median run is never faster than the fastest */
   ck_assert(s->median_gflops > 0 && s->median_gflops <= s->gflops);
+  /* the share of the SGEMM floor: the work's time at a rate over the mean step */
+  const double share = bp_profile_floor_share(p, v, s->gflops);
+  ck_assert_double_eq_tol(share,
+                          (double)bp_profile_work_flops(p, v, NULL) / s->gflops *
+                              (double)pv->steps / (double)pv->step_ns,
+                          1e-12 * share);
+  ck_assert(share > 0 && bp_profile_floor_share(p, v, s->median_gflops) >= share);
+  ck_assert(isnan(bp_profile_floor_share(p, v, 0.0)));
+  ck_assert(isnan(bp_profile_floor_share(p, 99, s->gflops)));
   bp_trainer_destroy(t);
 
   /* a profile holds one executor's nodes: a second trainer is refused */
@@ -239,7 +249,8 @@ START_TEST(the_metrics_profile_record_parses_and_has_the_fields) {
   ck_assert_uint_eq(u64_of(train, "work_flops"), UINT64_C(3) * 2 * 128 * 668672);
   ck_assert_int_eq(jm_get(train, "trains")->kind, JM_BOOL);
   ck_assert_int_eq(jm_get(train, "trains")->boolean, 1);
-  const jm_value *share = jm_get(train, "floor_share"), *median = jm_get(train, "floor_share_median");
+  const jm_value *share = jm_get(train, "floor_share");
+  const jm_value *median = jm_get(train, "floor_share_median");
   ck_assert(share && median && share->kind == median->kind);
   if (share->kind == JM_NUMBER) { /* null only when the yardstick was not measured */
     const double best = strtod(share->text, NULL), med = strtod(median->text, NULL);

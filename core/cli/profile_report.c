@@ -4,6 +4,7 @@
  * SGEMM yardstick measured at the start of the run. */
 #include "profile_report.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,22 +47,21 @@ static void yardstick(FILE *f, const bp_profile_sgemm *s) {
 }
 
 /* The step's work at the yardstick's rate (bp_profile_work_flops), and
- * the share of that floor the step reaches: floor time / step time. */
+ * the share of that floor the step reaches (bp_profile_floor_share). */
 static void sgemm_floor(FILE *f, const bp_profile *p, int v, const bp_profile_sgemm *s) {
   const bp_profile_variant *pv = bp_profile_variant_at(p, v);
   int trains;
   const uint64_t work = bp_profile_work_flops(p, v, &trains);
-  if (!work || !s->measured || !pv->steps) return;
+  const double best = bp_profile_floor_share(p, v, s->gflops);
+  const double median = bp_profile_floor_share(p, v, s->median_gflops);
+  if (!s->measured || isnan(best) || isnan(median)) return;
   const double step_ms = ms(pv->step_ns) / (double)pv->steps;
-  const double best_ms = (double)work / (s->gflops * 1e6);
-  const double median_ms = (double)work / (s->median_gflops * 1e6);
   fprintf(f,
           "SGEMM floor: %.1f MFLOP of %s work a %s (%s) at the yardstick's rate: %.3f ms, "
           "%.3f ms at its median run; the %s reaches %.1f%% and %.1f%% of them\n",
           (double)work / 1e6, trains ? "training" : "inference", unit(pv->name, 1),
           trains ? "3 x the forward conv and fc FLOPs" : "the forward conv and fc FLOPs",
-          best_ms, median_ms, unit(pv->name, 1), 100.0 * best_ms / step_ms,
-          100.0 * median_ms / step_ms);
+          best * step_ms, median * step_ms, unit(pv->name, 1), 100.0 * best, 100.0 * median);
 }
 
 static int by_node_time(const void *a, const void *b) {

@@ -1,6 +1,7 @@
 /* The data of a profile: nodes, variants, steps (profile.h). */
 #include "blueprint/profile.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,6 +208,14 @@ uint64_t bp_profile_work_flops(const bp_profile *p, int variant, int *trains) {
   }
   if (trains) *trains = backward;
   return backward ? 3 * forward : forward;
+}
+
+double bp_profile_floor_share(const bp_profile *p, int variant, double gflops) {
+  const bp_profile_variant *pv = bp_profile_variant_at(p, variant);
+  const uint64_t work = bp_profile_work_flops(p, variant, NULL);
+  if (!pv || !pv->steps || !pv->step_ns || !work || !(gflops > 0)) return NAN;
+  /* FLOPs / (FLOP per ns) = ns of the floor, against ns per step */
+  return (double)work / gflops * (double)pv->steps / (double)pv->step_ns;
 }
 
 void bp_profile_measure_sgemm(bp_profile *p, bp_registry *registry, const char *device,

@@ -67,9 +67,8 @@ static bp_status variant(FILE *f, const bp_profile *p, int v, double sgemm_gflop
   const uint64_t work = bp_profile_work_flops(p, v, &trains);
   u64(f, "work_flops", work);
   fprintf(f, ",\"trains\":%s", trains ? "true" : "false");
-  const double steps_per_ns = pv->step_ns ? (double)pv->steps / (double)pv->step_ns : NAN;
-  num(f, "floor_share", work ? (double)work / sgemm_gflops * steps_per_ns : NAN);
-  num(f, "floor_share_median", work ? (double)work / median_gflops * steps_per_ns : NAN);
+  num(f, "floor_share", bp_profile_floor_share(p, v, sgemm_gflops));
+  num(f, "floor_share_median", bp_profile_floor_share(p, v, median_gflops));
   fputs(",\"ops\":[", f);
   const int count = bp_profile_ops(p, v, NULL, 0);
   bp_profile_op *ops = calloc((size_t)count + 1, sizeof *ops);

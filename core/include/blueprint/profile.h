@@ -158,6 +158,10 @@ const bp_profile_sgemm *bp_profile_sgemm_rate(const bp_profile *p);
  * runs). *trains (may be NULL) says which. At the yardstick's rate this
  * work is the step's SGEMM floor (docs/profile.md). */
 uint64_t bp_profile_work_flops(const bp_profile *p, int variant, int *trains);
+/* The share of that floor a step of `variant` reaches at `gflops`: the
+ * work's time at that rate over the mean step time. NaN when the variant
+ * has no work or no steps, or gflops is not > 0. */
+double bp_profile_floor_share(const bp_profile *p, int variant, double gflops);
 
 /* Writes the members of the metrics file's "profile" object after its
  * "event" member (each starting with ','; docs/metrics-jsonl.md): the
