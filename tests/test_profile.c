@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "blueprint/profile.h"
+#include "blueprint/registry.h"
+#include "blueprint/threads.h"
 #include "blueprint/train.h"
 #include "json_mini.h"
 #include "run_util.h"
@@ -165,6 +167,14 @@ START_TEST(a_profiled_run_records_every_train_node_and_its_time_adds_up) {
   ck_assert(s->gflops > 0);
   /* the median run is never faster than the fastest */
   ck_assert(s->median_gflops > 0 && s->median_gflops <= s->gflops);
+  /* measured before the first step and after the epoch's steps, pooled:
+   * the fastest of all runs, at least as fast as the last measurement's */
+  ck_assert_int_eq(s->measurements, 2);
+  ck_assert_int_ge(s->runs, 2 * 3);
+  ck_assert_int_le(s->runs, 2 * BP_PROFILE_SGEMM_MAX_RUNS);
+  ck_assert_double_eq_tol(s->gflops, 2.0 * 64 * 64 * 64 / (s->best_seconds * 1e9),
+                          1e-12 * s->gflops);
+  ck_assert(s->best_seconds * 1e9 <= (double)s->run_ns[0]);
   /* the share of the SGEMM floor: the work's time at a rate over the mean step */
   const double share = bp_profile_floor_share(p, v, s->gflops);
   ck_assert_double_eq_tol(share,
@@ -181,6 +191,50 @@ START_TEST(a_profiled_run_records_every_train_node_and_its_time_adds_up) {
   ck_assert_int_eq(bp_trainer_create_from_file(env.mlp, &o, &t2), BP_ERR_STATE);
   ck_assert_ptr_nonnull(strstr(bp_last_error(), "attached elsewhere"));
   bp_profile_destroy(p);
+}
+END_TEST
+
+/* The yardstick pools the runs of every measurement until the pool is
+ * full; a profile whose yardstick is switched off never measures. */
+START_TEST(the_yardstick_pools_its_measurements_up_to_the_cap) {
+  bp_registry *r = NULL;
+  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
+  ck_assert_msg(bp_registry_load(r, BP_OPS_REFERENCE_PATH) == BP_OK, "%s", bp_last_error());
+  bp_threads *pool = NULL;
+  ck_assert_int_eq(bp_threads_create(1, &pool), BP_OK);
+  bp_profile_options po = {.sgemm_size = 16}; /* a few microseconds a run */
+  bp_profile *p = NULL;
+  ck_assert_int_eq(bp_profile_create(&po, &p), BP_OK);
+  const bp_profile_sgemm *s = bp_profile_sgemm_rate(p);
+  ck_assert_int_eq(s->measured, 0);
+  int measurements = 0, runs = 0;
+  while (runs < BP_PROFILE_SGEMM_POOL) {
+    bp_profile_measure_sgemm(p, r, "cpu", bp_threads_abi(pool));
+    ck_assert_msg(s->measured, "not measured: %s", s->why);
+    ck_assert_int_eq(s->measurements, ++measurements);
+    ck_assert_int_gt(s->runs, runs); /* this measurement's runs joined the pool */
+    runs = s->runs;
+    ck_assert(s->median_gflops > 0 && s->median_gflops <= s->gflops);
+    ck_assert(s->best_seconds * 1e9 <= (double)s->run_ns[0]); /* no slower than the last */
+  }
+  ck_assert_int_eq(runs, BP_PROFILE_SGEMM_POOL);
+  ck_assert_int_gt(measurements, 1);
+  const double gflops = s->gflops, median = s->median_gflops;
+  bp_profile_measure_sgemm(p, r, "cpu", bp_threads_abi(pool)); /* full: skipped */
+  ck_assert_int_eq(s->measurements, measurements);
+  ck_assert_int_eq(s->runs, runs);
+  ck_assert(s->gflops == gflops && s->median_gflops == median);
+  bp_profile_destroy(p);
+
+  po.sgemm_size = -1; /* switched off */
+  ck_assert_int_eq(bp_profile_create(&po, &p), BP_OK);
+  bp_profile_measure_sgemm(p, r, "cpu", bp_threads_abi(pool));
+  s = bp_profile_sgemm_rate(p);
+  ck_assert_int_eq(s->measured, 0);
+  ck_assert_ptr_nonnull(strstr(s->why, "switched off"));
+  bp_profile_destroy(p);
+  bp_threads_destroy(pool);
+  bp_registry_destroy(r);
 }
 END_TEST
 
@@ -220,6 +274,7 @@ START_TEST(the_metrics_profile_record_parses_and_has_the_fields) {
   ck_assert_msg(r.status == 0, "train failed: %s", r.err);
   ck_assert_ptr_nonnull(strstr(r.out, "profile of rank 0"));
   ck_assert_ptr_nonnull(strstr(r.out, "SGEMM yardstick"));
+  ck_assert_ptr_nonnull(strstr(r.out, " in 2 measurements, "));
   ck_assert_ptr_nonnull(strstr(r.out, "fc1.fwd"));
   ck_assert_ptr_nonnull(strstr(r.out, "(outside kernels)"));
   ck_assert_ptr_nonnull(strstr(r.out, "SGEMM floor: 513.5 MFLOP of training work a step"));
@@ -234,6 +289,8 @@ START_TEST(the_metrics_profile_record_parses_and_has_the_fields) {
   ck_assert_int_eq(jm_get(s, "measured")->kind, JM_BOOL);
   ck_assert_uint_eq(u64_of(s, "m"), BP_PROFILE_SGEMM_SIZE);
   ck_assert_ptr_nonnull(jm_get(s, "gflops"));
+  /* the epoch's profile line follows the yardstick's second measurement */
+  if (jm_get(s, "measured")->boolean) ck_assert_uint_eq(u64_of(s, "measurements"), 2);
   const jm_value *variants = jm_get(line, "variants");
   ck_assert_ptr_nonnull(variants);
   const jm_value *train = NULL;
@@ -324,6 +381,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, flop_counts_follow_the_formulas_for_known_shapes);
   tcase_add_test(tc, a_profiled_run_records_every_train_node_and_its_time_adds_up);
+  tcase_add_test(tc, the_yardstick_pools_its_measurements_up_to_the_cap);
   tcase_add_test(tc, the_metrics_profile_record_parses_and_has_the_fields);
   tcase_add_test(tc, without_profile_the_metrics_hold_no_profile_record);
   tcase_add_test(tc, help_names_the_profile_option);

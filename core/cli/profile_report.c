@@ -38,10 +38,10 @@ static void yardstick(FILE *f, const bp_profile_sgemm *s) {
   if (s->measured)
     fprintf(f,
             "SGEMM yardstick: fc.fwd/%s, %lld x %lld x %lld FP32 on %d thread%s: %.1f GFLOP/s "
-            "(fastest of %d runs, %.2f ms; median run %.1f GFLOP/s)\n",
+            "(fastest of %d runs in %d measurement%s, %.2f ms; median run %.1f GFLOP/s)\n",
             s->impl, (long long)s->m, (long long)s->k, (long long)s->n, s->threads,
-            s->threads == 1 ? "" : "s", s->gflops, s->runs, s->best_seconds * 1e3,
-            s->median_gflops);
+            s->threads == 1 ? "" : "s", s->gflops, s->runs, s->measurements,
+            s->measurements == 1 ? "" : "s", s->best_seconds * 1e3, s->median_gflops);
   else
     fprintf(f, "SGEMM yardstick: %s\n", s->why);
 }

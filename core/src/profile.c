@@ -18,7 +18,9 @@ struct bp_profile {
   int current;       /* variant of the step under way, -1 between steps */
   uint64_t step_t0;  /* its start */
   int stepped;       /* a step was recorded: no more nodes */
-  bp_profile_sgemm sgemm;
+  bp_profile_sgemm sgemm;  /* over the pool below */
+  uint64_t *sgemm_pool;    /* every measurement's run times, BP_PROFILE_SGEMM_POOL */
+  int sgemm_pooled;
 };
 
 bp_status bp_profile_create(const bp_profile_options *options, bp_profile **out) {
@@ -37,6 +39,7 @@ void bp_profile_destroy(bp_profile *p) {
   if (!p) return;
   free(p->nodes);
   free(p->variants);
+  free(p->sgemm_pool);
   free(p);
 }
 
@@ -218,6 +221,11 @@ double bp_profile_floor_share(const bp_profile *p, int variant, double gflops) {
   return (double)work / gflops * (double)pv->steps / (double)pv->step_ns;
 }
 
+static int by_ns(const void *a, const void *b) {
+  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
 void bp_profile_measure_sgemm(bp_profile *p, bp_registry *registry, const char *device,
                               const bp_abi_threads *threads) {
   if (!p) return;
@@ -225,5 +233,31 @@ void bp_profile_measure_sgemm(bp_profile *p, bp_registry *registry, const char *
     snprintf(p->sgemm.why, sizeof p->sgemm.why, "not measured (switched off)");
     return;
   }
-  bp_profile_sgemm_measure(registry, device, threads, p->options.sgemm_size, &p->sgemm);
+  if (p->sgemm_pooled >= BP_PROFILE_SGEMM_POOL) return; /* the pool is full */
+  if (!p->sgemm_pool && !(p->sgemm_pool = malloc(BP_PROFILE_SGEMM_POOL * sizeof *p->sgemm_pool))) {
+    if (!p->sgemm.measured) snprintf(p->sgemm.why, sizeof p->sgemm.why, "out of memory");
+    return;
+  }
+  bp_profile_sgemm *m = malloc(sizeof *m);
+  if (!m) return;
+  bp_profile_sgemm_measure(registry, device, threads, p->options.sgemm_size, m);
+  if (!m->measured) { /* an earlier measurement stands */
+    if (!p->sgemm.measured) p->sgemm = *m;
+    free(m);
+    return;
+  }
+  const int measurements = p->sgemm.measured ? p->sgemm.measurements + 1 : 1;
+  for (int r = 0; r < m->runs && p->sgemm_pooled < BP_PROFILE_SGEMM_POOL; r++)
+    p->sgemm_pool[p->sgemm_pooled++] = m->run_ns[r];
+  qsort(p->sgemm_pool, (size_t)p->sgemm_pooled, sizeof *p->sgemm_pool, by_ns);
+  /* the pooled rates: 2 m n k FLOPs over the fastest and the median run */
+  const double flops = 2.0 * (double)m->m * (double)m->n * (double)m->k;
+  const uint64_t best = p->sgemm_pool[0], median = p->sgemm_pool[p->sgemm_pooled / 2];
+  p->sgemm = *m;
+  p->sgemm.measurements = measurements;
+  p->sgemm.runs = p->sgemm_pooled;
+  p->sgemm.best_seconds = (double)best / 1e9;
+  p->sgemm.gflops = flops / (double)best;
+  p->sgemm.median_gflops = flops / (double)median;
+  free(m);
 }

@@ -43,7 +43,8 @@ static void sgemm(FILE *f, const bp_profile_sgemm *s) {
     bp_json_string(f, s->impl);
   else
     fputs("null", f);
-  fprintf(f, ",\"threads\":%d,\"runs\":%d", s->threads, s->runs);
+  fprintf(f, ",\"threads\":%d,\"measurements\":%d,\"runs\":%d", s->threads, s->measurements,
+          s->runs);
   num(f, "best_seconds", s->measured ? s->best_seconds : NAN);
   num(f, "gflops", s->measured ? s->gflops : NAN);
   num(f, "median_gflops", s->measured ? s->median_gflops : NAN);

@@ -10,7 +10,6 @@
 #include "validate-impl.h"
 
 #define SGEMM_MIN_RUNS 3
-#define SGEMM_MAX_RUNS 50
 #define SGEMM_BUDGET_NS UINT64_C(250000000) /* stop timing after 0.25 s of runs */
 
 typedef struct sgemm_bench {
@@ -103,9 +102,9 @@ static int bench_time(sgemm_bench *b, const bp_registered_kernel *k, bp_profile_
   }
   b->args.state = state;
   int rc = kk->run(kk->user, &b->args); /* warm-up: packing, page faults */
-  uint64_t spent = 0, times[SGEMM_MAX_RUNS];
+  uint64_t spent = 0, times[BP_PROFILE_SGEMM_MAX_RUNS];
   *best_ns = UINT64_MAX;
-  for (int r = 0; rc == BP_ABI_OK && r < SGEMM_MAX_RUNS &&
+  for (int r = 0; rc == BP_ABI_OK && r < BP_PROFILE_SGEMM_MAX_RUNS &&
                   (r < SGEMM_MIN_RUNS || spent < SGEMM_BUDGET_NS);
        r++) {
     const uint64_t t0 = bp_profile_now_ns();
@@ -119,6 +118,7 @@ static int bench_time(sgemm_bench *b, const bp_registered_kernel *k, bp_profile_
   if (out->runs > 0) {
     qsort(times, (size_t)out->runs, sizeof times[0], by_ns);
     *median_ns = times[out->runs / 2];
+    memcpy(out->run_ns, times, (size_t)out->runs * sizeof times[0]);
   }
   if (state && kk->release) kk->release(kk->user, state);
   if (rc != BP_ABI_OK) {
@@ -162,6 +162,7 @@ void bp_profile_sgemm_measure(bp_registry *registry, const char *device,
     snprintf(out->why, sizeof out->why, "no fc.fwd kernel: %.200s", bp_last_error());
   } else if (bench_time(b, k, out, &best, &median) == 0) {
     out->measured = 1;
+    out->measurements = 1;
     out->impl = k->kernel.impl;
     out->best_seconds = (double)best / 1e9;
     out->gflops = 2.0 * (double)n * (double)n * (double)n / (double)best;

@@ -157,6 +157,11 @@ static inline int bp_train_multi_process(const bp_trainer *t) { return t->local 
  * with an init rule (seeded by options' seed), the graph's constants, then
  * the INIT segment (E = W). */
 bp_status bp_train_arena_init(bp_trainer *t, bp_train_rank *r);
+/* With a profile: measures its SGEMM yardstick on rank 0's threads (host
+ * kernels only), pooled with the earlier measurements (profile.h). The
+ * trainer does so before the first step and after each epoch's steps, so
+ * the floor of the run is the machine's speed over the run. */
+void bp_train_measure_yardstick(bp_trainer *t);
 /* Tells every local rank's kernels that the parameters may have changed
  * (bp_exec_params_changed): after initialization, each training step's
  * UPDATE/GATHER (and EMA) segments, and a checkpoint load. Between runs. */

@@ -517,6 +517,13 @@ static bp_status choose_comm(bp_trainer *t) {
   return bp_comm_choose(&l, &t->comm_kind);
 }
 
+void bp_train_measure_yardstick(bp_trainer *t) {
+  bp_train_rank *r = &t->ranks[0];
+  if (t->opt.profile && r->io.host && r->threads)
+    bp_profile_measure_sgemm(t->opt.profile, t->registry, t->kernel_kind,
+                             bp_threads_abi(r->threads));
+}
+
 static bp_status open_rank(bp_trainer *t, int k) {
   bp_train_rank *r = &t->ranks[k];
   r->rank = k;
@@ -552,10 +559,9 @@ static bp_status open_rank(bp_trainer *t, int k) {
     eo.lane_stream[l] = bp_devio_lane_native(&r->io, l);
   /* bind before filling: autotuning runs kernels on the arena */
   if ((st = bp_exec_create(t->graph, t->registry, r->base, &eo, &r->exec)) != BP_OK) return st;
-  if (k == 0 && t->opt.profile) { /* rank 0 is profiled; the yardstick on its threads */
+  if (k == 0 && t->opt.profile) { /* rank 0 is profiled */
     if ((st = bp_exec_set_profile(r->exec, t->opt.profile)) != BP_OK) return st;
-    if (r->io.host)
-      bp_profile_measure_sgemm(t->opt.profile, t->registry, t->kernel_kind, eo.threads);
+    bp_train_measure_yardstick(t);
   }
   return bp_train_arena_init(t, r);
 }

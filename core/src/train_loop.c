@@ -221,6 +221,7 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
                                c.comm_us - counts0.comm_us,
                                c.comm_overlap_us - counts0.comm_overlap_us};
   out->train_seconds = bp_train_now() - t0;
+  bp_train_measure_yardstick(t); /* the machine's speed after the steps too */
   double loss, correct;
   if ((st = bp_train_read_results(t, 1, &loss, &correct)) != BP_OK) return st;
   const double n = out->samples > 0 ? (double)out->samples : NAN;

@@ -45,6 +45,11 @@ typedef struct bp_profile bp_profile; /* opaque */
 
 /* Side of the square SGEMM whose rate is the yardstick (M = N = K). */
 #define BP_PROFILE_SGEMM_SIZE 1024
+/* Timed runs of one measurement of the yardstick, at most. */
+#define BP_PROFILE_SGEMM_MAX_RUNS 50
+/* Timed runs a profile pools over all its measurements, at most: later
+ * measurements are skipped once it holds this many. */
+#define BP_PROFILE_SGEMM_POOL 1000
 
 typedef struct bp_profile_options {
   int64_t sgemm_size; /* M = N = K of the rate measurement; 0: BP_PROFILE_SGEMM_SIZE;
@@ -80,17 +85,24 @@ typedef struct bp_profile_op {
 } bp_profile_op;
 
 /* The yardstick: the rate of the fc.fwd kernel the registry picks for an
- * M x K times K x N FP32 product, on the rank's threads. */
+ * M x K times K x N FP32 product, on the rank's threads. A profile's
+ * yardstick pools every measurement of it (bp_profile_measure_sgemm: the
+ * trainer measures before the first step and after each epoch's steps),
+ * so that a machine whose speed drifts during the run is held against
+ * its speed over the run, not at its start. */
 typedef struct bp_profile_sgemm {
   int measured;        /* 0: see why */
   int64_t m, n, k;
   const char *impl;    /* the kernel picked (borrowed from the registry) */
   int threads;         /* threads it ran on */
-  int runs;            /* timed runs after one warm-up */
+  int measurements;    /* measurements pooled (1 for bp_profile_sgemm_measure) */
+  int runs;            /* timed runs, each after one warm-up per measurement */
   double best_seconds; /* the fastest run */
   double gflops;       /* 2*m*n*k / best_seconds / 1e9 */
   double median_gflops; /* the same of the median run: what a run sustains on
                            a busy or drifting machine, often 10-25% less */
+  uint64_t run_ns[BP_PROFILE_SGEMM_MAX_RUNS]; /* each run's time of the (last)
+                                                 measurement, fastest first */
   char why[256];       /* when not measured: why */
 } bp_profile_sgemm;
 
@@ -127,14 +139,18 @@ void bp_profile_run_time(bp_profile *p, int variant, uint64_t ns);
 uint64_t bp_profile_now_ns(void);
 
 /* Measures the yardstick of the profile (its options' sgemm_size; none
- * when negative): bp_profile_sgemm_measure. */
+ * when negative) with bp_profile_sgemm_measure and pools the runs with
+ * those of its earlier measurements (up to BP_PROFILE_SGEMM_POOL runs):
+ * the rate is then that of the fastest and of the median run of the pool.
+ * A measurement that fails leaves an earlier one as it was. */
 void bp_profile_measure_sgemm(bp_profile *p, bp_registry *registry, const char *device,
                               const bp_abi_threads *threads);
 /* Times the fc.fwd kernel that `registry` picks on `device` (no pins, no
  * autotune) for a size x size by size x size FP32 product in host memory
  * (so the cpu device only) on `threads` (borrowed for the call): one
- * warm-up, then at least 3 runs and up to 0.25 s; the fastest counts. A
- * failure to measure is no error: out->measured 0 and out->why say so. */
+ * warm-up, then at least 3 runs and up to 0.25 s (and
+ * BP_PROFILE_SGEMM_MAX_RUNS); the fastest counts. A failure to measure is
+ * no error: out->measured 0 and out->why say so. */
 void bp_profile_sgemm_measure(bp_registry *registry, const char *device,
                               const bp_abi_threads *threads, int64_t size, bp_profile_sgemm *out);
 
