@@ -13,9 +13,9 @@
 # of the two (the fastest call: the faster of the two). The MLP's floor is
 # that rate over its 4,012,032 training FLOPs per image (3 x 2 x 668,672
 # weights), and the line ends with the default run's share of both
-# floors. A profiled run of
-# the default then gives its step's share of the SGEMM floor measured in
-# the same process (`--profile`'s "SGEMM floor" line).
+# floors. A profiled run of the default then gives its step's share of
+# the SGEMM floor measured in the same process (`--profile`'s "SGEMM
+# floor" line).
 set -eu
 build=${1:-build}
 rounds=${2:-2}
