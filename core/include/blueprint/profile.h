@@ -96,7 +96,7 @@ typedef struct bp_profile_sgemm {
   const char *impl;    /* the kernel picked (borrowed from the registry) */
   int threads;         /* threads it ran on */
   int measurements;    /* measurements pooled (1 for bp_profile_sgemm_measure) */
-  int runs;            /* timed runs, each after one warm-up per measurement */
+  int runs;            /* timed runs of the measurements pooled (each warms up once) */
   double best_seconds; /* the fastest run */
   double gflops;       /* 2*m*n*k / best_seconds / 1e9 */
   double median_gflops; /* the same of the median run: what a run sustains on
