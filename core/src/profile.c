@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "bp_abi_sdk.h"
+#include "profile-impl.h"
 
 struct bp_profile {
   bp_profile_options options;
@@ -221,11 +222,6 @@ double bp_profile_floor_share(const bp_profile *p, int variant, double gflops) {
   return (double)work / gflops * (double)pv->steps / (double)pv->step_ns;
 }
 
-static int by_ns(const void *a, const void *b) {
-  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
 void bp_profile_measure_sgemm(bp_profile *p, bp_registry *registry, const char *device,
                               const bp_abi_threads *threads) {
   if (!p) return;
@@ -238,26 +234,16 @@ void bp_profile_measure_sgemm(bp_profile *p, bp_registry *registry, const char *
     if (!p->sgemm.measured) snprintf(p->sgemm.why, sizeof p->sgemm.why, "out of memory");
     return;
   }
-  bp_profile_sgemm *m = malloc(sizeof *m);
-  if (!m) return;
-  bp_profile_sgemm_measure(registry, device, threads, p->options.sgemm_size, m);
-  if (!m->measured) { /* an earlier measurement stands */
-    if (!p->sgemm.measured) p->sgemm = *m;
-    free(m);
+  bp_profile_sgemm m;
+  bp_profile_sgemm_measure(registry, device, threads, p->options.sgemm_size, &m);
+  if (!m.measured) { /* an earlier measurement stands */
+    if (!p->sgemm.measured) p->sgemm = m;
     return;
   }
   const int measurements = p->sgemm.measured ? p->sgemm.measurements + 1 : 1;
-  for (int r = 0; r < m->runs && p->sgemm_pooled < BP_PROFILE_SGEMM_POOL; r++)
-    p->sgemm_pool[p->sgemm_pooled++] = m->run_ns[r];
-  qsort(p->sgemm_pool, (size_t)p->sgemm_pooled, sizeof *p->sgemm_pool, by_ns);
-  /* the pooled rates: 2 m n k FLOPs over the fastest and the median run */
-  const double flops = 2.0 * (double)m->m * (double)m->n * (double)m->k;
-  const uint64_t best = p->sgemm_pool[0], median = p->sgemm_pool[p->sgemm_pooled / 2];
-  p->sgemm = *m;
+  for (int r = 0; r < m.runs && p->sgemm_pooled < BP_PROFILE_SGEMM_POOL; r++)
+    p->sgemm_pool[p->sgemm_pooled++] = m.run_ns[r];
+  p->sgemm = m;
   p->sgemm.measurements = measurements;
-  p->sgemm.runs = p->sgemm_pooled;
-  p->sgemm.best_seconds = (double)best / 1e9;
-  p->sgemm.gflops = flops / (double)best;
-  p->sgemm.median_gflops = flops / (double)median;
-  free(m);
+  bp_profile_sgemm_rates(&p->sgemm, p->sgemm_pool, p->sgemm_pooled);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "blueprint/profile.h"
+#include "profile-impl.h"
 #include "validate-impl.h"
 
 #define SGEMM_MIN_RUNS 3
@@ -71,11 +72,20 @@ static int by_ns(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+void bp_profile_sgemm_rates(bp_profile_sgemm *s, uint64_t *ns, int count) {
+  qsort(ns, (size_t)count, sizeof *ns, by_ns);
+  const double flops = 2.0 * (double)s->m * (double)s->n * (double)s->k;
+  const uint64_t best = ns[0], median = ns[count / 2];
+  s->runs = count;
+  s->best_seconds = (double)best / 1e9;
+  s->gflops = flops / (double)best;
+  s->median_gflops = flops / (double)median;
+}
+
 /* Runs the kernel: one warm-up, then SGEMM_MIN_RUNS.. runs within the
- * budget; the fastest in *best_ns, the median in *median_ns. 0, or -1
- * with out->why set. */
-static int bench_time(sgemm_bench *b, const bp_registered_kernel *k, bp_profile_sgemm *out,
-                      uint64_t *best_ns, uint64_t *median_ns) {
+ * budget, their times in out->run_ns and their count in out->runs. 0, or
+ * -1 with out->why set. */
+static int bench_time(sgemm_bench *b, const bp_registered_kernel *k, bp_profile_sgemm *out) {
   const bp_abi_kernel *kk = &k->kernel;
   if (kk->workspace_size) {
     bp_abi_kernel_args meta = b->args;
@@ -102,8 +112,7 @@ static int bench_time(sgemm_bench *b, const bp_registered_kernel *k, bp_profile_
   }
   b->args.state = state;
   int rc = kk->run(kk->user, &b->args); /* warm-up: packing, page faults */
-  uint64_t spent = 0, times[BP_PROFILE_SGEMM_MAX_RUNS];
-  *best_ns = UINT64_MAX;
+  uint64_t spent = 0;
   for (int r = 0; rc == BP_ABI_OK && r < BP_PROFILE_SGEMM_MAX_RUNS &&
                   (r < SGEMM_MIN_RUNS || spent < SGEMM_BUDGET_NS);
        r++) {
@@ -111,14 +120,8 @@ static int bench_time(sgemm_bench *b, const bp_registered_kernel *k, bp_profile_
     rc = kk->run(kk->user, &b->args);
     const uint64_t ns = bp_profile_now_ns() - t0;
     spent += ns;
-    if (ns < *best_ns) *best_ns = ns;
-    times[r] = ns;
+    out->run_ns[r] = ns;
     out->runs = r + 1;
-  }
-  if (out->runs > 0) {
-    qsort(times, (size_t)out->runs, sizeof times[0], by_ns);
-    *median_ns = times[out->runs / 2];
-    memcpy(out->run_ns, times, (size_t)out->runs * sizeof times[0]);
   }
   if (state && kk->release) kk->release(kk->user, state);
   if (rc != BP_ABI_OK) {
@@ -157,16 +160,13 @@ void bp_profile_sgemm_measure(bp_registry *registry, const char *device,
   so.pins = ""; /* the registry's own pick, whatever the run pins */
   so.node = "profile sgemm";
   const bp_registered_kernel *k = NULL;
-  uint64_t best = 0, median = 0;
   if (bp_registry_select(registry, "fc.fwd", device, &b->args, &so, &k) != BP_OK) {
     snprintf(out->why, sizeof out->why, "no fc.fwd kernel: %.200s", bp_last_error());
-  } else if (bench_time(b, k, out, &best, &median) == 0) {
+  } else if (bench_time(b, k, out) == 0) {
     out->measured = 1;
     out->measurements = 1;
     out->impl = k->kernel.impl;
-    out->best_seconds = (double)best / 1e9;
-    out->gflops = 2.0 * (double)n * (double)n * (double)n / (double)best;
-    out->median_gflops = 2.0 * (double)n * (double)n * (double)n / (double)median;
+    bp_profile_sgemm_rates(out, out->run_ns, out->runs);
     out->why[0] = '\0';
   }
   bench_close(b);
