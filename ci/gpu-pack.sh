@@ -17,7 +17,9 @@
 #
 # The build's paths are absolute: gpu-check.sh links this checkout's path
 # to the copy's when they differ. Prints the device call to make.
-#   JOBS=N  parallel build jobs (default 2)
+#   JOBS=N       parallel build jobs (default 2)
+#   CUDA_ARCH=A  CMAKE_CUDA_ARCHITECTURES (default 90: H100/H200 SASS and PTX);
+#                PACK records it, and gpu-check.sh's env stage holds the GPU to it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd -P)
@@ -44,7 +46,7 @@ fi
 # -O2, as the tested default build (RelWithDebInfo) without its debug
 # information: gcc's -O3 (plain Release) warns where -O2 does not
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG" \
-  -DBP_WITH_CUDA=ON \
+  -DBP_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
   -DBP_WITH_XNNPACK=OFF -DBP_WITH_ONEDNN=OFF -DBP_WITH_DNNL=OFF -DBP_WITH_BLAS=OFF \
   -DBP_WITH_MPI=OFF -DBP_BUILD_TESTS=ON -DBP_SANITIZE=OFF >"$pack/configure.log" ||
   { cat "$pack/configure.log"; die "configure failed"; }
@@ -91,6 +93,11 @@ done
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown) (plus uncommitted changes, if any)"
   echo "nvcc $( (command -v nvcc >/dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version) | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
   echo "cudnn $(sed -n 's/^-- cuDNN \([0-9.]*\).*/\1/p' "$pack/configure.log" | head -n 1)"
+  # what gpu-check.sh's env stage holds the machine to: the driver the CUDA
+  # major needs, the cuDNN libraries it loads, the GPU's compute capability
+  echo "cuda_major $( (command -v nvcc >/dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version) | sed -n 's/.*release \([0-9]*\)\..*/\1/p')"
+  echo "cudnn_major $(sed -n 's/^-- cuDNN \([0-9]*\).*/\1/p' "$pack/configure.log" | head -n 1)"
+  echo "cuda_arch $(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache.txt")"
   echo "libs $(cd "$pack/lib" && ls | tr '\n' ' ')"
 } > "$pack/PACK"
 
@@ -102,7 +109,8 @@ echo "gpu-pack: .gpu is $((pack_kib / 1024)) MiB, the working tree $((tree_kib /
 cat "$pack/PACK"
 [ "$total_mib" -le "$limit_mib" ] || die "$total_mib MiB is over the $limit_mib MiB budget (64 MiB travel at most)"
 cat <<EOF
-gpu-pack: ready. On a session with a GPU, make this one device call (about 8 minutes;
-logs and summary.txt come back from \$OUT):
-  run(command="ci/gpu-check.sh", carry=[".gpu"], timeout_s=590)
+gpu-pack: ready. On a session with a GPU, make these two device calls, the second
+at once after the first (ci/README.md, "GPU check"; summary.txt comes back from \$OUT):
+  run(command="ci/gpu-check.sh", carry=[".gpu"], timeout_s=420)
+  run(command="ci/gpu-check.sh --bench", carry=[".gpu"], timeout_s=360)
 EOF
