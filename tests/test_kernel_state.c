@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blueprint/autotune.h"
 #include "blueprint/arena.h"
 #include "blueprint/exec.h"
 #include "blueprint/graph.h"
@@ -33,6 +34,7 @@ static bp_registry *open_registry(void) {
   bp_registry *r = NULL;
   ck_assert_int_eq(bp_registry_create(&r), BP_OK);
   ck_assert_msg(bp_registry_discover(r, NULL, 0) == BP_OK, "%s", bp_last_error());
+  ck_assert_int_eq(bp_autotune_install(r), BP_OK);
   const char *names[] = {"state.so", "minor3.so"};
   for (int i = 0; i < 2; i++) {
     char path[1024];

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blueprint/autotune.h"
 #include "blueprint/registry.h"
 #include "test_module.h"
 
@@ -23,6 +24,7 @@ static bp_registry *load(const char *dir, const char *a, const char *b) {
   ck_assert_int_eq(bp_registry_create(&r), BP_OK);
   ck_assert_int_eq(bp_registry_load(r, module_path(dir, a)), BP_OK);
   if (b) ck_assert_int_eq(bp_registry_load(r, module_path(dir, b)), BP_OK);
+  ck_assert_int_eq(bp_autotune_install(r), BP_OK);
   return r;
 }
 
@@ -330,6 +332,39 @@ static tm_stats *tune(bp_registry *r, const char *device, const char *cache, con
   return k->kernel.user;
 }
 
+/* Selection is a pure pass: with no tuner installed it times nothing,
+ * runs no kernel and writes no file, and asking it to autotune is a state
+ * error naming what to install. */
+START_TEST(autotune_without_a_tuner_runs_nothing_and_names_the_hook) {
+  make_tmp();
+  bp_registry *r = load("tune_a", "tune", NULL);
+  ck_assert_ptr_nonnull(bp_registry_tuner(r));
+  ck_assert_int_eq(bp_registry_set_tuner(r, NULL), BP_OK);
+  ck_assert_ptr_null(bp_registry_tuner(r));
+  node nd;
+  node_init(&nd, 2, 1, FP32, 1, 4, 1);
+  bp_select_options o = {.pins = "", .autotune = 1, .autotune_cache = cache_path};
+  const bp_registered_kernel *k = NULL;
+  ck_assert_int_eq(bp_registry_select(r, "add.fwd", "cpu", &nd.args, &o, &k), BP_ERR_STATE);
+  ck_assert_ptr_null(k);
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "no tuner is installed"));
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "bp_autotune_install"));
+  /* no kernel ran, no cache file was written */
+  o.autotune = 0;
+  ck_assert_int_eq(bp_registry_select(r, "add.fwd", "cpu", &nd.args, &o, &k), BP_OK);
+  const tm_stats *s = k->kernel.user;
+  ck_assert_int_eq(s->runs[0] + s->runs[1], 0);
+  ck_assert_int_eq(files_in_tmp(), 0);
+  /* installing twice keeps one autotuner */
+  ck_assert_int_eq(bp_autotune_install(r), BP_OK);
+  const bp_select_tuner *t = bp_registry_tuner(r);
+  ck_assert_int_eq(bp_autotune_install(r), BP_OK);
+  ck_assert_ptr_eq(bp_registry_tuner(r)->ctx, t->ctx);
+  bp_registry_destroy(r);
+  remove_tmp();
+}
+END_TEST
+
 START_TEST(autotune_picks_the_faster_kernel_and_writes_the_cache) {
   make_tmp();
   bp_registry *r = load("tune_a", "tune", NULL);
@@ -456,6 +491,7 @@ int main(void) {
   tcase_add_test(tc, pin_precedence_is_option_then_environment_then_model);
   tcase_add_test(tc, equal_priorities_break_by_load_order);
   tcase_add_test(tc, default_kernel_follows_priority_and_reference_rules);
+  tcase_add_test(tc, autotune_without_a_tuner_runs_nothing_and_names_the_hook);
   tcase_add_test(tc, autotune_picks_the_faster_kernel_and_writes_the_cache);
   tcase_add_test(tc, autotune_cache_is_reused_and_invalidated_by_a_new_build_id);
   tcase_add_test(tc, autotune_uses_the_nodes_device_index);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blueprint/autotune.h"
 #include "blueprint/registry.h"
 #include "blueprint/validate.h"
 #include "bp_abi_ops.h"
@@ -25,6 +26,7 @@ static bp_registry *load(const char *const *paths, int count) {
   for (int i = 0; i < count; i++)
     ck_assert_msg(bp_registry_load(r, paths[i]) == BP_OK, "loading %s: %s", paths[i],
                   bp_last_error());
+  ck_assert_int_eq(bp_autotune_install(r), BP_OK);
   return r;
 }
 

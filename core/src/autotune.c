@@ -24,12 +24,14 @@
  * without a reference kernel, are not checked. */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "blueprint/autotune.h"
 #include "blueprint/dtype.h"
 #include "blueprint/outfile.h"
 #include "blueprint/threads.h"
@@ -51,13 +53,20 @@ typedef struct tune_check {
   char *sig, *impl, *build, *why;
 } tune_check;
 
-struct bp_autotune_cache {
+typedef struct bp_autotune_cache {
   char *path; /* the file the entries mirror; "" for an in-memory cache */
   tune_entry *entries;
   int count, cap;
   tune_check *checks; /* never written to the file */
   int check_count, check_cap;
-};
+} bp_autotune_cache;
+
+/* The tuner installed in a registry (bp_autotune_install): the cache of
+ * the file last asked for, shared by every rank of the registry. */
+typedef struct autotuner {
+  pthread_mutex_t lock; /* guards cache */
+  bp_autotune_cache *cache;
+} autotuner;
 
 static void cache_clear(bp_autotune_cache *c) {
   for (int i = 0; i < c->count; i++) {
@@ -70,7 +79,7 @@ static void cache_clear(bp_autotune_cache *c) {
   c->count = c->cap = 0;
 }
 
-void bp_autotune_cache_free(bp_autotune_cache *c) {
+static void cache_free(bp_autotune_cache *c) {
   if (!c) return;
   cache_clear(c);
   for (int i = 0; i < c->check_count; i++) {
@@ -362,10 +371,11 @@ static int run_checks(const bp_registry *r, const char *op, const char *device,
 
 /* The remembered verdict of k on sig, or the checks run now (remembered;
  * *fresh set). */
-static int check_candidate(bp_registry *r, const char *sig, const char *op, const char *device,
-                           const bp_abi_kernel_args *args, const bp_registered_kernel *k,
-                           char *why, size_t size, int *fresh) {
-  bp_autotune_cache *c = r->tune;
+static int check_candidate(autotuner *t, bp_registry *r, const char *sig, const char *op,
+                           const char *device, const bp_abi_kernel_args *args,
+                           const bp_registered_kernel *k, char *why, size_t size,
+                           int *fresh) {
+  bp_autotune_cache *c = t->cache;
   char build[TUNE_FIELD_MAX];
   encode_field(k->build_id, build, sizeof build);
   for (int i = 0; i < c->check_count; i++) {
@@ -401,22 +411,22 @@ static int check_candidate(bp_registry *r, const char *sig, const char *op, cons
 }
 
 /* The cache for `path`, loaded from the file when it is not the one held. */
-static bp_status cache_for(bp_registry *r, const char *path) {
-  if (r->tune && strcmp(r->tune->path, path) == 0) return BP_OK;
-  bp_autotune_cache_free(r->tune);
-  r->tune = calloc(1, sizeof *r->tune);
-  if (r->tune) r->tune->path = bp_strdup(path);
-  if (!r->tune || !r->tune->path) {
-    bp_autotune_cache_free(r->tune);
-    r->tune = NULL;
+static bp_status cache_for(autotuner *t, const char *path) {
+  if (t->cache && strcmp(t->cache->path, path) == 0) return BP_OK;
+  cache_free(t->cache);
+  t->cache = calloc(1, sizeof *t->cache);
+  if (t->cache) t->cache->path = bp_strdup(path);
+  if (!t->cache || !t->cache->path) {
+    cache_free(t->cache);
+    t->cache = NULL;
     return bp_fail(BP_ERR_NOMEM, "out of memory reading the autotune cache");
   }
-  cache_read(r->tune, path);
+  cache_read(t->cache, path);
   return BP_OK;
 }
 
 /* Looks the node up, or times it and stores the winner; lock held. */
-static bp_status pick_locked(bp_registry *r, const char *op, const char *device,
+static bp_status pick_locked(autotuner *t, bp_registry *r, const char *op, const char *device,
                              int device_index, const bp_abi_kernel_args *args,
                              const bp_registered_kernel *const *cands, int n, const char *path,
                              const char *node, int *winner_out, char *report,
@@ -431,14 +441,14 @@ static bp_status pick_locked(bp_registry *r, const char *op, const char *device,
     goto out;
   }
   signature(op, device, args, sig, TUNE_FIELD_MAX);
-  if ((st = cache_for(r, path)) != BP_OK) goto out;
+  if ((st = cache_for(t, path)) != BP_OK) goto out;
   /* validate's checks before any timing: a candidate that disagrees with
    * the reference is never timed nor picked */
   int alive = 0, last = -1;
   for (int i = 0; i < n; i++) {
     int fresh = 0;
     const int v =
-        check_candidate(r, sig, op, device, args, cands[i], reason, sizeof reason, &fresh);
+        check_candidate(t, r, sig, op, device, args, cands[i], reason, sizeof reason, &fresh);
     passed[i] = v != CHECK_EXCLUDED;
     if (passed[i]) {
       alive++;
@@ -468,9 +478,9 @@ static bp_status pick_locked(bp_registry *r, const char *op, const char *device,
     *winner_out = 0;
     goto out;
   }
-  int at = cache_find(r->tune, sig);
+  int at = cache_find(t->cache, sig);
   if (at >= 0) {
-    const tune_entry *e = &r->tune->entries[at];
+    const tune_entry *e = &t->cache->entries[at];
     for (int i = 0; i < n; i++) {
       if (strcmp(cands[i]->kernel.impl, e->impl) != 0 || !passed[i]) continue;
       encode_field(cands[i]->build_id, build, TUNE_FIELD_MAX);
@@ -514,12 +524,12 @@ static bp_status pick_locked(bp_registry *r, const char *op, const char *device,
   }
   *winner_out = winner;
   encode_field(cands[winner]->build_id, build, TUNE_FIELD_MAX);
-  if (path[0]) cache_read(r->tune, path); /* merge what others wrote meanwhile */
-  if (cache_set(r->tune, sig, cands[winner]->kernel.impl, build) != 0) {
+  if (path[0]) cache_read(t->cache, path); /* merge what others wrote meanwhile */
+  if (cache_set(t->cache, sig, cands[winner]->kernel.impl, build) != 0) {
     st = bp_fail(BP_ERR_NOMEM, "out of memory updating the autotune cache");
     goto out;
   }
-  if (path[0]) st = cache_write(r->tune);
+  if (path[0]) st = cache_write(t->cache);
 out:
   free(sig);
   free(build);
@@ -527,13 +537,36 @@ out:
   return st;
 }
 
-bp_status bp_autotune_pick(bp_registry *r, const char *op, const char *device,
-                           int device_index, const bp_abi_kernel_args *args,
-                           const bp_registered_kernel *const *cands, int n, const char *cache_path,
-                           const char *node, int *winner_out, char *report, size_t report_size) {
-  pthread_mutex_lock(&r->tune_lock);
-  bp_status st = pick_locked(r, op, device, device_index, args, cands, n,
+static bp_status autotune_pick(void *ctx, bp_registry *r, const char *op, const char *device,
+                               int device_index, const bp_abi_kernel_args *args,
+                               const bp_registered_kernel *const *cands, int n,
+                               const char *cache_path, const char *node, int *winner_out,
+                               char *report, size_t report_size) {
+  autotuner *t = ctx;
+  pthread_mutex_lock(&t->lock);
+  bp_status st = pick_locked(t, r, op, device, device_index, args, cands, n,
                              cache_path ? cache_path : "", node, winner_out, report, report_size);
-  pthread_mutex_unlock(&r->tune_lock);
+  pthread_mutex_unlock(&t->lock);
   return st;
+}
+
+static void autotune_destroy(void *ctx) {
+  autotuner *t = ctx;
+  cache_free(t->cache);
+  pthread_mutex_destroy(&t->lock);
+  free(t);
+}
+
+bp_status bp_autotune_install(bp_registry *r) {
+  if (!r) return bp_fail(BP_ERR_INVALID, "bp_autotune_install: NULL registry");
+  const bp_select_tuner *have = bp_registry_tuner(r);
+  if (have && have->pick == autotune_pick) return BP_OK;
+  autotuner *t = calloc(1, sizeof *t);
+  if (!t) return bp_fail(BP_ERR_NOMEM, "out of memory installing the autotuner");
+  if (pthread_mutex_init(&t->lock, NULL) != 0) {
+    free(t);
+    return bp_fail(BP_ERR_NOMEM, "cannot initialize the autotuner's lock");
+  }
+  const bp_select_tuner tuner = {.ctx = t, .pick = autotune_pick, .destroy = autotune_destroy};
+  return bp_registry_set_tuner(r, &tuner);
 }

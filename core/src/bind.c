@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bp_abi_sdk.h"
 #include "exec-impl.h"
@@ -386,42 +387,52 @@ bp_status bp_exec_run(bp_exec *x, int variant, bp_segment segment, int buffer) {
                    (int)segment, buffer);
   const bound_segment *s = &x->segments[variant][segment];
   __atomic_fetch_add(&x->calls, (uint64_t)s->count, __ATOMIC_RELAXED);
-  /* profiled: one clock reading before the first node and one after each,
-   * so the node times partition the run (profile.h invariant 1) */
-  bp_profile *p = x->profile && bp_profile_recording(x->profile) ? x->profile : NULL;
-  const uint64_t t0 = p ? bp_profile_now_ns() : 0;
+  /* timed: one clock reading before the first node and one after each,
+   * so the node times partition the run (exec.h, bp_exec_timer) */
+  const bp_exec_timer *tm = x->timed && x->timer.recording(x->timer.ctx) ? &x->timer : NULL;
+  const uint64_t t0 = tm ? bp_exec_now_ns() : 0;
   uint64_t t = t0;
   for (int k = 0; k < s->count; k++) {
     const bound_node *b = &s->nodes[k];
     const int rc = b->run(b->user, &b->args[buffer]);
-    if (p) {
-      const uint64_t now = bp_profile_now_ns();
-      bp_profile_node_time(p, b->profile_slot, now - t);
+    if (tm) {
+      const uint64_t now = bp_exec_now_ns();
+      tm->node_time(tm->ctx, b->timer_slot, now - t);
       t = now;
     }
     if (rc != BP_ABI_OK) return node_failed(x, variant, b, rc);
   }
-  if (p) bp_profile_run_time(p, variant, t - t0);
+  if (tm) tm->run_time(tm->ctx, variant, t - t0);
   return BP_OK;
 }
 
-bp_status bp_exec_set_profile(bp_exec *x, bp_profile *p) {
-  if (!x) return bp_fail(BP_ERR_INVALID, "bp_exec_set_profile: NULL executor");
-  x->profile = NULL;
-  if (!p) return BP_OK;
-  if (bp_profile_variant_count(p) != 0)
-    return bp_fail(BP_ERR_STATE, "bp_exec_set_profile: the profile is attached elsewhere");
+uint64_t bp_exec_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+bp_status bp_exec_set_timer(bp_exec *x, const bp_exec_timer *timer) {
+  if (!x) return bp_fail(BP_ERR_INVALID, "bp_exec_set_timer: NULL executor");
+  x->timed = 0;
+  if (!timer) return BP_OK;
+  if (!timer->add_variant || !timer->add_node || !timer->recording || !timer->node_time ||
+      !timer->run_time)
+    return bp_fail(BP_ERR_INVALID, "bp_exec_set_timer: a callback is NULL");
   bp_status st = BP_OK;
   for (int v = 0; st == BP_OK && v < x->variant_count; v++) {
-    st = bp_profile_add_variant(p, v, bp_plan_variant(x->plan, v)->name);
+    st = timer->add_variant(timer->ctx, v, bp_plan_variant(x->plan, v)->name);
     for (int s = 0; st == BP_OK && s < BP_SEGMENT_COUNT; s++)
       for (int k = 0; st == BP_OK && k < x->segments[v][s].count; k++) {
         bound_node *b = &x->segments[v][s].nodes[k];
-        st = bp_profile_add_node(p, v, (bp_segment)s, b->node->name, b->kernel->kernel.op,
-                                 b->kernel->kernel.impl, &b->args[0], &b->profile_slot);
+        st = timer->add_node(timer->ctx, v, (bp_segment)s, b->node->name, b->kernel->kernel.op,
+                             b->kernel->kernel.impl, &b->args[0], &b->timer_slot);
       }
   }
-  if (st == BP_OK) x->profile = p;
+  if (st == BP_OK) {
+    x->timer = *timer;
+    x->timed = 1;
+  }
   return st;
 }
 

@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bp_abi_sdk.h"
 #include "data-impl.h"
 
 #define MAX_CROP_PAD 65535
@@ -135,14 +134,6 @@ void bp_data_augment_params(uint64_t seed, uint64_t epoch, int64_t index,
   augment_plan_init(&p, seed, epoch, augment);
   augment_plan_draw(&p, index, draw_out);
 }
-
-/* ---- FP16 --------------------------------------------------------------- */
-
-/* The project's one conversion (abi/bp_abi_sdk.h states the rounding and
- * NaN rules); range.cast uses the same functions. */
-uint16_t bp_fp16_from_fp32(float f) { return bp_sdk_fp32_to_fp16(f); }
-
-float bp_fp16_to_fp32(uint16_t h) { return bp_sdk_fp16_to_fp32(h); }
 
 /* ---- normalization statistics ------------------------------------------- */
 

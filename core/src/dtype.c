@@ -1,6 +1,8 @@
 /* Element type names and sizes. */
 #include "blueprint/dtype.h"
 
+#include "bp_abi_sdk.h"
+
 #include <string.h>
 
 static const struct {
@@ -30,3 +32,7 @@ int bp_dtype_from_name(const char *name, bp_dtype *out) {
   }
   return -1;
 }
+
+uint16_t bp_fp16_from_fp32(float f) { return bp_sdk_fp32_to_fp16(f); }
+
+float bp_fp16_to_fp32(uint16_t h) { return bp_sdk_fp16_to_fp32(h); }

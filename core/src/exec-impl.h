@@ -21,7 +21,7 @@ typedef struct bound_node {
   const bp_registered_kernel *kernel; /* borrowed from the registry */
   uint64_t workspace_bytes;
   void *state; /* what the kernel's prepare() made, or NULL; released at destroy */
-  int profile_slot; /* its node in the attached profile */
+  int timer_slot; /* its node in the attached timer (bp_exec_set_timer) */
   int lane;         /* bp_exec_node_lane */
 } bound_node;
 
@@ -48,7 +48,8 @@ struct bp_exec {
   bp_threads *own_threads;       /* made when options.threads is NULL */
   uint64_t params_generation;    /* args->params_generation points here */
   char reason[BP_EXEC_LANES][BP_EXEC_REASON_BYTES]; /* args->reason, by the node's lane */
-  bp_profile *profile; /* (optional) borrowed: bp_exec_set_profile */
+  bp_exec_timer timer; /* (optional) bp_exec_set_timer; its ctx borrowed */
+  int timed;           /* 1 when timer is set */
   uint64_t calls;      /* nodes of the segments run (bp_exec_kernel_calls; atomic) */
   bp_exec_program **programs; /* built so far (bp_exec_program_get), owned */
   int program_count, program_cap;

@@ -117,11 +117,7 @@ bp_status bp_profile_add_node(bp_profile *p, int variant, bp_segment segment, co
   return BP_OK;
 }
 
-uint64_t bp_profile_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
-}
+uint64_t bp_profile_now_ns(void) { return bp_exec_now_ns(); }
 
 void bp_profile_step_begin(bp_profile *p, int variant) {
   BP_ASSERT(p->current < 0 && variant >= 0 && variant < p->variant_count);
@@ -147,6 +143,38 @@ void bp_profile_node_time(bp_profile *p, int slot, uint64_t ns) {
 
 void bp_profile_run_time(bp_profile *p, int variant, uint64_t ns) {
   p->variants[variant].run_ns += ns;
+}
+
+/* ---- the executor's timer -------------------------------------------------- */
+
+static bp_status timer_add_variant(void *p, int variant, const char *name) {
+  return bp_profile_add_variant(p, variant, name);
+}
+
+static bp_status timer_add_node(void *p, int variant, bp_segment segment, const char *name,
+                                const char *op, const char *impl, const bp_abi_kernel_args *args,
+                                int *slot_out) {
+  return bp_profile_add_node(p, variant, segment, name, op, impl, args, slot_out);
+}
+
+static int timer_recording(const void *p) { return bp_profile_recording(p); }
+static void timer_node_time(void *p, int slot, uint64_t ns) { bp_profile_node_time(p, slot, ns); }
+static void timer_run_time(void *p, int variant, uint64_t ns) {
+  bp_profile_run_time(p, variant, ns);
+}
+
+bp_status bp_exec_set_profile(bp_exec *x, bp_profile *p) {
+  if (!x) return bp_fail(BP_ERR_INVALID, "bp_exec_set_profile: NULL executor");
+  if (!p) return bp_exec_set_timer(x, NULL);
+  if (bp_profile_variant_count(p) != 0)
+    return bp_fail(BP_ERR_STATE, "bp_exec_set_profile: the profile is attached elsewhere");
+  const bp_exec_timer timer = {.ctx = p,
+                               .add_variant = timer_add_variant,
+                               .add_node = timer_add_node,
+                               .recording = timer_recording,
+                               .node_time = timer_node_time,
+                               .run_time = timer_run_time};
+  return bp_exec_set_timer(x, &timer);
 }
 
 /* ---- reading ---------------------------------------------------------------- */

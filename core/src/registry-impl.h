@@ -1,7 +1,6 @@
 /* Internals shared by the registry (registry.c), staged registration
  * (registry_stage.c), discovery (discover.c), the built-in op table
- * (builtin_ops.c), selection (select.c, pins.c) and autotuning
- * (autotune.c). It builds on loader-impl.h (one module file and its load
+ * (builtin_ops.c) and selection (select.c, pins.c). It builds on loader-impl.h (one module file and its load
  * record) and strutil-impl.h (string and list helpers), which include
  * nothing of the registry. Not installed.
  *
@@ -67,8 +66,6 @@ typedef struct bp_stage {
   char init_error[BP_REASON_MAX]; /* the last host->error() text */
 } bp_stage;
 
-typedef struct bp_autotune_cache bp_autotune_cache; /* autotune.c */
-
 struct bp_registry {
   bp_abi_host host;      /* lent to every module's init; ctx is the registry */
   bp_stage stage;
@@ -82,8 +79,7 @@ struct bp_registry {
   int next_load_index;
   const char *loading_source; /* bp_registry_discover's current source (a literal), for
                                  records; NULL outside discovery */
-  pthread_mutex_t tune_lock; /* guards `tune` */
-  bp_autotune_cache *tune;
+  bp_select_tuner tuner; /* bp_registry_set_tuner; pick NULL when none */
 };
 
 /* ---- registry.c ------------------------------------------------------------ */
@@ -131,25 +127,5 @@ void bp_stage_end(bp_registry *r);
 
 /* The host's own op kinds, registered at bp_registry_create. */
 const bp_abi_op *bp_builtin_ops(int *count_out);
-
-/* ---- autotune.c ----------------------------------------------------------- */
-
-/* Picks the fastest of `cands` (all support args; ordered by preference, so
- * ties keep the earlier one) for args on `device`: candidates that fail
- * validate's checks on the node (validate-impl.h) are excluded first and
- * named (node: the node's name for messages, or NULL); then a valid cache
- * line wins, else every remaining candidate is timed and the cache
- * rewritten (cache_path NULL: kept in memory only). Writes *winner_out
- * (index into cands; -1 when every candidate was excluded: the caller
- * falls back to the reference) and what it did, one line per candidate,
- * into report (NUL-terminated). Device events, streams and workspace come
- * from device `device_index` of the device plugin (bp_select_options). */
-bp_status bp_autotune_pick(bp_registry *r, const char *op, const char *device,
-                           int device_index, const bp_abi_kernel_args *args,
-                           const bp_registered_kernel *const *cands, int n,
-                           const char *cache_path, const char *node, int *winner_out,
-                           char *report, size_t report_size);
-void bp_autotune_cache_free(bp_autotune_cache *cache); /* NULL is a no-op */
-
 
 #endif

@@ -54,10 +54,6 @@ bp_status bp_registry_create(bp_registry **registry_out) {
   if (!registry_out) return bp_fail(BP_ERR_INVALID, "bp_registry_create: NULL argument");
   bp_registry *r = calloc(1, sizeof *r);
   if (!r) return bp_fail(BP_ERR_NOMEM, "out of memory creating a registry");
-  if (pthread_mutex_init(&r->tune_lock, NULL) != 0) {
-    free(r);
-    return bp_fail(BP_ERR_NOMEM, "could not create the registry's lock");
-  }
   bp_stage_host_init(r);
   int count = 0;
   const bp_abi_op *builtin = bp_builtin_ops(&count);
@@ -111,9 +107,20 @@ void bp_registry_destroy(bp_registry *r) {
     free(d);
   }
   free(r->dirs.items);
-  bp_autotune_cache_free(r->tune);
-  pthread_mutex_destroy(&r->tune_lock);
+  if (r->tuner.destroy) r->tuner.destroy(r->tuner.ctx);
   free(r);
+}
+
+bp_status bp_registry_set_tuner(bp_registry *r, const bp_select_tuner *tuner) {
+  if (!r) return bp_fail(BP_ERR_INVALID, "bp_registry_set_tuner: NULL registry");
+  if (tuner && !tuner->pick) return bp_fail(BP_ERR_INVALID, "bp_registry_set_tuner: no pick");
+  if (r->tuner.destroy) r->tuner.destroy(r->tuner.ctx);
+  r->tuner = tuner ? *tuner : (bp_select_tuner){0};
+  return BP_OK;
+}
+
+const bp_select_tuner *bp_registry_tuner(const bp_registry *r) {
+  return r && r->tuner.pick ? &r->tuner : NULL;
 }
 
 /* The earlier attempt on the same file (device and inode), or NULL. */

@@ -186,9 +186,15 @@ static bp_status select_among(bp_registry *r, const char *op, const char *device
     if ((a->num_inputs && !a->input_ptrs) || (a->num_outputs && !a->output_ptrs))
       return bp_fail(BP_ERR_INVALID,
                      "autotune of %s on %s needs the node's real pointers in args", op, device);
-    bp_status st = bp_autotune_pick(r, op, device, options->device_index, a, pool, m,
-                                    options->autotune_cache, options->node, &winner, tune_report,
-                                    sizeof tune_report);
+    const bp_select_tuner *tuner = bp_registry_tuner(r);
+    if (!tuner)
+      return bp_fail(BP_ERR_STATE,
+                     "autotune of %s on %s: no tuner is installed in the registry "
+                     "(bp_autotune_install, autotune.h)",
+                     op, device);
+    bp_status st = tuner->pick(tuner->ctx, r, op, device, options->device_index, a, pool, m,
+                               options->autotune_cache, options->node, &winner, tune_report,
+                               sizeof tune_report);
     if (st != BP_OK) return st;
     chosen = winner >= 0 ? pool[winner] : NULL;
     for (int i = 0; winner < 0 && i < n; i++) /* every candidate failed the checks */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blueprint/autotune.h"
 #include "fuse-impl.h"
 #include "model-impl.h"
 #include "train-impl.h"
@@ -231,6 +232,11 @@ static bp_status open_device(bp_trainer *t) {
                    "device '%s': autotune times kernels on the calling thread, and this "
                    "device's kernels run only inside its stream tasks; train without --autotune",
                    dev);
+  /* selection asks the registry's tuner; --autotune's is validate's autotuner */
+  if (t->opt.autotune) {
+    bp_status st = bp_autotune_install(t->registry);
+    if (st != BP_OK) return st;
+  }
   t->device_count = count;
   return BP_OK;
 }

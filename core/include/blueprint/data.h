@@ -242,16 +242,6 @@ typedef struct bp_data_augment_draw {
 void bp_data_augment_params(uint64_t seed, uint64_t epoch, int64_t index,
                             const bp_data_augment *augment, bp_data_augment_draw *draw_out);
 
-/* ---- FP16 ------------------------------------------------------------- */
-
-/* IEEE binary16 bits of `f`, rounded to nearest, ties to even; overflow
- * gives infinity, NaN stays NaN (quiet, sign kept), subnormals are kept.
- * These are the module SDK's conversions (bp_sdk_fp32_to_fp16 and
- * bp_sdk_fp16_to_fp32, abi/bp_abi_sdk.h, which states the rules). */
-uint16_t bp_fp16_from_fp32(float f);
-/* The exact float value of binary16 bits `h`. */
-float bp_fp16_to_fp32(uint16_t h);
-
 /* ---- batch filling ---------------------------------------------------- */
 
 typedef struct bp_data_fill_options {

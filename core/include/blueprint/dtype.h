@@ -3,6 +3,7 @@
 #define BLUEPRINT_DTYPE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,6 +27,15 @@ const char *bp_dtype_name(bp_dtype dtype);
 
 /* Parses a name as printed by bp_dtype_name; returns 0 on success. */
 int bp_dtype_from_name(const char *name, bp_dtype *out);
+
+/* IEEE binary16 bits of `f`, rounded to nearest, ties to even; overflow
+ * gives infinity, NaN stays NaN (quiet, sign kept), subnormals are kept.
+ * These are the module SDK's conversions (bp_sdk_fp32_to_fp16 and
+ * bp_sdk_fp16_to_fp32, abi/bp_abi_sdk.h, which states the rules), the
+ * project's one conversion: range.cast uses the same functions. */
+uint16_t bp_fp16_from_fp32(float f);
+/* The exact float value of binary16 bits `h`. */
+float bp_fp16_to_fp32(uint16_t h);
 
 #ifdef __cplusplus
 }

@@ -56,7 +56,6 @@
 
 #include "blueprint/comm.h"
 #include "blueprint/graph.h"
-#include "blueprint/profile.h"
 #include "blueprint/registry.h"
 
 #ifdef __cplusplus
@@ -206,11 +205,31 @@ int bp_exec_node_lane(const bp_exec *exec, int variant, bp_segment segment, int 
 bp_status bp_exec_run_nodes(bp_exec *exec, int variant, bp_segment segment, int first, int count,
                             int buffer);
 
-/* Attaches `profile` (profile.h; borrowed, must outlive the executor):
- * declares every variant and bound node in it, then times each node of
- * the segment runs made while it records. One profile per executor, and
- * only before its first step. NULL detaches (no clock is read then). */
-bp_status bp_exec_set_profile(bp_exec *exec, bp_profile *profile);
+/* A node timer: what times a rank's kernels (the trainer's profile,
+ * profile.h, is one). bp_exec_set_timer declares every variant and bound
+ * node to it once; then, in every segment run made while recording(ctx)
+ * is 1, the executor reads CLOCK_MONOTONIC (bp_exec_now_ns) once before the
+ * first node and once after each, and charges a node the time from the
+ * previous reading to its own: the node times of a run partition the run's
+ * interval exactly, which run_time receives. Callbacks run on the thread
+ * that runs the segment. */
+typedef struct bp_exec_timer {
+  void *ctx; /* borrowed: outlives the executor or its detaching */
+  bp_status (*add_variant)(void *ctx, int variant, const char *name);
+  /* *slot_out: what node_time receives for this node */
+  bp_status (*add_node)(void *ctx, int variant, bp_segment segment, const char *name,
+                        const char *op, const char *impl, const bp_abi_kernel_args *args,
+                        int *slot_out);
+  int (*recording)(const void *ctx);
+  void (*node_time)(void *ctx, int slot, uint64_t ns);
+  void (*run_time)(void *ctx, int variant, uint64_t ns);
+} bp_exec_timer;
+
+/* Attaches `timer` (copied; every callback set) and declares the bound
+ * nodes to it; NULL detaches (no clock is read then). */
+bp_status bp_exec_set_timer(bp_exec *exec, const bp_exec_timer *timer);
+/* Nanoseconds on CLOCK_MONOTONIC: the executor's clock. */
+uint64_t bp_exec_now_ns(void);
 
 #ifdef __cplusplus
 }

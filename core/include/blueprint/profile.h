@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "blueprint/exec.h"
 #include "blueprint/graph.h"
 #include "blueprint/registry.h"
 
@@ -135,8 +136,15 @@ int bp_profile_recording(const bp_profile *p);
 void bp_profile_node_time(bp_profile *p, int slot, uint64_t ns);
 void bp_profile_run_time(bp_profile *p, int variant, uint64_t ns);
 
-/* Nanoseconds on CLOCK_MONOTONIC. */
+/* Nanoseconds on CLOCK_MONOTONIC (the executor's clock, bp_exec_now_ns). */
 uint64_t bp_profile_now_ns(void);
+
+/* Attaches `profile` (borrowed, must outlive the executor) as the
+ * executor's timer (exec.h, bp_exec_timer): declares every variant and
+ * bound node in it, then times each node of the segment runs made while it
+ * records. One profile per executor, and only before its first step. NULL
+ * detaches (no clock is read then). */
+bp_status bp_exec_set_profile(bp_exec *exec, bp_profile *profile);
 
 /* Measures the yardstick of the profile (its options' sgemm_size; none
  * when negative) with bp_profile_sgemm_measure and pools the runs with

@@ -14,7 +14,7 @@
  *
  * Threads: loading (create, load, discover, destroy) is single-threaded.
  * Once loading is done, bp_registry_select may run on several threads at
- * once (the autotune cache has its own lock). */
+ * once (a tuner keeps its own lock: bp_select_tuner). */
 #ifndef BLUEPRINT_REGISTRY_H
 #define BLUEPRINT_REGISTRY_H
 
@@ -171,11 +171,33 @@ const char *bp_pin_source_name(bp_pin_source source);
 bp_status bp_registry_check_pins(const bp_registry *registry, const char *pins,
                                  const char *source, char *warnings, size_t warnings_size);
 
+/* A tuner: what picks among the kernels that support a node when
+ * bp_select_options.autotune asks for it. Selection itself never times,
+ * forks or writes files; a tuner may (the autotuner, autotune.h, beside
+ * validate, does all three). pick receives the candidates that support
+ * the node, in preference order, and writes *winner_out (an index into
+ * cands, or -1: every candidate failed its checks and the reference
+ * kernel runs) and what it did, one line per candidate, into report. */
+typedef struct bp_select_tuner {
+  void *ctx; /* handed over: destroy(ctx) when replaced or at bp_registry_destroy */
+  bp_status (*pick)(void *ctx, bp_registry *registry, const char *op, const char *device,
+                    int device_index, const bp_abi_kernel_args *args,
+                    const bp_registered_kernel *const *cands, int n, const char *cache_path,
+                    const char *node, int *winner_out, char *report, size_t report_size);
+  void (*destroy)(void *ctx); /* (optional) */
+} bp_select_tuner;
+
+/* Installs `tuner` (copied; NULL removes the one installed), destroying
+ * the one it replaces. Not while another thread selects. */
+bp_status bp_registry_set_tuner(bp_registry *registry, const bp_select_tuner *tuner);
+/* The installed tuner, or NULL. */
+const bp_select_tuner *bp_registry_tuner(const bp_registry *registry);
+
 /* Selection policy for one node. */
 typedef struct bp_select_options {
   /* Pins (see above). NULL: BP_KERNELS from the environment; "": none. */
   const char *pins;
-  int autotune;               /* time every supporting kernel, keep the winner */
+  int autotune;               /* ask the registry's tuner (bp_registry_set_tuner) to pick */
   const char *autotune_cache; /* cache file path (NULL: no cache) */
   /* (optional) receives one line per candidate saying why it was or was not
    * picked, NUL-terminated and truncated to report_size. */
@@ -199,7 +221,8 @@ typedef struct bp_select_options {
  * "op@device" when it contains '@' ("conv2d.fwd@cuda=cudnn"). args may hold
  * fewer tensors than the op declares (optional trailing ones such as a
  * bias, per abi/bp_abi_ops.h), never more. Every dtype of args' inputs and
- * outputs must be in a kernel's dtype mask. With autotune,
+ * outputs must be in a kernel's dtype mask. With autotune (and the
+ * autotuner of autotune.h installed),
  * args must carry the node's real pointers: every supporting kernel runs
  * on them (outputs, and input 0 of IN_PLACE kernels, are overwritten), timed
  * with the device's events when a device plugin of that kind is
