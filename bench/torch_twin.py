@@ -15,11 +15,11 @@ images/s can be compared side by side with `blueprint train`:
            bias 0
   data     Fashion-MNIST from the Debian package (gzip IDX, read here with
            gzip + struct), pixel p -> (float32(p) / 255 - 0.2860) / 0.3530 in
-           float32 (core/include/blueprint/data.h; another --data set: its
+           float32 (data/include/blueprint/data.h; another --data set: its
            training set's own mean and std, as bp_dataset_stats), the same
            per-epoch permutation bit for bit (bp_data_permutation: Fisher-Yates
            driven by the counter-based SplitMix64 stream keyed by (seed, epoch),
-           epochs from 0, see core/src/data_batch.c), the same batches in the
+           epochs from 0, see data/src/data_batch.c), the same batches in the
            same order, the last partial batch kept (no drop_last); the first
            --train-limit / --test-limit images; --crop-pad / --flip with the
            same per-sample draws (bp_data_augment_params)
@@ -29,13 +29,13 @@ images/s can be compared side by side with `blueprint train`:
            as a span without decay (core/src/region.c); `--decay-all` decays
            everything instead; --nesterov; AdamW with PyTorch's defaults
   schedule the learning rate of every step as bp_schedule_lr
-           (core/src/schedule.c): constant, step, cosine, linear warmup
+           (trainer/src/schedule.c): constant, step, cosine, linear warmup
   loss     mean softmax cross-entropy over the batch (grad_scale = 1/batch,
            the last partial batch by its own size), label smoothing as the
            model file says
   eval     the test images in batches of eval_batch, BN in eval mode
 
-The options are blueprint train's (core/cli/train_args.c) where they exist.
+The options are blueprint train's (cli/train_args.c) where they exist.
 Run with Debian's python3 (/usr/bin/python3), where python3-torch lives.
 One JSON object per epoch with --json (see bench/README.md).
 """
@@ -85,7 +85,7 @@ DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_MEAN = np.float32(0.2860)  # BP_FASHION_MNIST_MEAN
 FASHION_MNIST_STD = np.float32(0.3530)   # BP_FASHION_MNIST_STD
 
-# ---- the permutation: core/src/data_batch.c, bit for bit -------------------
+# ---- the permutation: data/src/data_batch.c, bit for bit -------------------
 
 M64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -364,7 +364,7 @@ SCHEDULES = ("constant", "step", "cosine")
 
 
 def schedule_lr(kind, lr, gamma, step_epochs, warmup_epochs, steps_per_epoch, epochs, t):
-    """bp_schedule_lr (core/src/schedule.c): the learning rate of step t of the
+    """bp_schedule_lr (trainer/src/schedule.c): the learning rate of step t of the
     run, t = epoch * steps_per_epoch + step (from 0)."""
     spe = max(steps_per_epoch, 1)
     total = spe * max(epochs, 1)
@@ -413,7 +413,7 @@ def main():
         description="PyTorch twin of `blueprint train`; the options mirror blueprint's "
                     "(docs: bench/README.md).")
     ap.add_argument("--model", default="mlp", help="mlp, cnn, resnet8 or a model file path")
-    # the same names and meanings as `blueprint train` (core/cli/train_args.c)
+    # the same names and meanings as `blueprint train` (cli/train_args.c)
     ap.add_argument("--data", help="MNIST-format directory (default: Fashion-MNIST, "
                                    f"{DEFAULT_DATA}); another set is normalized with its "
                                    "training set's own mean and std, as blueprint does")

@@ -51,10 +51,11 @@ case "$mode" in
     suites=(test_allreduce test_train_ranks test_data_loader test_train_resume test_threads
             test_kernel_state test_device_seam test_streams)
     filter=(-R "^($(IFS='|'; echo "${suites[*]}"))$")
-    # those suites, the library, the CLI and every module they may load (all
-    # of core/, ops/, plugins/ and the test modules): not the other suites,
-    # the benches, the examples
-    targets=(--target core/all ops/all plugins/all tests/modules/all "${suites[@]}")
+    # those suites, the libraries, the CLI and every module they may load
+    # (core/, the libraries above it, cli/, ops/, plugins/ and the test
+    # modules): not the other suites, the benches, the examples
+    targets=(--target core/all frontend/all data/all validate/all trainer/all cli/all
+             ops/all plugins/all tests/modules/all "${suites[@]}")
     ;;
   *) echo "ci/test.sh: unknown mode '$mode' (normal, sanitize or thread)" >&2; exit 2 ;;
 esac

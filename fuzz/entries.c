@@ -11,6 +11,7 @@
 #include "blueprint/checkpoint.h"
 #include "blueprint/data.h"
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "blueprint/plan.h"
 #include "elf-check-impl.h"
 #include "train_args.h"

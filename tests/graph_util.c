@@ -1,6 +1,8 @@
 /* Building a test model's plan and graph (graph_util.h). */
 #include "graph_util.h"
 
+#include "blueprint/model_yaml.h"
+
 #include <check.h>
 #include <string.h>
 

@@ -23,6 +23,7 @@
 #include "blueprint/exec.h"
 #include "blueprint/graph.h"
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "blueprint/registry.h"
 
 #if defined(__has_feature)

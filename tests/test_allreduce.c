@@ -17,6 +17,7 @@
 
 #include "blueprint/comm.h"
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "blueprint/plan.h"
 #include "blueprint/registry.h"
 #include "bp_abi_ops.h"

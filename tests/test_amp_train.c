@@ -20,6 +20,7 @@
 #include "blueprint/checkpoint.h"
 #include "blueprint/graph.h"
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "blueprint/plan.h"
 #include "blueprint/train.h"
 #include "run_util.h"

@@ -18,6 +18,7 @@
 
 #include "blueprint/checkpoint.h"
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 
 /* The documented layout (docs/checkpoint-format.md), restated here so that
  * the test notices when the code drifts from the document. */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "json_mini.h"
 #include "plan_print.h"
 #include "run_util.h"

@@ -1,6 +1,6 @@
 /* The conformance suite: every non-reference kernel of every in-tree op
  * module against the reference kernel of its op, on every case of the
- * built-in table (core/src/validate_cases.c), with validate's checks
+ * built-in table (validate/src/validate_cases.c), with validate's checks
  * (values within tolerance, every output element written, padding and the
  * tail untouched, accumulate, in place, determinism, no read past
  * slot_bytes), the way ggml's test-backend-ops runs every backend against

@@ -12,6 +12,7 @@
 #include "blueprint/arena.h"
 #include "blueprint/exec.h"
 #include "blueprint/graph.h"
+#include "blueprint/model_yaml.h"
 
 static bp_registry *shared_registry(void) {
   static bp_registry *r = NULL;

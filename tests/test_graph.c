@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "blueprint/graph.h"
+#include "blueprint/model_yaml.h"
 
 /* ---- helpers ---------------------------------------------------------- */
 

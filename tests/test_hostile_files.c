@@ -18,6 +18,7 @@
 #include "blueprint/checkpoint.h"
 #include "blueprint/data.h"
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "blueprint/outfile.h"
 #include "run_util.h"
 

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "blueprint/plan.h"
 
 static double cpu_seconds(void) { return (double)clock() / CLOCKS_PER_SEC; }

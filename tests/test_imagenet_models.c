@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "blueprint/plan.h"
 
 static bp_model *load_shipped(const char *file) {

@@ -10,6 +10,7 @@
 
 #include "blueprint/graph.h"
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "blueprint/registry.h"
 #include "layer-impl.h"
 #include "run_util.h"

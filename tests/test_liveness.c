@@ -12,6 +12,7 @@
 
 #include "blueprint/graph.h"
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "blueprint/plan.h"
 #include "blueprint/train.h"
 #include "plan-impl.h"

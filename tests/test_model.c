@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 
 /* ---- helpers ---------------------------------------------------------- */
 

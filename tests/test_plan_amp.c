@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "blueprint/plan.h"
 
 #define MAX_MODELS 32

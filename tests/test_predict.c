@@ -1,4 +1,4 @@
-/* `blueprint predict` (core/cli/cmd_predict.c) on a tiny trained
+/* `blueprint predict` (cli/cmd_predict.c) on a tiny trained
  * checkpoint: its batch-1 predictions give eval's accuracy on the same
  * images, a PGM of one image gives that image's prediction, the JSON is
  * well formed, and bad input (an image of another size, a truncated file,

@@ -1,5 +1,5 @@
-/* `train --profile` (core/src/profile*.c, the executor's timing in bind.c,
- * core/cli/profile_report.c): every node of the train variant is recorded,
+/* `train --profile` (trainer/src/profile*.c, the executor's timing in bind.c,
+ * cli/profile_report.c): every node of the train variant is recorded,
  * node times partition the kernel time exactly and nest in the step time,
  * FLOP counts follow the formulas of profile.h, the metrics record parses,
  * and without --profile there is none. No assertion is on speed. */

@@ -1,4 +1,4 @@
-/* Learning-rate schedules (core/src/schedule.c), by hand-computed values. */
+/* Learning-rate schedules (trainer/src/schedule.c), by hand-computed values. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Kernel validation (core/src/validate*.c, validate.h) and `blueprint
+/* Kernel validation (validate/src/validate*.c, validate.h) and `blueprint
  * validate`: the reference kernels pass their own checks and the gradient
  * checks, every kernel of the deliberately wrong module (tests/modules/
  * wrong.c) fails with its case named, autotune never picks a wrong

@@ -1,4 +1,4 @@
-/* Kernel validation through a device plugin (core/src/validate_device.c,
+/* Kernel validation through a device plugin (validate/src/validate_device.c,
  * `blueprint validate --device KIND`), proven on the CPU with the "guarded"
  * test device (tests/modules/guarddev.c): its arena is PROT_NONE outside
  * the plugin's own copies and stream tasks, and it runs the cpu kernels

@@ -37,9 +37,9 @@
 #include <stdint.h>
 
 #include "blueprint/dtensor.h"
+#include "blueprint/exec.h"
 #include "blueprint/plan.h"
 #include "blueprint/registry.h"
-#include "blueprint/train.h"
 #include "bp_abi_device.h"
 
 typedef struct bp_devio {

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blueprint/data.h"
+#include "blueprint/dtype.h"
 #include "blueprint/region.h"
 #include "bp_abi_sdk.h"
 #include "device-io-impl.h"

@@ -174,7 +174,7 @@ static inline ops_cuda_layout ops_cuda_bias_layout(const ops_cuda_layout *out,
   return l;
 }
 
-/* Switches the command line sets for the GPU modules (core/cli: the
+/* Switches the command line sets for the GPU modules (cli/: the
  * options --deterministic and --no-tf32 export them before the modules
  * load; a user may set them too). Read once at a module's init. */
 static inline int ops_cuda_env_deterministic(void) {

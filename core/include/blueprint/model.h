@@ -72,28 +72,8 @@ typedef struct bp_model {
   bp_train_settings train;
 } bp_model;
 
-/* Reads a YAML model file (format: models/README.md). Errors are one line
- * naming "file:line:column", the field and the value: BP_ERR_IO (the file
- * cannot be read), BP_ERR_PARSE (YAML syntax), BP_ERR_INVALID (an unknown
- * layer type or field, a wrong value type or range, a duplicate name, an
- * unknown or later input, a missing required field, no softmax_ce last).
- * *model_out is written only on success. */
-bp_status bp_model_load(const char *path, bp_model **model_out);
-/* The same from memory; `display_name` stands for the file in messages. */
-bp_status bp_model_parse(const char *text, size_t length, const char *display_name,
-                         bp_model **model_out);
-
+/* Models are read from YAML by the front end (model_yaml.h) or built in C. */
 struct bp_registry; /* registry.h */
-/* The same, with the layer types of the op modules `registry` loaded: a
- * `type:` that is not built in names one of them (bp_registry_find_layer),
- * and its keys fill the type's attribute block by the type's schema (type,
- * range, default, required; an unknown key is an error). Without the type
- * the error names the modules loaded. The model borrows the registry,
- * which must outlive it. NULL registry: built-in types only. */
-bp_status bp_model_load_with_registry(const char *path, const struct bp_registry *registry,
-                                      bp_model **model_out);
-bp_status bp_model_parse_with_registry(const char *text, size_t length, const char *display_name,
-                                       const struct bp_registry *registry, bp_model **model_out);
 void bp_model_destroy(bp_model *model); /* NULL is a no-op */
 
 /* "conv", ...; "module" for BP_LAYER_MODULE (a layer's own name of its

@@ -36,6 +36,7 @@
 #include "blueprint/exec.h"
 #include "blueprint/graph.h"
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "blueprint/registry.h"
 #include "blueprint/threads.h"
 #include "cli_util.h"

@@ -12,6 +12,7 @@
 #include "blueprint/dtype.h"
 #include "blueprint/graph.h"
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "blueprint/plan.h"
 #include "validate-impl.h"
 

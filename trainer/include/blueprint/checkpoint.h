@@ -16,7 +16,7 @@
  * plan hash) before one byte of the arena changes; a corrupt, truncated or
  * mismatched file is refused with a message naming the file and the fault.
  *
- * The file format (version 3) is documented in core/src/checkpoint.c and
+ * The file format (version 3) is documented in trainer/src/checkpoint.c and
  * docs/checkpoint-format.md. Refusals and their status:
  *   BP_ERR_IO          the file cannot be opened or read, or written
  *   BP_ERR_PARSE       not a checkpoint (wrong magic), truncated, corrupt
@@ -61,7 +61,7 @@ typedef struct bp_train_state {
  * name, region, dtype, shape, padded_c, offset within its span and slot.
  * Feature and gradient slots are left out, so plans that pack them
  * differently hash alike. FNV-1a over a canonical little-endian
- * serialization (core/src/plan_hash.c, docs/checkpoint-format.md): equal on
+ * serialization (trainer/src/plan_hash.c, docs/checkpoint-format.md): equal on
  * every run, build and machine for equal state layouts. 0 for NULL. */
 uint64_t bp_plan_hash(const bp_plan *plan);
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "blueprint/model.h"
+#include "blueprint/model_yaml.h"
 #include "blueprint/registry.h"
 #include "cli_util.h"
 #include "commands.h"

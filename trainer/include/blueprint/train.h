@@ -76,6 +76,7 @@
 
 #include "blueprint/checkpoint.h"
 #include "blueprint/data.h"
+#include "blueprint/exec.h"
 #include "blueprint/model.h"
 #include "blueprint/profile.h"
 #include "blueprint/registry.h"
@@ -123,32 +124,6 @@ typedef struct bp_train_progress {
 } bp_train_progress;
 
 /* One epoch, as bp_trainer_train_epoch reports it. */
-/* How a rank's steps reached its device (docs/training.md, "Steps as
- * graphs"): counts since the trainer was created, or over an epoch in
- * bp_epoch_report. On the cpu device only steps and kernel_calls move. */
-typedef struct bp_exec_counts {
-  uint64_t steps;          /* training steps and evaluation batches run */
-  uint64_t graph_launches; /* captured step graphs launched (a capture's first run included) */
-  uint64_t kernel_calls;   /* kernel run() calls made on the rank's thread (eager nodes, and
-                              each node once while a graph is captured) */
-  uint64_t host_tasks;     /* host tasks handed to the device (eager): one per job with one
-                              stream, one per chunk of its program with more ("Streams") */
-  uint64_t syncs;          /* host waits for the device (stream or event synchronize):
-                              eager steps, metric reads, checkpoints, the epoch's end */
-  uint64_t waits;          /* graph steps: waits for the step before the previous one,
-                              before its input staging is reused (the one in flight is not
-                              waited for) */
-  uint64_t events;         /* streams: event records and stream waits enqueued between a
-                              job's streams (fork, derived edges, join; docs/training.md,
-                              "Streams"); in a captured step graph, once, at the capture */
-  /* streams, eager training steps with collectives (--no-graph; a step
-   * graph's events are edges, not clocks): microseconds the update stream
-   * spent in the COMM segment's chunks, and of those, the ones inside the
-   * backward pass (its first node's start to its last node's end), from
-   * device events (event_elapsed_ms) */
-  uint64_t comm_us, comm_overlap_us;
-} bp_exec_counts;
-
 typedef struct bp_epoch_report {
   int64_t epoch, epochs;           /* from 1, of epochs */
   int64_t steps, samples;          /* trained in this call (fewer after a resume or a stop) */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "blueprint/autotune.h"
+#include "blueprint/model_yaml.h"
 #include "fuse-impl.h"
 #include "model-impl.h"
 #include "train-impl.h"

@@ -17,6 +17,8 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "blueprint/model_yaml.h"
+
 #include "layer-impl.h"
 #include "name-index-impl.h"
 #include "strutil-impl.h"
