@@ -13,6 +13,7 @@
 #include "blueprint/autotune.h"
 #include "blueprint/registry.h"
 #include "blueprint/validate.h"
+#include "blueprint/op_table.h"
 #include "bp_abi_ops.h"
 #include "json_mini.h"
 #include "run_util.h"
@@ -69,6 +70,28 @@ START_TEST(reference_kernels_pass_every_builtin_case_of_every_op) {
   }
   bp_validate_report_destroy(rep);
   bp_registry_destroy(r);
+}
+END_TEST
+
+/* The op table's facts reach every built-in case: accumulate flags,
+ * in-place inputs, class labels as integers below the class count. */
+START_TEST(builtin_cases_carry_the_op_tables_facts) {
+  int count = 0, labels = 0;
+  const vc_case *cases = vc_builtin_cases(&count);
+  for (int i = 0; i < count; i++) {
+    const vc_case *c = &cases[i];
+    const bp_op_info *info = bp_op_find(c->op);
+    ck_assert_msg(info != NULL, "%s is not in the op table", c->op);
+    ck_assert_int_eq(c->accumulate_offset >= 0, info->accumulates);
+    ck_assert_int_eq(c->inplace_in, info->has_inplace ? info->inplace_in : -1);
+    ck_assert_int_eq(c->collective, info->collective);
+    if (strcmp(c->op, "softmax_ce.fwd_bwd") == 0) {
+      ck_assert_int_eq(c->in[1].fill, VC_FILL_INT);
+      ck_assert(c->in[1].lo == 0 && c->in[1].hi == (double)c->in[0].d.shape[3] - 1);
+      labels++;
+    }
+  }
+  ck_assert_int_gt(labels, 0);
 }
 END_TEST
 
@@ -481,6 +504,7 @@ int main(void) {
   TCase *tc = tcase_create("validate");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, reference_kernels_pass_every_builtin_case_of_every_op);
+  tcase_add_test(tc, builtin_cases_carry_the_op_tables_facts);
   tcase_add_test(tc, reference_backwards_agree_with_finite_differences);
   tcase_add_test(tc, amp_twins_take_the_dtypes_and_paddings_of_an_amp_plan);
   tcase_add_test(tc, every_wrong_kernel_fails_with_its_case_named);

@@ -41,6 +41,7 @@
 #include "blueprint/graph.h"
 #include "layer-impl.h"
 #include "liveness-impl.h"
+#include "blueprint/op_table.h"
 #include "bp_abi_sdk.h"
 
 typedef struct seg_list {
@@ -300,8 +301,8 @@ bp_node *bp_layer_node(bp_layer_graph *g, const char *op, const char *what) {
   return node_add(x, x->seg, op, g->index, what);
 }
 
-bp_node *bp_layer_backward_node(bp_layer_graph *g, const char *op, const char *what,
-                                size_t accumulate_offset) {
+bp_node *bp_layer_backward_node_at(bp_layer_graph *g, const char *op, const char *what,
+                                   size_t accumulate_offset) {
   build_ctx *x = ctx_of(g);
   BP_ASSERT(x->pend_count < x->pend_cap && accumulate_offset + 4 <= sizeof(bp_node_attrs));
   pending *p = &x->pend[x->pend_count++];
@@ -311,6 +312,12 @@ bp_node *bp_layer_backward_node(bp_layer_graph *g, const char *op, const char *w
   p->accumulate_offset = accumulate_offset;
   snprintf(p->node.name, sizeof p->node.name, "%s.%s", g->layer->name, what);
   return &p->node;
+}
+
+bp_node *bp_layer_backward_node(bp_layer_graph *g, const char *op, const char *what) {
+  const bp_op_info *info = bp_op_find(op);
+  BP_ASSERT(info && info->accumulates);
+  return bp_layer_backward_node_at(g, op, what, info->accumulate_offset);
 }
 
 void bp_layer_grad_out(bp_layer_graph *g, bp_node *n, int32_t id) {

@@ -142,11 +142,14 @@ typedef struct bp_layer_graph {
 /* A forward node "<layer>.<what>" running `op`, appended to the segment
  * being built. */
 bp_node *bp_layer_node(bp_layer_graph *g, const char *op, const char *what);
-/* A backward node "<layer>.<what>": its accumulate flag (an int32_t at
- * byte `accumulate_offset` of its attribute block) is set once every
- * writer of its gradient slots is known (graph.h, BACKWARD). */
-bp_node *bp_layer_backward_node(bp_layer_graph *g, const char *op, const char *what,
-                                size_t accumulate_offset);
+/* A backward node "<layer>.<what>" of a built-in op: its accumulate flag
+ * (where the op table says) is set once every writer of its gradient
+ * slots is known (graph.h, BACKWARD). */
+bp_node *bp_layer_backward_node(bp_layer_graph *g, const char *op, const char *what);
+/* The same for a module's op, its flag an int32_t at byte
+ * accumulate_offset of the attribute block. */
+bp_node *bp_layer_backward_node_at(bp_layer_graph *g, const char *op, const char *what,
+                                   size_t accumulate_offset);
 void bp_node_in(bp_node *n, int32_t id);
 void bp_node_out(bp_node *n, int32_t id);
 /* An output of the last backward node that is a gradient slot (counted

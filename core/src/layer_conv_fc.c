@@ -120,15 +120,15 @@ static void forward(bp_layer_graph *g, const char *op, void (*attrs)(bp_node *, 
 
 /* bwd_filter in: x, dy  out: dw [, db];  bwd_data in: dy, w  out: dx */
 static void backward(bp_layer_graph *g, const char *filter_op, const char *data_op,
-                     void (*attrs)(bp_node *, const bp_layer *), size_t accumulate) {
-  bp_node *n = bp_layer_backward_node(g, filter_op, "bwd_filter", accumulate);
+                     void (*attrs)(bp_node *, const bp_layer *)) {
+  bp_node *n = bp_layer_backward_node(g, filter_op, "bwd_filter");
   bp_node_in(n, bp_layer_input(g, 0));
   bp_node_in(n, g->t->dout);
   bp_layer_grad_out(g, n, bp_layer_param_grad(g, &g->t->weight));
   if (g->layer->bias) bp_layer_grad_out(g, n, bp_layer_param_grad(g, &g->t->bias));
   attrs(n, g->layer);
   if (!bp_layer_input_needs_grad(g, 0)) return;
-  n = bp_layer_backward_node(g, data_op, "bwd_data", accumulate);
+  n = bp_layer_backward_node(g, data_op, "bwd_data");
   bp_node_in(n, g->t->dout);
   bp_node_in(n, bp_layer_param_in(g, &g->t->weight));
   bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
@@ -138,12 +138,9 @@ static void backward(bp_layer_graph *g, const char *filter_op, const char *data_
 static void conv_forward(bp_layer_graph *g) { forward(g, "conv2d.fwd", conv_attrs); }
 static void fc_forward(bp_layer_graph *g) { forward(g, "fc.fwd", fc_attrs); }
 static void conv_backward(bp_layer_graph *g) {
-  backward(g, "conv2d.bwd_filter", "conv2d.bwd_data", conv_attrs,
-           offsetof(bp_conv2d_attrs, accumulate));
+  backward(g, "conv2d.bwd_filter", "conv2d.bwd_data", conv_attrs);
 }
-static void fc_backward(bp_layer_graph *g) {
-  backward(g, "fc.bwd_filter", "fc.bwd_data", fc_attrs, offsetof(bp_fc_attrs, accumulate));
-}
+static void fc_backward(bp_layer_graph *g) { backward(g, "fc.bwd_filter", "fc.bwd_data", fc_attrs); }
 
 /* ---- descriptors ---------------------------------------------------------------- */
 

@@ -157,7 +157,7 @@ static void module_backward(bp_layer_graph *g) {
   int needed = 0;
   for (int k = 0; k < l->input_count; k++) needed |= bp_layer_input_needs_grad(g, k);
   if (!needed) return;
-  bp_node *n = bp_layer_backward_node(g, t->backward_op, "bwd", t->accumulate_offset);
+  bp_node *n = bp_layer_backward_node_at(g, t->backward_op, "bwd", t->accumulate_offset);
   for (int k = 0; k < l->input_count; k++) bp_node_in(n, bp_layer_input(g, k));
   bp_node_in(n, g->t->out);
   bp_node_in(n, g->t->dout);

@@ -81,8 +81,7 @@ static void bn_forward(bp_layer_graph *g) {
  * out: dx, dgamma, dbeta */
 static void bn_backward(bp_layer_graph *g) {
   const bp_layer_tensors *t = g->t, *r = g->fused_relu;
-  bp_node *n = bp_layer_backward_node(g, r ? "batchnorm_relu.bwd" : "batchnorm.bwd", "bwd",
-                                      offsetof(bp_batchnorm_attrs, accumulate));
+  bp_node *n = bp_layer_backward_node(g, r ? "batchnorm_relu.bwd" : "batchnorm.bwd", "bwd");
   bp_node_in(n, bp_layer_input(g, 0));
   bp_node_in(n, r ? r->dout : t->dout);
   bp_node_in(n, bp_layer_param_in(g, &t->weight));
@@ -107,8 +106,7 @@ static void relu_forward(bp_layer_graph *g) {
 /* in: y, dy   out: dx */
 static void relu_backward(bp_layer_graph *g) {
   if (!bp_layer_input_needs_grad(g, 0)) return;
-  bp_node *n =
-      bp_layer_backward_node(g, "relu.bwd", "bwd", offsetof(bp_elementwise_attrs, accumulate));
+  bp_node *n = bp_layer_backward_node(g, "relu.bwd", "bwd");
   bp_node_in(n, g->t->out);
   bp_node_in(n, g->t->dout);
   bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
@@ -140,8 +138,7 @@ static void add_forward(bp_layer_graph *g) {
 
 /* in: dy   out: da, db */
 static void add_backward(bp_layer_graph *g) {
-  bp_node *n =
-      bp_layer_backward_node(g, "add.bwd", "bwd", offsetof(bp_elementwise_attrs, accumulate));
+  bp_node *n = bp_layer_backward_node(g, "add.bwd", "bwd");
   bp_node_in(n, g->t->dout);
   bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
   bp_layer_grad_out(g, n, bp_layer_input_grad(g, 1));

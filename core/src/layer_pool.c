@@ -69,7 +69,7 @@ static void global_forward(bp_layer_graph *g) {
 /* maxpool.bwd in: dy, mask  out: dx;  avgpool.bwd, global_avgpool.bwd in: dy  out: dx */
 static void maxpool_backward(bp_layer_graph *g) {
   if (!bp_layer_input_needs_grad(g, 0)) return;
-  bp_node *n = bp_layer_backward_node(g, "maxpool.bwd", "bwd", offsetof(bp_pool_attrs, accumulate));
+  bp_node *n = bp_layer_backward_node(g, "maxpool.bwd", "bwd");
   bp_node_in(n, g->t->dout);
   bp_node_in(n, g->t->mask);
   bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
@@ -78,7 +78,7 @@ static void maxpool_backward(bp_layer_graph *g) {
 
 static void avgpool_backward(bp_layer_graph *g) {
   if (!bp_layer_input_needs_grad(g, 0)) return;
-  bp_node *n = bp_layer_backward_node(g, "avgpool.bwd", "bwd", offsetof(bp_pool_attrs, accumulate));
+  bp_node *n = bp_layer_backward_node(g, "avgpool.bwd", "bwd");
   bp_node_in(n, g->t->dout);
   bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
   pool_attrs(n, g->layer);
@@ -86,8 +86,7 @@ static void avgpool_backward(bp_layer_graph *g) {
 
 static void global_backward(bp_layer_graph *g) {
   if (!bp_layer_input_needs_grad(g, 0)) return;
-  bp_node *n = bp_layer_backward_node(g, "global_avgpool.bwd", "bwd",
-                                      offsetof(bp_elementwise_attrs, accumulate));
+  bp_node *n = bp_layer_backward_node(g, "global_avgpool.bwd", "bwd");
   bp_node_in(n, g->t->dout);
   bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
   BP_SET_ATTRS(n, elementwise, {0});

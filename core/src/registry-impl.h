@@ -1,6 +1,6 @@
 /* Internals shared by the registry (registry.c), staged registration
  * (registry_stage.c), discovery (discover.c), the built-in op table
- * (builtin_ops.c) and selection (select.c, pins.c). It builds on loader-impl.h (one module file and its load
+ * (op_table.c) and selection (select.c, pins.c). It builds on loader-impl.h (one module file and its load
  * record) and strutil-impl.h (string and list helpers), which include
  * nothing of the registry. Not installed.
  *
@@ -122,10 +122,5 @@ void bp_stage_begin(bp_registry *r, const char *path);
 bp_status bp_stage_commit(bp_registry *r, const bp_reg_module *module);
 /* Frees whatever is still staged and ends staging. */
 void bp_stage_end(bp_registry *r);
-
-/* ---- builtin_ops.c ----------------------------------------------------- */
-
-/* The host's own op kinds, registered at bp_registry_create. */
-const bp_abi_op *bp_builtin_ops(int *count_out);
 
 #endif

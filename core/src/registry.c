@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "blueprint/op_table.h"
 #include "registry-impl.h"
 
 int bp_registry_name_valid(const char *name) {
@@ -56,7 +57,7 @@ bp_status bp_registry_create(bp_registry **registry_out) {
   if (!r) return bp_fail(BP_ERR_NOMEM, "out of memory creating a registry");
   bp_stage_host_init(r);
   int count = 0;
-  const bp_abi_op *builtin = bp_builtin_ops(&count);
+  const bp_op_info *builtin = bp_op_table(&count);
   if (bp_ptr_list_reserve(&r->ops, count) != 0) {
     bp_registry_destroy(r);
     return bp_fail(BP_ERR_NOMEM, "out of memory creating a registry");
@@ -67,7 +68,7 @@ bp_status bp_registry_create(bp_registry **registry_out) {
       bp_registry_destroy(r);
       return bp_fail(BP_ERR_NOMEM, "out of memory creating a registry");
     }
-    op->op = builtin[i];
+    op->op = builtin[i].abi;
     op->path = BP_BUILTIN_PATH;
     r->ops.items[r->ops.count++] = op;
   }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "blueprint/op_table.h"
 #include "bp_abi_sdk.h"
 #include "profile-impl.h"
 
@@ -52,29 +53,18 @@ static uint64_t elems(const bp_abi_tensor *t, int first, int last) {
   return n;
 }
 
+static const bp_abi_tensor *tensor_of(const bp_abi_kernel_args *a, bp_op_ref r) {
+  if (r.output) return r.index < a->num_outputs ? bp_sdk_output(a, r.index) : NULL;
+  return r.index < a->num_inputs ? bp_sdk_input(a, r.index) : NULL;
+}
+
+/* The op table's FLOPs (blueprint/op_table.h): conv 2 * (N*OH*OW) *
+ * (K*kh*kw*C/groups), fc 2 * N * (out*in); 0 for ops it counts none of. */
 uint64_t bp_profile_op_flops(const char *op, const bp_abi_kernel_args *a) {
-  if (!op || !a || a->num_inputs < 2 || a->num_outputs < 1) return 0;
-  const int conv = strncmp(op, "conv2d.", 7) == 0, fc = strncmp(op, "fc.", 3) == 0;
-  if (!conv && !fc) return 0;
-  const char *kind = op + (conv ? 7 : 3);
-  /* w: the weight [K,kh,kw,C/groups] (fc: [out,1,1,in]); y: the output
-   * side [N,OH,OW,K] (fc: [N,1,1,out]); x: the batch side */
-  const bp_abi_tensor *w, *y;
-  if (strcmp(kind, "fwd") == 0) {
-    w = bp_sdk_input(a, 1);
-    y = bp_sdk_output(a, 0);
-  } else if (strcmp(kind, "bwd_data") == 0) {
-    w = bp_sdk_input(a, 1);
-    y = bp_sdk_input(a, 0);
-  } else if (strcmp(kind, "bwd_filter") == 0) {
-    w = bp_sdk_output(a, 0);
-    y = bp_sdk_input(a, 1);
-  } else {
-    return 0;
-  }
-  /* conv: 2 * (N*OH*OW) * (K*kh*kw*C/groups); fc: 2 * N * (out*in) */
-  const uint64_t rows = conv ? elems(y, 0, 2) : elems(bp_sdk_input(a, 0), 0, 0);
-  return 2 * rows * elems(w, 0, 3);
+  const bp_op_info *info = bp_op_find(op);
+  if (!info || !info->has_flops || !a) return 0;
+  const bp_abi_tensor *rows = tensor_of(a, info->flops_rows), *w = tensor_of(a, info->flops_weight);
+  return rows && w ? 2 * elems(rows, 0, 2) * elems(w, 0, 3) : 0;
 }
 
 /* ---- recording -------------------------------------------------------------- */

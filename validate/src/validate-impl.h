@@ -3,9 +3,10 @@
  * checks and cases from a model. Shared with autotune.c. Not installed.
  *
  * Files: validate.c (the driver: kernels x cases, child processes, the
- * report), validate_ops.c (what each built-in op needs: input value
- * ranges, outputs read before written, accumulate, in-place pairs, the
- * skip input, FP16 tolerances, AMP twins and the oracle's case),
+ * report), validate_ops.c (a case completed from the op table,
+ * blueprint/op_table.h: input value ranges, outputs read before written,
+ * accumulate, in-place pairs, the skip input, FP16 tolerances, AMP twins
+ * and the oracle's case),
  * validate_cases.c (the built-in case table), validate_model.c (cases from
  * a model's plan), validate_buffers.c (guarded buffers, poison, dtype
  * conversion), validate_check.c (the checks), validate_guard.c (guard

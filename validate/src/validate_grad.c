@@ -19,28 +19,25 @@
  * fill keeps a step away; its backward is batchnorm.bwd on relu.bwd's
  * output, bit for bit (tests/test_fusion.c), and both are checked here. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "blueprint/op_table.h"
 #include "validate-impl.h"
 
 #define GRAD_H 1e-2
 #define GRAD_TOL 1e-3
 #define GRAD_SAMPLES 16
 
-/* Where a backward input comes from. */
-typedef struct gsrc {
-  char kind; /* 'x': forward input, 'y': forward output, 'r': the random dL/dy */
-  int index;
-} gsrc;
-
+/* A backward op of a family, from its op table entry (blueprint/op_table.h). */
 typedef struct gbwd {
   const char *op;
   int num_inputs;
-  gsrc in[6];
+  const bp_op_grad_src *in; /* where each input comes from */
   int num_outputs;
-  int grad_of[6]; /* the forward input each output is the gradient of */
+  const uint8_t *grad_of; /* the forward input each output is the gradient of */
 } gbwd;
 
 typedef struct gfamily {
@@ -50,23 +47,28 @@ typedef struct gfamily {
   int kink; /* 1 relu inputs away from 0; 2, 3 input 0 spaced 0.03 / evenly over [-1, 1] */
 } gfamily;
 
-static const gfamily families[] = {
-    {"conv2d.fwd", 2,
-     {{"conv2d.bwd_data", 2, {{'r', 0}, {'x', 1}}, 1, {0}},
-      {"conv2d.bwd_filter", 2, {{'x', 0}, {'r', 0}}, 2, {1, 2}}}, 0},
-    {"fc.fwd", 2,
-     {{"fc.bwd_data", 2, {{'r', 0}, {'x', 1}}, 1, {0}},
-      {"fc.bwd_filter", 2, {{'x', 0}, {'r', 0}}, 2, {1, 2}}}, 0},
-    {"relu.fwd", 1, {{"relu.bwd", 2, {{'y', 0}, {'r', 0}}, 1, {0}}}, 1},
-    {"add.fwd", 1, {{"add.bwd", 1, {{'r', 0}}, 2, {0, 1}}}, 0},
-    {"maxpool.fwd", 1, {{"maxpool.bwd", 2, {{'r', 0}, {'y', 1}}, 1, {0}}}, 2},
-    {"avgpool.fwd", 1, {{"avgpool.bwd", 1, {{'r', 0}}, 1, {0}}}, 0},
-    {"global_avgpool.fwd", 1, {{"global_avgpool.bwd", 1, {{'r', 0}}, 1, {0}}}, 0},
-    {"batchnorm.fwd_train", 1,
-     {{"batchnorm.bwd", 5, {{'x', 0}, {'r', 0}, {'x', 1}, {'y', 1}, {'y', 2}}, 3, {0, 1, 2}}}, 3},
-    {"softmax_ce.fwd_bwd", 0, {{NULL, 0, {{0, 0}}, 0, {0}}}, 0},
-};
-#define FAMILIES ((int)(sizeof families / sizeof families[0]))
+#define MAX_FAMILIES 32
+static gfamily families[MAX_FAMILIES];
+static int family_count;
+static pthread_once_t families_once = PTHREAD_ONCE_INIT;
+
+/* The op table's forward ops with a gradient check, each with the
+ * backward ops that name it, in table order. */
+static void find_families(void) {
+  int count = 0;
+  const bp_op_info *t = bp_op_table(&count);
+  for (int i = 0; i < count && family_count < MAX_FAMILIES; i++) {
+    if (!t[i].grad_check) continue;
+    gfamily *f = &families[family_count++];
+    f->fwd = t[i].abi.name;
+    f->kink = t[i].grad_kink;
+    for (int j = 0; j < count; j++) {
+      if (!t[j].grad_of || strcmp(t[j].grad_of, f->fwd) != 0 || f->num_bwd == 2) continue;
+      f->bwd[f->num_bwd++] = (gbwd){t[j].abi.name, t[j].abi.num_inputs, t[j].grad_in,
+                                    t[j].abi.num_outputs, t[j].grad_out};
+    }
+  }
+}
 
 /* A forward case of family f to differentiate: softmax_ce's with a loss
  * scale input are left out (their dlogits are the scaled gradient). */
@@ -89,8 +91,9 @@ static int family_cases(const gfamily *f, const vc_case **first) {
 }
 
 int vc_grad_row_count(void) {
+  pthread_once(&families_once, find_families);
   int rows = 0;
-  for (int f = 0; f < FAMILIES; f++) {
+  for (int f = 0; f < family_count; f++) {
     const vc_case *first;
     rows += family_cases(&families[f], &first) * (families[f].num_bwd ? families[f].num_bwd : 1);
   }
@@ -99,10 +102,11 @@ int vc_grad_row_count(void) {
 
 /* The family, forward case and backward op of a row. */
 static void locate(int row, const gfamily **f_out, const vc_case **fc_out, int *b_out) {
+  pthread_once(&families_once, find_families);
   *f_out = NULL;
   *fc_out = NULL;
   *b_out = 0;
-  for (int i = 0; i < FAMILIES; i++) {
+  for (int i = 0; i < family_count; i++) {
     const vc_case *first;
     const int n = family_cases(&families[i], &first);
     const int per = families[i].num_bwd ? families[i].num_bwd : 1;
@@ -283,9 +287,9 @@ void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const
     snprintf(bc.name, sizeof bc.name, "%s", fcase.name);
     bc.num_inputs = bw->num_inputs;
     for (int k = 0; k < bw->num_inputs; k++) {
-      const gsrc s = bw->in[k];
-      bc.in[k].d = s.kind == 'x' ? fcase.in[s.index].d : fcase.out[s.index].d;
-      bin[k] = s.kind == 'x' ? g.in[s.index] : s.kind == 'y' ? g.y[s.index] : g.r;
+      const bp_op_grad_src s = bw->in[k];
+      bc.in[k].d = s.of == 'x' ? fcase.in[s.index].d : fcase.out[s.index].d;
+      bin[k] = s.of == 'x' ? g.in[s.index] : s.of == 'y' ? g.y[s.index] : g.r;
     }
     for (int k = 0; k < bw->num_outputs; k++) {
       if (bw->grad_of[k] >= fcase.num_inputs) break; /* no bias */
