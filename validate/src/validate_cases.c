@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "blueprint/dtensor.h"
+#include "blueprint/op_table.h"
 #include "validate-impl.h"
 
 bp_abi_tensor vc_tensor_desc(int32_t dtype, int64_t n, int64_t h, int64_t w, int64_t c,
@@ -218,34 +219,26 @@ static void plain_name(const plain_geo *g, char *buf, size_t size) {
            (long long)g->w, (long long)g->c, g->pad ? " padded" : "");
 }
 
+/* Per plain geometry: every op of the table's same-shape family (each
+ * tensor that shape), then global average pooling. */
 static void elementwise_cases(void) {
   const bp_elementwise_attrs a = {.accumulate = 0};
+  int count = 0;
+  const bp_op_info *ops = bp_op_table(&count);
   for (size_t i = 0; i < sizeof plain_geos / sizeof plain_geos[0]; i++) {
     const plain_geo *g = &plain_geos[i];
     char name[96];
     plain_name(g, name, sizeof name);
     const bp_abi_tensor t = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->pad);
     const bp_abi_tensor pooled = vc_tensor_desc(F32, g->n, 1, 1, g->c, g->pad);
-    vc_case *c = add("relu.fwd", "%s", name);
-    in(c, t);
-    out(c, t);
-    attrs(c, &a, sizeof a);
-    c = add("relu.bwd", "%s", name);
-    in(c, t);
-    in(c, t);
-    out(c, t);
-    attrs(c, &a, sizeof a);
-    c = add("add.fwd", "%s", name);
-    in(c, t);
-    in(c, t);
-    out(c, t);
-    attrs(c, &a, sizeof a);
-    c = add("add.bwd", "%s", name);
-    in(c, t);
-    out(c, t);
-    out(c, t);
-    attrs(c, &a, sizeof a);
-    c = add("global_avgpool.fwd", "%s", name);
+    for (int k = 0; k < count; k++) {
+      if (ops[k].cases != BP_OP_CASES_SAME_SHAPE) continue;
+      vc_case *c = add(ops[k].abi.name, "%s", name);
+      for (int j = 0; j < ops[k].abi.num_inputs; j++) in(c, t);
+      for (int j = 0; j < ops[k].abi.num_outputs; j++) out(c, t);
+      attrs(c, &a, sizeof a);
+    }
+    vc_case *c = add("global_avgpool.fwd", "%s", name);
     in(c, t);
     out(c, pooled);
     attrs(c, &a, sizeof a);

@@ -48,6 +48,13 @@ typedef enum bp_op_tolerance {
   BP_OP_TOL_EXACT,        /* copies, casts, collectives */
 } bp_op_tolerance;
 
+/* Validate's built-in cases of an op, where a generic family covers it;
+ * BP_OP_CASES_OWN: validate_cases.c builds them for the op. */
+typedef enum bp_op_cases {
+  BP_OP_CASES_OWN = 0,
+  BP_OP_CASES_SAME_SHAPE, /* every input and output one shape, per plain geometry */
+} bp_op_cases;
+
 /* A tensor of an op's node: an input or an output by index. */
 typedef struct bp_op_ref {
   uint8_t output;
@@ -82,6 +89,7 @@ typedef struct bp_op_info {
   uint32_t skip_flag_offset;
   uint8_t collective; /* allreduce.*: run by the communicator, never alone */
   bp_op_fill fills[BP_OP_MAX_FILLS];
+  bp_op_cases cases;
   bp_op_tolerance fp16_tolerance;
   /* AMP: no FP16 twin (range ops, the fused ops, collectives); else, per
    * side (bit i: tensor i), tensors an AMP plan keeps FP32, parameters in
