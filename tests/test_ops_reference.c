@@ -9,20 +9,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blueprint/op_table.h"
 #include "ops_ref_util.h"
 
-static const char *const expected_ops[] = {
-    "conv2d.fwd",         "conv2d.bwd_data",     "conv2d.bwd_filter",  "fc.fwd",
-    "fc.bwd_data",        "fc.bwd_filter",       "relu.fwd",           "relu.bwd",
-    "add.fwd",            "add.bwd",             "maxpool.fwd",        "maxpool.bwd",
-    "avgpool.fwd",        "avgpool.bwd",         "global_avgpool.fwd", "global_avgpool.bwd",
-    "batchnorm.fwd_train", "batchnorm.fwd_eval", "batchnorm.bwd",      "softmax_ce.fwd_bwd",
-    "range.zero",         "range.copy",          "range.scale",        "range.cast",
-    "range.ema",          "range.nan_check",     "range.sgd",          "range.adamw",
-    "range.lars",         "range.unscale",       "range.loss_scale",
-    "batchnorm_relu.fwd_train", "batchnorm_relu.fwd_eval", "batchnorm_relu.bwd",
-};
-#define EXPECTED_COUNT ((int)(sizeof expected_ops / sizeof expected_ops[0]))
+/* The module is the oracle of every built-in op (blueprint/op_table.h)
+ * but the collectives, which the communicators run. */
+static const char *expected_op(int e) {
+  int count = 0;
+  const bp_op_info *t = bp_op_table(&count);
+  for (int i = 0; i < count; i++)
+    if (!t[i].collective && e-- == 0) return t[i].abi.name;
+  return NULL;
+}
+static int expected_count(void) {
+  int n = 0;
+  while (expected_op(n)) n++;
+  return n;
+}
+#define EXPECTED_COUNT expected_count()
 
 static void *open_module(const bp_abi_module **module_out) {
   void *handle = dlopen(BP_OPS_REFERENCE_PATH, RTLD_NOW | RTLD_LOCAL);
@@ -61,7 +65,7 @@ START_TEST(registers_every_op_once) {
     int found = 0;
     for (int i = 0; i < bp_registry_kernel_count(r); i++) {
       const bp_registered_kernel *rk = bp_registry_kernel(r, i);
-      if (strcmp(rk->kernel.op, expected_ops[e]) != 0) continue;
+      if (strcmp(rk->kernel.op, expected_op(e)) != 0) continue;
       found++;
       const bp_abi_kernel *k = &rk->kernel;
       ck_assert_str_eq(k->impl, "reference");
@@ -75,7 +79,7 @@ START_TEST(registers_every_op_once) {
       ck_assert_int_eq(k->priority, 0);
       ck_assert_str_eq(rk->path, bp_registry_record(r, 0)->path);
     }
-    ck_assert_msg(found == 1, "%s registered %d times", expected_ops[e], found);
+    ck_assert_msg(found == 1, "%s registered %d times", expected_op(e), found);
   }
   /* the auxiliary dtypes are in the masks (the registry checks every tensor's dtype) */
   ck_assert(ops_kernel("maxpool.fwd")->dtypes & BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_INT8));
@@ -165,13 +169,13 @@ START_TEST(supports_handles_odd_args) {
   memset(&tiny, 0, sizeof tiny);
   tiny.struct_size = 8;
   for (int e = 0; e < EXPECTED_COUNT; e++) {
-    const bp_abi_kernel *k = ops_kernel(expected_ops[e]);
+    const bp_abi_kernel *k = ops_kernel(expected_op(e));
     char reason[128] = "";
     ck_assert_int_eq(k->supports(k->user, NULL, reason, sizeof reason), 0);
-    ck_assert_msg(reason[0] != '\0', "%s", expected_ops[e]);
+    ck_assert_msg(reason[0] != '\0', "%s", expected_op(e));
     reason[0] = '\0';
     ck_assert_int_eq(k->supports(k->user, &tiny, reason, sizeof reason), 0);
-    ck_assert_msg(reason[0] != '\0', "%s", expected_ops[e]);
+    ck_assert_msg(reason[0] != '\0', "%s", expected_op(e));
     ck_assert_int_eq(k->supports(k->user, &tiny, NULL, 0), 0); /* no reason buffer */
     ck_assert_int_eq(k->run(k->user, NULL), BP_ABI_ERR_INVALID);
     ck_assert_int_eq(k->run(k->user, &tiny), BP_ABI_ERR_INVALID);
