@@ -70,7 +70,10 @@ typedef struct bp_fc_attrs {
  * relu.bwd  in: y, dy        out: dx (may alias dy)  (accumulate: dx)
  *           (for relu.bwd, BP_ABI_KERNEL_IN_PLACE means dx may be dy, input 1)
  * add.fwd   in: a, b (same shape)  out: y
- * add.bwd   in: dy           out: da, db            (accumulate: da, db) */
+ * add.bwd   in: dy           out: da, db            (accumulate: da, db)
+ * gelu.fwd  in: x            out: y = x * Phi(x) = x/2 * (1 + erf(x/sqrt 2)) (the exact form)
+ * gelu.bwd  in: x, dy        out: dx = dy * (Phi(x) + x * phi(x))  (accumulate: dx)
+ *           (phi the standard normal density; neither output may alias) */
 typedef struct bp_elementwise_attrs {
   int32_t accumulate;
 } bp_elementwise_attrs;

@@ -1,6 +1,6 @@
-/* relu and add reference kernels: forward by hand, in place where the op
- * allows it, backward against central finite differences, accumulate, and
- * the refusals of supports() and run(). */
+/* relu, add and gelu reference kernels: forward by hand, in place where
+ * the op allows it, backward against central finite differences,
+ * accumulate, and the refusals of supports() and run(). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +33,42 @@ START_TEST(relu_by_hand) {
   ops_call bi = {"relu.bwd", {&y, &dy}, {&dy}, 2, 1, &overwrite, sizeof overwrite};
   ops_run(&bi);
   ops_expect_close(&dy, (const float[]){0, 0, 0, 4, 5, 0}, 0, "dy in place");
+  tt *all[] = {&x, &y, &dy, &dx};
+  for (size_t i = 0; i < 4; i++) {
+    ck_assert(tt_padding_intact(all[i]));
+    tt_free(all[i]);
+  }
+}
+END_TEST
+
+START_TEST(gelu_by_hand) {
+  /* x * Phi(x) and Phi(x) + x * phi(x) at x = -3 .. 4, from erf in double
+   * (padded tensors: channel padding untouched) */
+  static const float xs[8] = {-3, -1, -0.5f, 0, 0.5f, 1, 2, 4};
+  static const float ys[8] = {-0.00404969409f, -0.158655254f, -0.154268769f, 0,
+                              0.345731231f,    0.841344746f,  1.95449974f,   3.99987332f};
+  static const float slopes[8] = {-0.0119456472f, -0.0833154706f, 0.132504875f, 0.5f,
+                                  0.867495125f,   1.08331547f,    1.08523180f,  1.00050365f};
+  tt x = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 1, 4, 3), y = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 1, 4, 1);
+  tt dy = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 1, 4, 0), dx = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 1, 4, 2);
+  tt_set(&x, xs);
+  tt_set(&dy, (const float[]){2, 2, 2, 2, 2, 2, 2, 2});
+  ops_call f = {"gelu.fwd", {&x}, {&y}, 1, 1, &overwrite, sizeof overwrite};
+  ops_run(&f);
+  ops_expect_close(&y, ys, 1e-6, "y");
+  float twice[8], thrice[8];
+  for (int i = 0; i < 8; i++) twice[i] = 2 * slopes[i], thrice[i] = 4 * slopes[i];
+  ops_call b = {"gelu.bwd", {&x, &dy}, {&dx}, 2, 1, &overwrite, sizeof overwrite};
+  ops_run(&b);
+  ops_expect_close(&dx, twice, 1e-6, "dx");
+  ops_call ba = {"gelu.bwd", {&x, &dy}, {&dx}, 2, 1, &accumulate, sizeof accumulate};
+  ops_run(&ba);
+  ops_expect_close(&dx, thrice, 1e-6, "dx accumulated");
+  /* neither kernel is IN_PLACE: dx over dy is refused */
+  ck_assert_uint_eq(ops_kernel("gelu.fwd")->flags & BP_ABI_KERNEL_IN_PLACE, 0);
+  ck_assert_uint_eq(ops_kernel("gelu.bwd")->flags & BP_ABI_KERNEL_IN_PLACE, 0);
+  ops_call bi = {"gelu.bwd", {&x, &dy}, {&dy}, 2, 1, &overwrite, sizeof overwrite};
+  ck_assert_int_eq(ops_run_raw(&bi), BP_ABI_ERR_INVALID);
   tt *all[] = {&x, &y, &dy, &dx};
   for (size_t i = 0; i < 4; i++) {
     ck_assert(tt_padding_intact(all[i]));
@@ -140,9 +176,15 @@ START_TEST(bwd_matches_finite_differences) {
       ops_call ab = {"add.bwd", {&r}, {&dx, &db}, 1, 2, &overwrite, sizeof overwrite};
       ops_run(&ab);
       const double e_a = grad_err(&add, &x, &dx), e_b = grad_err(&add, &b, &db);
-      printf("elementwise shape %d%s: err relu %.2e add a %.2e b %.2e\n", s,
-             extra ? " (padded)" : "", e_relu, e_a, e_b);
+
+      ew_ctx gelu = {{"gelu.fwd", {&b}, {&y}, 1, 1, &overwrite, sizeof overwrite}, &y, &r};
+      ops_call gb = {"gelu.bwd", {&b, &r}, {&db}, 2, 1, &overwrite, sizeof overwrite};
+      ops_run(&gb);
+      const double e_gelu = grad_err(&gelu, &b, &db);
+      printf("elementwise shape %d%s: err relu %.2e add a %.2e b %.2e gelu %.2e\n", s,
+             extra ? " (padded)" : "", e_relu, e_a, e_b, e_gelu);
       ck_assert(e_relu < OPS_FD_TOL && e_a < OPS_FD_TOL && e_b < OPS_FD_TOL);
+      ck_assert(e_gelu < OPS_FD_TOL);
       tt *all[] = {&x, &b, &y, &r, &dx, &db};
       for (size_t i = 0; i < 6; i++) {
         ck_assert(tt_padding_intact(all[i]));
@@ -180,6 +222,7 @@ int main(void) {
   TCase *tc = tcase_create("elementwise");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, relu_by_hand);
+  tcase_add_test(tc, gelu_by_hand);
   tcase_add_test(tc, relu_flags_and_partial_overlap);
   tcase_add_test(tc, add_by_hand);
   tcase_add_test(tc, bwd_matches_finite_differences);

@@ -217,7 +217,7 @@ int bp_layer_all_keys(const bp_layer_key **out, int cap);
 
 /* Built-in descriptors, one per family file. */
 extern const bp_layer_desc bp_layer_conv, bp_layer_fc;
-extern const bp_layer_desc bp_layer_batchnorm, bp_layer_relu, bp_layer_add;
+extern const bp_layer_desc bp_layer_batchnorm, bp_layer_relu, bp_layer_gelu, bp_layer_add;
 extern const bp_layer_desc bp_layer_maxpool, bp_layer_avgpool, bp_layer_global_avgpool;
 extern const bp_layer_desc bp_layer_softmax_ce;
 extern const bp_layer_desc bp_layer_module;

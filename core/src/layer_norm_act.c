@@ -1,10 +1,11 @@
-/* Layer types that keep the shape: batchnorm, relu and add.
+/* Layer types that keep the shape: batchnorm, relu, gelu and add.
  *
  *   batchnorm  x[N,H,W,C] -> y, over C: gamma "<l>.weight" (ones, BN_WEIGHT),
  *              beta "<l>.bias" (zeros, BN_BIAS), running mean and var (B),
  *              save_mean and save_invstd [1,1,1,C] FP32 features (what the
  *              backward needs from the forward batch statistics)
  *   relu       y = max(x, 0)
+ *   gelu       y = x * Phi(x) (erf form); its backward reads x
  *   add        y = a + b, two inputs of one shape (a residual)
  *
  * batchnorm and add always write their data gradients, into a sink where
@@ -113,6 +114,25 @@ static void relu_backward(bp_layer_graph *g) {
   BP_SET_ATTRS(n, elementwise, {0});
 }
 
+/* ---- gelu ----------------------------------------------------------------------------- */
+
+static void gelu_forward(bp_layer_graph *g) {
+  bp_node *n = bp_layer_node(g, "gelu.fwd", "fwd");
+  bp_node_in(n, bp_layer_input(g, 0));
+  bp_node_out(n, g->t->out);
+  BP_SET_ATTRS(n, elementwise, {0});
+}
+
+/* in: x, dy   out: dx (the forward's input, kept: GELU's slope needs x) */
+static void gelu_backward(bp_layer_graph *g) {
+  if (!bp_layer_input_needs_grad(g, 0)) return;
+  bp_node *n = bp_layer_backward_node(g, "gelu.bwd", "bwd");
+  bp_node_in(n, bp_layer_input(g, 0));
+  bp_node_in(n, g->t->dout);
+  bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
+  BP_SET_ATTRS(n, elementwise, {0});
+}
+
 /* ---- add ------------------------------------------------------------------------------ */
 
 static bp_status add_shape(bp_layer_compile *c) {
@@ -167,6 +187,14 @@ const bp_layer_desc bp_layer_relu = {
     .shape = same_shape,
     .forward = relu_forward,
     .backward = relu_backward,
+};
+
+const bp_layer_desc bp_layer_gelu = {
+    .name = "gelu",
+    .inputs = 1,
+    .shape = same_shape,
+    .forward = gelu_forward,
+    .backward = gelu_backward,
 };
 
 const bp_layer_desc bp_layer_add = {

@@ -151,6 +151,12 @@ static const bp_op_info table[] = {
     {ABI("batchnorm_relu.bwd", 6, 3, bp_batchnorm_attrs), ACCUMULATES(bp_batchnorm_attrs),
      .fills = {BN_BWD_FILLS, IN(5, RELU_Y, -1, 1)}, /* y: a relu output */
      .fp16_tolerance = BP_OP_TOL_REDUCTION, .amp_none = 1},
+    /* x -> y | x, dy -> dx */
+    {ABI("gelu.fwd", 1, 1, bp_elementwise_attrs), .cases = BP_OP_CASES_SAME_SHAPE,
+     .fp16_tolerance = BP_OP_TOL_SELECT, .grad_check = 1},
+    {ABI("gelu.bwd", 2, 1, bp_elementwise_attrs), ACCUMULATES(bp_elementwise_attrs),
+     .cases = BP_OP_CASES_SAME_SHAPE, .fp16_tolerance = BP_OP_TOL_SELECT,
+     GRAD_OF("gelu.fwd", {'x', 0}, {'r', 0}), .grad_out = {0}},
 };
 
 const bp_op_info *bp_op_table(int *count_out) {

@@ -1,4 +1,4 @@
-/* Element-wise reference kernels: ReLU forward/backward, add forward/backward.
+/* Element-wise reference kernels: ReLU, add and GELU, forward and backward.
  *
  * Every tensor of one op has the same NHWC shape; each has its own device
  * strides (padded channels skipped, never read or written). FP32, no
@@ -6,28 +6,24 @@
  * visited in (n, h, w, c) order, each read before it is written, so an
  * output may be the very same elements as an input (same pointer, shape and
  * strides) where the op says "may alias"; partial overlaps are refused. */
+#include <math.h>
+
 #include "reference-impl.h"
 #include "shared/elem_math.h"
 #include "shared/elementwise_check.h"
 
-static int relu_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason,
-                             size_t rs) {
+/* supports(): the element-wise check of a tensor list, by its counts */
+static int one_in_one_out(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
   bp_elementwise_attrs a;
   return ops_ew_check(args, 1, 1, &a, reason, rs);
 }
-static int relu_supports_bwd(void *user, const bp_abi_kernel_args *args, char *reason,
-                             size_t rs) {
+static int two_in_one_out(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
   bp_elementwise_attrs a;
   return ops_ew_check(args, 2, 1, &a, reason, rs);
 }
-static int add_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
-  (void)user;
-  bp_elementwise_attrs a;
-  return ops_ew_check(args, 2, 1, &a, reason, rs);
-}
-static int add_supports_bwd(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
+static int one_in_two_out(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   (void)user;
   bp_elementwise_attrs a;
   return ops_ew_check(args, 1, 2, &a, reason, rs);
@@ -140,18 +136,79 @@ static int add_run_bwd(void *user, const bp_abi_kernel_args *args) {
   return BP_ABI_OK;
 }
 
+/* gelu.fwd
+ *   in: x   out: y = x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2, the
+ *   exact (erf) form, computed in double and rounded once. y aliases no
+ *   input, overwritten (no accumulate). */
+static double gelu_cdf(double x) { return 0.5 * (1.0 + erf(x * 0.70710678118654752440)); }
+static int gelu_run_fwd(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  bp_elementwise_attrs a;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ops_ew_check(args, 1, 1, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
+    return BP_ABI_ERR_INVALID;
+  const bp_abi_tensor *tx = bp_sdk_input(args, 0), *ty = bp_sdk_output(args, 0);
+  const float *x = bp_sdk_input_f32(args, 0);
+  float *y = bp_sdk_output_f32(args, 0);
+  for (int64_t n = 0; n < tx->shape[0]; n++)
+    for (int64_t h = 0; h < tx->shape[1]; h++)
+      for (int64_t w = 0; w < tx->shape[2]; w++)
+        for (int64_t c = 0; c < tx->shape[3]; c++) {
+          const double v = x[bp_sdk_offset(tx, n, h, w, c)];
+          y[bp_sdk_offset(ty, n, h, w, c)] = (float)(v * gelu_cdf(v));
+        }
+  return BP_ABI_OK;
+}
+
+/* gelu.bwd
+ *   in: x (the forward's input), dy   out: dx
+ *   dx (+)= dy * (Phi(x) + x * phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+ *   accumulate 0: overwritten, 1: added. dx aliases no input. */
+static int gelu_run_bwd(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  bp_elementwise_attrs a;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ops_ew_check(args, 2, 1, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
+    return BP_ABI_ERR_INVALID;
+  const bp_abi_tensor *tx = bp_sdk_input(args, 0), *tdy = bp_sdk_input(args, 1);
+  const bp_abi_tensor *tdx = bp_sdk_output(args, 0);
+  const float *x = bp_sdk_input_f32(args, 0), *dy = bp_sdk_input_f32(args, 1);
+  float *dx = bp_sdk_output_f32(args, 0);
+  for (int64_t n = 0; n < tx->shape[0]; n++)
+    for (int64_t h = 0; h < tx->shape[1]; h++)
+      for (int64_t w = 0; w < tx->shape[2]; w++)
+        for (int64_t c = 0; c < tx->shape[3]; c++) {
+          const double v = x[bp_sdk_offset(tx, n, h, w, c)];
+          const double pdf = exp(-0.5 * v * v) * 0.39894228040143267794;
+          const float g =
+              (float)((double)dy[bp_sdk_offset(tdy, n, h, w, c)] * (gelu_cdf(v) + v * pdf));
+          float *o = dx + bp_sdk_offset(tdx, n, h, w, c);
+          *o = a.accumulate ? *o + g : g;
+        }
+  return BP_ABI_OK;
+}
+
 #define EW_ACC offsetof(bp_elementwise_attrs, accumulate)
 /* the "may alias" pairs: relu.fwd y with x, relu.bwd dx with dy */
 static const ops_fp16_kernel relu_fwd16 =
-    REF_FP16_ALIAS(relu_supports_fwd, relu_run_fwd, OPS_FP16_NO_ACCUMULATE, 1, 0, 0, 0, 0);
+    REF_FP16_ALIAS(one_in_one_out, relu_run_fwd, OPS_FP16_NO_ACCUMULATE, 1, 0, 0, 0, 0);
 static const ops_fp16_kernel relu_bwd16 =
-    REF_FP16_ALIAS(relu_supports_bwd, relu_run_bwd, EW_ACC, 1, 0, 1, 0, 0);
+    REF_FP16_ALIAS(two_in_one_out, relu_run_bwd, EW_ACC, 1, 0, 1, 0, 0);
 static const ops_fp16_kernel add_fwd16 =
-    REF_FP16(add_supports_fwd, add_run_fwd, OPS_FP16_NO_ACCUMULATE);
-static const ops_fp16_kernel add_bwd16 = REF_FP16(add_supports_bwd, add_run_bwd, EW_ACC);
+    REF_FP16(two_in_one_out, add_run_fwd, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel add_bwd16 = REF_FP16(one_in_two_out, add_run_bwd, EW_ACC);
+static const ops_fp16_kernel gelu_fwd16 =
+    REF_FP16(one_in_one_out, gelu_run_fwd, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel gelu_bwd16 = REF_FP16(two_in_one_out, gelu_run_bwd, EW_ACC);
 const bp_abi_kernel ref_relu_fwd =
     REF_KERNEL16("relu.fwd", relu_fwd16, BP_ABI_KERNEL_IN_PLACE, REF_FP16_DTYPES);
 const bp_abi_kernel ref_relu_bwd =
     REF_KERNEL16("relu.bwd", relu_bwd16, BP_ABI_KERNEL_IN_PLACE, REF_FP16_DTYPES);
 const bp_abi_kernel ref_add_fwd = REF_KERNEL16("add.fwd", add_fwd16, 0, REF_FP16_DTYPES);
 const bp_abi_kernel ref_add_bwd = REF_KERNEL16("add.bwd", add_bwd16, 0, REF_FP16_DTYPES);
+const bp_abi_kernel ref_gelu_fwd = REF_KERNEL16("gelu.fwd", gelu_fwd16, 0, REF_FP16_DTYPES);
+const bp_abi_kernel ref_gelu_bwd = REF_KERNEL16("gelu.bwd", gelu_bwd16, 0, REF_FP16_DTYPES);

@@ -30,7 +30,8 @@ static const bp_abi_kernel *const ref_kernels[] = {
     &ref_range_zero,          &ref_range_copy,         &ref_range_scale,
     &ref_range_cast,          &ref_range_ema,          &ref_range_nan_check,
     &ref_range_sgd,           &ref_range_adamw,        &ref_range_lars,
-    &ref_range_unscale,       &ref_range_loss_scale,
+    &ref_range_unscale,       &ref_range_loss_scale,    &ref_gelu_fwd,
+    &ref_gelu_bwd,
 };
 
 static int ref_init(const bp_abi_host *host) {

@@ -23,6 +23,7 @@ typedef enum bp_layer_type {
   BP_LAYER_ADD,           /* element-wise sum of two inputs (residual) */
   BP_LAYER_SOFTMAX_CE,    /* softmax cross-entropy: label_smoothing; the loss */
   BP_LAYER_MODULE,        /* a type an op module registered (bp_layer.module) */
+  BP_LAYER_GELU,          /* y = x * Phi(x), the exact (erf) form */
   BP_LAYER_TYPE_COUNT
 } bp_layer_type;
 
