@@ -7,6 +7,7 @@
 
 #include "blueprint/autotune.h"
 #include "blueprint/model_yaml.h"
+#include "blueprint/op_table.h"
 #include "fuse-impl.h"
 #include "model-impl.h"
 #include "train-impl.h"
@@ -452,7 +453,8 @@ static size_t collective_extent(const bp_trainer *t) {
     for (int s = 0; s < BP_SEGMENT_COUNT; s++)
       for (int i = 0; i < bp_graph_node_count(t->graph, v, (bp_segment)s); i++) {
         const bp_node *n = bp_graph_node(t->graph, v, (bp_segment)s, i);
-        if (strncmp(n->op, "allreduce.", 10) != 0) continue;
+        const bp_op_info *info = bp_op_find(n->op);
+        if (!info || !info->collective) continue;
         for (int j = 0; j < n->num_inputs + n->num_outputs; j++) {
           const bp_node_tensor *x = j < n->num_inputs ? &n->inputs[j]
                                                       : &n->outputs[j - n->num_inputs];
