@@ -29,29 +29,47 @@ static int one_in_two_out(void *user, const bp_abi_kernel_args *args, char *reas
   return ops_ew_check(args, 1, 2, &a, reason, rs);
 }
 
+/* y = f(x0[, x1]) element by element in (n, h, w, c) order, each element
+ * read before it is written, so the output may be input `alias_in` itself
+ * (-1: no alias allowed); a backward op adds into y when accumulate is 1. */
+static int map_elements(const bp_abi_kernel_args *args, int inputs, int alias_in, int backward,
+                        float (*f)(float x0, float x1)) {
+  bp_elementwise_attrs a;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  const int alias_out[] = {0}, alias_ins[] = {alias_in};
+  if (!ops_ew_check(args, inputs, 1, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, alias_out, alias_ins, alias_in >= 0, reason, rs))
+    return BP_ABI_ERR_INVALID;
+  const int second = inputs > 1;
+  const bp_abi_tensor *t0 = bp_sdk_input(args, 0), *t1 = bp_sdk_input(args, second);
+  const bp_abi_tensor *ty = bp_sdk_output(args, 0);
+  const float *x0 = bp_sdk_input_f32(args, 0), *x1 = bp_sdk_input_f32(args, second);
+  float *y = bp_sdk_output_f32(args, 0);
+  const int add = backward && a.accumulate;
+  for (int64_t n = 0; n < t0->shape[0]; n++)
+    for (int64_t h = 0; h < t0->shape[1]; h++)
+      for (int64_t w = 0; w < t0->shape[2]; w++)
+        for (int64_t c = 0; c < t0->shape[3]; c++) {
+          const float v =
+              f(x0[bp_sdk_offset(t0, n, h, w, c)], x1[bp_sdk_offset(t1, n, h, w, c)]);
+          float *o = y + bp_sdk_offset(ty, n, h, w, c);
+          *o = add ? *o + v : v;
+        }
+  return BP_ABI_OK;
+}
+
 /* relu.fwd
  *   in: x   out: y (may be x itself)   y = x < 0 ? 0 : x
  *   y is overwritten (no accumulate). NaN passes through (NaN < 0 is
  *   false), so a NaN check downstream still sees it. */
+static float relu_y(float x, float unused) {
+  (void)unused;
+  return bp_relu_fwd(x);
+}
 static int relu_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  bp_elementwise_attrs a;
-  char *reason = bp_sdk_args_reason(args);
-  const size_t rs = bp_sdk_args_reason_size(args);
-  static const int alias_out[] = {0}, alias_in[] = {0};
-  if (!ops_ew_check(args, 1, 1, &a, reason, rs) ||
-      !bp_sdk_check_ptrs(args, alias_out, alias_in, 1, reason, rs))
-    return BP_ABI_ERR_INVALID;
-  const bp_abi_tensor *tx = bp_sdk_input(args, 0), *ty = bp_sdk_output(args, 0);
-  const float *x = bp_sdk_input_f32(args, 0);
-  float *y = bp_sdk_output_f32(args, 0);
-  for (int64_t n = 0; n < tx->shape[0]; n++)
-    for (int64_t h = 0; h < tx->shape[1]; h++)
-      for (int64_t w = 0; w < tx->shape[2]; w++)
-        for (int64_t c = 0; c < tx->shape[3]; c++) {
-          y[bp_sdk_offset(ty, n, h, w, c)] = bp_relu_fwd(x[bp_sdk_offset(tx, n, h, w, c)]);
-        }
-  return BP_ABI_OK;
+  return map_elements(args, 1, 0, 0, relu_y);
 }
 
 /* relu.bwd
@@ -60,27 +78,7 @@ static int relu_run_fwd(void *user, const bp_abi_kernel_args *args) {
  *   The gradient at y == 0 is 0. */
 static int relu_run_bwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  bp_elementwise_attrs a;
-  char *reason = bp_sdk_args_reason(args);
-  const size_t rs = bp_sdk_args_reason_size(args);
-  static const int alias_out[] = {0}, alias_in[] = {1};
-  if (!ops_ew_check(args, 2, 1, &a, reason, rs) ||
-      !bp_sdk_check_ptrs(args, alias_out, alias_in, 1, reason, rs))
-    return BP_ABI_ERR_INVALID;
-  const bp_abi_tensor *ty = bp_sdk_input(args, 0), *tdy = bp_sdk_input(args, 1);
-  const bp_abi_tensor *tdx = bp_sdk_output(args, 0);
-  const float *y = bp_sdk_input_f32(args, 0), *dy = bp_sdk_input_f32(args, 1);
-  float *dx = bp_sdk_output_f32(args, 0);
-  for (int64_t n = 0; n < ty->shape[0]; n++)
-    for (int64_t h = 0; h < ty->shape[1]; h++)
-      for (int64_t w = 0; w < ty->shape[2]; w++)
-        for (int64_t c = 0; c < ty->shape[3]; c++) {
-          const float g =
-              bp_relu_bwd(y[bp_sdk_offset(ty, n, h, w, c)], dy[bp_sdk_offset(tdy, n, h, w, c)]);
-          float *o = dx + bp_sdk_offset(tdx, n, h, w, c);
-          *o = a.accumulate ? *o + g : g;
-        }
-  return BP_ABI_OK;
+  return map_elements(args, 2, 1, 1, bp_relu_bwd);
 }
 
 /* add.fwd
@@ -141,55 +139,26 @@ static int add_run_bwd(void *user, const bp_abi_kernel_args *args) {
  *   exact (erf) form, computed in double and rounded once. y aliases no
  *   input, overwritten (no accumulate). */
 static double gelu_cdf(double x) { return 0.5 * (1.0 + erf(x * 0.70710678118654752440)); }
+static float gelu_y(float x, float unused) {
+  (void)unused;
+  return (float)((double)x * gelu_cdf(x));
+}
 static int gelu_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  bp_elementwise_attrs a;
-  char *reason = bp_sdk_args_reason(args);
-  const size_t rs = bp_sdk_args_reason_size(args);
-  if (!ops_ew_check(args, 1, 1, &a, reason, rs) ||
-      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
-    return BP_ABI_ERR_INVALID;
-  const bp_abi_tensor *tx = bp_sdk_input(args, 0), *ty = bp_sdk_output(args, 0);
-  const float *x = bp_sdk_input_f32(args, 0);
-  float *y = bp_sdk_output_f32(args, 0);
-  for (int64_t n = 0; n < tx->shape[0]; n++)
-    for (int64_t h = 0; h < tx->shape[1]; h++)
-      for (int64_t w = 0; w < tx->shape[2]; w++)
-        for (int64_t c = 0; c < tx->shape[3]; c++) {
-          const double v = x[bp_sdk_offset(tx, n, h, w, c)];
-          y[bp_sdk_offset(ty, n, h, w, c)] = (float)(v * gelu_cdf(v));
-        }
-  return BP_ABI_OK;
+  return map_elements(args, 1, -1, 0, gelu_y);
 }
 
 /* gelu.bwd
  *   in: x (the forward's input), dy   out: dx
  *   dx (+)= dy * (Phi(x) + x * phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
  *   accumulate 0: overwritten, 1: added. dx aliases no input. */
+static float gelu_dx(float x, float dy) {
+  const double pdf = exp(-0.5 * (double)x * x) * 0.39894228040143267794;
+  return (float)((double)dy * (gelu_cdf(x) + x * pdf));
+}
 static int gelu_run_bwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  bp_elementwise_attrs a;
-  char *reason = bp_sdk_args_reason(args);
-  const size_t rs = bp_sdk_args_reason_size(args);
-  if (!ops_ew_check(args, 2, 1, &a, reason, rs) ||
-      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
-    return BP_ABI_ERR_INVALID;
-  const bp_abi_tensor *tx = bp_sdk_input(args, 0), *tdy = bp_sdk_input(args, 1);
-  const bp_abi_tensor *tdx = bp_sdk_output(args, 0);
-  const float *x = bp_sdk_input_f32(args, 0), *dy = bp_sdk_input_f32(args, 1);
-  float *dx = bp_sdk_output_f32(args, 0);
-  for (int64_t n = 0; n < tx->shape[0]; n++)
-    for (int64_t h = 0; h < tx->shape[1]; h++)
-      for (int64_t w = 0; w < tx->shape[2]; w++)
-        for (int64_t c = 0; c < tx->shape[3]; c++) {
-          const double v = x[bp_sdk_offset(tx, n, h, w, c)];
-          const double pdf = exp(-0.5 * v * v) * 0.39894228040143267794;
-          const float g =
-              (float)((double)dy[bp_sdk_offset(tdy, n, h, w, c)] * (gelu_cdf(v) + v * pdf));
-          float *o = dx + bp_sdk_offset(tdx, n, h, w, c);
-          *o = a.accumulate ? *o + g : g;
-        }
-  return BP_ABI_OK;
+  return map_elements(args, 2, -1, 1, gelu_dx);
 }
 
 #define EW_ACC offsetof(bp_elementwise_attrs, accumulate)
