@@ -39,47 +39,11 @@
 #include <string.h>
 
 #include "blueprint/graph.h"
-#include "layer-impl.h"
-#include "liveness-impl.h"
 #include "blueprint/op_table.h"
 #include "bp_abi_sdk.h"
-
-typedef struct seg_list {
-  bp_node *nodes;
-  int count, cap;
-} seg_list;
-
-typedef struct variant_graph {
-  seg_list segs[BP_SEGMENT_COUNT];
-  int is_eval;
-  int64_t global_batch;
-} variant_graph;
-
-struct bp_graph {
-  const bp_model *model;
-  const bp_plan *plan;
-  bp_graph_options options;
-  int variant_count;
-  variant_graph *variants;
-  bp_graph_tensors tensors;      /* from the compiler's record */
-  bp_graph_constant constants[1]; /* the LARS segment table, when present */
-  int constant_count;
-};
-
-static const char *const segment_names[BP_SEGMENT_COUNT] = {
-    [BP_SEGMENT_TRANSFER] = "transfer",   [BP_SEGMENT_ZERO_GRAD] = "zero_grad",
-    [BP_SEGMENT_CAST] = "cast",           [BP_SEGMENT_FORWARD] = "forward",
-    [BP_SEGMENT_LOSS] = "loss",           [BP_SEGMENT_BACKWARD] = "backward",
-    [BP_SEGMENT_CAST_GRAD] = "cast_grad", [BP_SEGMENT_COMM] = "comm",
-    [BP_SEGMENT_UPDATE] = "update",       [BP_SEGMENT_GATHER] = "gather",
-    [BP_SEGMENT_EMA] = "ema",             [BP_SEGMENT_EVAL] = "eval",
-    [BP_SEGMENT_RESET] = "reset",         [BP_SEGMENT_INIT] = "init",
-    [BP_SEGMENT_STATE] = "state",
-};
-
-const char *bp_segment_name(bp_segment s) {
-  return (int)s >= 0 && s < BP_SEGMENT_COUNT ? segment_names[s] : "?";
-}
+#include "graph-impl.h"
+#include "layer-impl.h"
+#include "liveness-impl.h"
 
 void bp_graph_options_init(bp_graph_options *o) {
   memset(o, 0, sizeof *o);
@@ -868,49 +832,4 @@ done:
   }
   *graph_out = x.g;
   return BP_OK;
-}
-
-void bp_graph_destroy(bp_graph *g) {
-  if (!g) return;
-  if (g->variants)
-    for (int v = 0; v < g->variant_count; v++)
-      for (int s = 0; s < BP_SEGMENT_COUNT; s++) free(g->variants[v].segs[s].nodes);
-  free(g->variants);
-  for (int c = 0; c < g->constant_count; c++) free((void *)g->constants[c].data);
-  free(g);
-}
-
-const bp_plan *bp_graph_plan(const bp_graph *g) { return g ? g->plan : NULL; }
-const bp_graph_options *bp_graph_get_options(const bp_graph *g) { return g ? &g->options : NULL; }
-
-static const variant_graph *variant_of(const bp_graph *g, int v) {
-  return g && v >= 0 && v < g->variant_count ? &g->variants[v] : NULL;
-}
-
-int bp_graph_variant_is_eval(const bp_graph *g, int v) {
-  const variant_graph *vg = variant_of(g, v);
-  return vg ? vg->is_eval : 0;
-}
-
-int64_t bp_graph_variant_global_batch(const bp_graph *g, int v) {
-  const variant_graph *vg = variant_of(g, v);
-  return vg ? vg->global_batch : 0;
-}
-
-int bp_graph_node_count(const bp_graph *g, int v, bp_segment s) {
-  const variant_graph *vg = variant_of(g, v);
-  return vg && (int)s >= 0 && s < BP_SEGMENT_COUNT ? vg->segs[s].count : 0;
-}
-
-const bp_node *bp_graph_node(const bp_graph *g, int v, bp_segment s, int index) {
-  if (index < 0 || index >= bp_graph_node_count(g, v, s)) return NULL;
-  return &g->variants[v].segs[s].nodes[index];
-}
-
-const bp_graph_tensors *bp_graph_get_tensors(const bp_graph *g) { return g ? &g->tensors : NULL; }
-
-int bp_graph_constant_count(const bp_graph *g) { return g ? g->constant_count : 0; }
-
-const bp_graph_constant *bp_graph_constant_get(const bp_graph *g, int index) {
-  return g && index >= 0 && index < g->constant_count ? &g->constants[index] : NULL;
 }

@@ -23,6 +23,7 @@
 #include "blueprint/graph.h"
 #include "blueprint/registry.h"
 #include "model-impl.h"
+#include "plan-impl.h"
 
 /* ---- YAML keys ------------------------------------------------------------ */
 
@@ -83,7 +84,9 @@ typedef struct bp_model_tensors {
 } bp_model_tensors;
 
 /* The record kept with a plan bp_model_compile made; NULL for any other. */
-const bp_model_tensors *bp_model_tensors_of(const bp_plan *plan);
+static inline const bp_model_tensors *bp_model_tensors_of(const bp_plan *plan) {
+  return bp_plan_attachment(plan);
+}
 
 /* One layer being compiled in one variant (compile.c fills it). */
 typedef struct bp_layer_compile {

@@ -6,20 +6,10 @@
 #include "blueprint/graph.h"
 #include "blueprint/model.h"
 
-/* Packs the F regions of `plan`, freshly compiled from `model` under
- * `options` and finalized, not yet packed: builds the graph of every
- * variant, takes each F tensor's live range over the step's node order,
- * gives tensors whose ranges never overlap (in any variant) the same bytes
- * (bp_plan_pack), then builds the graph again on the packed plan, which
- * checks it (bp_liveness_check_graph). A model whose graph cannot be built
- * is left unpacked (its graph fails later with its own message), and so is
- * one of more than BP_LIVENESS_MAX_TENSORS feature and gradient slots
- * (packing and its check take time quadratic in them; about 2000 layers);
- * running out of memory fails. */
+/* Packing takes time quadratic in the packed slots: a plan of more than
+ * this many feature and gradient slots (about 2000 layers) is left as it
+ * is (compile.c runs the pass over the graph it builds). */
 #define BP_LIVENESS_MAX_TENSORS 4096
-
-bp_status bp_liveness_pack_model(const bp_model *model, const bp_compile_options *options,
-                                 bp_plan *plan);
 
 /* The live range of every tensor of `plan` (not packed) in every variant of
  * `graph`, [variant * tensor_count + id]; only the packed regions' tensors
