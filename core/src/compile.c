@@ -304,8 +304,9 @@ static bp_model_tensors *record_new(const bp_model *m) {
  * compiled from `model` under `options` and finalized, not yet packed:
  * builds the graph of every variant, takes each F tensor's live range over
  * the step's node order, gives tensors whose ranges never overlap (in any
- * variant) the same bytes (bp_plan_pack), then builds the graph again on
- * the packed plan, which checks it (bp_liveness_check_graph). A model whose
+ * variant) the same bytes (bp_plan_pack). The run's own graph, built on
+ * the packed plan, is checked against it (bp_liveness_check_graph, at the
+ * end of bp_graph_build), so it is not built again here. A model whose
  * graph cannot be built is left unpacked (its graph fails later with its
  * own message), and so is one of more than BP_LIVENESS_MAX_TENSORS feature
  * and gradient slots; running out of memory fails. */
@@ -340,13 +341,7 @@ static bp_status pack_plan(const bp_model *model, const bp_compile_options *opti
   free(live);
   free(rel);
   bp_graph_destroy(graph);
-  graph = NULL;
-  if (st != BP_OK) return st;
-  /* the graph of the packed plan (its spans moved), checked against it */
-  if ((st = bp_graph_build(model, plan, &go, &graph)) == BP_OK)
-    st = bp_liveness_check_graph(plan, graph);
-  bp_graph_destroy(graph);
-  return st;
+  return st; /* every graph built on the packed plan is checked against it (graph_build.c) */
 }
 
 /* ---- entry points ------------------------------------------------------ */
