@@ -122,6 +122,14 @@ static int set_index(nn_set *s, tt *t) {
   return s->count++;
 }
 
+/* The index of t, a tensor of the call, in its distinct set. */
+static int set_find(const nn_set *s, const tt *t) {
+  for (int i = 0; i < s->count; i++)
+    if (s->t[i] == t) return i;
+  ck_abort_msg("tensor not in the call's set");
+  return 0;
+}
+
 static nn_set distinct(const nn_call *c) {
   nn_set s = {{0}, 0};
   for (int i = 0; i < c->nin; i++) set_index(&s, c->in[i]);
@@ -141,20 +149,20 @@ static const bp_abi_kernel *cuda_kernel(const char *op) {
 }
 
 /* The args of the call over the given tensors (by distinct index). */
-static void make_args(ops_args *a, const nn_call *c, nn_set *s, tt *const *view) {
+static void make_args(ops_args *a, const nn_call *c, const nn_set *s, tt *const *view) {
   ops_call oc;
   memset(&oc, 0, sizeof oc);
   oc.op = c->op, oc.nin = c->nin, oc.nout = c->nout, oc.attrs = c->attrs;
   oc.attr_size = c->attr_size;
-  for (int i = 0; i < c->nin; i++) oc.in[i] = view[set_index(s, c->in[i])];
-  for (int o = 0; o < c->nout; o++) oc.out[o] = view[set_index(s, c->out[o])];
+  for (int i = 0; i < c->nin; i++) oc.in[i] = view[set_find(s, c->in[i])];
+  for (int o = 0; o < c->nout; o++) oc.out[o] = view[set_find(s, c->out[o])];
   ops_args_make(a, &oc, 1);
 }
 
 /* The reference on host copies of the call's tensors; ref[k] gets the
  * copy of distinct tensor k (the caller frees them). */
 static void run_reference(const nn_call *c, nn_set *s, tt *ref) {
-  tt *view[2 * MAX_T];
+  tt *view[2 * MAX_T] = {0};
   for (int k = 0; k < s->count; k++) ref[k] = clone(s->t[k]), view[k] = &ref[k];
   const bp_abi_kernel *k = ops_kernel(c->op);
   ops_args a;
@@ -175,7 +183,7 @@ static void run_reference(const nn_call *c, nn_set *s, tt *ref) {
  * synchronization and no host read may happen inside) and the graph is
  * launched instead. */
 static void run_cuda(const nn_call *c, nn_set *s, tt *got, int capture) {
-  tt dev[2 * MAX_T], *view[2 * MAX_T];
+  tt dev[2 * MAX_T], *view[2 * MAX_T] = {0};
   for (int k = 0; k < s->count; k++) {
     dev[k] = *s->t[k];
     CUDA_OK(cudaMalloc(&dev[k].data, s->t[k]->d.slot_bytes));
@@ -503,7 +511,7 @@ START_TEST(refusals_match_the_reference) {
   tt x = make(BP_ABI_DTYPE_FP32, 1, 4, 4, 3, 0), y = make(BP_ABI_DTYPE_FP32, 1, 3, 2, 3, 0);
   nn_call c = {"avgpool.fwd", {&x}, {&y}, 1, 1, &bad, sizeof bad};
   nn_set s = distinct(&c);
-  tt *view[2 * MAX_T];
+  tt *view[2 * MAX_T] = {0};
   for (int k = 0; k < s.count; k++) view[k] = s.t[k];
   ops_args a;
   make_args(&a, &c, &s, view);

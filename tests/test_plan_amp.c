@@ -23,7 +23,8 @@ static int shipped_models(char paths[MAX_MODELS][512]) {
   const char *src = getenv("BP_SOURCE_DIR");
   ck_assert_msg(src != NULL, "BP_SOURCE_DIR is not set (run through ctest)");
   char dir[400];
-  snprintf(dir, sizeof dir, "%s/models", src);
+  const int dn = snprintf(dir, sizeof dir, "%s/models", src);
+  ck_assert_msg(dn > 0 && (size_t)dn < sizeof dir, "BP_SOURCE_DIR is too long: %s", src);
   DIR *d = opendir(dir);
   ck_assert_msg(d != NULL, "cannot open %s", dir);
   int n = 0;
@@ -31,7 +32,10 @@ static int shipped_models(char paths[MAX_MODELS][512]) {
     const size_t len = strlen(e->d_name);
     if (len < 6 || strcmp(e->d_name + len - 5, ".yaml") != 0) continue;
     ck_assert_int_lt(n, MAX_MODELS);
-    snprintf(paths[n++], 512, "%s/%s", dir, e->d_name);
+    /* a truncated path would name another file: fail instead */
+    const int pn = snprintf(paths[n], sizeof paths[n], "%s/%s", dir, e->d_name);
+    ck_assert_msg(pn > 0 && (size_t)pn < sizeof paths[n], "path too long: %s/%s", dir, e->d_name);
+    n++;
   }
   closedir(d);
   return n;

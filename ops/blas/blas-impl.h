@@ -108,7 +108,7 @@ int blas_check_workspace(const bp_abi_kernel_args *args, uint64_t bytes, char *r
 /* Leading dimensions that are a multiple of BLAS_PAD_MODULUS floats (1 KiB:
  * 512-wide fc layers) slow dnnl_sgemm down where it packs an operand down
  * its columns: the rows of a column fall into the same few L1 sets. On the
- * MLP's 512x512 layers (bench/fc_gemms.c, bench/results) that is
+ * MLP's 512x512 layers (bench/fc_gemms.c's output) that is
  * backward-data's W (N/N: 47-50 GFLOP/s on one thread against 72-88 with
  * W's rows 16 floats apart more) and both operands of backward-filter
  * (T/N: 42-54 against 70-83); forward (N/T) runs at full speed either way.
@@ -125,8 +125,8 @@ int blas_check_workspace(const bp_abi_kernel_args *args, uint64_t bytes, char *r
  * costs what the faster packing saves: on one thread m n k = 10 512 128
  * ran 22 us with or without the copy, on two 35-42 us with it against
  * 31-35 without; m = 32 already gained 10-20%
- * (bench/results/fc3-small-gemms-1202.txt). The rule looks at the shape
- * alone, and the copy never changes bits. */
+ * (bench/RESULTS.md, "Small fc GEMMs on oneDNN"). The rule looks at the
+ * shape alone, and the copy never changes bits. */
 #define BLAS_PAD_MIN_EXTENT 32
 #ifdef BLAS_PROVIDER_DNNL
 #define BLAS_PAD_POW2_LD 1
@@ -183,9 +183,10 @@ void blas_provider_describe(char *text, size_t size);
  * (m n k = 128 10 512 and its transposes) took 20-29 us on one thread
  * against 34-46 us on two (bench/fc_gemms.c, minima; 22-31 against 45-57
  * us right after a 2-thread fc2 GEMM), and m*n*k = 2^21 (O = 32) still
- * ran faster on one (bench/results/fc3-small-gemms-1202.txt). The rule looks at the shape
- * alone, so the bits stay a function of the shape and the rank's count;
- * shapes under it get the same bits on any count (tests/test_ops_blas.c).
+ * ran faster on one (bench/RESULTS.md, "Small fc GEMMs on oneDNN"). The
+ * rule looks at the shape alone, so the bits stay a function of the shape
+ * and the rank's count; shapes under it get the same bits on any count
+ * (tests/test_ops_blas.c).
  * OpenBLAS makes the same choice itself (its own threshold), and its count
  * is one per process, so openblas.c leaves it alone. */
 #define BLAS_ONE_THREAD_MACS (INT64_C(1) << 21)
