@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "env_options.h"
 
 static const struct {
   const char *name;
@@ -24,6 +25,7 @@ static void usage(FILE *out) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
   fprintf(out, "\n'blueprint COMMAND --help' describes one command.\n");
+  bp_cli_env_help(out);
 }
 
 int main(int argc, char **argv) {

@@ -578,7 +578,7 @@ static void node_free(node *nd) {
   for (int i = 0; i < nd->nt; i++) tt_free(&nd->t[i]);
 }
 
-/* The impl bp_registry_select picks (pins NULL: BP_KERNELS applies). */
+/* The impl bp_registry_select picks (pins NULL: the registry's, none here). */
 static const char *selected(const char *op, const char *pins, int padded_filter, char *report,
                             size_t report_size) {
   both_modules();
@@ -590,20 +590,18 @@ static const char *selected(const char *op, const char *pins, int padded_filter,
 }
 
 START_TEST(select_prefers_blas_and_pins_override) {
-  unsetenv("BP_KERNELS");
   for (int i = 0; i < 6; i++) ck_assert_str_eq(selected(blas_ops[i], NULL, 0, NULL, 0), GEMM_IMPL);
 
-  /* BP_KERNELS pins one op to the reference; the others keep blas */
-  setenv("BP_KERNELS", "conv2d.fwd=reference", 1);
-  ck_assert_str_eq(selected("conv2d.fwd", NULL, 0, NULL, 0), "reference");
-  ck_assert_str_eq(selected("conv2d.bwd_data", NULL, 0, NULL, 0), GEMM_IMPL);
-  ck_assert_str_eq(selected("fc.fwd", NULL, 0, NULL, 0), GEMM_IMPL);
-  /* pins in the options take the place of BP_KERNELS, with globs */
+  /* a pin of one op to the reference; the others keep blas */
+  static const char *const conv_ref = "conv2d.fwd=reference";
+  ck_assert_str_eq(selected("conv2d.fwd", conv_ref, 0, NULL, 0), "reference");
+  ck_assert_str_eq(selected("conv2d.bwd_data", conv_ref, 0, NULL, 0), GEMM_IMPL);
+  ck_assert_str_eq(selected("fc.fwd", conv_ref, 0, NULL, 0), GEMM_IMPL);
+  /* with globs */
   ck_assert_str_eq(selected("fc.bwd_filter", "fc.*=reference", 0, NULL, 0), "reference");
   ck_assert_str_eq(selected("conv2d.fwd", "fc.*=reference", 0, NULL, 0), GEMM_IMPL);
   ck_assert_str_eq(selected("conv2d.bwd_filter", "conv2d.*@cpu=reference", 0, NULL, 0),
                    "reference");
-  unsetenv("BP_KERNELS");
 
   /* a node the blas kernel refuses goes to the reference, and the report
    * says why */

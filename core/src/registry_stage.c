@@ -42,10 +42,7 @@ static int refuse(bp_registry *r, int code, const char *fmt, ...) {
 static void host_log(void *ctx, int level, const char *message) {
   bp_registry *r = ctx;
   static const char *const names[] = {"error", "warning", "info", "debug"};
-  const char *env = getenv("BP_LOG");
-  int max = BP_ABI_LOG_WARN;
-  if (env && strcmp(env, "info") == 0) max = BP_ABI_LOG_INFO;
-  if (env && strcmp(env, "debug") == 0) max = BP_ABI_LOG_DEBUG;
+  const int max = r ? r->log_level : BP_ABI_LOG_WARN; /* bp_registry_options */
   if (level < BP_ABI_LOG_ERROR || level > max) return;
   fprintf(stderr, "blueprint: %s: %s: %s\n", r && r->stage.active ? r->stage.path : "module",
           names[level], str_or_null(message));

@@ -164,12 +164,10 @@ static void *shared_alloc(void *user, size_t bytes, size_t alignment) {
   bp_abi_comm mpi;
   if (bp_mpi_comm(&mpi) != BP_OK || mpi.world < 2) return NULL;
   const MPI_Comm comm = *(const MPI_Comm *)mpi.handle;
-  const char *env = getenv("BP_MPI_SHARED");
   const size_t shared = round_up(*(const size_t *)user, PAGE);
   shared_arena **free_slot = unused();
   shared_arena *a = calloc(1, sizeof *a);
-  int ok = a && free_slot && alignment <= PAGE && shared > 0 && shared <= round_up(bytes, PAGE) &&
-           !(env && strcmp(env, "0") == 0);
+  int ok = a && free_slot && alignment <= PAGE && shared > 0 && shared <= round_up(bytes, PAGE);
   if (a) {
     *a = (shared_arena){.comm = comm, .rank = mpi.rank, .world = mpi.world};
     a->bytes = round_up(bytes, PAGE);

@@ -83,8 +83,8 @@ void bp_mpi_abort(int code);
  * copies are left out. The rest of the arena is private memory.
  *
  * The allocator's alloc is a collective (every rank, the same sizes) and
- * gives NULL on every rank alike when the ranks span machines,
- * BP_MPI_SHARED=0 is set, or the file cannot be had (/dev/shm full): the
+ * gives NULL on every rank alike when the ranks span machines
+ * or the file cannot be had (/dev/shm full): the
  * caller then keeps its own memory and the "mpi" communicator. Its free is
  * local. Without MPI, alloc always gives NULL. `shared_bytes` is borrowed. */
 bp_arena_allocator bp_mpi_shared_allocator(const size_t *shared_bytes);
