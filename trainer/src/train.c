@@ -477,7 +477,7 @@ static bp_status open_arena(bp_trainer *t, bp_train_rank *r, int k) {
   if (bp_train_multi_process(t) && host && /* shared memory needs host arenas */
       !t->opt.no_mpi_shared &&
       bp_arena_create(t->plan, &t->shared_allocator, k, &r->arena) == BP_OK)
-    return bp_mpi_shared_comm(bp_arena_base(r->arena), &r->comm);
+    return bp_mpi_shared_comm(t->shared, bp_arena_base(r->arena), &r->comm);
   /* each rank allocates on its own device: the allocator points at the rank */
   t->allocators[k] = t->dev ? (bp_arena_allocator){t->device, device_alloc, device_free, r}
                             : *bp_host_allocator();
@@ -618,7 +618,8 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
   if ((st = compile_and_build(t)) != BP_OK) return st;
   if (bp_train_multi_process(t)) { /* only processes share arenas */
     t->shared_bytes = collective_extent(t);
-    t->shared_allocator = bp_mpi_shared_allocator(&t->shared_bytes);
+    if ((st = bp_mpi_shared_create(&t->shared_bytes, &t->shared)) != BP_OK) return st;
+    t->shared_allocator = bp_mpi_shared_allocator(t->shared);
   }
   plan_rank_steps(t);
   const int64_t n = t->train_set ? bp_dataset_get_info(t->train_set)->count : 1;
@@ -700,6 +701,7 @@ void bp_trainer_destroy(bp_trainer *t) {
     bp_threads_destroy(t->ranks[k].threads); /* after the exec: its kernels borrow them */
     bp_arena_destroy(t->ranks[k].arena);
   }
+  bp_mpi_shared_destroy(t->shared); /* after its arenas */
   bp_nccl_close(t->nccl); /* after the execs and graphs that used it */
   bp_comm_destroy(t->comm);
   bp_graph_destroy(t->graph);
