@@ -10,6 +10,27 @@
 static bp_cli_env env;
 static int env_read;
 
+/* Sets module option `name` to `value` (replacing an earlier value). */
+static void set_module_option(const char *name, const char *value) {
+  bp_registry_options *r = &env.registry;
+  const size_t n = strlen(name);
+  int i = 0;
+  while (i < r->module_option_count &&
+         !(strncmp(env.module_options[i], name, n) == 0 && env.module_options[i][n] == '='))
+    i++;
+  if (i == BP_CLI_MODULE_OPTIONS) return; /* the four names above: never full */
+  snprintf(env.module_options[i], sizeof env.module_options[i], "%s=%s", name, value);
+  env.module_option_ptrs[i] = env.module_options[i];
+  if (i == r->module_option_count) r->module_option_count++;
+  r->module_options = env.module_option_ptrs;
+}
+
+/* A module's switch, passed on as module option `name` when set. */
+static void module_switch(const char *variable, const char *name) {
+  const char *v = getenv(variable);
+  if (v) set_module_option(name, v);
+}
+
 static void read_env(void) {
   bp_registry_options_init(&env.registry);
   /* a module search path decides what code loads: never taken from a
@@ -34,6 +55,11 @@ static void read_env(void) {
   env.no_mpi_shared = shared && strcmp(shared, "0") == 0;
   const char *tf32 = getenv("BP_TF32");
   env.no_tf32 = tf32 && strcmp(tf32, "0") == 0;
+  /* op modules' switches: the modules read them at init (ABI 1.6) */
+  module_switch("BP_TF32", "tf32");
+  module_switch("BP_DETERMINISTIC", "deterministic");
+  module_switch("BP_CPU_ISA", "cpu_isa");
+  module_switch("BP_DNNL_LIBRARY", "dnnl_library");
 }
 
 const bp_cli_env *bp_cli_env_get(void) {
@@ -59,11 +85,26 @@ void bp_cli_env_validate(bp_validate_options *o) {
   o->no_tf32 = e->no_tf32;
 }
 
-void bp_cli_env_set_deterministic(void) { setenv("BP_DETERMINISTIC", "1", 1); }
+void bp_cli_env_set_deterministic(void) {
+  (void)bp_cli_env_get();
+  set_module_option("deterministic", "1");
+}
 
 void bp_cli_env_set_no_tf32(void) {
-  setenv("BP_TF32", "0", 1);
-  if (env_read) env.no_tf32 = 1;
+  (void)bp_cli_env_get();
+  set_module_option("tf32", "0");
+  env.no_tf32 = 1;
+}
+
+void bp_cli_env_openmp(void) {
+  /* oneDNN's OpenMP threads spin between parallel regions by default. When
+   * anything else wants the cores (another rank, another process), a
+   * spinning thread holds a core its partner needs, and a team waits at
+   * every barrier for a preempted member: measured on the 2-core CI
+   * machine under load, CNN training ran 5-10x slower (docs/training.md).
+   * Sleeping costs microseconds per GEMM call. A user's own setting wins. */
+  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT"))
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
 }
 
 void bp_cli_env_help(FILE *out) {
@@ -83,11 +124,14 @@ void bp_cli_env_help(FILE *out) {
           "                     messages instead of sharing memory\n"
           "  BP_TF32            0: CUDA modules use no TF32 (as --no-tf32); validate\n"
           "                     then holds cuDNN/cuBLAS FP32 outputs to FP32 tolerance\n"
+          "                     (module option tf32)\n"
           "  BP_DETERMINISTIC   1: CUDA modules use deterministic algorithms (as\n"
-          "                     --deterministic)\n"
+          "                     --deterministic; module option deterministic)\n"
           "  BP_CPU_ISA         avx512f, avx2 or default: lowers the cpu module's\n"
-          "                     instruction set (default: the best the CPU has)\n"
-          "  BP_DNNL_LIBRARY    the oneDNN library file the blas module opens\n"
+          "                     instruction set (default: the best the CPU has;\n"
+          "                     module option cpu_isa)\n"
+          "  BP_DNNL_LIBRARY    the oneDNN library file the blas module opens (module\n"
+          "                     option dnnl_library)\n"
           "  OPENBLAS_CORETYPE  OpenBLAS's own kernel choice (the blas module keeps a\n"
           "                     user's value)\n"
           "  OMP_WAIT_POLICY    set to PASSIVE unless it or GOMP_SPINCOUNT is set\n");

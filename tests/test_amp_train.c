@@ -299,6 +299,7 @@ static recorder *train_recorded(const toy_env *e, run_spec spec, bp_epoch_report
   bp_train_options o;
   bp_train_options_init(&o);
   o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = e->data;
   o.amp = 1;
   o.ema = 1;
@@ -524,6 +525,7 @@ START_TEST(bad_loss_scale_options_are_refused) {
   bp_train_options o;
   bp_train_options_init(&o);
   o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = d;
   o.amp = 1;
   bp_trainer *t = NULL;

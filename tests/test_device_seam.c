@@ -118,6 +118,7 @@ static void create_on_lying_device(void) {
   bp_train_options o;
   bp_train_options_init(&o);
   o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.registry = r;
   o.device = "guarded";
   o.data_dir = host_env.data;
@@ -331,6 +332,7 @@ START_TEST(a_devices_list_maps_ranks_and_a_bad_one_is_refused) {
   bp_train_options o;
   bp_train_options_init(&o);
   o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.registry = registry;
   o.device = "guarded";
   o.devices = "0,7";
@@ -370,6 +372,7 @@ START_TEST(a_kernel_failure_on_the_device_keeps_its_reason) {
   bp_train_options o;
   bp_train_options_init(&o);
   o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.registry = r;
   o.device = "guarded";
   o.ranks = 2;

@@ -226,6 +226,7 @@ static bp_train_options toy_options(const char *data, int64_t train_limit, int p
   bp_train_options o;
   bp_train_options_init(&o);
   o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = data;
   o.batch = 32;
   o.eval_batch = 32;

@@ -343,6 +343,7 @@ START_TEST(trainer_bumps_the_generation_per_step_and_load) {
   bp_train_options o;
   bp_train_options_init(&o);
   o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = e.data;
   o.registry = r;
   o.kernels = "relu.fwd=stateful";

@@ -670,16 +670,19 @@ END_TEST
 /* Without its library the module refuses to load, saying why, and
  * registers nothing (the OpenBLAS or reference kernels then serve). */
 START_TEST(dnnl_module_refuses_without_onednn) {
-  setenv("BP_DNNL_LIBRARY", "/nonexistent/libdnnl.so.2", 1);
+  static const char *const missing[] = {"dnnl_library=/nonexistent/libdnnl.so.2"};
+  bp_registry_options ro;
+  bp_registry_options_init(&ro);
+  ro.module_options = missing;
+  ro.module_option_count = 1;
   bp_registry *r = NULL;
-  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_OK);
   ck_assert_int_ne(bp_registry_load(r, BP_OPS_BLAS_PATH), BP_OK);
   ck_assert_msg(strstr(bp_last_error(), "cannot load oneDNN") &&
                     strstr(bp_last_error(), "/nonexistent/libdnnl.so.2"),
                 "error: %s", bp_last_error());
   ck_assert_ptr_null(bp_registry_default_kernel(r, "fc.fwd", "cpu"));
   bp_registry_destroy(r);
-  unsetenv("BP_DNNL_LIBRARY");
 }
 END_TEST
 #endif

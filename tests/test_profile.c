@@ -71,6 +71,7 @@ static bp_train_options mlp_options(bp_profile *p) {
   bp_train_options o;
   bp_train_options_init(&o);
   o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = env.data;
   o.train_limit = 256; /* two steps of the model's batch 128 */
   o.test_limit = 200;  /* one evaluation batch of 200 */

@@ -10,6 +10,7 @@
 
 #include "blueprint/registry.h"
 #include "bp_abi_ops.h"
+#include "registry-impl.h"
 #include "test_module.h"
 
 /* BP_TEST_MODULES/<dir>/<name>.so; one static buffer per slot. */
@@ -373,6 +374,24 @@ START_TEST(registry_options_are_checked) {
   ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_OK);
   ck_assert_int_eq(bp_registry_set_log_level(r, -1), BP_ERR_INVALID);
   ck_assert_int_eq(bp_registry_set_log_level(r, BP_ABI_LOG_ERROR), BP_OK);
+  bp_registry_destroy(r);
+  /* module options (ABI 1.6): "name=value", the first of a name wins */
+  static const char *const bad[] = {"cpu_isa"}, *const empty[] = {"=avx2"};
+  static const char *const good[] = {"cpu_isa=avx2", "tf32=0", "cpu_isa=default"};
+  ro.module_options = bad;
+  ro.module_option_count = 1;
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_ERR_INVALID);
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "module option 'cpu_isa' is not name=value"));
+  ro.module_options = empty;
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_ERR_INVALID);
+  ro.module_options = good;
+  ro.module_option_count = 3;
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_OK);
+  const bp_abi_host *host = &r->host; /* what modules' init receives */
+  ck_assert_str_eq(host->option(host->ctx, "cpu_isa"), "avx2");
+  ck_assert_str_eq(host->option(host->ctx, "tf32"), "0");
+  ck_assert_ptr_null(host->option(host->ctx, "tf"));
+  ck_assert_ptr_null(host->option(host->ctx, "deterministic"));
   bp_registry_destroy(r);
 }
 END_TEST

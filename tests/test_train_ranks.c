@@ -114,6 +114,7 @@ static bp_trainer *train_ex(const char *model, const char *data, int ranks, int6
   bp_train_options o;
   bp_train_options_init(&o);
   o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.optimizer = next_optimizer;
   o.replicate_update = next_replicate;
   o.checkpoint_path = next_checkpoint;

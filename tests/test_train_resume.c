@@ -195,6 +195,7 @@ START_TEST(a_checkpoint_holding_nan_weights_is_refused) {
   bp_train_options o;
   bp_train_options_init(&o);
   o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = e.data;
   bp_trainer *t = NULL;
   ck_assert_msg(bp_trainer_create_from_file(e.model, &o, &t) == BP_OK, "%s", bp_last_error());
@@ -242,6 +243,7 @@ START_TEST(c_api_save_load_read) {
   bp_train_options o;
   bp_train_options_init(&o);
   o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = e.data;
   o.epochs = 2;
   bp_trainer *t = NULL;

@@ -83,6 +83,8 @@ struct bp_registry {
   char *search_path;     /* bp_registry_options, owned copies (NULL: none) */
   char *pins;
   int log_level;
+  char **module_options; /* owned "name=value" copies */
+  int module_option_count;
 };
 
 /* ---- registry.c ------------------------------------------------------------ */

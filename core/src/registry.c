@@ -88,6 +88,29 @@ bp_status bp_registry_create_with(const bp_registry_options *options,
   bp_registry *r = calloc(1, sizeof *r);
   if (!r) return bp_fail(BP_ERR_NOMEM, "out of memory creating a registry");
   r->log_level = o.log_level;
+  if (o.module_option_count < 0 || (o.module_option_count > 0 && !o.module_options)) {
+    free(r);
+    return bp_fail(BP_ERR_INVALID, "bp_registry_create: %d module options",
+                   o.module_option_count);
+  }
+  for (int i = 0; i < o.module_option_count; i++) {
+    const char *opt = o.module_options[i], *eq = opt ? strchr(opt, '=') : NULL;
+    if (!eq || eq == opt) {
+      free(r);
+      return bp_fail(BP_ERR_INVALID, "bp_registry_create: module option '%s' is not name=value",
+                     opt ? opt : "(null)");
+    }
+  }
+  if (o.module_option_count > 0 &&
+      !(r->module_options = calloc((size_t)o.module_option_count, sizeof *r->module_options))) {
+    free(r);
+    return bp_fail(BP_ERR_NOMEM, "out of memory creating a registry");
+  }
+  for (int i = 0; i < o.module_option_count; i++, r->module_option_count++)
+    if (!(r->module_options[i] = bp_strdup(o.module_options[i]))) {
+      bp_registry_destroy(r);
+      return bp_fail(BP_ERR_NOMEM, "out of memory creating a registry");
+    }
   r->search_path = o.search_path ? bp_strdup(o.search_path) : NULL;
   r->pins = o.pins ? bp_strdup(o.pins) : NULL;
   if ((o.search_path && !r->search_path) || (o.pins && !r->pins)) {
@@ -150,6 +173,8 @@ void bp_registry_destroy(bp_registry *r) {
   if (r->tuner.destroy) r->tuner.destroy(r->tuner.ctx);
   free(r->search_path);
   free(r->pins);
+  for (int i = 0; i < r->module_option_count; i++) free(r->module_options[i]);
+  free(r->module_options);
   free(r);
 }
 

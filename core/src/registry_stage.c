@@ -48,6 +48,16 @@ static void host_log(void *ctx, int level, const char *message) {
           names[level], str_or_null(message));
 }
 
+/* The value of module option `name` (bp_registry_options), or NULL. */
+static const char *host_option(void *ctx, const char *name) {
+  const bp_registry *r = ctx;
+  const size_t n = name ? strlen(name) : 0;
+  for (int i = 0; r && n && i < r->module_option_count; i++)
+    if (strncmp(r->module_options[i], name, n) == 0 && r->module_options[i][n] == '=')
+      return r->module_options[i] + n + 1;
+  return NULL;
+}
+
 static void host_error(void *ctx, const char *message) {
   bp_registry *r = staging(ctx, "error");
   if (r) snprintf(r->stage.init_error, sizeof r->stage.init_error, "%s", str_or_null(message));
@@ -455,6 +465,7 @@ void bp_stage_host_init(bp_registry *r) {
       .register_kernel = host_register_kernel,
       .register_device = host_register_device,
       .register_layer = host_register_layer,
+      .option = host_option,
   };
 }
 

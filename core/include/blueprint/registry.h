@@ -95,11 +95,16 @@ typedef struct bp_registry_options {
                               (default), BP_ABI_LOG_INFO or BP_ABI_LOG_DEBUG */
   const char *pins;        /* default pins: below a call's own, above a model file's
                               (bp_registry_resolve_pins); NULL (default): none */
+  const char *const *module_options; /* "name=value" strings modules read at init through
+                                        bp_abi_host.option (ABI 1.6; the names are
+                                        docs/environment.md's); the first of a name wins */
+  int module_option_count;
 } bp_registry_options;
 
 void bp_registry_options_init(bp_registry_options *options);
 /* A registry with the built-in ops and `options` (NULL: the defaults).
- * BP_ERR_INVALID for a log level outside BP_ABI_LOG_ERROR..BP_ABI_LOG_DEBUG. */
+ * BP_ERR_INVALID for a log level outside BP_ABI_LOG_ERROR..BP_ABI_LOG_DEBUG,
+ * or a module option that is not "name=value" with a non-empty name. */
 bp_status bp_registry_create_with(const bp_registry_options *options,
                                   bp_registry **registry_out);
 /* bp_registry_create_with(NULL, registry_out). */
