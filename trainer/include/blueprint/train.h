@@ -243,9 +243,10 @@ typedef struct bp_train_options {
   /* The library reads no environment variable; these carry what the CLI
    * reads (docs/environment.md). Their zero values are the defaults. */
   const bp_registry_options *registry_options; /* (optional) borrowed: the module search
-                                                  path, log level and default pins of the
-                                                  registry the trainer discovers (ignored
-                                                  with `registry`); NULL: defaults */
+                                                  path, log level, default pins and module
+                                                  options of the registry the trainer
+                                                  discovers (ignored with `registry`);
+                                                  NULL: defaults */
   int threads;       /* threads per rank for kernels, 1..1024; 0: the cores this process
                         may use divided by the ranks sharing this machine (threads.h) */
   int no_fuse;       /* 1: never fuse batchnorm + relu; 0: where the device and pins
