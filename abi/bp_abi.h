@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define BP_ABI_MAJOR 1
-#define BP_ABI_MINOR 5
+#define BP_ABI_MINOR 6
 
 /* The one symbol a module exports; its type is bp_abi_module_entry_fn. The
  * major is part of the name so a module of another major fails at dlsym
@@ -368,6 +368,12 @@ typedef struct bp_abi_host {
   /* (1.4) Registers a layer type models may use (bp_abi_layer below); read
    * only when struct_size covers it. Staged like the others. */
   int (*register_layer)(void *ctx, const struct bp_abi_layer *layer);
+  /* (1.6) A run option the host's user set for modules, by name (e.g.
+   * "tf32", "deterministic", "cpu_isa", "dnnl_library"), or NULL when
+   * unset. Modules read their switches here, never from the environment.
+   * The string lives until init returns; read only when struct_size
+   * covers it (bp_sdk_host_option does). */
+  const char *(*option)(void *ctx, const char *name);
 } bp_abi_host;
 
 /* What a module's entry returns. */

@@ -213,6 +213,17 @@ static inline int bp_sdk_fail(char *reason, size_t reason_size, const char *fmt,
   return 0;
 }
 
+/* ---- the host (1.6 fields read only when present) --------------------------- */
+
+/* The run option `name` the host passes modules (bp_abi_host.option), or
+ * NULL: unset, or a host before 1.6. Call it during init; copy what must
+ * outlive init. */
+static inline const char *bp_sdk_host_option(const bp_abi_host *host, const char *name) {
+  return host && BP_SDK_HAS_FIELD(host, bp_abi_host, option) && host->option
+             ? host->option(host->ctx, name)
+             : NULL;
+}
+
 /* ---- the kernel args (1.4 fields read only when present) -------------------- */
 
 /* The state prepare() made for this node (args->state), or NULL: no

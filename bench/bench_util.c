@@ -1,5 +1,6 @@
 /* The kernel benches' shared parts; see bench_util.h. */
 #include "bench_util.h"
+#include "bench_env.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -46,8 +47,9 @@ double bench_norm_err(const bench_buf *x, const bench_buf *ref) {
 
 int bench_discover(const char *prog, bp_registry **r, bp_threads **pool) {
   *r = NULL, *pool = NULL;
-  if (bp_registry_create(r) != BP_OK || bp_registry_discover(*r, NULL, 0) != BP_OK ||
-      bp_threads_create(bp_threads_share(1), pool) != BP_OK) {
+  const bp_registry_options ro = bench_env_registry();
+  if (bp_registry_create_with(&ro, r) != BP_OK || bp_registry_discover(*r, NULL, 0) != BP_OK ||
+      bp_threads_create(bench_env_rank_threads(), pool) != BP_OK) {
     fprintf(stderr, "%s: %s\n", prog, bp_last_error());
     bp_registry_destroy(*r);
     *r = NULL;

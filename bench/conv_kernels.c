@@ -10,7 +10,7 @@
  * FLOPs of one pass: 2 * N * OH * OW * K * kh * kw * C/groups. The last
  * column is max|blas - reference| / max(1, max|reference|) over the pass's
  * output. The kernels get one rank's threads, as in training: every core
- * this process may use, or BP_THREADS (core/include/blueprint/threads.h);
+ * this process may use, or BP_THREADS (bench_env.h);
  * the BLAS module applies that count to OpenBLAS (ops/blas/module.c).
  *
  *   bench_conv_kernels --impls A,B[,...] [--batch N] [--rounds R] [--seconds S]
@@ -36,6 +36,7 @@
 #include "bp_abi.h"
 #include "bp_abi_ops.h"
 #include "cnn_convs.h"
+#include "bench_env.h"
 
 #define F32 BP_ABI_DTYPE_FP32
 
@@ -216,7 +217,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   bp_threads *pool = NULL;
-  if (bp_threads_create(bp_threads_share(1), &pool) != BP_OK) {
+  if (bp_threads_create(bench_env_rank_threads(), &pool) != BP_OK) {
     fprintf(stderr, "bench_conv_kernels: %s\n", bp_last_error());
     bp_registry_destroy(r);
     return 1;

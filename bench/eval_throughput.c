@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "blueprint/train.h"
+#include "bench_env.h"
 
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
@@ -31,6 +32,9 @@ int main(int argc, char **argv) {
   }
   bp_train_options o;
   bp_train_options_init(&o);
+  const bp_registry_options ro = bench_env_registry();
+  o.registry_options = &ro;
+  o.threads = bench_env_threads();
   o.train_limit = 1;
   int rounds = 5;
   for (int i = 2; i + 1 < argc; i += 2) {

@@ -22,7 +22,7 @@
  * batch B (each rank B / R). Weak scaling: the R ranks run a global batch
  * of R * B, each rank B, as each of the R jobs does (the usual measure of
  * data-parallel scaling: a fixed batch per worker). Every rank runs one
- * thread, its GEMMs included (BP_THREADS=1 unless set, threads.h), as bench/compare.sh --ranks
+ * thread, its GEMMs included (BP_THREADS=1 unless set, bench_env.h), as bench/compare.sh --ranks
  * does. */
 #include <pthread.h>
 #include <stdio.h>
@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "blueprint/blueprint.h"
+#include "bench_env.h"
 
 enum { TEST = 200, MAX_JOBS = 64 };
 
@@ -58,6 +59,7 @@ static bp_trainer *open_trainer(const char *model, bp_registry *registry, int ra
                                 int64_t steps, int64_t batch, int64_t slices) {
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bench_env_threads();
   o.ranks = ranks;
   o.batch = batch;
   o.train_limit = steps * batch;
@@ -129,7 +131,8 @@ int main(int argc, char **argv) {
   setenv("BP_THREADS", "1", 0);
   bp_model *m = NULL;
   bp_registry *registry = NULL;
-  if (bp_model_load(argv[1], &m) != BP_OK || bp_registry_create(&registry) != BP_OK ||
+  const bp_registry_options ro = bench_env_registry();
+  if (bp_model_load(argv[1], &m) != BP_OK || bp_registry_create_with(&ro, &registry) != BP_OK ||
       bp_registry_discover(registry, NULL, 0) != BP_OK) {
     fprintf(stderr, "ranks_interleaved: %s\n", bp_last_error());
     return 1;

@@ -46,8 +46,9 @@ case "$mode" in
     # OpenBLAS's worker threads hand results back through synchronization in
     # uninstrumented code, which TSan cannot see (a GEMM's beta = 0 memset
     # then looks unordered with the peer rank that reads the gradient); with
-    # one thread per rank (BP_THREADS, core/include/blueprint/threads.h; the
-    # BLAS kernels take the rank's count) OpenBLAS runs in the calling rank,
+    # one thread per rank (BP_THREADS: the CLI reads it, the suites pass it
+    # as bp_train_options.threads through tests/test_env.h; the BLAS
+    # kernels take the rank's count) OpenBLAS runs in the calling rank,
     # where every write is ordered by our own barriers and checked
     export BP_THREADS=1
     suites=(test_allreduce test_train_ranks test_data_loader test_train_resume test_threads

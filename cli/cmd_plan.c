@@ -16,6 +16,7 @@
 #include "blueprint/registry.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "env_options.h"
 #include "plan_print.h"
 
 #define EXIT_INPUT 1 /* the model, the plan or an output failed */
@@ -281,7 +282,7 @@ static int run(const plan_args *a) {
   bp_plan *plan = NULL;
   bp_registry *registry = NULL; /* the layer types of op modules */
   int rc = EXIT_INPUT;
-  if (bp_registry_create(&registry) != BP_OK ||
+  if (bp_registry_create_with(&bp_cli_env_get()->registry, &registry) != BP_OK ||
       bp_registry_discover(registry, a->plugins, a->plugin_count) != BP_OK ||
       bp_model_load_with_registry(a->model_path, registry, &model) != BP_OK) {
     bp_cli_report("plan", "%s", bp_last_error());
@@ -289,6 +290,7 @@ static int run(const plan_args *a) {
     return EXIT_INPUT;
   }
   bp_compile_options opt = bp_compile_options_from_model(model);
+  opt.fuse_bn_relu = !bp_cli_env_get()->no_fuse;
   if (a->batch) opt.batch = a->batch;
   if (a->eval_batch) opt.eval_batch = a->eval_batch;
   if (a->train_size) opt.train_size = a->train_size;

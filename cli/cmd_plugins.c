@@ -12,6 +12,7 @@
 #include "blueprint/registry.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "env_options.h"
 
 #define EXIT_LOAD 1
 #define EXIT_USAGE 2
@@ -440,7 +441,7 @@ int bp_cmd_plugins(int argc, char **argv) {
   }
 
   bp_registry *r = NULL;
-  if (bp_registry_create(&r) != BP_OK) {
+  if (bp_registry_create_with(&bp_cli_env_get()->registry, &r) != BP_OK) {
     bp_cli_report("plugins", "%s", bp_last_error());
     return EXIT_LOAD;
   }

@@ -41,6 +41,7 @@
 #include "blueprint/threads.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "env_options.h"
 #include "train_args.h"
 
 static const char usage_text[] =
@@ -258,7 +259,7 @@ static void predictor_destroy(predictor *p) {
 
 static bp_status predictor_open(const predict_args *a, predictor *p) {
   memset(p, 0, sizeof *p);
-  bp_status st = bp_registry_create(&p->registry);
+  bp_status st = bp_registry_create_with(&bp_cli_env_get()->registry, &p->registry);
   if (st != BP_OK) return st;
   if ((st = bp_registry_discover(p->registry, a->plugins, a->plugin_count)) != BP_OK) return st;
   if ((st = bp_model_load_with_registry(a->model, p->registry, &p->model)) != BP_OK) return st;
@@ -271,15 +272,15 @@ static bp_status predictor_open(const predict_args *a, predictor *p) {
   if (a->optimizer && bp_optimizer_from_name(a->optimizer, &s->optimizer) != 0)
     return bp_fail(BP_ERR_INVALID, "--optimizer '%s' is not sgd, adamw or lars", a->optimizer);
 
-  const char *pins = a->pins ? a->pins : getenv("BP_KERNELS");
+  const char *pins = bp_registry_resolve_pins(p->registry, a->pins, NULL, NULL);
   bp_compile_options co = bp_compile_options_from_model(m);
   co.batch = s->batch;
   co.eval_batch = s->eval_batch;
   co.train_size = s->train_size;
   co.eval_size = s->eval_batch > 1 ? s->eval_batch + 1 : 0; /* "eval_last" of 1 image */
   char why[160]; /* batchnorm + relu fused where the kernels are, as in training */
-  co.fuse_bn_relu =
-      co.fuse_bn_relu && bp_fuse_bn_relu_allowed(p->registry, "cpu", pins, why, sizeof why);
+  co.fuse_bn_relu = co.fuse_bn_relu && !bp_cli_env_get()->no_fuse &&
+                    bp_fuse_bn_relu_allowed(p->registry, "cpu", pins, why, sizeof why);
   if ((st = bp_model_compile(m, &co, &p->plan)) != BP_OK) return st;
   p->variant = bp_plan_find_variant(p->plan, s->eval_batch > 1 ? "eval_last" : "eval");
   if (p->variant < 0 || bp_plan_variant(p->plan, p->variant)->batch != 1)

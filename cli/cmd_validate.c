@@ -18,6 +18,7 @@
 #include "blueprint/validate.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "env_options.h"
 
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2
@@ -68,6 +69,7 @@ typedef struct validate_args {
 static int parse_args(int argc, char **argv, validate_args *a) {
   a->opt.seed = 1;
   a->opt.isolate = 1;
+  bp_cli_env_validate(&a->opt);
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
@@ -216,7 +218,7 @@ static int run(const validate_args *a) {
   bp_registry *r = NULL;
   bp_validate_report *rep = NULL;
   int rc = EXIT_FAILED;
-  if (bp_registry_create(&r) != BP_OK) {
+  if (bp_registry_create_with(&bp_cli_env_get()->registry, &r) != BP_OK) {
     bp_cli_report("validate", "%s", bp_last_error());
     return EXIT_FAILED;
   }

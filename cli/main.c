@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "env_options.h"
 
 static const struct {
   const char *name;
@@ -24,17 +25,11 @@ static void usage(FILE *out) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
   fprintf(out, "\n'blueprint COMMAND --help' describes one command.\n");
+  bp_cli_env_help(out);
 }
 
 int main(int argc, char **argv) {
-  /* oneDNN's OpenMP threads spin between parallel regions by default. When
-   * anything else wants the cores (another rank, another process), a
-   * spinning thread holds a core its partner needs, and a team waits at
-   * every barrier for a preempted member: measured on the 2-core CI
-   * machine under load, CNN training ran 5-10x slower (docs/training.md).
-   * Sleeping costs microseconds per GEMM call. A user's own setting wins. */
-  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT"))
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  bp_cli_env_openmp(); /* before any module loads */
   if (argc < 2) {
     usage(stderr);
     return 2;

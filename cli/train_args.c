@@ -12,6 +12,7 @@
 
 #include "blueprint/comm.h"
 #include "blueprint/data.h"
+#include "env_options.h"
 
 /* A finite decimal number >= min (no hex, no inf/nan). */
 static int parse_number(const char *s, double min, double *out) {
@@ -218,10 +219,9 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_REPLICATE: o->replicate_update = 1; break;
   case O_NO_REUSE: o->no_reuse = 1; break;
   case O_NO_GRAPH: o->no_graph = 1; break;
-  /* GPU kernel switches: environment variables the CUDA op modules read at
-   * init, which comes later (the trainer loads the modules) */
-  case O_DETERMINISTIC: setenv("BP_DETERMINISTIC", "1", 1); break;
-  case O_NO_TF32: setenv("BP_TF32", "0", 1); break;
+  /* GPU kernel switches the CUDA op modules read at init (env_options.h) */
+  case O_DETERMINISTIC: bp_cli_env_set_deterministic(); break;
+  case O_NO_TF32: bp_cli_env_set_no_tf32(); break;
   case O_WARMUP: o->warmup_epochs = d; break;
   case O_STEP_GAMMA: o->step_gamma = d; break;
   case O_STEP_EVERY: o->step_epochs = i; break;
@@ -302,6 +302,7 @@ int bp_cli_train_parse(int argc, char **argv, int eval, bp_cli_train_args *a) {
   memset(a, 0, sizeof *a);
   a->command = eval ? "eval" : "train";
   bp_train_options_init(&a->options);
+  bp_cli_env_train(&a->options); /* the options below win */
   int plugins = 0, only_positional = 0;
   for (int k = 1; k < argc; k++) {
     const char *arg = argv[k];

@@ -1,5 +1,6 @@
 /* Helpers of the reference op module tests; see ops_ref_util.h. */
 #include "ops_ref_util.h"
+#include "test_env.h"
 
 #include <check.h>
 #include <math.h>
@@ -17,7 +18,9 @@ static bp_registry *ops_registry;
 bp_registry *ops_registry_get(void) {
   if (!ops_registry) {
     bp_registry *r = NULL;
-    if (bp_registry_create(&r) != BP_OK) ck_abort_msg("bp_registry_create: %s", bp_last_error());
+    /* BP_CPU_ISA, which CTest sets per run, as the module option cpu_isa */
+    if (bp_registry_create_with(bp_test_registry_options(), &r) != BP_OK)
+      ck_abort_msg("bp_registry_create: %s", bp_last_error());
     if (bp_registry_load(r, BP_OPS_REFERENCE_PATH) != BP_OK)
       ck_abort_msg("bp_registry_load(%s): %s", BP_OPS_REFERENCE_PATH, bp_last_error());
     ops_registry = r;

@@ -77,7 +77,7 @@ typedef struct ops_args {
 void ops_args_make(ops_args *a, const ops_call *call, int with_ptrs);
 
 /* The impl bp_registry_select picks for the call on the cpu from the
- * registry (pins NULL: BP_KERNELS applies); the selection report into
+ * registry (pins NULL: the registry's default pins, none here); the selection report into
  * `report` when given. Fails the test when nothing is selected. */
 const char *ops_selected_impl(const ops_call *call, const char *pins, char *report,
                               size_t report_size);

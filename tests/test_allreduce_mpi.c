@@ -111,10 +111,12 @@ static int worker(void) {
   const uint64_t shared = shared_bytes / sizeof(float), total = shared + 16 * 1024;
   const char *use_shm = getenv("BP_TEST_SHARED");
   if (!use_shm || strcmp(use_shm, "0") != 0) {
-    const bp_arena_allocator a = bp_mpi_shared_allocator(&shared_bytes);
+    bp_mpi_shared *owner = NULL;
+    if (bp_mpi_shared_create(&shared_bytes, &owner) != BP_OK) die("%s", bp_last_error());
+    const bp_arena_allocator a = bp_mpi_shared_allocator(owner);
     float *arena = a.alloc(a.user, total * sizeof(float), 256);
     bp_abi_comm threads;
-    if (!arena || bp_mpi_shared_comm(arena, &threads) != BP_OK)
+    if (!arena || bp_mpi_shared_comm(owner, arena, &threads) != BP_OK)
       die("no shared arena of %zu bytes", shared_bytes);
     if (strcmp(threads.backend, "threads") != 0 || threads.rank != mpi.rank ||
         threads.world != mpi.world)
@@ -122,6 +124,7 @@ static int worker(void) {
           threads.rank, threads.world);
     check_all(r, "threads", &threads, arena, total, shared);
     a.free(a.user, arena, total * sizeof(float));
+    bp_mpi_shared_destroy(owner);
   }
   float *own = malloc(total * sizeof(float));
   if (!own) return 1;

@@ -24,6 +24,7 @@
 #include "blueprint/plan.h"
 #include "blueprint/train.h"
 #include "run_util.h"
+#include "test_env.h"
 
 #define INF_GRAD_MODULE BP_TEST_MODULES "/inf_grad/inf_grad.so"
 
@@ -297,6 +298,8 @@ static recorder *train_recorded(const toy_env *e, run_spec spec, bp_epoch_report
   static const char *const plugins[] = {INF_GRAD_MODULE};
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = e->data;
   o.amp = 1;
   o.ema = 1;
@@ -521,6 +524,8 @@ START_TEST(bad_loss_scale_options_are_refused) {
   /* the C API's own checks */
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = d;
   o.amp = 1;
   bp_trainer *t = NULL;

@@ -5,6 +5,7 @@
  * staged), the dense layout, the bias-gradient split, the switches read
  * from the environment and the aligned workspace base. */
 #include <check.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,16 +149,31 @@ START_TEST(bias_chunks_and_workspace_base) {
 }
 END_TEST
 
-START_TEST(switches_come_from_the_environment) {
-  unsetenv("BP_TF32"), unsetenv("BP_DETERMINISTIC");
-  ck_assert_int_eq(ops_cuda_env_tf32(), 1);
-  ck_assert_int_eq(ops_cuda_env_deterministic(), 0);
-  setenv("BP_TF32", "0", 1), setenv("BP_DETERMINISTIC", "1", 1);
-  ck_assert_int_eq(ops_cuda_env_tf32(), 0);
-  ck_assert_int_eq(ops_cuda_env_deterministic(), 1);
-  setenv("BP_TF32", "1", 1), setenv("BP_DETERMINISTIC", "0", 1);
-  ck_assert_int_eq(ops_cuda_env_tf32(), 1);
-  ck_assert_int_eq(ops_cuda_env_deterministic(), 0);
+/* The host's module options (ABI 1.6) in a fake host: "tf32", "deterministic". */
+static const char *fake_tf32, *fake_det;
+static const char *fake_option(void *ctx, const char *name) {
+  (void)ctx;
+  return strcmp(name, "tf32") == 0 ? fake_tf32 : strcmp(name, "deterministic") == 0 ? fake_det
+                                                                                      : NULL;
+}
+
+START_TEST(switches_come_from_the_host_options) {
+  bp_abi_host host = {.struct_size = sizeof host, .option = fake_option};
+  setenv("BP_TF32", "0", 1), setenv("BP_DETERMINISTIC", "1", 1); /* never read */
+  fake_tf32 = fake_det = NULL;
+  ck_assert_int_eq(ops_cuda_option_tf32(&host), 1);
+  ck_assert_int_eq(ops_cuda_option_deterministic(&host), 0);
+  fake_tf32 = "0", fake_det = "1";
+  ck_assert_int_eq(ops_cuda_option_tf32(&host), 0);
+  ck_assert_int_eq(ops_cuda_option_deterministic(&host), 1);
+  fake_tf32 = "1", fake_det = "0";
+  ck_assert_int_eq(ops_cuda_option_tf32(&host), 1);
+  ck_assert_int_eq(ops_cuda_option_deterministic(&host), 0);
+  /* a host before 1.6 has no options: the defaults */
+  fake_tf32 = "0", fake_det = "1";
+  host.struct_size = (uint32_t)offsetof(bp_abi_host, option);
+  ck_assert_int_eq(ops_cuda_option_tf32(&host), 1);
+  ck_assert_int_eq(ops_cuda_option_deterministic(&host), 0);
   unsetenv("BP_TF32"), unsetenv("BP_DETERMINISTIC");
 }
 END_TEST
@@ -169,7 +185,7 @@ int main(void) {
   tcase_add_test(tc, mixed_and_other_dtypes_are_refused);
   tcase_add_test(tc, padded_layouts_are_not_dense);
   tcase_add_test(tc, bias_chunks_and_workspace_base);
-  tcase_add_test(tc, switches_come_from_the_environment);
+  tcase_add_test(tc, switches_come_from_the_host_options);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

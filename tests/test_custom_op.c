@@ -1,6 +1,7 @@
 /* examples/custom-op end to end: install blueprint into a temporary prefix,
  * build the example there (CMake package and pkg-config), install it, load
- * it through BP_PLUGIN_PATH, pin its relu.fwd kernel with BP_KERNELS and
+ * it through the registry's search path (the CLI's BP_PLUGIN_PATH), pin
+ * its relu.fwd kernel with the registry's pins (the CLI's BP_KERNELS) and
  * run it, run the kernel of the op kind it adds (scale_shift.fwd), and
  * train and plan a model that uses the layer type it adds (leaky_relu). */
 #include <check.h>
@@ -55,15 +56,23 @@ static void remove_tree(void) { sh("rm -rf '%s'", tmp_dir); }
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-/* A registry with the installed example found through BP_PLUGIN_PATH (and
- * whatever else discovery finds: the build tree's own modules). */
-static bp_registry *open_registry(void) {
+/* A registry with the installed example found through its search path
+ * (and whatever else discovery finds: the build tree's own modules), and
+ * default pins `pins` (NULL: none). Sets BP_PLUGIN_PATH too, for the
+ * command lines the tests run after. */
+static bp_registry *open_registry_pinned(const char *pins) {
   ck_assert_int_eq(setenv("BP_PLUGIN_PATH", modules, 1), 0);
+  bp_registry_options ro;
+  bp_registry_options_init(&ro);
+  ro.search_path = modules;
+  ro.pins = pins;
   bp_registry *r = NULL;
-  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_OK);
   ck_assert_int_eq(bp_registry_discover(r, NULL, 0), BP_OK);
   return r;
 }
+
+static bp_registry *open_registry(void) { return open_registry_pinned(NULL); }
 
 /* The load record of the example module. */
 static const bp_load_record *example_record(const bp_registry *r) {
@@ -127,8 +136,7 @@ START_TEST(module_loads_through_bp_plugin_path) {
 END_TEST
 
 START_TEST(pinned_relu_kernel_is_selected_and_runs) {
-  ck_assert_int_eq(setenv("BP_KERNELS", "relu.fwd=custom", 1), 0);
-  bp_registry *r = open_registry();
+  bp_registry *r = open_registry_pinned("relu.fwd=custom");
   bp_abi_tensor x = padded_tensor(), y = padded_tensor();
   float xb[ELEMS], yb[ELEMS];
   for (int i = 0; i < ELEMS; i++) xb[i] = input_value(i), yb[i] = SENTINEL;
@@ -136,7 +144,7 @@ START_TEST(pinned_relu_kernel_is_selected_and_runs) {
   void *out[1] = {yb};
   bp_abi_kernel_args args = unary_args(&x, &y, in, out);
   char report[2048] = "";
-  bp_select_options options = {.report = report, .report_size = sizeof report}; /* pins from BP_KERNELS */
+  bp_select_options options = {.report = report, .report_size = sizeof report}; /* the registry's pins */
   const bp_registered_kernel *k = NULL;
   ck_assert_msg(bp_registry_select(r, "relu.fwd", "cpu", &args, &options, &k) == BP_OK, "%s",
                 bp_last_error());
@@ -164,7 +172,6 @@ START_TEST(pinned_relu_kernel_is_selected_and_runs) {
                    BP_ERR_UNSUPPORTED);
   ck_assert_msg(strstr(bp_last_error(), "channel stride") != NULL, "%s", bp_last_error());
   bp_registry_destroy(r);
-  unsetenv("BP_KERNELS");
 }
 END_TEST
 

@@ -23,6 +23,7 @@
 #include "modules/state_module.h"
 #include "run_util.h"
 #include "trainer_compare.h"
+#include "test_env.h"
 
 #ifndef BP_GUARDED_DIR
 #error "BP_GUARDED_DIR: the directory of the guarded test device"
@@ -116,6 +117,8 @@ static void create_on_lying_device(void) {
   if (bp_registry_create(&r) != BP_OK || bp_registry_discover(r, paths, 1) != BP_OK) _exit(3);
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.registry = r;
   o.device = "guarded";
   o.data_dir = host_env.data;
@@ -328,6 +331,8 @@ START_TEST(a_devices_list_maps_ranks_and_a_bad_one_is_refused) {
   bp_trainer_destroy(two);
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.registry = registry;
   o.device = "guarded";
   o.devices = "0,7";
@@ -366,6 +371,8 @@ START_TEST(a_kernel_failure_on_the_device_keeps_its_reason) {
   toy_env e = toy_env_open(bn_model, 100, 30, 7);
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.registry = r;
   o.device = "guarded";
   o.ranks = 2;

@@ -73,7 +73,7 @@ static bp_status open_xrig(xrig *x, const char *text, int64_t batch, int amp, co
   ck_assert_msg(bp_graph_build(x->model, x->plan, &go, &x->graph) == BP_OK, "%s", bp_last_error());
   ck_assert_int_eq(bp_arena_create(x->plan, bp_host_allocator(), 0, &x->arena), BP_OK);
   x->base = bp_arena_base(x->arena);
-  /* "" rather than NULL: BP_KERNELS in the environment must not steer the test */
+  /* "" rather than NULL: no default pins of the registry may steer the test */
   bp_exec_options eo = {.device = "cpu", .pins = pins ? pins : "", .rank = 0, .world = 1};
   bp_status st = bp_exec_create(x->graph, shared_registry(), x->base, &eo, &x->exec);
   if (st != BP_OK) return st;

@@ -18,6 +18,7 @@
 #include "blueprint/train.h"
 #include "fuse-impl.h"
 #include "run_util.h"
+#include "test_env.h"
 
 /* bn1 has two readers (r1 and the add): not fused; bn2 only r2: fused. */
 static const char resid_model[] =
@@ -184,13 +185,12 @@ START_TEST(amp_keeps_batchnorm_and_relu_apart_and_bp_fuse_0_opts_out) {
     bp_graph_destroy(g);
     bp_plan_destroy(p);
   }
-  /* on by default; BP_FUSE=0 turns it off, BP_FUSE=1 keeps it on */
+  /* on by default, whatever the environment says: only the CLI reads
+   * BP_FUSE (the trainer's no_fuse, below) */
   unsetenv("BP_FUSE");
   ck_assert_int_eq(bp_compile_options_from_model(m).fuse_bn_relu, 1);
-  setenv("BP_FUSE", "1", 1);
-  ck_assert_int_eq(bp_compile_options_from_model(m).fuse_bn_relu, 1);
   setenv("BP_FUSE", "0", 1);
-  ck_assert_int_eq(bp_compile_options_from_model(m).fuse_bn_relu, 0);
+  ck_assert_int_eq(bp_compile_options_from_model(m).fuse_bn_relu, 1);
   unsetenv("BP_FUSE");
   bp_model_destroy(m);
 }
@@ -225,6 +225,8 @@ END_TEST
 static bp_train_options toy_options(const char *data, int64_t train_limit, int pin_reference) {
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = data;
   o.batch = 32;
   o.eval_batch = 32;
@@ -236,14 +238,13 @@ static bp_train_options toy_options(const char *data, int64_t train_limit, int p
   return o;
 }
 
-/* A trainer created with BP_FUSE set to `fuse` ("1", "0"), or unset (NULL). */
+/* A trainer created as BP_FUSE=`fuse` ("1", "0"; NULL: unset) has the CLI
+ * create it: "0" is no_fuse. */
 static bp_status create(const char *model, const bp_train_options *o, const char *fuse,
                         bp_trainer **out) {
-  if (fuse) setenv("BP_FUSE", fuse, 1);
-  else unsetenv("BP_FUSE");
-  const bp_status st = bp_trainer_create_from_file(model, o, out);
-  unsetenv("BP_FUSE");
-  return st;
+  bp_train_options with = *o;
+  with.no_fuse = fuse && strcmp(fuse, "0") == 0;
+  return bp_trainer_create_from_file(model, &with, out);
 }
 
 /* Nodes bound to a batchnorm_relu kernel: the kernels a trainer runs say

@@ -20,6 +20,7 @@
 #include "graph_util.h"
 #include "run_util.h"
 #include "state_module.h"
+#include "test_env.h"
 
 static const char net[] =
     "input: {height: 2, width: 2, channels: 3, classes: 3}\n"
@@ -341,6 +342,8 @@ START_TEST(trainer_bumps_the_generation_per_step_and_load) {
   tm_state_stats *s = stats_of(r, "stateful");
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = e.data;
   o.registry = r;
   o.kernels = "relu.fwd=stateful";

@@ -17,6 +17,7 @@
 #include "blueprint/train.h"
 #include "plan-impl.h"
 #include "run_util.h"
+#include "test_env.h"
 
 /* The shipped model files (models/NAME.yaml), sorted, NULL-terminated. */
 static char **shipped_models(void) {
@@ -318,6 +319,8 @@ typedef struct run_cfg {
 static bp_train_options run_options(const char *data, const run_cfg *c, int no_reuse) {
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = data;
   o.batch = 32;
   o.eval_batch = 32;

@@ -578,7 +578,7 @@ static void node_free(node *nd) {
   for (int i = 0; i < nd->nt; i++) tt_free(&nd->t[i]);
 }
 
-/* The impl bp_registry_select picks (pins NULL: BP_KERNELS applies). */
+/* The impl bp_registry_select picks (pins NULL: the registry's, none here). */
 static const char *selected(const char *op, const char *pins, int padded_filter, char *report,
                             size_t report_size) {
   both_modules();
@@ -590,20 +590,18 @@ static const char *selected(const char *op, const char *pins, int padded_filter,
 }
 
 START_TEST(select_prefers_blas_and_pins_override) {
-  unsetenv("BP_KERNELS");
   for (int i = 0; i < 6; i++) ck_assert_str_eq(selected(blas_ops[i], NULL, 0, NULL, 0), GEMM_IMPL);
 
-  /* BP_KERNELS pins one op to the reference; the others keep blas */
-  setenv("BP_KERNELS", "conv2d.fwd=reference", 1);
-  ck_assert_str_eq(selected("conv2d.fwd", NULL, 0, NULL, 0), "reference");
-  ck_assert_str_eq(selected("conv2d.bwd_data", NULL, 0, NULL, 0), GEMM_IMPL);
-  ck_assert_str_eq(selected("fc.fwd", NULL, 0, NULL, 0), GEMM_IMPL);
-  /* pins in the options take the place of BP_KERNELS, with globs */
+  /* a pin of one op to the reference; the others keep blas */
+  static const char *const conv_ref = "conv2d.fwd=reference";
+  ck_assert_str_eq(selected("conv2d.fwd", conv_ref, 0, NULL, 0), "reference");
+  ck_assert_str_eq(selected("conv2d.bwd_data", conv_ref, 0, NULL, 0), GEMM_IMPL);
+  ck_assert_str_eq(selected("fc.fwd", conv_ref, 0, NULL, 0), GEMM_IMPL);
+  /* with globs */
   ck_assert_str_eq(selected("fc.bwd_filter", "fc.*=reference", 0, NULL, 0), "reference");
   ck_assert_str_eq(selected("conv2d.fwd", "fc.*=reference", 0, NULL, 0), GEMM_IMPL);
   ck_assert_str_eq(selected("conv2d.bwd_filter", "conv2d.*@cpu=reference", 0, NULL, 0),
                    "reference");
-  unsetenv("BP_KERNELS");
 
   /* a node the blas kernel refuses goes to the reference, and the report
    * says why */
@@ -672,16 +670,19 @@ END_TEST
 /* Without its library the module refuses to load, saying why, and
  * registers nothing (the OpenBLAS or reference kernels then serve). */
 START_TEST(dnnl_module_refuses_without_onednn) {
-  setenv("BP_DNNL_LIBRARY", "/nonexistent/libdnnl.so.2", 1);
+  static const char *const missing[] = {"dnnl_library=/nonexistent/libdnnl.so.2"};
+  bp_registry_options ro;
+  bp_registry_options_init(&ro);
+  ro.module_options = missing;
+  ro.module_option_count = 1;
   bp_registry *r = NULL;
-  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_OK);
   ck_assert_int_ne(bp_registry_load(r, BP_OPS_BLAS_PATH), BP_OK);
   ck_assert_msg(strstr(bp_last_error(), "cannot load oneDNN") &&
                     strstr(bp_last_error(), "/nonexistent/libdnnl.so.2"),
                 "error: %s", bp_last_error());
   ck_assert_ptr_null(bp_registry_default_kernel(r, "fc.fwd", "cpu"));
   bp_registry_destroy(r);
-  unsetenv("BP_DNNL_LIBRARY");
 }
 END_TEST
 #endif

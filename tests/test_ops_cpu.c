@@ -55,7 +55,7 @@ static const int64_t sizes[] = {1, 3, 15, 16, 17, 1000, 100003};
 
 /* ---- the two modules ------------------------------------------------------ */
 
-/* What the module logged while loading (BP_LOG=info), for the ISA check. */
+/* What the module logged while loading (log level info), for the ISA check. */
 static char load_log[4096];
 
 static bp_registry *both_modules(void) {
@@ -63,9 +63,7 @@ static bp_registry *both_modules(void) {
   bp_registry *r = ops_registry_get(); /* the reference module */
   if (!loaded) {
     /* capture stderr around the load to read the module's info line */
-    const char *old_log = getenv("BP_LOG");
-    char *saved_log = old_log ? strdup(old_log) : NULL;
-    setenv("BP_LOG", "info", 1);
+    ck_assert_int_eq(bp_registry_set_log_level(r, BP_ABI_LOG_INFO), BP_OK);
     fflush(stderr);
     FILE *tmp = tmpfile();
     ck_assert_ptr_nonnull(tmp);
@@ -80,9 +78,7 @@ static bp_registry *both_modules(void) {
     const size_t got = fread(load_log, 1, sizeof load_log - 1, tmp);
     load_log[got] = '\0';
     fclose(tmp);
-    if (saved_log) setenv("BP_LOG", saved_log, 1);
-    else unsetenv("BP_LOG");
-    free(saved_log);
+    ck_assert_int_eq(bp_registry_set_log_level(r, BP_ABI_LOG_WARN), BP_OK);
     if (st != BP_OK)
       ck_abort_msg("bp_registry_load(%s): %s (log: %s)", BP_OPS_CPU_PATH, bp_last_error(),
                    load_log);
@@ -1163,7 +1159,7 @@ static void node_free(node *nd) {
   for (int i = 0; i < nd->nt; i++) tt_free(&nd->t[i]);
 }
 
-/* The impl bp_registry_select picks (pins NULL: BP_KERNELS applies). */
+/* The impl bp_registry_select picks (pins NULL: the registry's, none here). */
 static const char *selected(const char *op, const char *pins, int padded, char *report,
                             size_t report_size) {
   both_modules();
@@ -1175,13 +1171,11 @@ static const char *selected(const char *op, const char *pins, int padded, char *
 }
 
 START_TEST(select_prefers_cpu_and_pins_override) {
-  unsetenv("BP_KERNELS");
   for (int i = 0; i < CPU_OPS; i++) ck_assert_str_eq(selected(cpu_ops[i], NULL, 0, NULL, 0), "cpu");
-  setenv("BP_KERNELS", "relu.*=reference", 1);
-  ck_assert_str_eq(selected("relu.fwd", NULL, 0, NULL, 0), "reference");
-  ck_assert_str_eq(selected("relu.bwd", NULL, 0, NULL, 0), "reference");
-  ck_assert_str_eq(selected("range.sgd", NULL, 0, NULL, 0), "cpu");
-  unsetenv("BP_KERNELS");
+  static const char *const relu_ref = "relu.*=reference";
+  ck_assert_str_eq(selected("relu.fwd", relu_ref, 0, NULL, 0), "reference");
+  ck_assert_str_eq(selected("relu.bwd", relu_ref, 0, NULL, 0), "reference");
+  ck_assert_str_eq(selected("range.sgd", relu_ref, 0, NULL, 0), "cpu");
   ck_assert_str_eq(selected("range.adamw", "range.*@cpu=reference", 0, NULL, 0), "reference");
   /* a node the cpu kernel refuses goes to the reference, and the report
    * says why */
@@ -1202,9 +1196,7 @@ START_TEST(select_prefers_cpu_and_pins_override) {
     ck_assert_str_eq(selected(cpu_ops[i], NULL, 1, report, sizeof report), "reference");
     ck_assert_msg(strstr(report, "x: channels are not contiguous") != NULL, "report: %s", report);
   }
-  setenv("BP_KERNELS", "maxpool.*=reference", 1);
-  ck_assert_str_eq(selected("maxpool.fwd", NULL, 0, NULL, 0), "reference");
-  unsetenv("BP_KERNELS");
+  ck_assert_str_eq(selected("maxpool.fwd", "maxpool.*=reference", 0, NULL, 0), "reference");
 }
 END_TEST
 

@@ -28,6 +28,7 @@
 #include "blueprint/registry.h"
 #include "blueprint/status.h"
 #include "bp_abi_sdk.h"
+#include "test_env.h"
 
 #define SKIP_CODE 77
 #define MAX_T 4
@@ -500,8 +501,8 @@ int main(void) {
     return SKIP_CODE;
   }
   /* FP32 without TF32, so FP32 results are compared tightly */
-  setenv("BP_TF32", "0", 1);
-  if (bp_registry_create(&registry) != BP_OK || load(BP_OPS_REFERENCE_PATH) != 0 ||
+  setenv("BP_TF32", "0", 1); /* with BP_DETERMINISTIC from CTest: module options */
+  if (bp_registry_create_with(bp_test_registry_options(), &registry) != BP_OK || load(BP_OPS_REFERENCE_PATH) != 0 ||
       load(BP_OPS_CUDNN_PATH) != 0 || load(BP_OPS_CUBLAS_PATH) != 0)
     return EXIT_FAILURE;
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {

@@ -15,6 +15,7 @@
 #include "blueprint/train.h"
 #include "json_mini.h"
 #include "run_util.h"
+#include "test_env.h"
 
 static toy_env env;
 
@@ -69,6 +70,8 @@ END_TEST
 static bp_train_options mlp_options(bp_profile *p) {
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = env.data;
   o.train_limit = 256; /* two steps of the model's batch 128 */
   o.test_limit = 200;  /* one evaluation batch of 200 */

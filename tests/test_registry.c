@@ -11,6 +11,7 @@
 #include "blueprint/registry.h"
 #include "blueprint/op_table.h"
 #include "bp_abi_ops.h"
+#include "registry-impl.h"
 #include "test_module.h"
 
 /* BP_TEST_MODULES/<dir>/<name>.so; one static buffer per slot. */
@@ -31,6 +32,16 @@ static const char *resolved(int slot, const char *dir, const char *name) {
 static bp_registry *fresh(void) {
   bp_registry *r = NULL;
   ck_assert_int_eq(bp_registry_create(&r), BP_OK);
+  return r;
+}
+
+/* A registry whose search path (the CLI's BP_PLUGIN_PATH) is `path`. */
+static bp_registry *fresh_with_path(const char *path) {
+  bp_registry_options ro;
+  bp_registry_options_init(&ro);
+  ro.search_path = path;
+  bp_registry *r = NULL;
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_OK);
   return r;
 }
 
@@ -335,8 +346,47 @@ START_TEST(refused_registrations_refuse_the_module) {
 }
 END_TEST
 
+/* Registry options: a bad log level or struct size is one clear error;
+ * the level can change later (loading is single-threaded). */
+START_TEST(registry_options_are_checked) {
+  bp_registry_options ro;
+  bp_registry_options_init(&ro);
+  ck_assert_int_eq(ro.log_level, BP_ABI_LOG_WARN);
+  bp_registry *r = (bp_registry *)0x1;
+  ro.log_level = BP_ABI_LOG_DEBUG + 1;
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_ERR_INVALID);
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "log level 4 is outside 0..3"));
+  ck_assert_ptr_eq(r, (bp_registry *)0x1); /* untouched on failure */
+  ro.log_level = BP_ABI_LOG_INFO;
+  ro.struct_size = 0;
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_ERR_INVALID);
+  ro.struct_size = sizeof ro;
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_OK);
+  ck_assert_int_eq(bp_registry_set_log_level(r, -1), BP_ERR_INVALID);
+  ck_assert_int_eq(bp_registry_set_log_level(r, BP_ABI_LOG_ERROR), BP_OK);
+  bp_registry_destroy(r);
+  /* module options (ABI 1.6): "name=value", the first of a name wins */
+  static const char *const bad[] = {"cpu_isa"}, *const empty[] = {"=avx2"};
+  static const char *const good[] = {"cpu_isa=avx2", "tf32=0", "cpu_isa=default"};
+  ro.module_options = bad;
+  ro.module_option_count = 1;
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_ERR_INVALID);
+  ck_assert_ptr_nonnull(strstr(bp_last_error(), "module option 'cpu_isa' is not name=value"));
+  ro.module_options = empty;
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_ERR_INVALID);
+  ro.module_options = good;
+  ro.module_option_count = 3;
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_OK);
+  const bp_abi_host *host = &r->host; /* what modules' init receives */
+  ck_assert_str_eq(host->option(host->ctx, "cpu_isa"), "avx2");
+  ck_assert_str_eq(host->option(host->ctx, "tf32"), "0");
+  ck_assert_ptr_null(host->option(host->ctx, "tf"));
+  ck_assert_ptr_null(host->option(host->ctx, "deterministic"));
+  bp_registry_destroy(r);
+}
+END_TEST
+
 START_TEST(discovering_a_directory_continues_past_refusals) {
-  unsetenv("BP_PLUGIN_PATH");
   bp_registry *r = fresh();
   char dir[PATH_MAX];
   snprintf(dir, sizeof dir, "%s/registry", BP_TEST_MODULES);
@@ -387,8 +437,7 @@ END_TEST
 START_TEST(plugin_path_takes_absolute_directories_only) {
   char env[PATH_MAX + 64];
   snprintf(env, sizeof env, "relative/dir::%s/registry_cwd", BP_TEST_MODULES);
-  setenv("BP_PLUGIN_PATH", env, 1);
-  bp_registry *r = fresh();
+  bp_registry *r = fresh_with_path(env);
   ck_assert_int_eq(bp_registry_discover(r, NULL, 0), BP_OK);
   ck_assert_ptr_nonnull(find_kernel(r, "relu.fwd", "cwd", "cpu"));
   const bp_load_record *rel = record_of(r, "relative/dir");
@@ -402,6 +451,13 @@ START_TEST(plugin_path_takes_absolute_directories_only) {
   for (int i = 0; i < bp_registry_search_dir_count(r); i++)
     env_dirs += strcmp(bp_registry_search_dir(r, i)->source, "BP_PLUGIN_PATH") == 0;
   ck_assert_int_eq(env_dirs, 1);
+  bp_registry_destroy(r);
+  /* the library never reads BP_PLUGIN_PATH itself: only the CLI does */
+  setenv("BP_PLUGIN_PATH", env, 1);
+  r = fresh();
+  ck_assert_int_eq(bp_registry_discover(r, NULL, 0), BP_OK);
+  ck_assert_ptr_null(find_kernel(r, "relu.fwd", "cwd", "cpu"));
+  unsetenv("BP_PLUGIN_PATH");
   bp_registry_destroy(r);
 }
 END_TEST
@@ -420,7 +476,6 @@ START_TEST(current_directory_is_never_searched) {
   ck_assert_int_eq(chdir(dir), 0);
   ck_assert_int_eq(access("cwd.so", R_OK), 0);
 
-  unsetenv("BP_PLUGIN_PATH");
   bp_registry *r = fresh();
   ck_assert_int_eq(bp_registry_discover(r, NULL, 0), BP_OK);
   assert_cwd_module_absent(r);
@@ -428,8 +483,7 @@ START_TEST(current_directory_is_never_searched) {
 
   static const char *const values[] = {".", "", "./", "cwd.so", ".:"};
   for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
-    setenv("BP_PLUGIN_PATH", values[i], 1);
-    r = fresh();
+    r = fresh_with_path(values[i]);
     ck_assert_int_eq(bp_registry_discover(r, NULL, 0), BP_OK);
     assert_cwd_module_absent(r);
     ck_assert_int_eq(bp_registry_record(r, 0)->outcome, BP_LOAD_SKIPPED);
@@ -441,8 +495,7 @@ END_TEST
 START_TEST(explicit_failure_is_returned_and_discovery_goes_on) {
   char env[PATH_MAX];
   snprintf(env, sizeof env, "%s/registry_cwd", BP_TEST_MODULES);
-  setenv("BP_PLUGIN_PATH", env, 1);
-  bp_registry *r = fresh();
+  bp_registry *r = fresh_with_path(env);
   const char *paths[] = {"/nonexistent/blueprint/modules", MOD("good")};
   ck_assert_int_eq(bp_registry_discover(r, paths, 2), BP_ERR_IO);
   ck_assert_ptr_nonnull(strstr(bp_last_error(), "/nonexistent/blueprint/modules"));
@@ -474,6 +527,7 @@ int main(void) {
   tcase_add_test(tc, file_that_is_not_elf_is_refused_at_open);
   tcase_add_test(tc, unresolved_symbol_fails_at_load_not_at_first_call);
   tcase_add_loop_test(tc, refused_registrations_refuse_the_module, 1, 7);
+  tcase_add_test(tc, registry_options_are_checked);
   tcase_add_test(tc, discovering_a_directory_continues_past_refusals);
   tcase_add_test(tc, plugin_path_takes_absolute_directories_only);
   tcase_add_test(tc, current_directory_is_never_searched);

@@ -19,13 +19,22 @@ static const char *module_path(const char *dir, const char *name) {
   return path;
 }
 
-static bp_registry *load(const char *dir, const char *a, const char *b) {
+/* A registry with modules a and b (NULL: none) of dir, and default pins
+ * (registry options; the CLI's BP_KERNELS), NULL for none. */
+static bp_registry *load_pinned(const char *dir, const char *a, const char *b, const char *pins) {
   bp_registry *r = NULL;
-  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
+  bp_registry_options ro;
+  bp_registry_options_init(&ro);
+  ro.pins = pins;
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_OK);
   ck_assert_int_eq(bp_registry_load(r, module_path(dir, a)), BP_OK);
   if (b) ck_assert_int_eq(bp_registry_load(r, module_path(dir, b)), BP_OK);
   ck_assert_int_eq(bp_autotune_install(r), BP_OK);
   return r;
+}
+
+static bp_registry *load(const char *dir, const char *a, const char *b) {
+  return load_pinned(dir, a, b, NULL);
 }
 
 /* One node: every tensor the same dtype and NHWC shape. */
@@ -73,7 +82,6 @@ static const char *pick(bp_registry *r, const char *op, int dtype, int64_t n, in
 static const bp_select_options no_pins = {.pins = ""};
 
 START_TEST(reference_is_held_back_when_another_kernel_supports) {
-  unsetenv("BP_KERNELS");
   bp_registry *r = load("select", "sel", NULL);
   char report[2048];
   bp_select_options o = {.pins = NULL, .report = report, .report_size = sizeof report};
@@ -139,23 +147,26 @@ START_TEST(unsupported_node_names_op_shapes_and_every_reason) {
 }
 END_TEST
 
-START_TEST(pins_from_environment_and_options_with_globs) {
-  bp_registry *r = load("select", "sel", NULL);
-  setenv("BP_KERNELS", " r?lu.f*=mid,", 1);
+START_TEST(pins_from_the_registry_and_options_with_globs) {
+  /* the registry's default pins: the library never reads BP_KERNELS */
+  setenv("BP_KERNELS", "relu.*=ref", 1);
+  bp_registry *r = load_pinned("select", "sel", NULL, " r?lu.f*=mid,");
   ck_assert_str_eq(pick(r, "relu.fwd", FP32, 8, 16, NULL, BP_OK), "mid");
   /* a pinned REFERENCE kernel is taken: the user asked for it */
   bp_select_options o = {.pins = "relu.fwd@cpu=ref"};
   ck_assert_str_eq(pick(r, "relu.fwd", FP32, 8, 16, &o, BP_OK), "ref");
-  /* options replace the environment; "" means no pins */
+  /* options replace the registry's pins; "" means no pins */
   ck_assert_str_eq(pick(r, "relu.fwd", FP32, 8, 16, &no_pins, BP_OK), "fast");
   /* a pin for another device does not apply; the first match wins
    * (plugins/nodev.so has relu.fwd kernels on "npu") */
   ck_assert_int_eq(bp_registry_load(r, module_path("plugins", "nodev")), BP_OK);
   o.pins = "relu.fwd@npu=npu,*=mid,relu.fwd=fast";
   ck_assert_str_eq(pick(r, "relu.fwd", FP32, 8, 16, &o, BP_OK), "mid");
-  unsetenv("BP_KERNELS");
+  bp_registry_destroy(r);
+  r = load("select", "sel", NULL); /* no default pins */
   ck_assert_str_eq(pick(r, "relu.fwd", FP32, 8, 16, NULL, BP_OK), "fast");
   bp_registry_destroy(r);
+  unsetenv("BP_KERNELS");
 }
 END_TEST
 
@@ -165,10 +176,11 @@ START_TEST(pinned_kernel_that_cannot_run_the_node_is_an_error) {
   ck_assert_ptr_null(pick(r, "relu.fwd", FP32, 8, 3, &o, BP_ERR_UNSUPPORTED));
   ck_assert_ptr_nonnull(strstr(bp_last_error(), "pinned by 'relu.fwd=fast'"));
   ck_assert_ptr_nonnull(strstr(bp_last_error(), "C=3 is not a multiple of 8"));
-  setenv("BP_KERNELS", "relu.*=nope", 1);
-  ck_assert_ptr_null(pick(r, "relu.fwd", FP32, 8, 16, NULL, BP_ERR_UNSUPPORTED));
+  bp_registry *pinned = load_pinned("select", "sel", NULL, "relu.*=nope");
+  ck_assert_ptr_null(pick(pinned, "relu.fwd", FP32, 8, 16, NULL, BP_ERR_UNSUPPORTED));
   ck_assert_ptr_nonnull(strstr(bp_last_error(), "BP_KERNELS"));
   ck_assert_ptr_nonnull(strstr(bp_last_error(), "there are: ref, fast, mid, half"));
+  bp_registry_destroy(pinned);
   static const char *const malformed[] = {"relu.fwd", "=fast", "relu.fwd=", "relu.fwd=a b",
                                           "ok=fast,broken"};
   for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
@@ -183,7 +195,6 @@ END_TEST
 /* Every pin list is checked against every registered kernel, whichever
  * node asks: nothing a user pins is silently ignored (registry.h). */
 START_TEST(pins_that_match_nothing_are_errors_and_dead_pins_warnings) {
-  unsetenv("BP_KERNELS");
   bp_registry *r = load("select", "sel", NULL);
   char w[1024];
   /* a glob that matches no op with a kernel, on any device */
@@ -230,10 +241,11 @@ START_TEST(pins_that_match_nothing_are_errors_and_dead_pins_warnings) {
 }
 END_TEST
 
-/* One place decides where pins come from: option > BP_KERNELS > model. */
+/* One place decides where pins come from: option > the registry's default
+ * pins (the CLI's BP_KERNELS) > model. */
 START_TEST(pin_precedence_is_option_then_environment_then_model) {
   bp_pin_source src = BP_PINS_MODEL;
-  unsetenv("BP_KERNELS");
+  setenv("BP_KERNELS", "fc.*=x", 1); /* never read by the library */
   ck_assert_str_eq(bp_pins_resolve(NULL, NULL, &src), "");
   ck_assert_int_eq(src, BP_PINS_NONE);
   ck_assert_str_eq(bp_pins_resolve(NULL, "", &src), "");
@@ -241,16 +253,25 @@ START_TEST(pin_precedence_is_option_then_environment_then_model) {
   ck_assert_str_eq(bp_pins_resolve(NULL, "fc.*=m", &src), "fc.*=m");
   ck_assert_int_eq(src, BP_PINS_MODEL);
   ck_assert_str_eq(bp_pin_source_name(src), "model file");
-  setenv("BP_KERNELS", "fc.*=e", 1);
-  ck_assert_str_eq(bp_pins_resolve(NULL, "fc.*=m", &src), "fc.*=e");
+  unsetenv("BP_KERNELS");
+  bp_registry *r = NULL, *bare = NULL;
+  bp_registry_options ro;
+  bp_registry_options_init(&ro);
+  ro.pins = "fc.*=e";
+  ck_assert_int_eq(bp_registry_create_with(&ro, &r), BP_OK);
+  ck_assert_int_eq(bp_registry_create(&bare), BP_OK);
+  ck_assert_str_eq(bp_registry_resolve_pins(bare, NULL, "fc.*=m", &src), "fc.*=m");
+  ck_assert_int_eq(src, BP_PINS_MODEL);
+  ck_assert_str_eq(bp_registry_resolve_pins(r, NULL, "fc.*=m", &src), "fc.*=e");
   ck_assert_int_eq(src, BP_PINS_ENV);
   ck_assert_str_eq(bp_pin_source_name(src), "BP_KERNELS");
-  ck_assert_str_eq(bp_pins_resolve("fc.*=o", "fc.*=m", &src), "fc.*=o");
+  ck_assert_str_eq(bp_registry_resolve_pins(r, "fc.*=o", "fc.*=m", &src), "fc.*=o");
   ck_assert_int_eq(src, BP_PINS_OPTION);
-  /* an empty option means "no pins", hiding the environment */
-  ck_assert_str_eq(bp_pins_resolve("", "fc.*=m", &src), "");
+  /* an empty option means "no pins", hiding the registry's */
+  ck_assert_str_eq(bp_registry_resolve_pins(r, "", "fc.*=m", &src), "");
   ck_assert_int_eq(src, BP_PINS_OPTION);
-  unsetenv("BP_KERNELS");
+  bp_registry_destroy(r);
+  bp_registry_destroy(bare);
 }
 END_TEST
 
@@ -485,7 +506,7 @@ int main(void) {
   tcase_add_test(tc, reference_is_held_back_when_another_kernel_supports);
   tcase_add_test(tc, supports_falls_through_and_keeps_the_reason);
   tcase_add_test(tc, unsupported_node_names_op_shapes_and_every_reason);
-  tcase_add_test(tc, pins_from_environment_and_options_with_globs);
+  tcase_add_test(tc, pins_from_the_registry_and_options_with_globs);
   tcase_add_test(tc, pinned_kernel_that_cannot_run_the_node_is_an_error);
   tcase_add_test(tc, pins_that_match_nothing_are_errors_and_dead_pins_warnings);
   tcase_add_test(tc, pin_precedence_is_option_then_environment_then_model);

@@ -19,6 +19,7 @@
 #include "blueprint/registry.h"
 #include "blueprint/train.h"
 #include "bp_abi_device.h"
+#include "exec-test.h"
 #include "modules/guarddev.h"
 #include "run_util.h"
 #include "trainer_compare.h"
@@ -139,8 +140,8 @@ END_TEST
 /* ---- (b) a missing edge is caught ---------------------------------------------------- */
 
 /* The conv + batch norm model on 1 rank derives four waits per training
- * step (docs/training.md). Leaving out any one of them (BP_TEST_DROP_WAIT,
- * exec.h) under the "latest" adversary changes the bits of the training
+ * step (docs/training.md). Leaving out any one of them (bp_exec_test_drop_wait,
+ * exec-test.h) under the "latest" adversary changes the bits of the training
  * loss, eagerly and replayed; with all of them the run equals the cpu's. */
 START_TEST(leaving_out_any_derived_wait_changes_the_bits) {
   toy_env e = toy_env_open(bn_model, 100, 30, 11);
@@ -149,9 +150,7 @@ START_TEST(leaving_out_any_derived_wait_changes_the_bits) {
   train_all(cpu, &ref);
   bp_trainer_destroy(cpu);
   for (int drop = -1; drop < 4; drop++) {
-    char n[16];
-    snprintf(n, sizeof n, "%d", drop);
-    setenv("BP_TEST_DROP_WAIT", n, 1);
+    bp_exec_test_drop_wait(drop);
     for (int graph = 0; graph < 2; graph++) {
       reports r = {0};
       bp_trainer *t = make_scheduled("latest", e.model, e.data,
@@ -168,7 +167,7 @@ START_TEST(leaving_out_any_derived_wait_changes_the_bits) {
       bp_trainer_destroy(t);
     }
   }
-  unsetenv("BP_TEST_DROP_WAIT");
+  bp_exec_test_drop_wait(-1);
   toy_env_close(&e);
 }
 END_TEST

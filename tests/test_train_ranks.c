@@ -26,6 +26,7 @@
 #include "blueprint/plan.h"
 #include "blueprint/train.h"
 #include "run_util.h"
+#include "test_env.h"
 #ifdef BP_TEST_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -112,6 +113,8 @@ static bp_trainer *train_ex(const char *model, const char *data, int ranks, int6
                             int64_t epochs, step_check *check, bp_epoch_report *last) {
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.optimizer = next_optimizer;
   o.replicate_update = next_replicate;
   o.checkpoint_path = next_checkpoint;

@@ -14,6 +14,7 @@
 
 #include "blueprint/train.h"
 #include "run_util.h"
+#include "test_env.h"
 
 /* conv + batch norm + pooling + fc: every kind of state a checkpoint holds */
 static const char small_model[] =
@@ -193,6 +194,8 @@ START_TEST(a_checkpoint_holding_nan_weights_is_refused) {
   toy_env e = env_open();
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = e.data;
   bp_trainer *t = NULL;
   ck_assert_msg(bp_trainer_create_from_file(e.model, &o, &t) == BP_OK, "%s", bp_last_error());
@@ -239,6 +242,8 @@ START_TEST(c_api_save_load_read) {
   toy_env e = env_open();
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.data_dir = e.data;
   o.epochs = 2;
   bp_trainer *t = NULL;

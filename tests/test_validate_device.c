@@ -231,17 +231,14 @@ START_TEST(unwritten_elements_and_input_writes_are_caught_in_the_bytes_copied_ba
 END_TEST
 
 /* cuDNN and cuBLAS FP32 may run on TF32 tensor cores: their own tolerance,
- * the FP32 one again with BP_TF32=0. */
+ * the FP32 one again with no_tf32 (the CLI's BP_TF32=0). */
 START_TEST(cudnn_and_cublas_fp32_outputs_get_the_tf32_tolerance_unless_bp_tf32_is_0) {
-  unsetenv("BP_TF32");
-  ck_assert(vc_impl_fp32_tolerance("cudnn") == VC_TF32_TOLERANCE);
-  ck_assert(vc_impl_fp32_tolerance("cublaslt") == VC_TF32_TOLERANCE);
-  ck_assert(vc_impl_fp32_tolerance("cuda") == vc_tolerance(BP_ABI_DTYPE_FP32));
-  ck_assert(vc_impl_fp32_tolerance("reference") == 1e-4);
-  setenv("BP_TF32", "0", 1);
-  ck_assert(vc_impl_fp32_tolerance("cudnn") == 1e-4);
-  ck_assert(vc_impl_fp32_tolerance("cublas") == 1e-4);
-  unsetenv("BP_TF32");
+  ck_assert(vc_impl_fp32_tolerance("cudnn", 0) == VC_TF32_TOLERANCE);
+  ck_assert(vc_impl_fp32_tolerance("cublaslt", 0) == VC_TF32_TOLERANCE);
+  ck_assert(vc_impl_fp32_tolerance("cuda", 0) == vc_tolerance(BP_ABI_DTYPE_FP32));
+  ck_assert(vc_impl_fp32_tolerance("reference", 0) == 1e-4);
+  ck_assert(vc_impl_fp32_tolerance("cudnn", 1) == 1e-4);
+  ck_assert(vc_impl_fp32_tolerance("cublas", 1) == 1e-4);
 }
 END_TEST
 

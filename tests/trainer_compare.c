@@ -8,10 +8,13 @@
 
 #include "blueprint/plan.h"
 #include "run_util.h"
+#include "test_env.h"
 
 bp_trainer *make_trainer(const char *model, const char *data, const run_opts *r) {
   bp_train_options o;
   bp_train_options_init(&o);
+  o.threads = bp_test_threads(); /* ci/test.sh thread: 1 */
+  o.registry_options = bp_test_registry_options(); /* module switches */
   o.registry = r->registry;
   o.kernels = r->kernels;
   o.device = r->device;

@@ -353,7 +353,7 @@ bp_compile_options bp_compile_options_from_model(const bp_model *model) {
   o.plan.amp = t.amp;
   o.plan.ema = t.ema;
   o.plan.optimizer = t.optimizer;
-  o.fuse_bn_relu = bp_fuse_bn_relu_default();
+  o.fuse_bn_relu = 1; /* where allowed: bp_fuse_bn_relu_allowed */
   o.batch = t.batch;
   o.eval_batch = t.eval_batch;
   o.train_size = t.train_size;

@@ -150,11 +150,12 @@ static char *beside_library(void) {
   return dir;
 }
 
-/* Each entry of BP_PLUGIN_PATH; only absolute ones are searched. */
-static void load_env_path(bp_registry *r) {
-  const char *env = secure_getenv("BP_PLUGIN_PATH");
-  if (!env) return;
-  char *copy = bp_strdup(env);
+/* Each entry of the registry's search path (bp_registry_options; the CLI's
+ * BP_PLUGIN_PATH, whose name the records keep); only absolute ones are
+ * searched. */
+static void load_search_path(bp_registry *r) {
+  if (!r->search_path) return;
+  char *copy = bp_strdup(r->search_path);
   if (!copy) return;
   /* strtok_r would merge "a::b"; the empty entry must be seen and refused */
   char *entry = copy;
@@ -192,7 +193,7 @@ bp_status bp_registry_discover(bp_registry *r, const char *const *paths, int pat
     }
   }
   r->loading_source = "BP_PLUGIN_PATH";
-  load_env_path(r);
+  load_search_path(r);
 #ifdef BP_MODULE_INSTALL_DIR
   r->loading_source = "install";
   (void)load_path(r, BP_MODULE_INSTALL_DIR, "install", 1);

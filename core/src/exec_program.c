@@ -1,11 +1,13 @@
 /* Stream programs (exec.h, "streams: programs"): the order a job's nodes
  * are handed to the lanes, and the cross-lane edges derived from the byte
  * ranges they read and write in the arena. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bp_abi_sdk.h"
 #include "exec-impl.h"
+#include "exec-test.h"
 
 /* The arena bytes a bound node reads and writes: [lo, hi) each. */
 typedef struct access {
@@ -57,11 +59,13 @@ void bp_exec_programs_free(bp_exec *x) {
   x->program_count = x->program_cap = 0;
 }
 
-/* The test hook's wait to leave out (exec.h), or -1. */
-static long dropped_wait(void) {
-  const char *e = getenv("BP_TEST_DROP_WAIT");
-  return e && *e ? strtol(e, NULL, 10) : -1;
-}
+/* The test hook's wait to leave out (exec-test.h), or -1. Atomic: the
+ * trainer's rank threads build programs while a test may set it. */
+static _Atomic long drop_wait = -1;
+
+void bp_exec_test_drop_wait(long wait) { atomic_store(&drop_wait, wait); }
+
+static long dropped_wait(void) { return atomic_load(&drop_wait); }
 
 static bp_status build(bp_exec *x, int v, unsigned mask, bp_exec_program *p) {
   int n = 0;

@@ -9,13 +9,6 @@
 #include "blueprint/model.h"
 #include "blueprint/registry.h"
 
-/* The default of bp_compile_options_from_model: 1, unless the environment
- * variable BP_FUSE is "0" (the opt-out). Whoever knows the run's device and
- * pins then asks bp_fuse_bn_relu_allowed. Fused and unfused plans read each
- * other's checkpoints (the plan hash leaves the features out; docs/plan.md,
- * "Fusion"). */
-int bp_fuse_bn_relu_default(void);
-
 /* bp_fuse_bn_relu_allowed, which says whether a run may fuse, is public:
  * blueprint/model.h. */
 

@@ -11,11 +11,6 @@ static const char *const fused_ops[] = {"batchnorm_relu.fwd_train", "batchnorm_r
 static const char *const unfused_ops[] = {"batchnorm.fwd_train", "batchnorm.fwd_eval",
                                           "batchnorm.bwd", "relu.fwd", "relu.bwd"};
 
-int bp_fuse_bn_relu_default(void) {
-  const char *e = getenv("BP_FUSE");
-  return !(e && strcmp(e, "0") == 0);
-}
-
 /* The impl pinned for op on device, or NULL (a malformed list counts as
  * none: its own check reports it). */
 static const char *pinned(const char *pins, const char *op, const char *device, char *impl) {

@@ -93,10 +93,11 @@ int bp_pins_find(const char *pins, const char *op, const char *device, char *imp
 
 /* ---- precedence ------------------------------------------------------------ */
 
-const char *bp_pins_resolve(const char *option, const char *model, bp_pin_source *source_out) {
+const char *bp_registry_resolve_pins(const bp_registry *r, const char *option,
+                                     const char *model, bp_pin_source *source_out) {
   bp_pin_source source = BP_PINS_NONE;
   const char *pins = NULL;
-  const char *env = getenv("BP_KERNELS");
+  const char *env = r ? r->pins : NULL; /* the caller's default pins, e.g. BP_KERNELS */
   if (option) {
     pins = option, source = BP_PINS_OPTION;
   } else if (env) {
@@ -106,6 +107,10 @@ const char *bp_pins_resolve(const char *option, const char *model, bp_pin_source
   }
   if (source_out) *source_out = source;
   return pins ? pins : "";
+}
+
+const char *bp_pins_resolve(const char *option, const char *model, bp_pin_source *source_out) {
+  return bp_registry_resolve_pins(NULL, option, model, source_out);
 }
 
 const char *bp_pin_source_name(bp_pin_source source) {

@@ -80,6 +80,11 @@ struct bp_registry {
   const char *loading_source; /* bp_registry_discover's current source (a literal), for
                                  records; NULL outside discovery */
   bp_select_tuner tuner; /* bp_registry_set_tuner; pick NULL when none */
+  char *search_path;     /* bp_registry_options, owned copies (NULL: none) */
+  char *pins;
+  int log_level;
+  char **module_options; /* owned "name=value" copies */
+  int module_option_count;
 };
 
 /* ---- registry.c ------------------------------------------------------------ */

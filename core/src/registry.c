@@ -10,6 +10,7 @@
 
 #include "blueprint/op_table.h"
 #include "registry-impl.h"
+#include "strutil-impl.h"
 
 int bp_registry_name_valid(const char *name) {
   if (!name || !name[0]) return 0;
@@ -51,10 +52,72 @@ bp_status bp_registry_note(bp_registry *r, const char *path, bp_load_outcome out
   return bp_fail(status, "%s: %s", path, msg);
 }
 
+void bp_registry_options_init(bp_registry_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->log_level = BP_ABI_LOG_WARN;
+}
+
+bp_status bp_registry_set_log_level(bp_registry *r, int level) {
+  if (!r) return bp_fail(BP_ERR_INVALID, "bp_registry_set_log_level: NULL registry");
+  if (level < BP_ABI_LOG_ERROR || level > BP_ABI_LOG_DEBUG)
+    return bp_fail(BP_ERR_INVALID, "bp_registry_set_log_level: log level %d is outside %d..%d",
+                   level, BP_ABI_LOG_ERROR, BP_ABI_LOG_DEBUG);
+  r->log_level = level;
+  return BP_OK;
+}
+
 bp_status bp_registry_create(bp_registry **registry_out) {
+  return bp_registry_create_with(NULL, registry_out);
+}
+
+bp_status bp_registry_create_with(const bp_registry_options *options,
+                                  bp_registry **registry_out) {
   if (!registry_out) return bp_fail(BP_ERR_INVALID, "bp_registry_create: NULL argument");
+  bp_registry_options o;
+  bp_registry_options_init(&o);
+  if (options) { /* read only what the caller's struct holds (abi/README.md, rule 2) */
+    if (options->struct_size < sizeof(uint32_t) || options->struct_size > sizeof o * 4)
+      return bp_fail(BP_ERR_INVALID, "bp_registry_create: options have struct_size %u",
+                     options->struct_size);
+    memcpy(&o, options, options->struct_size < sizeof o ? options->struct_size : sizeof o);
+  }
+  if (o.log_level < BP_ABI_LOG_ERROR || o.log_level > BP_ABI_LOG_DEBUG)
+    return bp_fail(BP_ERR_INVALID, "bp_registry_create: log level %d is outside %d..%d",
+                   o.log_level, BP_ABI_LOG_ERROR, BP_ABI_LOG_DEBUG);
   bp_registry *r = calloc(1, sizeof *r);
   if (!r) return bp_fail(BP_ERR_NOMEM, "out of memory creating a registry");
+  r->log_level = o.log_level;
+  if (o.module_option_count < 0 || (o.module_option_count > 0 && !o.module_options)) {
+    free(r);
+    return bp_fail(BP_ERR_INVALID, "bp_registry_create: %d module options",
+                   o.module_option_count);
+  }
+  for (int i = 0; i < o.module_option_count; i++) {
+    const char *opt = o.module_options[i], *eq = opt ? strchr(opt, '=') : NULL;
+    if (!eq || eq == opt) {
+      free(r);
+      return bp_fail(BP_ERR_INVALID, "bp_registry_create: module option '%s' is not name=value",
+                     opt ? opt : "(null)");
+    }
+  }
+  if (o.module_option_count > 0 &&
+      !(r->module_options = calloc((size_t)o.module_option_count, sizeof *r->module_options))) {
+    free(r);
+    return bp_fail(BP_ERR_NOMEM, "out of memory creating a registry");
+  }
+  for (int i = 0; i < o.module_option_count; i++, r->module_option_count++)
+    if (!(r->module_options[i] = bp_strdup(o.module_options[i]))) {
+      bp_registry_destroy(r);
+      return bp_fail(BP_ERR_NOMEM, "out of memory creating a registry");
+    }
+  r->search_path = o.search_path ? bp_strdup(o.search_path) : NULL;
+  r->pins = o.pins ? bp_strdup(o.pins) : NULL;
+  if ((o.search_path && !r->search_path) || (o.pins && !r->pins)) {
+    bp_registry_destroy(r);
+    return bp_fail(BP_ERR_NOMEM, "out of memory creating a registry");
+  }
   bp_stage_host_init(r);
   int count = 0;
   const bp_op_info *builtin = bp_op_table(&count);
@@ -109,6 +172,10 @@ void bp_registry_destroy(bp_registry *r) {
   }
   free(r->dirs.items);
   if (r->tuner.destroy) r->tuner.destroy(r->tuner.ctx);
+  free(r->search_path);
+  free(r->pins);
+  for (int i = 0; i < r->module_option_count; i++) free(r->module_options[i]);
+  free(r->module_options);
   free(r);
 }
 

@@ -42,13 +42,20 @@ static int refuse(bp_registry *r, int code, const char *fmt, ...) {
 static void host_log(void *ctx, int level, const char *message) {
   bp_registry *r = ctx;
   static const char *const names[] = {"error", "warning", "info", "debug"};
-  const char *env = getenv("BP_LOG");
-  int max = BP_ABI_LOG_WARN;
-  if (env && strcmp(env, "info") == 0) max = BP_ABI_LOG_INFO;
-  if (env && strcmp(env, "debug") == 0) max = BP_ABI_LOG_DEBUG;
+  const int max = r ? r->log_level : BP_ABI_LOG_WARN; /* bp_registry_options */
   if (level < BP_ABI_LOG_ERROR || level > max) return;
   fprintf(stderr, "blueprint: %s: %s: %s\n", r && r->stage.active ? r->stage.path : "module",
           names[level], str_or_null(message));
+}
+
+/* The value of module option `name` (bp_registry_options), or NULL. */
+static const char *host_option(void *ctx, const char *name) {
+  const bp_registry *r = ctx;
+  const size_t n = name ? strlen(name) : 0;
+  for (int i = 0; r && n && i < r->module_option_count; i++)
+    if (strncmp(r->module_options[i], name, n) == 0 && r->module_options[i][n] == '=')
+      return r->module_options[i] + n + 1;
+  return NULL;
 }
 
 static void host_error(void *ctx, const char *message) {
@@ -458,6 +465,7 @@ void bp_stage_host_init(bp_registry *r) {
       .register_kernel = host_register_kernel,
       .register_device = host_register_device,
       .register_layer = host_register_layer,
+      .option = host_option,
   };
 }
 

@@ -121,7 +121,7 @@ static bp_status select_among(bp_registry *r, const char *op, const char *device
   /* 1. pins: a pin that matches nothing or names no kernel is an error
    * here too, whichever node asks (registry.h) */
   bp_pin_source source;
-  const char *pins = bp_pins_resolve(options ? options->pins : NULL, NULL, &source);
+  const char *pins = bp_registry_resolve_pins(r, options ? options->pins : NULL, NULL, &source);
   const char *pin_source = source == BP_PINS_OPTION ? "select options" : "BP_KERNELS";
   char impl[64], pin_text[BP_PIN_MAX], err[BP_REASON_MAX];
   if (pins[0]) {

@@ -156,23 +156,7 @@ void bp_threads_destroy(bp_threads *t) {
 
 const bp_abi_threads *bp_threads_abi(const bp_threads *t) { return t ? &t->abi : NULL; }
 
-static int env_threads; /* BP_THREADS, or 0 when unset or not a positive integer */
-static pthread_once_t env_once = PTHREAD_ONCE_INIT;
-
-static void read_env(void) {
-  const char *s = getenv("BP_THREADS");
-  if (!s || !*s) return;
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (*end == '\0' && v >= 1 && v <= 1024)
-    env_threads = (int)v;
-  else
-    fprintf(stderr, "blueprint: BP_THREADS='%s' is not an integer in [1, 1024]; ignored\n", s);
-}
-
 int bp_threads_share(int ranks_in_process) {
-  pthread_once(&env_once, read_env);
-  if (env_threads > 0) return env_threads;
   int cores = 0;
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);

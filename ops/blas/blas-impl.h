@@ -165,8 +165,9 @@ int blas_symbol(void *lib, const char *lib_name, const char *name, void *fn, siz
                 char *reason, size_t reason_size);
 
 /* The provider (openblas.c or onednn.c). */
-/* Loads the library: 1, or 0 with a reason. */
-int blas_provider_load(char *reason, size_t reason_size);
+/* Loads the library: 1, or 0 with a reason. `host` lends the module
+ * options (oneDNN: "dnnl_library", another library file to open). */
+int blas_provider_load(const bp_abi_host *host, char *reason, size_t reason_size);
 /* Threads for the GEMMs of the calling thread from now on (>= 1; 0 keeps
  * the current count). Called before every run with the rank's count
  * (module.c); cheap when the count is already in force. */

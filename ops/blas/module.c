@@ -93,7 +93,7 @@ static void blas_log_library(const bp_abi_host *host) {
 
 static int blas_init(const bp_abi_host *host) {
   char reason[256];
-  if (!blas_provider_load(reason, sizeof reason)) {
+  if (!blas_provider_load(host, reason, sizeof reason)) {
     char message[320];
     snprintf(message, sizeof message, "%s: %s", BLAS_MODULE_NAME, reason);
     if (host->error) host->error(host->ctx, message); /* the loader's record says why */

@@ -9,7 +9,8 @@
  * own count. So the rank's count (module.c) is applied in each calling
  * thread, before its GEMM, when that thread's count differs; a small GEMM
  * (blas_one_thread, blas-impl.h) runs on the calling thread alone.
- * BP_DNNL_LIBRARY names another oneDNN library file to load (a newer
+ * The module option "dnnl_library" (ABI 1.6; the CLI passes
+ * BP_DNNL_LIBRARY) names another oneDNN library file to load (a newer
  * build, say); it must have the same C API and run on OpenMP. */
 #include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -33,8 +34,8 @@ static struct {
 #define SYMBOL(lib, name, field) \
   blas_symbol(lib, path, name, &dnnl_lib.field, sizeof dnnl_lib.field, reason, size)
 
-int blas_provider_load(char *reason, size_t size) {
-  const char *path = getenv("BP_DNNL_LIBRARY");
+int blas_provider_load(const bp_abi_host *host, char *reason, size_t size) {
+  const char *path = bp_sdk_host_option(host, "dnnl_library");
   if (!path || !*path) path = DNNL_SONAME;
   /* RTLD_LOCAL: oneDNN's symbols stay out of the process's namespace */
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);

@@ -50,7 +50,8 @@ static const char *coretype_for_cpu(void) {
 #define SYMBOL(lib, name, field) \
   blas_symbol(lib, OPENBLAS_SONAME, name, &blas_lib.field, sizeof blas_lib.field, reason, size)
 
-int blas_provider_load(char *reason, size_t size) {
+int blas_provider_load(const bp_abi_host *host, char *reason, size_t size) {
+  (void)host; /* OPENBLAS_CORETYPE is OpenBLAS's own variable, read by OpenBLAS */
   void *lib = dlopen(OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   snprintf(blas_lib.core_source, sizeof blas_lib.core_source, "%s",
            lib ? "OpenBLAS was loaded already" : "OpenBLAS's own choice");

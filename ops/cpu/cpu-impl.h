@@ -59,7 +59,8 @@
  * (SSE2) through __attribute__((target(...))); cpu_isa() says which set
  * runs, chosen once when the module is loaded (__builtin_cpu_supports,
  * which also checks that the OS saves the vector state) and lowered by
- * BP_CPU_ISA=avx512f|avx2|default (CTest runs tests/test_ops_cpu.c once
+ * the module option cpu_isa=avx512f|avx2|default (the CLI's BP_CPU_ISA;
+ * CTest runs tests/test_ops_cpu.c once
  * per set). Not target_clones: clang 14 gives the resolver of every cloned
  * function default visibility (it lands in the dynamic symbol table beside
  * the ABI entry, and a visibility attribute next to target_clones is an

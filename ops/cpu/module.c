@@ -14,10 +14,10 @@
  *
  * Instruction set: the best of AVX-512F, AVX2 and the baseline that the
  * CPU and the OS support (__builtin_cpu_supports), chosen at init. The
- * environment variable BP_CPU_ISA (avx512f, avx2 or default) lowers it; a
- * set above what the machine supports, or an unknown name, is reported
- * and ignored. Every set gives the same bits. The choice is logged at info
- * level (BP_LOG=info). */
+ * host's module option "cpu_isa" (ABI 1.6; the CLI passes BP_CPU_ISA:
+ * avx512f, avx2 or default) lowers it; a set above what the machine
+ * supports, or an unknown name, is reported and ignored. Every set gives
+ * the same bits. The choice is logged at info level (BP_LOG=info). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,13 +82,13 @@ static cpu_isa_level cpu_isa_detect(void) {
   return CPU_ISA_DEFAULT;
 }
 
-/* Detects the set, applies BP_CPU_ISA, logs the outcome. */
+/* Detects the set, applies the cpu_isa option (BP_CPU_ISA), logs the outcome. */
 static void cpu_isa_init(const bp_abi_host *host) {
   const cpu_isa_level detected = cpu_isa_detect();
   cpu_isa_level use = detected;
   const char *source = "detected";
   char message[256];
-  const char *text = getenv("BP_CPU_ISA");
+  const char *text = bp_sdk_host_option(host, "cpu_isa");
   if (text && *text) {
     int asked = -1;
     for (int i = CPU_ISA_DEFAULT; i <= CPU_ISA_AVX512F; i++)

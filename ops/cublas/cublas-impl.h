@@ -9,7 +9,8 @@
 
 #include "bp_abi.h"
 
-/* Read once at init (ops/shared/cuda_weighted.h: BP_TF32): 1 lets FP32
+/* Read once at init (ops/shared/cuda_weighted.h: the module option tf32,
+ * the CLI's BP_TF32): 1 lets FP32
  * GEMMs run on TF32 Tensor Cores (CUBLAS_COMPUTE_32F_FAST_TF32). */
 extern int cublas_tf32;
 

@@ -53,7 +53,7 @@ static int cublas_init(const bp_abi_host *host) {
   int version = 0;
   if (cublasGetVersion(handle, &version) != CUBLAS_STATUS_SUCCESS) version = 0;
   cublasDestroy(handle);
-  cublas_tf32 = ops_cuda_env_tf32();
+  cublas_tf32 = ops_cuda_option_tf32(host);
   rc = ops_register_kernels(host, CUBLAS_MODULE_NAME, cublas_kernels,
                             sizeof cublas_kernels / sizeof cublas_kernels[0]);
   if (rc == BP_ABI_OK) {

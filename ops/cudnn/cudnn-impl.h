@@ -11,8 +11,8 @@
 
 #include "bp_abi.h"
 
-/* Read once at init (ops/shared/cuda_weighted.h: BP_DETERMINISTIC,
- * BP_TF32). */
+/* Read once at init (ops/shared/cuda_weighted.h: the module options
+ * deterministic and tf32, the CLI's BP_DETERMINISTIC and BP_TF32). */
 extern int cudnn_deterministic; /* 1: only deterministic algorithms, kernels so flagged */
 extern int cudnn_tf32;          /* 1: FP32 convolutions may run on TF32 Tensor Cores */
 

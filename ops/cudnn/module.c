@@ -103,8 +103,8 @@ static int cudnn_init(const bp_abi_host *host) {
   if (rc != BP_ABI_OK) return rc;
   rc = cudnn_check_library(host);
   if (rc != BP_ABI_OK) return rc;
-  cudnn_deterministic = ops_cuda_env_deterministic();
-  cudnn_tf32 = ops_cuda_env_tf32();
+  cudnn_deterministic = ops_cuda_option_deterministic(host);
+  cudnn_tf32 = ops_cuda_option_tf32(host);
   const uint32_t det = cudnn_deterministic ? BP_ABI_KERNEL_DETERMINISTIC : 0;
   cudnn_conv2d_bwd_data.flags = BP_ABI_KERNEL_GRAPH_CAPTURABLE | det;
   cudnn_conv2d_bwd_filter.flags = BP_ABI_KERNEL_GRAPH_CAPTURABLE | det;

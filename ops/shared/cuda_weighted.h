@@ -174,15 +174,15 @@ static inline ops_cuda_layout ops_cuda_bias_layout(const ops_cuda_layout *out,
   return l;
 }
 
-/* Switches the command line sets for the GPU modules (cli/: the
- * options --deterministic and --no-tf32 export them before the modules
- * load; a user may set them too). Read once at a module's init. */
-static inline int ops_cuda_env_deterministic(void) {
-  const char *v = getenv("BP_DETERMINISTIC");
+/* Switches the host passes the GPU modules as module options (ABI 1.6,
+ * bp_abi_host.option; the CLI's --deterministic and --no-tf32, or
+ * BP_DETERMINISTIC and BP_TF32). Read once at a module's init. */
+static inline int ops_cuda_option_deterministic(const bp_abi_host *host) {
+  const char *v = bp_sdk_host_option(host, "deterministic");
   return v && strcmp(v, "1") == 0;
 }
-static inline int ops_cuda_env_tf32(void) {
-  const char *v = getenv("BP_TF32");
+static inline int ops_cuda_option_tf32(const bp_abi_host *host) {
+  const char *v = bp_sdk_host_option(host, "tf32");
   return !(v && strcmp(v, "0") == 0);
 }
 

@@ -1,5 +1,5 @@
-/* Arenas of mpirun processes on one machine (comm.h: bp_mpi_shared_allocator,
- * bp_mpi_shared_comm). A rank's arena is one address range: its first
+/* Arenas of mpirun processes on one machine (comm.h: bp_mpi_shared_create,
+ * bp_mpi_shared_allocator, bp_mpi_shared_comm). A rank's arena is one address range: its first
  * `shared` bytes (up to the end of the last span a collective touches; the
  * plan puts those regions first) map the rank's segment of one shared
  * memory file, which every process also maps whole to read its peers'
@@ -19,14 +19,34 @@
 
 #include "blueprint/comm.h"
 
+#define MAX_ARENAS 16 /* shared arenas alive at once in one bp_mpi_shared */
+
+typedef struct shared_arena shared_arena;
+
+/* The owner's bookkeeping: the arenas it gave, found again by their base. */
+struct bp_mpi_shared {
+  const size_t *shared_bytes; /* borrowed: read at each alloc */
+  shared_arena *arenas[MAX_ARENAS];
+};
+
+bp_status bp_mpi_shared_create(const size_t *shared_bytes, bp_mpi_shared **shared_out) {
+  if (!shared_bytes || !shared_out)
+    return bp_fail(BP_ERR_INVALID, "bp_mpi_shared_create: NULL argument");
+  bp_mpi_shared *s = calloc(1, sizeof *s);
+  if (!s) return bp_fail(BP_ERR_NOMEM, "out of memory creating the shared arenas' owner");
+  s->shared_bytes = shared_bytes;
+  *shared_out = s;
+  return BP_OK;
+}
+
+void bp_mpi_shared_destroy(bp_mpi_shared *s) { free(s); }
+
 #ifdef BP_HAVE_MPI
 #include <mpi.h>
 
 #define PAGE ((size_t)4096)
 #define HUGE_PAGE ((size_t)2 << 20)
-#define MAX_ARENAS 16 /* shared arenas alive at once in one process */
-
-typedef struct shared_arena {
+struct shared_arena {
   MPI_Comm comm;    /* the run's processes (MPI_COMM_WORLD's duplicate) */
   int rank, world;
   char *base;       /* this rank's arena */
@@ -36,19 +56,17 @@ typedef struct shared_arena {
   char *file;       /* every rank's segment, world * segment bytes */
   char **peers;     /* peers[r]: rank r's arena start as mapped here (the file, or base) */
   bp_abi_comm_threads abi;
-} shared_arena;
+};
 
-static shared_arena *arenas[MAX_ARENAS];
-
-static shared_arena **find(const void *base) {
+static shared_arena **find(bp_mpi_shared *s, const void *base) {
   for (int i = 0; i < MAX_ARENAS; i++)
-    if (arenas[i] && arenas[i]->base == base) return &arenas[i];
+    if (s->arenas[i] && s->arenas[i]->base == base) return &s->arenas[i];
   return NULL;
 }
 
-static shared_arena **unused(void) {
+static shared_arena **unused(bp_mpi_shared *s) {
   for (int i = 0; i < MAX_ARENAS; i++)
-    if (!arenas[i]) return &arenas[i];
+    if (!s->arenas[i]) return &s->arenas[i];
   return NULL;
 }
 
@@ -164,12 +182,11 @@ static void *shared_alloc(void *user, size_t bytes, size_t alignment) {
   bp_abi_comm mpi;
   if (bp_mpi_comm(&mpi) != BP_OK || mpi.world < 2) return NULL;
   const MPI_Comm comm = *(const MPI_Comm *)mpi.handle;
-  const char *env = getenv("BP_MPI_SHARED");
-  const size_t shared = round_up(*(const size_t *)user, PAGE);
-  shared_arena **free_slot = unused();
+  bp_mpi_shared *owner = user;
+  const size_t shared = round_up(*owner->shared_bytes, PAGE);
+  shared_arena **free_slot = unused(owner);
   shared_arena *a = calloc(1, sizeof *a);
-  int ok = a && free_slot && alignment <= PAGE && shared > 0 && shared <= round_up(bytes, PAGE) &&
-           !(env && strcmp(env, "0") == 0);
+  int ok = a && free_slot && alignment <= PAGE && shared > 0 && shared <= round_up(bytes, PAGE);
   if (a) {
     *a = (shared_arena){.comm = comm, .rank = mpi.rank, .world = mpi.world};
     a->bytes = round_up(bytes, PAGE);
@@ -193,16 +210,15 @@ static void *shared_alloc(void *user, size_t bytes, size_t alignment) {
 
 /* Local: the file's name is gone, each process unmaps its view. */
 static void shared_free(void *user, void *ptr, size_t bytes) {
-  (void)user;
   (void)bytes;
-  shared_arena **a = find(ptr);
+  shared_arena **a = find(user, ptr);
   if (!a) return;
   arena_unmap(*a);
   *a = NULL;
 }
 
-bp_status bp_mpi_shared_comm(const void *base, bp_abi_comm *out) {
-  shared_arena **a = base ? find(base) : NULL;
+bp_status bp_mpi_shared_comm(bp_mpi_shared *shared, const void *base, bp_abi_comm *out) {
+  shared_arena **a = shared && base ? find(shared, base) : NULL;
   if (!a || !out) return bp_fail(BP_ERR_INVALID, "bp_mpi_shared_comm: not a shared arena");
   *out = (bp_abi_comm){sizeof *out, "threads", (*a)->rank, (*a)->world, &(*a)->abi};
   return BP_OK;
@@ -223,7 +239,8 @@ static void shared_free(void *user, void *ptr, size_t bytes) {
   (void)bytes;
 }
 
-bp_status bp_mpi_shared_comm(const void *base, bp_abi_comm *out) {
+bp_status bp_mpi_shared_comm(bp_mpi_shared *shared, const void *base, bp_abi_comm *out) {
+  (void)shared;
   (void)base;
   (void)out;
   return bp_fail(BP_ERR_UNSUPPORTED, "this blueprint was built without MPI");
@@ -231,6 +248,6 @@ bp_status bp_mpi_shared_comm(const void *base, bp_abi_comm *out) {
 
 #endif
 
-bp_arena_allocator bp_mpi_shared_allocator(const size_t *shared_bytes) {
-  return (bp_arena_allocator){"mpi-shared", shared_alloc, shared_free, (void *)shared_bytes};
+bp_arena_allocator bp_mpi_shared_allocator(bp_mpi_shared *shared) {
+  return (bp_arena_allocator){"mpi-shared", shared_alloc, shared_free, shared};
 }

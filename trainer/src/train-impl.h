@@ -114,6 +114,7 @@ struct bp_trainer {
   /* under mpirun: the arena's first bytes that the collectives touch, the
    * part the processes of one machine share (comm.h) */
   size_t shared_bytes;
+  bp_mpi_shared *shared;               /* owns the shared arenas' bookkeeping */
   bp_arena_allocator shared_allocator; /* its arenas (arenas keep a pointer to it) */
   bp_rank_pool *pool;  /* local > 1: threads running local ranks 1..local-1 */
   bp_train_rank ranks[BP_TRAIN_MAX_RANKS];

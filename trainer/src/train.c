@@ -37,6 +37,9 @@ static int finite_in(double v, double lo, double hi) { return isfinite(v) && v >
 
 static bp_status check_options(const bp_train_options *o) {
   if (o->ranks < 1) return bp_fail(BP_ERR_INVALID, "ranks %d must be >= 1", o->ranks);
+  if (o->threads < 0 || o->threads > 1024)
+    return bp_fail(BP_ERR_INVALID, "threads %d must be in [1, 1024] (0: the cores' share)",
+                   o->threads);
   if (o->streams < 0 || o->streams > BP_EXEC_COMPUTE_LANES)
     return bp_fail(BP_ERR_INVALID, "streams %d must be in [1, %d] (0: the default, %d)",
                    o->streams, BP_EXEC_COMPUTE_LANES, BP_EXEC_COMPUTE_LANES);
@@ -129,6 +132,7 @@ static bp_status keep_options(bp_trainer *t, const bp_train_options *o) {
   t->opt.plugin_paths = NULL; /* used only at create */
   t->opt.plugin_path_count = 0;
   t->opt.registry = NULL;
+  t->opt.registry_options = NULL; /* used only at create */
   return failed ? bp_fail(BP_ERR_NOMEM, "out of memory copying the training options") : BP_OK;
 }
 
@@ -167,7 +171,7 @@ static bp_status open_registry(bp_trainer *t, const bp_train_options *o) {
     t->registry = o->registry;
     return BP_OK;
   }
-  bp_status st = bp_registry_create(&t->registry);
+  bp_status st = bp_registry_create_with(o->registry_options, &t->registry);
   if (st != BP_OK) return st;
   t->own_registry = 1;
   return bp_registry_discover(t->registry, o->plugin_paths, o->plugin_path_count);
@@ -354,7 +358,7 @@ static bp_status compile_and_build(bp_trainer *t) {
   co.eval_size = bp_dataset_get_info(t->test_set)->count;
   co.no_reuse = t->opt.no_reuse;
   char why[160]; /* batchnorm + relu fused only where the device has the kernels */
-  co.fuse_bn_relu = co.fuse_bn_relu &&
+  co.fuse_bn_relu = co.fuse_bn_relu && !t->opt.no_fuse &&
                     bp_fuse_bn_relu_allowed(t->registry, t->kernel_kind, t->pins, why, sizeof why);
   bp_status st = bp_model_compile(t->model, &co, &t->plan);
   if (st != BP_OK) return st;
@@ -473,8 +477,9 @@ static size_t collective_extent(const bp_trainer *t) {
 static bp_status open_arena(bp_trainer *t, bp_train_rank *r, int k) {
   const int host = !t->dev || (t->dev->flags & BP_ABI_DEVICE_HOST_ACCESSIBLE);
   if (bp_train_multi_process(t) && host && /* shared memory needs host arenas */
+      !t->opt.no_mpi_shared &&
       bp_arena_create(t->plan, &t->shared_allocator, k, &r->arena) == BP_OK)
-    return bp_mpi_shared_comm(bp_arena_base(r->arena), &r->comm);
+    return bp_mpi_shared_comm(t->shared, bp_arena_base(r->arena), &r->comm);
   /* each rank allocates on its own device: the allocator points at the rank */
   t->allocators[k] = t->dev ? (bp_arena_allocator){t->device, device_alloc, device_free, r}
                             : *bp_host_allocator();
@@ -547,9 +552,10 @@ static bp_status open_rank(bp_trainer *t, int k) {
   if ((st = open_nccl(t, r, k)) != BP_OK) return st;
   const char *pins = t->pins; /* resolved and checked once (train_kernels.c) */
   /* the ranks sharing this machine share its cores: ranks as threads here,
-   * or the processes mpirun started on it (BP_THREADS overrides, threads.h) */
+   * or the processes mpirun started on it (options.threads overrides) */
   const int sharing = t->local > 1 ? t->local : bp_mpi_launched_local();
-  if ((st = bp_threads_create(bp_threads_share(sharing), &r->threads)) != BP_OK) return st;
+  const int threads = t->opt.threads > 0 ? t->opt.threads : bp_threads_share(sharing);
+  if ((st = bp_threads_create(threads, &r->threads)) != BP_OK) return st;
   bp_exec_options eo = {
       .device = t->kernel_kind, /* the kernels the device runs (bp_abi_device.kernel_kind) */
       .pins = pins,
@@ -614,7 +620,8 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
   if ((st = compile_and_build(t)) != BP_OK) return st;
   if (bp_train_multi_process(t)) { /* only processes share arenas */
     t->shared_bytes = collective_extent(t);
-    t->shared_allocator = bp_mpi_shared_allocator(&t->shared_bytes);
+    if ((st = bp_mpi_shared_create(&t->shared_bytes, &t->shared)) != BP_OK) return st;
+    t->shared_allocator = bp_mpi_shared_allocator(t->shared);
   }
   plan_rank_steps(t);
   const int64_t n = t->train_set ? bp_dataset_get_info(t->train_set)->count : 1;
@@ -667,7 +674,7 @@ bp_status bp_trainer_create_from_file(const char *model_path, const bp_train_opt
   bp_registry *own = NULL;
   bp_status st = BP_OK;
   if (!o.registry) {
-    if ((st = bp_registry_create(&own)) != BP_OK) return st;
+    if ((st = bp_registry_create_with(o.registry_options, &own)) != BP_OK) return st;
     if ((st = bp_registry_discover(own, o.plugin_paths, o.plugin_path_count)) != BP_OK) {
       bp_registry_destroy(own);
       return st;
@@ -696,6 +703,7 @@ void bp_trainer_destroy(bp_trainer *t) {
     bp_threads_destroy(t->ranks[k].threads); /* after the exec: its kernels borrow them */
     bp_arena_destroy(t->ranks[k].arena);
   }
+  bp_mpi_shared_destroy(t->shared); /* after its arenas */
   bp_nccl_close(t->nccl); /* after the execs and graphs that used it */
   bp_comm_destroy(t->comm);
   bp_graph_destroy(t->graph);

@@ -19,7 +19,8 @@ static const char *source_label(bp_pin_source source) {
 }
 
 bp_status bp_train_pins_resolve(bp_trainer *t) {
-  const char *pins = bp_pins_resolve(t->kernels, t->model->train.kernels, &t->pin_source);
+  const char *pins =
+      bp_registry_resolve_pins(t->registry, t->kernels, t->model->train.kernels, &t->pin_source);
   t->pins = strdup(pins);
   if (!t->pins) return bp_fail(BP_ERR_NOMEM, "out of memory copying the pins");
   if (!t->pins[0]) return BP_OK;

@@ -126,9 +126,10 @@ void vc_op_complete(vc_case *c);
 
 /* The tolerance of an FP32 output of a kernel of implementation impl:
  * the FP32 one, or VC_TF32_TOLERANCE for cuDNN and cuBLAS kernels (their
- * FP32 math may use TF32 tensor cores) unless BP_TF32=0 is set. */
+ * FP32 math may use TF32 tensor cores) unless `no_tf32` (the modules were
+ * told not to use it: bp_validate_options). */
 #define VC_TF32_TOLERANCE 5e-3
-double vc_impl_fp32_tolerance(const char *impl);
+double vc_impl_fp32_tolerance(const char *impl, int no_tf32);
 
 /* The tolerance of an FP16 output of op (docs/validate.md): an element
  * passes when |out - ref| <= rtol*|ref| + atol*max(1, max|ref|). */
@@ -178,9 +179,9 @@ int vc_infer_cases(const bp_registry *r, const bp_abi_op *op, vc_case *out, int 
 /* ---- validate_model.c ----------------------------------------------------- */
 
 /* Every distinct node of the model's plan (default compile and graph
- * options; layer types of the modules in r too) as a case; malloc'ed
- * array in *cases_out. */
-bp_status vc_model_cases(const bp_registry *r, const char *path, vc_case **cases_out,
+ * options; layer types of the modules in r too) as a case, unfused and,
+ * when `fuse`, fused too; malloc'ed array in *cases_out. */
+bp_status vc_model_cases(const bp_registry *r, const char *path, int fuse, vc_case **cases_out,
                          int *count_out);
 
 /* ---- validate_buffers.c ---------------------------------------------------- */
@@ -257,6 +258,7 @@ typedef struct vc_check_options {
   /* NULL: the kernel runs on host buffers; else its runs go through this
    * device (the reference still runs on the host) */
   vc_device *device;
+  int no_tf32; /* bp_validate_options.no_tf32 */
 } vc_check_options;
 
 /* Runs every check of kernel k (against ref, which may be k itself) on

@@ -76,6 +76,7 @@ typedef struct job {
   const char *grad_op;
   char grad_case[96];
   vc_check_options opt;
+  int thread_count; /* an isolated child's pool (bp_validate_options.threads) */
 } job;
 
 static void job_run(job *j, vc_outcome *out) {
@@ -130,7 +131,7 @@ static void run_isolated(job *j, vc_outcome *out) {
     sigaction(SIGBUS, &sa, NULL);
     alarm(CHILD_TIMEOUT_S);
     bp_threads *threads = NULL;
-    int count = bp_threads_share(1);
+    int count = j->thread_count > 0 ? j->thread_count : bp_threads_share(1);
     if (count > MAX_THREADS) count = MAX_THREADS;
     if (bp_threads_create(count, &threads) != BP_OK) _exit(4);
     j->opt.threads = bp_threads_abi(threads);
@@ -326,7 +327,8 @@ static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
     if (!(row = add_row(rep, k->op, k->impl, k->device, c->name, is_ref))) goto nomem;
     job j = {.registry = r, .k = k, .ref = ref, .c = c, .grad_row = -1,
              .opt = {.seed = o->seed, .guard = o->isolate && !dev, .threads = threads,
-                     .device = dev}};
+                     .device = dev, .no_tf32 = o->no_tf32},
+             .thread_count = o->threads};
     vc_outcome out;
     if (o->isolate && !dev) run_isolated(&j, &out);
     else job_run(&j, &out);
@@ -338,7 +340,7 @@ static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
     row->guard_pages = o->isolate && !dev && row->verdict != BP_VALIDATE_SKIP;
     if (row->verdict == BP_VALIDATE_PASS && row->tolerance == VC_TF32_TOLERANCE)
       snprintf(row->detail, sizeof row->detail,
-               "TF32: FP32 outputs held to %g (BP_TF32=0: %g)", VC_TF32_TOLERANCE,
+               "TF32: FP32 outputs held to %g (without TF32: %g)", VC_TF32_TOLERANCE,
                vc_tolerance(BP_ABI_DTYPE_FP32));
     if (no_ref && row->verdict == BP_VALIDATE_PASS)
       snprintf(row->detail, sizeof row->detail, "no reference kernel: conventions checked only");
@@ -361,7 +363,9 @@ static bp_status gradcheck(bp_validate_report *rep, const bp_registry *r,
     vc_grad_row_name(i, &op, name, sizeof name);
     if (o->op_glob && fnmatch(o->op_glob, op, 0) != 0) continue;
     job j = {.registry = r, .grad_row = i, .grad_op = op,
-             .opt = {.seed = o->seed, .guard = o->isolate, .threads = threads}};
+             .opt = {.seed = o->seed, .guard = o->isolate, .threads = threads,
+                     .no_tf32 = o->no_tf32},
+             .thread_count = o->threads};
     vc_outcome out;
     if (o->isolate) run_isolated(&j, &out);
     else job_run(&j, &out);
@@ -374,9 +378,9 @@ static bp_status gradcheck(bp_validate_report *rep, const bp_registry *r,
 }
 
 /* Threads for kernels run in this process, made once. */
-static bp_status own_threads(bp_threads **threads) {
+static bp_status own_threads(bp_threads **threads, int count) {
   if (*threads) return BP_OK;
-  const int n = bp_threads_share(1);
+  const int n = count > 0 ? count : bp_threads_share(1);
   return bp_threads_create(n > MAX_THREADS ? MAX_THREADS : n, threads);
 }
 
@@ -384,6 +388,8 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
                           bp_validate_report **report_out) {
   if (!registry || !options || !report_out)
     return bp_fail(BP_ERR_INVALID, "bp_validate_run: NULL argument");
+  if (options->threads < 0 || options->threads > 1024)
+    return bp_fail(BP_ERR_INVALID, "validate: threads %d is outside 0..1024", options->threads);
   bp_dtype dtype;
   if (options->dtype && (bp_dtype_from_name(options->dtype, &dtype) != 0 ||
                          dtype == BP_DTYPE_ANY))
@@ -404,7 +410,7 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
   if (options->device) st = bp_validate_device(registry, options->device, &kind, &fixed);
   if (st == BP_OK && fixed) st = vc_device_open(fixed, 0, &fixed_dev);
   if (st == BP_OK && options->model_path) {
-    st = vc_model_cases(registry, options->model_path, &model_cases, &count);
+    st = vc_model_cases(registry, options->model_path, !options->no_fuse, &model_cases, &count);
     cases = model_cases;
   } else {
     cases = vc_builtin_cases(&count);
@@ -423,7 +429,8 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
     }
     /* in this process the kernels get threads of their own (children make
      * theirs): without isolation, and for every run on a device */
-    if ((!options->isolate || dev) && (st = own_threads(&threads)) != BP_OK) break;
+    if ((!options->isolate || dev) && (st = own_threads(&threads, options->threads)) != BP_OK)
+      break;
     st = validate_kernel(rep, registry, options, k, cases, count, options->model_path != NULL,
                          threads ? bp_threads_abi(threads) : NULL, dev, skip_why);
   }
@@ -431,7 +438,7 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
    * host buffers */
   if (st == BP_OK && options->gradcheck && !fixed_dev && (!kind || strcmp(kind, "cpu") == 0) &&
       (!options->dtype || strcmp(options->dtype, "fp32") == 0)) {
-    if (!options->isolate) st = own_threads(&threads);
+    if (!options->isolate) st = own_threads(&threads, options->threads);
     if (st == BP_OK)
       st = gradcheck(rep, registry, options, threads ? bp_threads_abi(threads) : NULL);
   }

@@ -492,7 +492,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
   on_host.device = NULL;
   const vc_check_options *ro = o->device && strcmp(ref->device, "cpu") == 0 ? &on_host : o;
   const int is_ref = k == ref && refc == c && ro == o;
-  const double fp32_tol = vc_impl_fp32_tolerance(k->impl);
+  const double fp32_tol = vc_impl_fp32_tolerance(k->impl, o->no_tf32);
   if (!is_ref && !supports(ref, refc, why, sizeof why)) {
     out->verdict = BP_VALIDATE_SKIP;
     snprintf(out->detail, sizeof out->detail, "the reference refuses the case: %.260s", why);

@@ -1,5 +1,5 @@
 /* Cases from a model (validate --model FILE): the model's plan compiled
- * with its own training settings, unfused and (unless BP_FUSE=0) with
+ * with its own training settings, unfused and (unless options.no_fuse) with
  * batchnorm + relu fused, and the graphs built with the default graph
  * options; every node of every variant becomes a case with the node's
  * descriptors (DTensors and spans, as the executor passes them), its
@@ -104,8 +104,8 @@ done:
   return st;
 }
 
-bp_status vc_model_cases(const bp_registry *r, const char *path, vc_case **cases_out,
-                         int *count_out) {
+bp_status vc_model_cases(const bp_registry *r, const char *path, int fuse_too,
+                         vc_case **cases_out, int *count_out) {
   bp_model *model = NULL;
   vc_case *cases = NULL;
   int count = 0, cap = 0;
@@ -114,7 +114,7 @@ bp_status vc_model_cases(const bp_registry *r, const char *path, vc_case **cases
   /* the unfused graph, and the fused one where fusion is on: a run takes
    * either, by its device and pins (bp_fuse_bn_relu_allowed, model.h) */
   bp_compile_options co = bp_compile_options_from_model(model);
-  const int fusion = co.fuse_bn_relu;
+  const int fusion = co.fuse_bn_relu && fuse_too;
   for (int fuse = 0; fuse <= fusion && st == BP_OK; fuse++) {
     co.fuse_bn_relu = fuse;
     st = add_cases(r, path, model, co, &cases, &count, &cap);

@@ -100,13 +100,10 @@ void vc_op_complete(vc_case *c) {
     if (c->alias[o] >= c->num_inputs) c->alias[o] = -1;
 }
 
-double vc_impl_fp32_tolerance(const char *impl) {
+double vc_impl_fp32_tolerance(const char *impl, int no_tf32) {
   /* TF32 keeps 10 mantissa bits: inputs rounded to 2^-11, products to
    * about 1e-3 relative (docs/validate.md) */
-  if (starts(impl, "cudnn") || starts(impl, "cublas")) {
-    const char *tf32 = getenv("BP_TF32");
-    if (!tf32 || strcmp(tf32, "0") != 0) return VC_TF32_TOLERANCE;
-  }
+  if ((starts(impl, "cudnn") || starts(impl, "cublas")) && !no_tf32) return VC_TF32_TOLERANCE;
   return vc_tolerance(BP_ABI_DTYPE_FP32);
 }
 

@@ -217,9 +217,8 @@ typedef struct bp_exec_program {
 
 /* The program of (variant, segment_mask), built on first use and kept by
  * the executor (valid until bp_exec_destroy). Only with streams > 1.
- * Test hook: the environment variable BP_TEST_DROP_WAIT=N leaves out the
- * N-th wait (from 0, in program order) of every program that has one, so
- * a test can show a missing edge is caught. */
+ * Tests may leave one wait out (core/src/exec-test.h) to show a missing
+ * edge is caught. */
 bp_status bp_exec_program_get(bp_exec *exec, int variant, unsigned segment_mask,
                               const bp_exec_program **program_out);
 /* The lane of bound node `index` of a segment (0 with one stream). */

@@ -104,7 +104,8 @@ typedef struct bp_compile_options {
                               ignored with amp; docs/plan.md, "Fusion"). The plan keeps the
                               choice: liveness packing follows the graph, so the features'
                               offsets differ (not the checkpoint's state). From the model:
-                              1 unless BP_FUSE is 0; the trainer and predict then drop it
+                              1 (callers clear it to opt out: bp_train_options.no_fuse;
+                              the CLI's BP_FUSE=0); the trainer and predict then drop it
                               where the device or a pin lacks the fused kernels */
 } bp_compile_options;
 

@@ -2,15 +2,18 @@
  * and kernel selection for graph nodes.
  *
  * Discovery order (bp_registry_discover): explicit paths, then the
- * directories of BP_PLUGIN_PATH (colon-separated, read with secure_getenv),
- * then the install directory (<prefix>/lib/blueprint/modules), then the
+ * directories of the registry's search path (bp_registry_options; the CLI
+ * passes BP_PLUGIN_PATH), then the install directory (<prefix>/lib/blueprint/modules), then the
  * directory "blueprint/modules" beside libblueprint.so. Never the current
  * directory; relative entries are refused. Every file ending in ".so" in a
  * directory is a candidate, in name order; an explicit path or a
- * BP_PLUGIN_PATH entry may also name one module file. dlopen(RTLD_NOW | RTLD_LOCAL).
+ * search-path entry may also name one module file. dlopen(RTLD_NOW | RTLD_LOCAL).
  *
- * Messages modules log through the host go to stderr: errors and warnings,
- * and info / debug ones too when BP_LOG=info / BP_LOG=debug.
+ * Messages modules log through the host go to stderr, up to the registry's
+ * log level (bp_registry_options; errors and warnings by default).
+ *
+ * The library reads no environment variable: the caller passes what it
+ * wants here (docs/environment.md lists what the CLI reads).
  *
  * Threads: loading (create, load, discover, destroy) is single-threaded.
  * Once loading is done, bp_registry_select may run on several threads at
@@ -80,7 +83,36 @@ typedef struct bp_registered_layer {
   const bp_abi_layer_saved *saved; /* [layer.num_saved] copies (layer.saved is this), or NULL */
 } bp_registered_layer;
 
+/* What a registry is created with. Zeroed and then bp_registry_options_init
+ * gives the defaults; strings are copied at create. */
+typedef struct bp_registry_options {
+  uint32_t struct_size;    /* sizeof(bp_registry_options) */
+  const char *search_path; /* colon-separated module directories (or files) searched after
+                              discovery's explicit paths; only absolute entries are
+                              searched, empty and relative ones are recorded as skipped.
+                              Records name it "BP_PLUGIN_PATH". NULL (default): none */
+  int log_level;           /* the most verbose module message printed: BP_ABI_LOG_WARN
+                              (default), BP_ABI_LOG_INFO or BP_ABI_LOG_DEBUG */
+  const char *pins;        /* default pins: below a call's own, above a model file's
+                              (bp_registry_resolve_pins); NULL (default): none */
+  const char *const *module_options; /* "name=value" strings modules read at init through
+                                        bp_abi_host.option (ABI 1.6; the names are
+                                        docs/environment.md's); the first of a name wins */
+  int module_option_count;
+} bp_registry_options;
+
+void bp_registry_options_init(bp_registry_options *options);
+/* A registry with the built-in ops and `options` (NULL: the defaults).
+ * BP_ERR_INVALID for a log level outside BP_ABI_LOG_ERROR..BP_ABI_LOG_DEBUG,
+ * or a module option that is not "name=value" with a non-empty name. */
+bp_status bp_registry_create_with(const bp_registry_options *options,
+                                  bp_registry **registry_out);
+/* bp_registry_create_with(NULL, registry_out). */
 bp_status bp_registry_create(bp_registry **registry_out);
+/* Changes the log level of bp_registry_options for messages from now on
+ * (loading is single-threaded: not while kernels may log).
+ * BP_ERR_INVALID for a level outside BP_ABI_LOG_ERROR..BP_ABI_LOG_DEBUG. */
+bp_status bp_registry_set_log_level(bp_registry *registry, int level);
 void bp_registry_destroy(bp_registry *registry); /* calls fini, dlcloses; NULL ok */
 
 /* Loads one module file. A refused module is recorded and returns an error
@@ -128,10 +160,11 @@ const bp_search_dir *bp_registry_search_dir(const bp_registry *registry, int ind
 /* Kernel pins: "op_glob=impl[,op_glob=impl...]", e.g.
  * "conv2d.fwd=xnnpack,fc.*=blas", at most 32 entries.
  *
- * Precedence, decided only by bp_pins_resolve: the caller's option (the
- * `--kernels` option, bp_train_options.kernels, bp_exec_options.pins,
- * bp_select_options.pins; "" means no pins) > the BP_KERNELS environment
- * variable > the model file's `train: kernels:`. The first source present
+ * Precedence, decided only by bp_registry_resolve_pins: the caller's option
+ * (the `--kernels` option, bp_train_options.kernels, bp_exec_options.pins,
+ * bp_select_options.pins; "" means no pins) > the registry's default pins
+ * (bp_registry_options.pins; the CLI passes BP_KERNELS) > the model file's
+ * `train: kernels:`. The first source present
  * is used whole; lists are never merged.
  *
  * Meaning: for each node the first pin whose glob matches wins (fnmatch on
@@ -152,14 +185,18 @@ const bp_search_dir *bp_registry_search_dir(const bp_registry *registry, int ind
 typedef enum bp_pin_source {
   BP_PINS_NONE = 0, /* no pins anywhere */
   BP_PINS_OPTION,   /* the caller's option */
-  BP_PINS_ENV,      /* BP_KERNELS */
+  BP_PINS_ENV,      /* the registry's default pins (the CLI's BP_KERNELS) */
   BP_PINS_MODEL,    /* the model file */
 } bp_pin_source;
 
 /* The pins in effect by the precedence above: `option` when not NULL, else
- * BP_KERNELS when set, else `model` when not NULL or "". Returns "" for no
- * pins, never NULL; the string is borrowed (from the arguments or the
- * environment). *source_out (optional) says which it was. */
+ * the registry's default pins when it has some (registry may be NULL: none),
+ * else `model` when not NULL or "". Returns "" for no pins, never NULL; the
+ * string is borrowed (from the arguments or the registry). *source_out
+ * (optional) says which it was. */
+const char *bp_registry_resolve_pins(const bp_registry *registry, const char *option,
+                                     const char *model, bp_pin_source *source_out);
+/* bp_registry_resolve_pins(NULL, option, model, source_out). */
 const char *bp_pins_resolve(const char *option, const char *model, bp_pin_source *source_out);
 /* "none", "option", "BP_KERNELS", "model file". */
 const char *bp_pin_source_name(bp_pin_source source);

@@ -31,10 +31,10 @@ const bp_abi_threads *bp_threads_abi(const bp_threads *t);
 
 /* Threads per rank when `ranks_in_process` ranks share this process: the
  * cores this process may run on (its CPU affinity) divided by the ranks,
- * at least 1. The environment variable BP_THREADS (a positive integer),
- * read once, overrides it: BP_THREADS=1 runs every kernel on its rank's
- * thread (what ThreadSanitizer runs use, since libraries' own worker
- * threads are invisible to it). */
+ * at least 1. Callers that take a count from their user pass it instead
+ * (bp_train_options.threads; the CLI reads BP_THREADS, which
+ * ThreadSanitizer runs set to 1 since libraries' own worker threads are
+ * invisible to it). */
 int bp_threads_share(int ranks_in_process);
 
 #ifdef __cplusplus

@@ -83,18 +83,25 @@ void bp_mpi_abort(int code);
  * copies are left out. The rest of the arena is private memory.
  *
  * The allocator's alloc is a collective (every rank, the same sizes) and
- * gives NULL on every rank alike when the ranks span machines,
- * BP_MPI_SHARED=0 is set, or the file cannot be had (/dev/shm full): the
+ * gives NULL on every rank alike when the ranks span machines
+ * or the file cannot be had (/dev/shm full): the
  * caller then keeps its own memory and the "mpi" communicator. Its free is
- * local. Without MPI, alloc always gives NULL. `shared_bytes` is borrowed. */
-bp_arena_allocator bp_mpi_shared_allocator(const size_t *shared_bytes);
+ * local. Without MPI, alloc always gives NULL. The arenas are `shared`'s
+ * (borrowed; it outlives them). */
+typedef struct bp_mpi_shared bp_mpi_shared; /* opaque: one run's shared arenas */
+/* An owner whose arenas share their first `*shared_bytes` bytes (borrowed,
+ * read at each alloc). */
+bp_status bp_mpi_shared_create(const size_t *shared_bytes, bp_mpi_shared **shared_out);
+/* After every arena it gave is freed; NULL is a no-op. */
+void bp_mpi_shared_destroy(bp_mpi_shared *shared);
+bp_arena_allocator bp_mpi_shared_allocator(bp_mpi_shared *shared);
 
 /* The "threads" view of this rank for kernels, over the shared arena at
- * `base` (an arena bp_mpi_shared_allocator gave): rank and world of
+ * `base` (an arena `shared`'s allocator gave): rank and world of
  * MPI_COMM_WORLD. Publish takes pointers into the arena's shared bytes
  * only (the collectives publish the spans they reduce). BP_ERR_INVALID
  * when `base` is not such an arena. */
-bp_status bp_mpi_shared_comm(const void *base, bp_abi_comm *comm_out);
+bp_status bp_mpi_shared_comm(bp_mpi_shared *shared, const void *base, bp_abi_comm *comm_out);
 
 /* Processes of this run on this machine (OMPI_COMM_WORLD_LOCAL_SIZE, else
  * the launched world); 1 when not launched by mpirun. For sizing thread

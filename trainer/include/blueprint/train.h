@@ -216,8 +216,9 @@ typedef struct bp_train_options {
   int64_t stop_after_steps;    /* testing interruption: checkpoint and stop after N steps of
                                   the run (global); 0: off */
   /* kernels */
-  const char *kernels; /* pins "op_glob=impl,..."; NULL: BP_KERNELS, else the model
-                          file's train: kernels (registry.h: pin precedence) */
+  const char *kernels; /* pins "op_glob=impl,..."; NULL: the registry's default pins,
+                          else the model file's train: kernels (registry.h: pin
+                          precedence) */
   int autotune;
   const char *autotune_cache;
   bp_registry *registry;           /* borrowed, loaded; NULL: the trainer discovers modules */
@@ -239,6 +240,19 @@ typedef struct bp_train_options {
                                and evaluation batch, the SGEMM yardstick is measured at
                                create, and with metrics_path a "profile" line follows each
                                epoch line; NULL: off, no clock read */
+  /* The library reads no environment variable; these carry what the CLI
+   * reads (docs/environment.md). Their zero values are the defaults. */
+  const bp_registry_options *registry_options; /* (optional) borrowed: the module search
+                                                  path, log level, default pins and module
+                                                  options of the registry the trainer
+                                                  discovers (ignored with `registry`);
+                                                  NULL: defaults */
+  int threads;       /* threads per rank for kernels, 1..1024; 0: the cores this process
+                        may use divided by the ranks sharing this machine (threads.h) */
+  int no_fuse;       /* 1: never fuse batchnorm + relu; 0: where the device and pins
+                        allow it (model.h, bp_fuse_bn_relu_allowed) */
+  int no_mpi_shared; /* 1: under mpirun, collectives travel as MPI messages even between
+                        processes of one machine (comm.h); 0: shared memory there */
 } bp_train_options;
 
 /* The defaults above. */

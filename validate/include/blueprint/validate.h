@@ -76,6 +76,12 @@ typedef struct bp_validate_options {
   /* dtype name ("fp16", "fp32", "int8", "int32"): only cases with a tensor
    * of it (fp16: the AMP twins and the FP16 range cases); NULL: every case */
   const char *dtype;
+  /* appended; 0 keeps the behaviour before them (the library reads no
+   * environment: the CLI maps BP_THREADS, BP_FUSE and BP_TF32 here) */
+  int threads; /* threads lent to kernels run in this process; 0: the cores */
+  int no_fuse; /* 1: a model's plan unfused only (0: also the fused one) */
+  int no_tf32; /* 1: cuDNN and cuBLAS FP32 outputs held to the FP32 tolerance, for
+                  modules told not to use TF32 (0: VC_TF32 tolerance, 5e-3) */
 } bp_validate_options;
 
 /* One row: a kernel on a case (or a gradient check, impl "gradcheck"). */
