@@ -81,21 +81,24 @@ typedef struct bp_abi_tensor {
   uint64_t slot_bytes;  /* bytes readable from the pointer, 16-byte tail included */
 } bp_abi_tensor;
 
-/* The ranks a collective kernel (allreduce.*) works across (1.1). The
- * host builds one per rank; `handle` is what `backend` names:
+/* The ranks a collective kernel (allreduce.*) works across (1.1). One
+ * per rank, made by the host or (1.6) by a collective transport of the
+ * device plugin (bp_abi_device.h); `handle` is what `backend` names:
  *  "threads"  ranks share memory: a bp_abi_comm_threads (below). The
  *             ranks are threads of one process, or (1.3) processes of
  *             one machine under mpirun whose arenas' collective spans
- *             lie in shared memory;
+ *             lie in shared memory; the host or a device's transport
+ *             makes it;
  *  "mpi"      one rank per process: an MPI_Comm * of the MPI library the
  *             host is linked with (MPI is initialized by the host);
- *  "nccl"     one rank per GPU: an ncclComm_t the host made (NCCL is
- *             loaded by the host and the kernel module alike); the kernel
- *             enqueues on args->stream.
- * A kernel checks `backend` in supports() and refuses any other. */
+ *  "nccl"     one rank per GPU: an ncclComm_t the cuda device plugin's
+ *             transport made (NCCL is loaded by the plugin and the kernel
+ *             module alike); the kernel enqueues on args->stream.
+ * Other backends are whatever a device's transport names. A kernel checks
+ * `backend` in supports() and refuses any other. */
 typedef struct bp_abi_comm {
   uint32_t struct_size;
-  const char *backend; /* "threads", "mpi", "nccl" */
+  const char *backend; /* "threads", "mpi", "nccl", or a transport's */
   int32_t rank, world; /* this rank, number of ranks */
   void *handle;        /* see above */
 } bp_abi_comm;

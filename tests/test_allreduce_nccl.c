@@ -1,6 +1,7 @@
 /* The "nccl" collectives (ops/allreduce/nccl.c) on this machine's GPUs,
- * one rank per GPU as threads of this process, over the core's NCCL
- * communicators (comm.h: bp_nccl_open_all), at every world 1..G (G = the
+ * one rank per GPU as threads of this process, over NCCL communicators
+ * the cuda device plugin's "nccl" transport opens (bp_abi_device.h,
+ * collective transports), at every world 1..G (G = the
  * GPUs, at most 8):
  *  - allreduce.sum and reduce_scatter against the rank-order reference sum
  *    of allreduce-impl.h, within |got - want| <= world * FLT_EPSILON *
@@ -28,7 +29,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "blueprint/comm.h"
+#include "bp_abi_device.h"
 #include "blueprint/registry.h"
 #include "blueprint/status.h"
 #include "allreduce_util.h"
@@ -37,8 +38,27 @@
 #define MAX_GPUS 8
 
 static bp_registry *registry;
+static const bp_abi_comm_transport *nccl_transport; /* the cuda plugin's "nccl" */
+
+/* The group of `world` ranks on GPUs 0..world-1, opened by the transport. */
+static void *nccl_open_world(int world) {
+  int32_t devices[MAX_GPUS];
+  for (int r = 0; r < world; r++) devices[r] = r;
+  char reason[512] = "";
+  const bp_abi_comm_open_args a = {sizeof a, world, devices, 0, world, NULL, reason,
+                                   sizeof reason};
+  void *group = NULL;
+  ck_assert_msg(nccl_transport->open(nccl_transport->user, &a, &group) == BP_ABI_OK,
+                "opening NCCL on %d GPU(s): %s", world, reason);
+  return group;
+}
+
+static bp_abi_comm nccl_rank(void *group, int r) {
+  bp_abi_comm c;
+  ck_assert_int_eq(nccl_transport->comm(group, r, &c), BP_ABI_OK);
+  return c;
+}
 static int gpus; /* ranks tested up to: min(GPUs, MAX_GPUS) */
-static const int first_gpus[MAX_GPUS] = {0, 1, 2, 3, 4, 5, 6, 7}; /* rank r on GPU r */
 
 static const char *const ops[] = {"allreduce.sum", "allreduce.reduce_scatter",
                                   "allreduce.all_gather"};
@@ -114,12 +134,12 @@ done:
 
 /* Runs `op` on world ranks (GPUs 0..world-1) as threads, each starting from
  * ar_value_of(r, i); out[r] gets rank r's span afterwards. */
-static void run_world(bp_nccl *nccl, int world, const char *op, uint64_t count, float scale,
+static void run_world(void *nccl, int world, const char *op, uint64_t count, float scale,
                       int capture, float **out) {
   rank_job jobs[MAX_GPUS];
   pthread_t threads[MAX_GPUS];
   for (int r = 0; r < world; r++) {
-    jobs[r] = (rank_job){.k = kernel_of(op), .device = r, .comm = bp_nccl_abi(nccl, r, r, world),
+    jobs[r] = (rank_job){.k = kernel_of(op), .device = r, .comm = nccl_rank(nccl, r),
                          .count = count, .scale = scale, .capture = capture, .out = out[r]};
     jobs[r].in = malloc((size_t)count * sizeof(float));
     ck_assert_ptr_nonnull(jobs[r].in);
@@ -162,8 +182,7 @@ static float tolerance(int world, uint64_t i, float scale) {
 }
 
 static void check_world(int world) {
-  bp_nccl *nccl = NULL;
-  ck_assert_msg(bp_nccl_open_all(world, first_gpus, &nccl) == BP_OK, "%s", bp_last_error());
+  void *nccl = nccl_open_world(world);
   /* 1 element; a multiple of the world (one NCCL call per phase); not one
    * (one call per chunk) unless world is 1; large enough for NCCL to chunk */
   const uint64_t counts[] = {1, 4096 * 3, 1001, (1u << 20) + 7};
@@ -195,7 +214,7 @@ static void check_world(int world) {
     free_spans(sum, world);
     free_spans(got, world);
   }
-  bp_nccl_close(nccl);
+  nccl_transport->close(nccl);
 }
 
 START_TEST(nccl_collectives_match_the_rank_order_sum_at_every_world) {
@@ -205,8 +224,7 @@ END_TEST
 
 START_TEST(nccl_sum_captured_in_a_graph_replays_the_eager_bits) {
   const int world = gpus;
-  bp_nccl *nccl = NULL;
-  ck_assert_msg(bp_nccl_open_all(world, first_gpus, &nccl) == BP_OK, "%s", bp_last_error());
+  void *nccl = nccl_open_world(world);
   const uint64_t count = 100003;
   const float scale = 1.0f / (float)world;
   float **eager = spans(world, count), **replay = spans(world, count);
@@ -217,7 +235,7 @@ START_TEST(nccl_sum_captured_in_a_graph_replays_the_eager_bits) {
                   "world %d: rank %d's replayed sum differs from the eager one", world, r);
   free_spans(eager, world);
   free_spans(replay, world);
-  bp_nccl_close(nccl);
+  nccl_transport->close(nccl);
 }
 END_TEST
 
@@ -252,10 +270,20 @@ int main(void) {
   gpus = count < MAX_GPUS ? count : MAX_GPUS;
   if (bp_registry_create(&registry) != BP_OK ||
       bp_registry_load(registry, BP_OPS_ALLREDUCE_NCCL_PATH) != BP_OK ||
-      !ar_kernel(registry, "allreduce.sum", "nccl")) {
-    printf("SKIP: %s is not usable here: %s\n", BP_OPS_ALLREDUCE_NCCL_PATH, bp_last_error());
+      !ar_kernel(registry, "allreduce.sum", "nccl") ||
+      bp_registry_load(registry, BP_DEVICE_CUDA_PATH) != BP_OK) {
+    printf("SKIP: %s or %s is not usable here: %s\n", BP_OPS_ALLREDUCE_NCCL_PATH,
+           BP_DEVICE_CUDA_PATH, bp_last_error());
     bp_registry_destroy(registry);
     return SKIP_CODE;
+  }
+  const bp_abi_device *cuda = bp_registry_find_device(registry, "cuda");
+  for (int i = 0; cuda && i < cuda->num_transports; i++)
+    if (strcmp(cuda->transports[i].backend, "nccl") == 0) nccl_transport = &cuda->transports[i];
+  if (!nccl_transport) {
+    printf("FAIL: the cuda device offers no 'nccl' transport\n");
+    bp_registry_destroy(registry);
+    return EXIT_FAILURE;
   }
   printf("testing the nccl collectives at worlds 1..%d (this machine has %d GPU(s))\n", gpus,
          count);

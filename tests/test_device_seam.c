@@ -6,7 +6,13 @@
  * with batch norm), evaluation, checkpoint, resume and read-tensor work and
  * match the cpu device bit for bit, on 1 rank and on 2; the batches travel
  * through pinned staging and the transfer stream, and the compute stream
- * waits for them on events. Data: small generated MNIST-format sets. */
+ * waits for them on events. Ranks on it reach each other through the
+ * device's own collective transport (ABI 1.6), which the trainer chooses
+ * by its flags; a transport that fails to open fails the run with its
+ * reason; a 1.5 build of the device (no transports) still loads, and its
+ * ranks use the host's threads communicator where the host reaches its
+ * memory, or are refused with one line where it does not. Data: small
+ * generated MNIST-format sets. */
 #include <check.h>
 #include <math.h>
 #include <signal.h>
@@ -44,14 +50,20 @@ static const bp_abi_device *guarded(void) {
   return bp_registry_find_device(registry, "guarded");
 }
 
-static guard_stats stats_now(void) {
-  const bp_abi_ext_header *e = guarded()->extensions;
+static const guard_ext *ext_of(const bp_abi_device *d) {
+  const bp_abi_ext_header *e = d->extensions;
   while (e && e->type != GUARD_EXT_TYPE) e = e->next;
   ck_assert_ptr_nonnull(e);
+  return (const guard_ext *)(const void *)e;
+}
+
+static guard_stats stats_of(const bp_abi_device *d) {
   guard_stats s;
-  ((const guard_ext *)(const void *)e)->read_stats(&s);
+  ext_of(d)->read_stats(&s);
   return s;
 }
+
+static guard_stats stats_now(void) { return stats_of(guarded()); }
 
 /* ---- the guard itself ------------------------------------------------------------ */
 
@@ -191,9 +203,13 @@ static void check_model(const char *model, int ranks, int64_t batch) {
                     steps * (uint64_t)ranks);
   ck_assert_uint_ge(after.compute_host_tasks - before.compute_host_tasks, steps * (uint64_t)ranks);
   ck_assert_uint_eq(after.h2d_other, before.h2d_other); /* every upload on a transfer stream */
+  /* ranks: the device's own transport made the communicator, once */
+  ck_assert_uint_eq(after.comm_opens - before.comm_opens, ranks > 1 ? 1 : 0);
+  if (ranks > 1) ck_assert_str_eq(bp_trainer_transport(g), "threads");
   bp_trainer_destroy(c);
   bp_trainer_destroy(g);
   ck_assert_uint_eq(stats_now().arenas, before.arenas); /* every arena freed */
+  ck_assert_uint_eq(stats_now().comm_closes - before.comm_closes, ranks > 1 ? 1 : 0);
   free(ck_cpu);
   free(ck_dev);
   toy_env_close(&e);
@@ -395,6 +411,90 @@ START_TEST(a_kernel_failure_on_the_device_keeps_its_reason) {
 }
 END_TEST
 
+/* A transport whose open fails: the trainer is not made, and the error is
+ * one line naming the device, the transport and the plugin's reason. */
+START_TEST(a_transport_that_fails_to_open_fails_the_run_with_its_reason) {
+  toy_env e = toy_env_open(bn_model, 100, 30, 7);
+  bp_train_options o;
+  bp_train_options_init(&o);
+  registry_open();
+  o.registry = registry;
+  o.device = "guarded";
+  o.ranks = 2;
+  o.data_dir = e.data;
+  o.train_limit = 48;
+  const guard_stats before = stats_now();
+  ext_of(guarded())->fail_comm_open(1);
+  bp_trainer *t = NULL;
+  const bp_status st = bp_trainer_create_from_file(e.mlp, &o, &t);
+  ext_of(guarded())->fail_comm_open(0);
+  ck_assert_int_eq(st, BP_ERR_DEVICE);
+  ck_assert_ptr_null(t);
+  ck_assert_str_eq(bp_last_error(),
+                   "device 'guarded': its collective transport 'threads' did not open for 2 "
+                   "rank(s) of 2: guarded: opening refused (the test asked for it)");
+  ck_assert_uint_eq(stats_now().arenas, before.arenas); /* nothing left behind */
+  ck_assert_uint_eq(stats_now().comm_opens, before.comm_opens);
+  /* it opens again */
+  ck_assert_msg(bp_trainer_create_from_file(e.mlp, &o, &t) == BP_OK, "%s", bp_last_error());
+  bp_trainer_destroy(t);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* A device plugin built against ABI 1.5 (its bp_abi_device ends before the
+ * transports) loads and reads as offering none: its 2 ranks train through
+ * the host's own threads communicator (its kernels are host tasks, so the
+ * host's collectives reach its memory) to the cpu device's bits; the same
+ * device without host flags is refused on 2 ranks, in one line. */
+START_TEST(a_1_5_device_plugin_loads_and_its_ranks_use_the_host_or_are_refused) {
+  const char *paths[] = {BP_GUARDED15_DIR};
+  bp_registry *r = NULL;
+  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
+  ck_assert_msg(bp_registry_discover(r, paths, 1) == BP_OK, "%s", bp_last_error());
+  const bp_abi_device *d = bp_registry_find_device(r, "guarded15");
+  ck_assert_ptr_nonnull(d);
+  ck_assert_ptr_null(d->transports);
+  ck_assert_int_eq(d->num_transports, 0);
+  toy_env e = toy_env_open(bn_model, 100, 30, 7);
+  char *ck_cpu = path_in(e.dir, "cpu.ckpt"), *ck_dev = path_in(e.dir, "g15.ckpt");
+  run_opts base = {.ranks = 2, .batch = 24, .eval_batch = 20, .seed = 3, .constant_lr = 1};
+  run_opts oc = base, og = base;
+  oc.device = "cpu", oc.checkpoint = ck_cpu, oc.registry = r;
+  og.device = "guarded15", og.checkpoint = ck_dev, og.registry = r, og.no_graph = 1;
+  bp_trainer *c = make_trainer(e.model, e.data, &oc), *g = make_trainer(e.model, e.data, &og);
+  ck_assert_str_eq(bp_trainer_transport(g), "threads");
+  reports rc = {0}, rg = {0};
+  train_all(c, &rc);
+  train_all(g, &rg);
+  same_evaluated_reports(&rc, &rg);
+  same_state(c, g);
+  ck_assert_msg(same_file(ck_cpu, ck_dev), "the checkpoints differ");
+  ck_assert_uint_eq(stats_of(d).comm_opens, 0);
+  bp_trainer_destroy(c);
+  bp_trainer_destroy(g);
+  bp_train_options o;
+  bp_train_options_init(&o);
+  o.registry = r;
+  o.device = "guarded15_opaque";
+  o.ranks = 2;
+  o.data_dir = e.data;
+  o.train_limit = 48;
+  bp_trainer *t = NULL;
+  ck_assert_int_eq(bp_trainer_create_from_file(e.mlp, &o, &t), BP_ERR_UNSUPPORTED);
+  ck_assert_ptr_null(t);
+  ck_assert_str_eq(bp_last_error(),
+                   "2 ranks run on distinct 'guarded15_opaque' devices: device 'guarded15_opaque' "
+                   "offers no collective transport and the host cannot reach its memory: run at "
+                   "most 2 ranks (this machine's devices), or give --devices with distinct "
+                   "devices or one device for all");
+  free(ck_cpu);
+  free(ck_dev);
+  toy_env_close(&e);
+  bp_registry_destroy(r);
+}
+END_TEST
+
 /* The command line reaches the device through --plugin and --device, and
  * prints what the cpu device prints, timings aside. */
 START_TEST(blueprint_train_runs_on_the_guarded_device) {
@@ -435,6 +535,8 @@ static Suite *suite(void) {
   tcase_add_test(t, a_devices_list_maps_ranks_and_a_bad_one_is_refused);
   tcase_add_test(t, blueprint_train_runs_on_the_guarded_device);
   tcase_add_test(t, a_kernel_failure_on_the_device_keeps_its_reason);
+  tcase_add_test(t, a_transport_that_fails_to_open_fails_the_run_with_its_reason);
+  tcase_add_test(t, a_1_5_device_plugin_loads_and_its_ranks_use_the_host_or_are_refused);
   suite_add_tcase(s, t);
   return s;
 }

@@ -168,6 +168,36 @@ static int host_register_kernel(void *ctx, const bp_abi_kernel *kernel) {
   return BP_ABI_OK;
 }
 
+/* The device's collective transports (1.6, bp_abi_device.h): checked here,
+ * so the trainer may call them without checking again. */
+static int transports_ok(bp_registry *r, const bp_abi_device *d) {
+  if (d->num_transports == 0) return 1;
+  if (d->num_transports < 0 || d->num_transports > BP_ABI_COMM_TRANSPORTS_MAX || !d->transports) {
+    refuse(r, BP_ABI_ERR_INVALID, "device '%s': %d collective transports (at most %d, with the array)",
+           d->kind, (int)d->num_transports, BP_ABI_COMM_TRANSPORTS_MAX);
+    return 0;
+  }
+  const size_t stride = d->transports->struct_size; /* the first element's (rule 6) */
+  for (int32_t i = 0; i < d->num_transports; i++) {
+    const void *at = (const char *)d->transports + (size_t)i * stride;
+    if (!struct_size_ok(r, at, BP_ABI_END(bp_abi_comm_transport, close), "collective transport"))
+      return 0;
+    bp_abi_comm_transport t;
+    bp_abi_copy(&t, sizeof t, at);
+    const uint32_t known = BP_ABI_COMM_SPANS_PROCESSES | BP_ABI_COMM_SPANS_DEVICES |
+                           BP_ABI_COMM_SHARES_DEVICE;
+    if (!bp_registry_name_valid(t.backend) || !t.open || !t.comm || !t.close || !t.flags ||
+        (t.flags & ~known)) {
+      refuse(r, BP_ABI_ERR_INVALID,
+             "device '%s': collective transport %d needs a backend name, open, comm, close and "
+             "flags among BP_ABI_COMM_* (backend '%s', flags 0x%x)",
+             d->kind, (int)i, str_or_null(t.backend), (unsigned)t.flags);
+      return 0;
+    }
+  }
+  return 1;
+}
+
 static int host_register_device(void *ctx, const bp_abi_device *device) {
   bp_registry *r = staging(ctx, "register_device");
   if (!r) return BP_ABI_ERR_INVALID;
@@ -210,6 +240,7 @@ static int host_register_device(void *ctx, const bp_abi_device *device) {
     if (!required[i].set)
       return refuse(r, BP_ABI_ERR_INVALID, "device '%s': %s is NULL (it is not optional)",
                     d.kind, required[i].name);
+  if (!transports_ok(r, &d)) return BP_ABI_ERR_INVALID;
   const bp_ptr_list *lists[2] = {&r->devices, &r->stage.devices};
   for (int l = 0; l < 2; l++)
     for (int i = 0; i < lists[l]->count; i++) {

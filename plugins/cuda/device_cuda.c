@@ -18,6 +18,9 @@
  *  - stream_enqueue_host: cudaLaunchHostFunc (fn may not call CUDA).
  *  - stream_native: the cudaStream_t kernels launch on; it also makes the
  *    stream's device current on the calling thread (a rank's thread).
+ *  - collective transports (ABI 1.6, comm_nccl.c): "nccl", one rank per
+ *    GPU, in one process or one per process under mpirun; "threads", ranks
+ *    of one process sharing one GPU.
  *  - BP_ABI_EXT_GRAPH_CAPTURE: cudaStreamBeginCapture (thread-local mode, so
  *    ranks on other threads keep allocating) / cudaStreamEndCapture,
  *    cudaGraphInstantiate, cudaGraphLaunch, cudaGraph(Exec)Destroy.
@@ -36,6 +39,7 @@
 
 #include "bp_abi.h"
 #include "bp_abi_device.h"
+#include "comm_cuda.h"
 
 #ifndef BP_PLUGIN_VERSION
 #define BP_PLUGIN_VERSION "0.0.0"
@@ -419,6 +423,8 @@ static const bp_abi_device cu_device = {
     .host_free_pinned = cu_host_free_pinned,
     .last_error = cu_last_error,
     .extensions = &cu_graph_ext.header,
+    .transports = cu_transports, /* "nccl", then "threads" (comm_nccl.c) */
+    .num_transports = CU_TRANSPORTS,
 };
 
 /* Registers the device even where no GPU exists (device_count says 0), so

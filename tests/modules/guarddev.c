@@ -48,7 +48,16 @@
  *    enqueued last, or with a number: a pick by a random generator seeded
  *    with it. A missing cross-stream wait then runs a consumer
  *    before its producer, deterministically; the results show it. One
- *    rank per device (a collective inside a task holds its device). */
+ *    rank per device (a collective inside a task holds its device).
+ *  - Its own collective transport (ABI 1.6): "threads" for the ranks of one
+ *    process, on one device or several (SPANS_DEVICES | SHARES_DEVICE), a
+ *    threads communicator the plugin makes (plugins/shared/threads_group.c),
+ *    so the "threads" kernels serve it inside the compute tasks. Opens and
+ *    closes are counted; the extension can make open fail.
+ *  - GUARD_ABI15 builds it as a 1.5 plugin (its bp_abi_device ends before
+ *    the transports), registering two devices: "guarded15" (kernels in host
+ *    tasks: the host's own threads communicator serves its ranks) and
+ *    "guarded15_opaque" (no host flags: a multi-rank run is refused). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -64,6 +73,7 @@
 #include "bp_abi_device.h"
 #include "guarddev.h"
 #include "stream_worker.h"
+#include "threads_group.h"
 
 #define GUARD_DEVICES 2
 
@@ -885,11 +895,69 @@ static void guard_exec_destroy(void *exec) {
 }
 #endif
 
+/* ---- the collective transport ------------------------------------------------- */
+
+static int comm_open_fails; /* under window_mu */
+
+#ifndef GUARD_ABI15
+
+static int guard_comm_open(void *user, const bp_abi_comm_open_args *a, void **group_out) {
+  (void)user;
+  pthread_mutex_lock(&window_mu);
+  const int fail = comm_open_fails;
+  pthread_mutex_unlock(&window_mu);
+  if (fail) {
+    snprintf(a->reason, a->reason_size, "guarded: opening refused (the test asked for it)");
+    return BP_ABI_ERR_DEVICE;
+  }
+  if (a->bootstrap || a->first_rank != 0 || a->local != a->world) {
+    snprintf(a->reason, a->reason_size, "guarded: its transport serves ranks of one process");
+    return BP_ABI_ERR_UNSUPPORTED;
+  }
+  for (int32_t k = 0; k < a->local; k++)
+    if (a->devices[k] < 0 || a->devices[k] >= GUARD_DEVICES) {
+      snprintf(a->reason, a->reason_size, "guarded: rank %d on device %d", (int)k,
+               (int)a->devices[k]);
+      return BP_ABI_ERR_INVALID;
+    }
+  threads_group *g = NULL;
+  const int rc = threads_group_open(a->world, &g, a->reason, a->reason_size);
+  if (rc != BP_ABI_OK) return rc;
+  count(&stats.comm_opens);
+  *group_out = g;
+  return BP_ABI_OK;
+}
+
+static int guard_comm(void *group, int32_t k, bp_abi_comm *out) {
+  return threads_group_comm(group, k, out);
+}
+
+static void guard_comm_close(void *group) {
+  count(&stats.comm_closes);
+  threads_group_close(group);
+}
+
+static const bp_abi_comm_transport transports[] = {{
+    .struct_size = sizeof(bp_abi_comm_transport),
+    .backend = "threads",
+    .flags = BP_ABI_COMM_SPANS_DEVICES | BP_ABI_COMM_SHARES_DEVICE,
+    .open = guard_comm_open,
+    .comm = guard_comm,
+    .close = guard_comm_close,
+}};
+#endif
+
 /* ---- the tests' extension ------------------------------------------------------ */
 
 static void guard_read_stats(guard_stats *out) {
   pthread_mutex_lock(&window_mu);
   *out = stats;
+  pthread_mutex_unlock(&window_mu);
+}
+
+static void guard_fail_comm_open(int fail) {
+  pthread_mutex_lock(&window_mu);
+  comm_open_fails = fail;
   pthread_mutex_unlock(&window_mu);
 }
 
@@ -913,32 +981,59 @@ static const bp_abi_device_graph_ext graph_ext = {
 static const guard_ext ext = {
     .header = {.struct_size = sizeof(guard_ext), .type = GUARD_EXT_TYPE, .next = GUARD_GRAPH_EXT},
     .read_stats = guard_read_stats,
+    .fail_comm_open = guard_fail_comm_open,
 };
 
+#define GUARD_FUNCTIONS                                \
+  .device_count = guard_device_count,                  \
+  .arena_alloc = guard_arena_alloc,                    \
+  .arena_free = guard_arena_free,                      \
+  .stream_create = guard_stream_create,                \
+  .stream_destroy = guard_stream_destroy,              \
+  .stream_synchronize = guard_stream_synchronize,      \
+  .stream_enqueue_host = guard_stream_enqueue_host,    \
+  .stream_native = guard_stream_native,                \
+  .event_create = guard_event_create,                  \
+  .event_destroy = guard_event_destroy,                \
+  .event_record = guard_event_record,                  \
+  .stream_wait_event = guard_stream_wait_event,        \
+  .event_synchronize = guard_event_synchronize,        \
+  .event_elapsed_ms = guard_event_elapsed_ms,          \
+  .copy_h2d = guard_copy_h2d,                          \
+  .copy_d2h = guard_copy_d2h,                          \
+  .copy_d2d = guard_copy_d2d,                          \
+  .host_alloc_pinned = guard_host_alloc_pinned,        \
+  .host_free_pinned = guard_host_free_pinned,          \
+  .last_error = guard_last_error,                      \
+  .extensions = &ext.header
+
+#ifdef GUARD_ABI15
+/* A plugin built against 1.5: its struct ends at kernel_kind. */
+#define GUARD_ABI15_SIZE (offsetof(bp_abi_device, kernel_kind) + sizeof(const char *))
+static const bp_abi_device device = {
+    .struct_size = GUARD_ABI15_SIZE,
+    .kind = "guarded15",
+    GUARD_FUNCTIONS,
+    .flags = BP_ABI_DEVICE_HOST_TASK_KERNELS,
+    .kernel_kind = "cpu",
+};
+/* Neither host flag: the host cannot run a collective on its memory. */
+static const bp_abi_device opaque = {
+    .struct_size = GUARD_ABI15_SIZE,
+    .kind = "guarded15_opaque",
+    GUARD_FUNCTIONS,
+    .kernel_kind = "cpu",
+};
+
+static int init(const bp_abi_host *host) {
+  const int rc = host->register_device(host->ctx, &device);
+  return rc != BP_ABI_OK ? rc : host->register_device(host->ctx, &opaque);
+}
+#else
 static const bp_abi_device device = {
     .struct_size = sizeof(bp_abi_device),
     .kind = "guarded",
-    .device_count = guard_device_count,
-    .arena_alloc = guard_arena_alloc,
-    .arena_free = guard_arena_free,
-    .stream_create = guard_stream_create,
-    .stream_destroy = guard_stream_destroy,
-    .stream_synchronize = guard_stream_synchronize,
-    .stream_enqueue_host = guard_stream_enqueue_host,
-    .stream_native = guard_stream_native,
-    .event_create = guard_event_create,
-    .event_destroy = guard_event_destroy,
-    .event_record = guard_event_record,
-    .stream_wait_event = guard_stream_wait_event,
-    .event_synchronize = guard_event_synchronize,
-    .event_elapsed_ms = guard_event_elapsed_ms,
-    .copy_h2d = guard_copy_h2d,
-    .copy_d2h = guard_copy_d2h,
-    .copy_d2d = guard_copy_d2d,
-    .host_alloc_pinned = guard_host_alloc_pinned,
-    .host_free_pinned = guard_host_free_pinned,
-    .last_error = guard_last_error,
-    .extensions = &ext.header,
+    GUARD_FUNCTIONS,
 #ifdef GUARD_CLAIMS_HOST
     /* a lie, for the test that the guard catches the host's own accesses */
     .flags = BP_ABI_DEVICE_HOST_ACCESSIBLE,
@@ -946,14 +1041,21 @@ static const bp_abi_device device = {
     .flags = BP_ABI_DEVICE_HOST_TASK_KERNELS,
 #endif
     .kernel_kind = "cpu",
+    .transports = transports,
+    .num_transports = sizeof transports / sizeof transports[0],
 };
 
 static int init(const bp_abi_host *host) { return host->register_device(host->ctx, &device); }
+#endif
 
 static const bp_abi_module module = {
     .struct_size = sizeof(bp_abi_module),
     .abi_major = BP_ABI_MAJOR,
+#ifdef GUARD_ABI15
+    .abi_minor_built = 5,
+#else
     .abi_minor_built = BP_ABI_MINOR,
+#endif
     .abi_minor_required = 4,
     .name = "device-guarded",
     .version = "0.0.0",

@@ -22,11 +22,15 @@ typedef struct guard_stats {
   uint64_t captures;                  /* graphs captured (capture_end succeeded) */
   uint64_t graph_launches;            /* launch() calls */
   uint64_t capture_errors;            /* calls refused because of a capture (as CUDA would) */
+  uint64_t comm_opens;                /* the device's collective transport opened a group */
+  uint64_t comm_closes;               /* ... and closed one */
 } guard_stats;
 
 typedef struct guard_ext {
   bp_abi_ext_header header; /* type GUARD_EXT_TYPE */
   void (*read_stats)(guard_stats *out);
+  /* 1: the transport's next opens fail with a reason (0: they work again) */
+  void (*fail_comm_open)(int fail);
 } guard_ext;
 
 #endif

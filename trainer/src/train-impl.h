@@ -110,7 +110,10 @@ struct bp_trainer {
   bp_comm *comm;       /* local > 1: the threads' communicator */
   bp_abi_comm mpi;     /* under mpirun: this process's MPI communicator */
   bp_comm_kind comm_kind; /* what the kernels' collectives go through (bp_comm_choose) */
-  bp_nccl *nccl;       /* comm_kind NCCL: one communicator per local rank */
+  /* comm_kind DEVICE: the device's transport (a copy) and the group its
+   * open() made for the local ranks (closed after the execs and graphs) */
+  bp_abi_comm_transport transport;
+  void *comm_group;
   /* under mpirun: the arena's first bytes that the collectives touch, the
    * part the processes of one machine share (comm.h) */
   size_t shared_bytes;

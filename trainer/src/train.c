@@ -478,6 +478,7 @@ static bp_status open_arena(bp_trainer *t, bp_train_rank *r, int k) {
   const int host = !t->dev || (t->dev->flags & BP_ABI_DEVICE_HOST_ACCESSIBLE);
   if (bp_train_multi_process(t) && host && /* shared memory needs host arenas */
       !t->opt.no_mpi_shared &&
+      t->comm_kind == BP_COMM_KIND_MPI &&   /* and the host's communicator */
       bp_arena_create(t->plan, &t->shared_allocator, k, &r->arena) == BP_OK)
     return bp_mpi_shared_comm(t->shared, bp_arena_base(r->arena), &r->comm);
   /* each rank allocates on its own device: the allocator points at the rank */
@@ -489,36 +490,81 @@ static bp_status open_arena(bp_trainer *t, bp_train_rank *r, int k) {
   return st;
 }
 
-/* Ranks on GPUs reach each other through NCCL (comm.h): the first local
- * rank makes every local rank's communicator (one process: over the local
- * ranks' GPUs; under mpirun: with the other processes, on this rank's GPU,
- * which opening the rank's streams made current), and each rank's kernels
- * see its own. */
-static bp_status open_nccl(bp_trainer *t, bp_train_rank *r, int k) {
-  if (t->comm_kind != BP_COMM_KIND_NCCL) return BP_OK;
+/* The host's bootstrap for a transport across processes (bp_abi_device.h):
+ * the run's MPI communicator. */
+static int boot_broadcast(void *ctx, void *data, uint64_t bytes) {
+  (void)ctx;
+  if (bytes > (uint64_t)INT32_MAX) return BP_ABI_ERR_INVALID;
+  return bp_mpi_bcast(data, (int)bytes, 0) == BP_OK ? BP_ABI_OK : BP_ABI_ERR_DEVICE;
+}
+static int boot_count(void *ctx, int32_t value, int32_t *total_out) {
+  (void)ctx;
+  double v = value;
+  if (bp_mpi_sum_f64(&v, 1) != BP_OK) return BP_ABI_ERR_DEVICE;
+  *total_out = (int32_t)v;
+  return BP_ABI_OK;
+}
+
+/* Ranks whose device brings the collectives reach each other through the
+ * device's transport (comm_kind DEVICE): the first local rank opens the
+ * group of every local rank (on its own thread, its device current there:
+ * some runtimes join on the current device), and each rank's kernels see
+ * their own communicator from it. */
+static bp_status open_transport(bp_trainer *t, bp_train_rank *r, int k) {
+  if (t->comm_kind != BP_COMM_KIND_DEVICE) return BP_OK;
+  const bp_abi_comm_transport *tr = &t->transport;
   if (k == 0) {
-    bp_status st;
-    if (bp_train_multi_process(t)) {
-      (void)bp_devio_stream_native(&r->io); /* the rank's GPU is the thread's current device */
-      st = bp_nccl_open_mpi(&t->nccl);
-    } else {
-      int devices[BP_TRAIN_MAX_RANKS];
-      for (int j = 0; j < t->local; j++)
-        if ((st = rank_device(t, t->first_rank + j, &devices[j])) != BP_OK) return st;
-      st = bp_nccl_open_all(t->local, devices, &t->nccl);
+    int32_t devices[BP_TRAIN_MAX_RANKS];
+    for (int j = 0; j < t->local; j++) {
+      int d;
+      bp_status st = rank_device(t, t->first_rank + j, &d);
+      if (st != BP_OK) return st;
+      devices[j] = d;
     }
-    if (st != BP_OK) return st;
+    (void)bp_devio_stream_native(&r->io);
+    const bp_abi_comm_bootstrap boot = {sizeof boot, NULL, t->mpi.rank, t->mpi.world,
+                                        boot_broadcast, boot_count};
+    char reason[1024] = "";
+    const bp_abi_comm_open_args a = {
+        .struct_size = sizeof a,
+        .local = t->local,
+        .devices = devices,
+        .first_rank = t->first_rank,
+        .world = t->world,
+        .bootstrap = bp_train_multi_process(t) ? &boot : NULL,
+        .reason = reason,
+        .reason_size = sizeof reason,
+    };
+    void *group = NULL;
+    const int rc = tr->open(tr->user, &a, &group);
+    if (rc != BP_ABI_OK || !group)
+      return bp_fail(rc == BP_ABI_ERR_NOMEM ? BP_ERR_NOMEM : BP_ERR_DEVICE,
+                     "device '%s': its collective transport '%s' did not open for %d rank(s) "
+                     "of %d: %s",
+                     t->device, tr->backend, t->local, t->world,
+                     reason[0] ? reason : "no reason given");
+    t->comm_group = group;
   }
-  r->comm = bp_nccl_abi(t->nccl, k, t->first_rank + k, t->world);
+  bp_abi_comm c = {0};
+  const int rc = tr->comm(t->comm_group, k, &c);
+  if (rc != BP_ABI_OK || c.struct_size < sizeof c || !c.backend ||
+      c.rank != t->first_rank + k || c.world != t->world)
+    return bp_fail(BP_ERR_DEVICE,
+                   "device '%s': its collective transport '%s' gave local rank %d no valid "
+                   "communicator (status %d; want rank %d of %d)",
+                   t->device, tr->backend, k, rc, t->first_rank + k, t->world);
+  r->comm = c;
   return BP_OK;
 }
 
-/* Which communicator the kernels get (comm.h: bp_comm_choose); a layout
- * the collectives cannot serve is refused here, before the plan is built. */
+/* Which communicator the kernels get (comm.h: bp_comm_choose), by the
+ * device's flags and its transports' capabilities; a layout nothing can
+ * serve is refused here, before the plan is built. */
 static bp_status choose_comm(bp_trainer *t) {
+  const uint32_t host_flags = BP_ABI_DEVICE_HOST_ACCESSIBLE | BP_ABI_DEVICE_HOST_TASK_KERNELS;
   bp_comm_layout l = {
       .device = t->device,
-      .cuda = strcmp(t->kernel_kind, "cuda") == 0,
+      .host_reach = !t->dev || (t->dev->flags & host_flags) != 0,
       .device_count = t->device_count,
       .local = t->local,
       .world = t->world,
@@ -528,7 +574,26 @@ static bp_status choose_comm(bp_trainer *t) {
     bp_status st = rank_device(t, t->first_rank + k, &l.devices[k]);
     if (st != BP_OK) return st;
   }
-  return bp_comm_choose(&l, &t->comm_kind);
+  /* the registry checked the array (count, stride, functions, flags) */
+  bp_abi_comm_transport offered[BP_COMM_MAX_TRANSPORTS] = {{0}};
+  if (t->dev && t->dev->num_transports > 0) {
+    const size_t stride = t->dev->transports->struct_size; /* the first element's */
+    l.transports = t->dev->num_transports;
+    for (int i = 0; i < l.transports; i++) {
+      /* read up to the writer's struct_size; fields beyond read as absent */
+      const char *at = (const char *)t->dev->transports + (size_t)i * stride;
+      uint32_t size;
+      memcpy(&size, at, sizeof size);
+      memset(&offered[i], 0, sizeof offered[i]);
+      memcpy(&offered[i], at, size < sizeof offered[i] ? size : sizeof offered[i]);
+      l.transport_names[i] = offered[i].backend;
+      l.transport_flags[i] = offered[i].flags;
+    }
+  }
+  int chosen = -1;
+  bp_status st = bp_comm_choose(&l, &t->comm_kind, &chosen);
+  if (st == BP_OK && chosen >= 0) t->transport = offered[chosen];
+  return st;
 }
 
 void bp_train_measure_yardstick(bp_trainer *t) {
@@ -549,7 +614,7 @@ static bp_status open_rank(bp_trainer *t, int k) {
   if ((st = bp_devio_open(&r->io, t->dev, t->device, r->device, r->base, t->plan)) != BP_OK)
     return st;
   if ((st = bp_train_lanes_open(t, r)) != BP_OK) return st;
-  if ((st = open_nccl(t, r, k)) != BP_OK) return st;
+  if ((st = open_transport(t, r, k)) != BP_OK) return st;
   const char *pins = t->pins; /* resolved and checked once (train_kernels.c) */
   /* the ranks sharing this machine share its cores: ranks as threads here,
    * or the processes mpirun started on it (options.threads overrides) */
@@ -704,7 +769,7 @@ void bp_trainer_destroy(bp_trainer *t) {
     bp_arena_destroy(t->ranks[k].arena);
   }
   bp_mpi_shared_destroy(t->shared); /* after its arenas */
-  bp_nccl_close(t->nccl); /* after the execs and graphs that used it */
+  if (t->comm_group) t->transport.close(t->comm_group); /* after the execs and graphs */
   bp_comm_destroy(t->comm);
   bp_graph_destroy(t->graph);
   bp_plan_destroy(t->plan);
@@ -820,7 +885,7 @@ int bp_trainer_rank(const bp_trainer *t) { return t ? t->first_rank : 0; }
 int bp_trainer_local_ranks(const bp_trainer *t) { return t ? t->local : 0; }
 const char *bp_trainer_transport(const bp_trainer *t) {
   if (!t || t->world < 2) return NULL;
-  if (t->comm_kind == BP_COMM_KIND_NCCL) return "nccl";
+  if (t->comm_kind == BP_COMM_KIND_DEVICE) return t->transport.backend; /* the device's */
   if (!bp_train_multi_process(t)) return "threads";
   return strcmp(t->ranks[0].comm.backend, "threads") == 0 ? "mpi shared memory" : "mpi messages";
 }

@@ -3,7 +3,7 @@
  *
  * Kernels see a communicator through the ABI (bp_abi.h: bp_abi_comm in
  * bp_abi_kernel_args.comm); the collectives themselves live in op modules
- * (ops/allreduce). The core provides the communicators:
+ * (ops/allreduce). The trainer provides the communicators, or a device does:
  *
  *  - in-process ("threads"): ranks are threads of one process. A bp_comm of
  *    `world` ranks is a barrier and one published pointer per rank
@@ -16,6 +16,9 @@
  *    When every process runs on one machine the collectives' part of their
  *    arenas is shared memory and kernels see a "threads" communicator over
  *    it (comm_mpi_shared.c).
+ *  - a device's own ("nccl" on the cuda device, ...): a collective transport
+ *    the device plugin offers (bp_abi_device.h, ABI 1.6), chosen by its
+ *    flags (bp_comm_choose), before the host's own.
  *
  * Thread safety: each rank's calls come from one thread at a time. */
 #ifndef BLUEPRINT_COMM_H
@@ -24,6 +27,7 @@
 #include <stdint.h>
 
 #include "bp_abi.h"
+#include "bp_abi_device.h"
 #include "blueprint/arena.h"
 #include "blueprint/status.h"
 
@@ -123,54 +127,41 @@ bp_status bp_mpi_bcast(void *data, int bytes, int root);
 /* What the kernels' collectives go through (bp_abi_comm.backend). */
 typedef enum bp_comm_kind {
   BP_COMM_KIND_NONE,    /* one rank: no collectives */
-  BP_COMM_KIND_THREADS, /* ranks as threads, or mpirun processes sharing arenas */
-  BP_COMM_KIND_MPI,     /* one rank per process, MPI messages */
-  BP_COMM_KIND_NCCL,    /* one rank per GPU (comm_nccl.c) */
+  BP_COMM_KIND_THREADS, /* the host's: ranks as threads, or mpirun processes sharing arenas */
+  BP_COMM_KIND_MPI,     /* the host's: one rank per process, MPI messages */
+  BP_COMM_KIND_DEVICE,  /* a collective transport the device plugin offers (bp_abi_device.h) */
 } bp_comm_kind;
+
+#define BP_COMM_MAX_TRANSPORTS BP_ABI_COMM_TRANSPORTS_MAX
 
 typedef struct bp_comm_layout {
   const char *device;   /* the run's device, for messages */
-  int cuda;             /* the ranks' kernels run on CUDA GPUs (kernel kind "cuda") */
-  int device_count;     /* GPUs of this machine */
+  /* the host code of a collective kernel reaches the device's arena memory
+   * (BP_ABI_DEVICE_HOST_ACCESSIBLE or _HOST_TASK_KERNELS): the host's own
+   * communicators serve it */
+  int host_reach;
+  int device_count;     /* devices of this machine */
   int local, world;     /* ranks in this process, in the run */
   int local_processes;  /* processes of the run on this machine (1 without mpirun) */
   int devices[BP_COMM_MAX_WORLD]; /* [local]: each local rank's device index */
+  int transports;       /* the device's collective transports, in its order */
+  const char *transport_names[BP_COMM_MAX_TRANSPORTS]; /* their backends, for messages */
+  uint32_t transport_flags[BP_COMM_MAX_TRANSPORTS];    /* BP_ABI_COMM_* */
 } bp_comm_layout;
 
-/* The communicator kind of a layout. Ranks on CUDA GPUs (world > 1) use
- * NCCL, which needs one GPU per rank: in one process the local ranks'
- * devices all differ, or under mpirun at most device_count processes share
- * a machine. Ranks of one process that all share one GPU use the "threads"
- * communicator, served there by the device-memory collectives
- * (ops/allreduce/device_threads.c). Any other layout (some ranks sharing a
- * GPU, others not; processes sharing a GPU) is BP_ERR_UNSUPPORTED with the
- * reason. Pure: tested with made-up layouts. */
-bp_status bp_comm_choose(const bp_comm_layout *layout, bp_comm_kind *kind_out);
-
-/* ---- ranks on GPUs (NCCL) ----------------------------------------------- */
-
-/* One NCCL communicator per local rank. NCCL is loaded at run time
- * (libnccl.so.2, dlopen), so the core neither links nor needs it where no
- * GPU run happens; without it, opening fails with the reason. */
-typedef struct bp_nccl bp_nccl; /* opaque */
-
-/* One process, `count` ranks on the distinct GPUs devices[0..count):
- * ncclCommInitAll. Local rank k is rank k of the communicator. */
-bp_status bp_nccl_open_all(int count, const int *devices, bp_nccl **out);
-
-/* Under mpirun (bp_mpi_comm succeeded), one rank per process: rank 0
- * makes the unique id, bp_mpi_bcast hands it to every process, each joins
- * with ncclCommInitRank as its MPI rank. The calling thread's current CUDA
- * device must be this rank's GPU (the cuda device plugin's stream_native
- * leaves the stream's device current). Collective over the processes. */
-bp_status bp_nccl_open_mpi(bp_nccl **out);
-
-/* Local rank k's view for kernels: backend "nccl", handle = its ncclComm_t. */
-bp_abi_comm bp_nccl_abi(const bp_nccl *nccl, int k, int rank, int world);
-
-/* Destroys every communicator (no kernel may still use them: the streams
- * are drained and the graphs that captured them destroyed). NULL is a no-op. */
-void bp_nccl_close(bp_nccl *nccl);
+/* The communicator of a layout (the rules of bp_abi_device.h, "collective
+ * transports"): one rank needs none; else the first of the device's
+ * transports whose flags serve the layout (*transport_out is its index,
+ * else -1): processes need SPANS_PROCESSES and SPANS_DEVICES, ranks of one
+ * process on several devices SPANS_DEVICES, two ranks on one device (in
+ * this process, or more processes on this machine than devices)
+ * SHARES_DEVICE. Without one, a device the host reaches gets the host's
+ * threads (one process) or MPI (processes) communicator; any other layout
+ * is BP_ERR_UNSUPPORTED with one line naming the layout, what each
+ * transport lacks and what to run instead. Pure: tested with made-up
+ * layouts. */
+bp_status bp_comm_choose(const bp_comm_layout *layout, bp_comm_kind *kind_out,
+                         int *transport_out);
 
 #ifdef __cplusplus
 }

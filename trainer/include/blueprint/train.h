@@ -340,8 +340,9 @@ int bp_trainer_rank(const bp_trainer *trainer);
 int bp_trainer_local_ranks(const bp_trainer *trainer);
 /* How the ranks reach each other: "threads" (ranks as threads), "mpi
  * shared memory" (mpirun, every process on one machine, the collectives'
- * part of the arenas shared), "mpi messages" (mpirun otherwise), "nccl"
- * (ranks on CUDA GPUs, one per GPU); NULL with one rank. */
+ * part of the arenas shared), "mpi messages" (mpirun otherwise), or the
+ * backend of the device's collective transport in use (e.g. "nccl" for
+ * ranks on CUDA GPUs, one per GPU); NULL with one rank. */
 const char *bp_trainer_transport(const bp_trainer *trainer);
 
 /* Which kernel a bound node got. Strings and the kernel are borrowed from
