@@ -38,6 +38,7 @@
 #include "blueprint/model.h"
 #include "blueprint/model_yaml.h"
 #include "blueprint/registry.h"
+#include "blueprint/session.h"
 #include "blueprint/threads.h"
 #include "cli_util.h"
 #include "commands.h"
@@ -236,8 +237,8 @@ static bp_status load_input(const char *path, bp_dataset **out) {
 typedef struct predictor {
   bp_registry *registry;
   bp_model *model;
-  bp_plan *plan;
-  bp_graph *graph;
+  bp_session *session;
+  const bp_plan *plan; /* the session's */
   bp_arena *arena;
   bp_threads *threads;
   bp_exec *exec;
@@ -251,8 +252,7 @@ static void predictor_destroy(predictor *p) {
   bp_exec_destroy(p->exec);
   bp_threads_destroy(p->threads);
   bp_arena_destroy(p->arena);
-  bp_graph_destroy(p->graph);
-  bp_plan_destroy(p->plan);
+  bp_session_destroy(p->session);
   bp_model_destroy(p->model);
   bp_registry_destroy(p->registry);
 }
@@ -273,25 +273,22 @@ static bp_status predictor_open(const predict_args *a, predictor *p) {
     return bp_fail(BP_ERR_INVALID, "--optimizer '%s' is not sgd, adamw or lars", a->optimizer);
 
   const char *pins = bp_registry_resolve_pins(p->registry, a->pins, NULL, NULL);
-  bp_compile_options co = bp_compile_options_from_model(m);
-  co.batch = s->batch;
-  co.eval_batch = s->eval_batch;
-  co.train_size = s->train_size;
-  co.eval_size = s->eval_batch > 1 ? s->eval_batch + 1 : 0; /* "eval_last" of 1 image */
-  char why[160]; /* batchnorm + relu fused where the kernels are, as in training */
-  co.fuse_bn_relu = co.fuse_bn_relu && !bp_cli_env_get()->no_fuse &&
-                    bp_fuse_bn_relu_allowed(p->registry, "cpu", pins, why, sizeof why);
-  if ((st = bp_model_compile(m, &co, &p->plan)) != BP_OK) return st;
+  bp_session_options so;
+  bp_session_options_init(&so, m);
+  so.compile.batch = s->batch;
+  so.compile.eval_batch = s->eval_batch;
+  so.compile.train_size = s->train_size;
+  so.compile.eval_size = s->eval_batch > 1 ? s->eval_batch + 1 : 0; /* "eval_last" of 1 image */
+  /* batchnorm + relu fused where the kernels are, as in training */
+  so.compile.fuse_bn_relu = so.compile.fuse_bn_relu && !bp_cli_env_get()->no_fuse;
+  so.registry = p->registry;
+  so.pins = pins;
+  so.graph.eval_ema = s->ema;
+  if ((st = bp_session_create(m, &so, &p->session)) != BP_OK) return st;
+  p->plan = bp_session_plan(p->session);
   p->variant = bp_plan_find_variant(p->plan, s->eval_batch > 1 ? "eval_last" : "eval");
   if (p->variant < 0 || bp_plan_variant(p->plan, p->variant)->batch != 1)
     return bp_fail(BP_ERR_STATE, "the plan of '%s' has no evaluation variant of batch 1", m->name);
-
-  bp_graph_options go;
-  bp_graph_options_init(&go);
-  go.global_batch = s->batch;
-  go.train_size = s->train_size;
-  go.eval_ema = s->ema;
-  if ((st = bp_graph_build(m, p->plan, &go, &p->graph)) != BP_OK) return st;
   if ((st = bp_arena_create(p->plan, bp_host_allocator(), 0, &p->arena)) != BP_OK) return st;
   p->base = bp_arena_base(p->arena);
   /* one image is too little work to split: threads only add hand-offs
@@ -303,7 +300,7 @@ static bp_status predictor_open(const predict_args *a, predictor *p) {
                         .rank = 0,
                         .world = 1,
                         .threads = bp_threads_abi(p->threads)};
-  if ((st = bp_exec_create(p->graph, p->registry, p->base, &eo, &p->exec)) != BP_OK) return st;
+  if ((st = bp_session_bind(p->session, p->registry, p->base, &eo, &p->exec)) != BP_OK) return st;
 
   bp_train_state state;
   if ((st = bp_checkpoint_load(a->checkpoint, p->plan, p->base, &state)) != BP_OK) return st;

@@ -4,6 +4,7 @@
 #include "blueprint/data.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -295,4 +296,35 @@ int shm_usable(size_t bytes) {
   close(fd);
   shm_unlink(name);
   return ok;
+}
+
+/* The shipped model files (models/NAME.yaml), sorted, NULL-terminated. */
+char **shipped_models(void) {
+  const char *src = getenv("BP_SOURCE_DIR");
+  ck_assert_msg(src && *src, "BP_SOURCE_DIR is not set (run through ctest)");
+  char *dir = path_in(src, "models");
+  DIR *d = opendir(dir);
+  ck_assert_ptr_nonnull(d);
+  char **names = calloc(64, sizeof *names);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL && n < 63;) {
+    const size_t len = strlen(e->d_name);
+    if (len > 5 && strcmp(e->d_name + len - 5, ".yaml") == 0) names[n++] = path_in(dir, e->d_name);
+  }
+  closedir(d);
+  free(dir);
+  for (int i = 0; i < n; i++) /* sorted: a stable report */
+    for (int j = i + 1; j < n; j++)
+      if (strcmp(names[j], names[i]) < 0) {
+        char *t = names[i];
+        names[i] = names[j];
+        names[j] = t;
+      }
+  ck_assert_int_ge(n, 3);
+  return names;
+}
+
+void shipped_models_free(char **names) {
+  for (int i = 0; names[i]; i++) free(names[i]);
+  free(names);
 }

@@ -90,4 +90,9 @@ double jsonl_number(const char *path, const char *event, int n, const char *key,
 /* 1 when the Fashion-MNIST package's files are installed. */
 int have_fashion_mnist(void);
 
+/* The shipped model files (BP_SOURCE_DIR/models/NAME.yaml), sorted,
+ * NULL-terminated; at least three. */
+char **shipped_models(void);
+void shipped_models_free(char **paths);
+
 #endif

@@ -4,7 +4,6 @@
  * does not fit the ranges is refused, and training on a packed plan ends
  * with the same bits as on the plan without reuse. */
 #include <check.h>
-#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,37 +17,6 @@
 #include "plan-impl.h"
 #include "run_util.h"
 #include "test_env.h"
-
-/* The shipped model files (models/NAME.yaml), sorted, NULL-terminated. */
-static char **shipped_models(void) {
-  const char *src = getenv("BP_SOURCE_DIR");
-  ck_assert_msg(src && *src, "BP_SOURCE_DIR is not set (run through ctest)");
-  char *dir = path_in(src, "models");
-  DIR *d = opendir(dir);
-  ck_assert_ptr_nonnull(d);
-  char **names = calloc(64, sizeof *names);
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL && n < 63;) {
-    const size_t len = strlen(e->d_name);
-    if (len > 5 && strcmp(e->d_name + len - 5, ".yaml") == 0) names[n++] = path_in(dir, e->d_name);
-  }
-  closedir(d);
-  free(dir);
-  for (int i = 0; i < n; i++) /* sorted: a stable report */
-    for (int j = i + 1; j < n; j++)
-      if (strcmp(names[j], names[i]) < 0) {
-        char *t = names[i];
-        names[i] = names[j];
-        names[j] = t;
-      }
-  ck_assert_int_ge(n, 3);
-  return names;
-}
-
-static void free_names(char **names) {
-  for (int i = 0; names[i]; i++) free(names[i]);
-  free(names);
-}
 
 static bp_model *load(const char *path) {
   bp_model *m = NULL;
@@ -166,7 +134,7 @@ START_TEST(every_shipped_model_packs_under_every_option) {
     }
     bp_model_destroy(m);
   }
-  free_names(models);
+  shipped_models_free(models);
 }
 END_TEST
 
@@ -231,7 +199,7 @@ START_TEST(a_corrupt_layout_fails_the_check) {
     bp_plan_destroy(packed);
     bp_model_destroy(m);
   }
-  free_names(models);
+  shipped_models_free(models);
 }
 END_TEST
 
@@ -259,7 +227,7 @@ START_TEST(a_graph_outside_the_ranges_is_refused) {
   free(never);
   bp_plan_destroy(p);
   bp_model_destroy(m);
-  free_names(models);
+  shipped_models_free(models);
 }
 END_TEST
 
@@ -432,7 +400,7 @@ START_TEST(training_ends_with_the_same_bits) {
       bp_trainer_destroy(b);
     }
   }
-  free_names(models);
+  shipped_models_free(models);
   toy_env_close(&e);
 }
 END_TEST

@@ -63,9 +63,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compile-impl.h"
 #include "fuse-impl.h"
 #include "layer-impl.h"
-#include "liveness-impl.h"
 #include "plan-impl.h"
 
 typedef struct compile_ctx {
@@ -300,51 +300,14 @@ static bp_model_tensors *record_new(const bp_model *m) {
   return r;
 }
 
-/* Liveness packing (liveness.c) of the F regions of `plan`, freshly
- * compiled from `model` under `options` and finalized, not yet packed:
- * builds the graph of every variant, takes each F tensor's live range over
- * the step's node order, gives tensors whose ranges never overlap (in any
- * variant) the same bytes (bp_plan_pack). The run's own graph, built on
- * the packed plan, is checked against it (bp_liveness_check_graph, at the
- * end of bp_graph_build), so it is not built again here. A model whose
- * graph cannot be built is left unpacked (its graph fails later with its
- * own message), and so is one of more than BP_LIVENESS_MAX_TENSORS feature
- * and gradient slots; running out of memory fails. */
-static bp_status pack_plan(const bp_model *model, const bp_compile_options *options,
-                           bp_plan *plan) {
-  int32_t packed = 0;
-  for (int32_t id = 0; id < bp_plan_tensor_count(plan); id++)
-    packed += bp_region_is_packed(bp_plan_tensor(plan, 0, id)->region);
-  if (packed > BP_LIVENESS_MAX_TENSORS) return BP_OK; /* quadratic packing: left as it is */
-  bp_graph_options go;
-  bp_graph_options_init(&go);
-  go.world = options->world > 1 ? options->world : 1;
-  go.global_batch = options->batch;
-  go.train_size = options->train_size;
-  bp_graph *graph = NULL;
-  bp_status st = bp_graph_build(model, plan, &go, &graph);
-  if (st == BP_ERR_NOMEM) return st;
-  if (st != BP_OK) {
-    bp_clear_error(); /* not packed: the caller's own graph build reports it */
-    return BP_OK;
-  }
-  const bp_model_tensors *rec = bp_model_tensors_of(plan);
-  const bp_layer *loss = &model->layers[model->layer_count - 1];
-  const int32_t logits =
-      loss->input_count > 0 && loss->inputs[0] != BP_MODEL_INPUT ? rec->layers[loss->inputs[0]].out
-                                                                 : -1;
-  bp_live_range *live = NULL;
-  uint64_t *rel = NULL;
-  if ((st = bp_liveness_ranges(plan, graph, logits, &live)) == BP_OK &&
-      (st = bp_liveness_offsets(plan, live, &rel)) == BP_OK)
-    st = bp_plan_pack(plan, rel, live);
-  free(live);
-  free(rel);
-  bp_graph_destroy(graph);
-  return st; /* every graph built on the packed plan is checked against it (graph_build.c) */
-}
-
 /* ---- entry points ------------------------------------------------------ */
+
+bp_status bp_compile_layout_fail(const bp_model *model, bp_status st) {
+  char where[4200], why[768];
+  snprintf(why, sizeof why, "%s", bp_last_error()); /* copied: bp_fail rewrites it */
+  bp_model_where(model, NULL, where, sizeof where);
+  return bp_fail(st, "%s: the plan of model '%s' cannot be laid out: %s", where, model->name, why);
+}
 
 bp_compile_options bp_compile_options_from_model(const bp_model *model) {
   bp_compile_options o;
@@ -388,8 +351,8 @@ static bp_status check_options(const compile_ctx *x) {
   return BP_OK;
 }
 
-bp_status bp_model_compile(const bp_model *model, const bp_compile_options *options,
-                           bp_plan **plan_out) {
+bp_status bp_compile_plan(const bp_model *model, const bp_compile_options *options,
+                          bp_plan **plan_out) {
   if (!model || !options || !plan_out)
     return bp_fail(BP_ERR_INVALID, "bp_model_compile: NULL argument");
   bp_status st = bp_model_check(model);
@@ -436,14 +399,7 @@ bp_status bp_model_compile(const bp_model *model, const bp_compile_options *opti
   }
   if (st == BP_OK) {
     x.variant = NULL;
-    if ((st = bp_plan_finalize(x.plan)) == BP_OK && !options->no_reuse)
-      st = pack_plan(model, options, x.plan); /* F slots share bytes */
-    if (st != BP_OK) {
-      char why[768];
-      snprintf(why, sizeof why, "%s", bp_last_error());
-      st =
-          layer_fail(&x, -1, st, "the plan of model '%s' cannot be laid out: %s", model->name, why);
-    }
+    if ((st = bp_plan_finalize(x.plan)) != BP_OK) st = bp_compile_layout_fail(model, st);
   }
   free(x.shapes);
   if (st != BP_OK) {

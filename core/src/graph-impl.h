@@ -28,4 +28,12 @@ struct bp_graph {
   int constant_count;
 };
 
+/* Moves every span of `graph` to where its plan now lays out what the span
+ * covers (bp_node_tensor: a slot or regions), after the plan was laid out
+ * again (liveness packing, session.c), and checks the graph against the
+ * plan as bp_graph_build does (graph.h invariants; bp_liveness_check_graph).
+ * The spans' sizes never change: a layout moves bytes, it does not resize
+ * them. */
+bp_status bp_graph_relocate(bp_graph *graph);
+
 #endif

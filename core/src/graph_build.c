@@ -25,7 +25,7 @@
  * never with AMP), a batchnorm whose output has exactly one reader, a relu,
  * runs as one batchnorm_relu node per pass and the relu adds none
  * (layer_norm_act.c); the bits are those of the two unfused nodes
- * (bp_abi_ops.h). Liveness packing builds this same graph.
+ * (bp_abi_ops.h). The session packs the plan over this same graph.
  *
  * Sinks: batch norm and add always write their data gradients, even where
  * the producer is the model's input, which has no gradient slot. Such a
@@ -205,41 +205,59 @@ static bp_node *node_add(build_ctx *x, bp_segment seg, const char *op, int layer
 
 void bp_node_in(bp_node *n, int32_t id) {
   BP_ASSERT(n->num_inputs < BP_NODE_MAX_TENSORS && id >= 0);
-  n->inputs[n->num_inputs++] = (bp_node_tensor){id, {0, 0}, BP_DTYPE_FP32};
+  n->inputs[n->num_inputs++] = (bp_node_tensor){.id = id, .dtype = BP_DTYPE_FP32, .slot = -1};
 }
 void bp_node_out(bp_node *n, int32_t id) {
   BP_ASSERT(n->num_outputs < BP_NODE_MAX_TENSORS && id >= 0);
-  n->outputs[n->num_outputs++] = (bp_node_tensor){id, {0, 0}, BP_DTYPE_FP32};
+  n->outputs[n->num_outputs++] = (bp_node_tensor){.id = id, .dtype = BP_DTYPE_FP32, .slot = -1};
 }
-static void in_span(bp_node *n, bp_span s, bp_dtype dt) {
+
+/* A span with what it covers (graph.h, bp_node_tensor); the node that
+ * takes it gives its dtype. */
+typedef bp_node_tensor span_ref;
+
+static void in_span(bp_node *n, span_ref s, bp_dtype dt) {
   BP_ASSERT(n->num_inputs < BP_NODE_MAX_TENSORS);
-  n->inputs[n->num_inputs++] = (bp_node_tensor){-1, s, dt};
+  s.dtype = dt;
+  n->inputs[n->num_inputs++] = s;
 }
-static void out_span(bp_node *n, bp_span s, bp_dtype dt) {
+static void out_span(bp_node *n, span_ref s, bp_dtype dt) {
   BP_ASSERT(n->num_outputs < BP_NODE_MAX_TENSORS);
-  n->outputs[n->num_outputs++] = (bp_node_tensor){-1, s, dt};
+  s.dtype = dt;
+  n->outputs[n->num_outputs++] = s;
 }
 
 #define SET_ATTRS BP_SET_ATTRS
 
-static bp_span resolve(const build_ctx *x, bp_region first, bp_region last) {
+/* The bytes of regions [first, last] of `plan`. */
+static bp_span regions_bytes(const bp_plan *plan, bp_region first, bp_region last) {
   bp_span s = {0, 0};
-  bp_status st = bp_plan_resolve(x->plan, first, last, &s);
+  bp_status st = bp_plan_resolve(plan, first, last, &s);
   BP_ASSERT(st == BP_OK);
   return s;
 }
 
+/* The bytes of one tensor's slot in a variant (padding of channels included). */
+static bp_span slot_bytes(const bp_plan *plan, int variant, int32_t id) {
+  const bp_dtensor *t = bp_plan_tensor(plan, variant, id);
+  BP_ASSERT(t != NULL);
+  return (bp_span){t->offset, bp_dtensor_device_elems(t) * bp_dtype_size(t->dtype)};
+}
+
+static span_ref resolve(const build_ctx *x, bp_region first, bp_region last) {
+  return (span_ref){.id = -1, .span = regions_bytes(x->plan, first, last), .slot = -1,
+                    .first = first, .last = last};
+}
+
 /* Span of parameter kinds [k0, k1] in `family`. */
-static bp_span family_span(const build_ctx *x, bp_param_family f, bp_param_kind k0,
-                           bp_param_kind k1) {
+static span_ref family_span(const build_ctx *x, bp_param_family f, bp_param_kind k0,
+                            bp_param_kind k1) {
   return resolve(x, bp_region_of_param(f, k0), bp_region_of_param(f, k1));
 }
 
-/* The bytes of one tensor in this variant (padding of channels included). */
-static bp_span tensor_span(const build_ctx *x, int32_t id) {
-  const bp_dtensor *t = bp_plan_tensor(x->plan, x->variant, id);
-  BP_ASSERT(t != NULL);
-  return (bp_span){t->offset, bp_dtensor_device_elems(t) * bp_dtype_size(t->dtype)};
+/* The slot of one tensor in this variant. */
+static span_ref tensor_span(const build_ctx *x, int32_t id) {
+  return (span_ref){.id = -1, .span = slot_bytes(x->plan, x->variant, id), .slot = id};
 }
 
 /* ---- what the layer descriptors build with (layer-impl.h) ------------------------ */
@@ -395,11 +413,11 @@ static bp_status build_backward(build_ctx *x) {
 
 /* ---- range segments ---------------------------------------------------------- */
 
-static void range_node(build_ctx *x, bp_segment seg, const char *op, const char *name, bp_span in,
-                       bp_dtype in_dt, bp_span out, bp_dtype out_dt, float scale, float decay) {
-  if (out.bytes == 0) return; /* an empty span: nothing to do */
+static void range_node(build_ctx *x, bp_segment seg, const char *op, const char *name, span_ref in,
+                       bp_dtype in_dt, span_ref out, bp_dtype out_dt, float scale, float decay) {
+  if (out.span.bytes == 0) return; /* an empty span: nothing to do */
   bp_node *n = node_add(x, seg, op, -1, name);
-  if (in.bytes) in_span(n, in, in_dt);
+  if (in.span.bytes) in_span(n, in, in_dt);
   out_span(n, out, out_dt);
   SET_ATTRS(n, range, {scale, decay, 0});
 }
@@ -421,8 +439,8 @@ static void update_node(build_ctx *x, const char *name, bp_param_kind k0, bp_par
                         int decayed, const bucket *b) {
   const bp_graph_optimizer *o = &x->g->options.optimizer;
   const bp_optimizer opt = bp_plan_get_options(x->plan)->optimizer;
-  const bp_span w = family_span(x, BP_FAMILY_W, k0, k1);
-  if (w.bytes == 0) return;
+  const span_ref w = family_span(x, BP_FAMILY_W, k0, k1);
+  if (w.span.bytes == 0) return;
   const int lars = opt == BP_OPT_LARS && decayed;
   const char *op = opt == BP_OPT_ADAMW ? "range.adamw" : lars ? "range.lars" : "range.sgd";
   bp_node *n = node_add(x, BP_SEGMENT_UPDATE, op, -1, name);
@@ -439,18 +457,19 @@ static void update_node(build_ctx *x, const char *name, bp_param_kind k0, bp_par
              o->eta, x->amp});
   if (x->amp) bp_node_in(n, x->found_inf); /* the trailing skip input */
   if (b) {
-    const bp_span whole = family_span(x, BP_FAMILY_W, b->k0, b->k1);
-    BP_ASSERT(w.offset >= whole.offset && w.offset + w.bytes <= whole.offset + whole.bytes);
-    n->shard_domain = whole.bytes / sizeof(float);
-    n->shard_first = (w.offset - whole.offset) / sizeof(float);
+    const span_ref whole = family_span(x, BP_FAMILY_W, b->k0, b->k1);
+    BP_ASSERT(w.span.offset >= whole.span.offset &&
+              w.span.offset + w.span.bytes <= whole.span.offset + whole.span.bytes);
+    n->shard_domain = whole.span.bytes / sizeof(float);
+    n->shard_first = (w.span.offset - whole.span.offset) / sizeof(float);
   }
 }
 
 /* One collective over the span of family f in bucket b. */
 static void bucket_node(build_ctx *x, bp_segment seg, const char *op, bp_param_family f,
                         const bucket *b, const char *what) {
-  const bp_span span = family_span(x, f, b->k0, b->k1);
-  if (span.bytes == 0) return;
+  const span_ref span = family_span(x, f, b->k0, b->k1);
+  if (span.span.bytes == 0) return;
   char name[64];
   snprintf(name, sizeof name, "%s %s", what, b->name);
   bp_node *n = node_add(x, seg, op, -1, name);
@@ -470,8 +489,8 @@ static void build_comm_and_update(build_ctx *x) {
     for (int k = 0; k < BUCKET_COUNT; k++)
       bucket_node(x, BP_SEGMENT_COMM, sharded ? "allreduce.reduce_scatter" : "allreduce.sum",
                   BP_FAMILY_G, &buckets[k], sharded ? "reduce_scatter G" : "allreduce G");
-    const bp_span bn = resolve(x, BP_REGION_B, BP_REGION_B);
-    if (bn.bytes) {
+    const span_ref bn = resolve(x, BP_REGION_B, BP_REGION_B);
+    if (bn.span.bytes) {
       bp_node *n = node_add(x, BP_SEGMENT_COMM, "allreduce.sum", -1, "allreduce B (mean)");
       in_span(n, bn, BP_DTYPE_FP32);
       out_span(n, bn, BP_DTYPE_FP32);
@@ -506,12 +525,12 @@ static void build_comm_and_update(build_ctx *x) {
 
 static void build_train_ranges(build_ctx *x) {
   const bp_param_kind first = BP_PARAM_BN_BIAS, last = BP_PARAM_CONV_DEEP;
-  const bp_span none = {0, 0};
-  const bp_span w = family_span(x, BP_FAMILY_W, first, last);
-  const bp_span g = family_span(x, BP_FAMILY_G, first, last);
+  const span_ref none = {.id = -1, .slot = -1};
+  const span_ref w = family_span(x, BP_FAMILY_W, first, last);
+  const span_ref g = family_span(x, BP_FAMILY_G, first, last);
   if (x->amp) {
-    const bp_span a = family_span(x, BP_FAMILY_A, first, last);
-    const bp_span g16 = family_span(x, BP_FAMILY_G16, first, last);
+    const span_ref a = family_span(x, BP_FAMILY_A, first, last);
+    const span_ref g16 = family_span(x, BP_FAMILY_G16, first, last);
     range_node(x, BP_SEGMENT_ZERO_GRAD, "range.zero", "zero_grad", none, BP_DTYPE_FP16, g16,
                BP_DTYPE_FP16, 0.0f, 0.0f);
     range_node(x, BP_SEGMENT_CAST, "range.cast", "cast W->A", w, BP_DTYPE_FP32, a, BP_DTYPE_FP16,
@@ -519,7 +538,7 @@ static void build_train_ranges(build_ctx *x) {
     bp_node *z = node_add(x, BP_SEGMENT_CAST_GRAD, "range.zero", -1, "zero found_inf");
     bp_node_out(z, x->found_inf);
     SET_ATTRS(z, range, {0.0f, 0.0f, 0});
-    if (g16.bytes) {
+    if (g16.span.bytes) {
       bp_node *u = node_add(x, BP_SEGMENT_CAST_GRAD, "range.unscale", -1, "unscale G16->G");
       in_span(u, g16, BP_DTYPE_FP16);
       bp_node_in(u, x->loss_scale);
@@ -532,7 +551,7 @@ static void build_train_ranges(build_ctx *x) {
   }
   build_comm_and_update(x);
   if (x->ema) {
-    const bp_span e = family_span(x, BP_FAMILY_E, first, last);
+    const span_ref e = family_span(x, BP_FAMILY_E, first, last);
     range_node(x, BP_SEGMENT_EMA, "range.ema", "ema", w, BP_DTYPE_FP32, e, BP_DTYPE_FP32, 0.0f,
                x->g->options.ema_decay);
     seg_list *ema = &x->vg->segs[BP_SEGMENT_EMA];
@@ -568,7 +587,7 @@ static int cmp_offset(const void *a, const void *b) {
  * zero in W and G, included). */
 static bp_status build_lars_table(build_ctx *x) {
   const bp_dtensor *t = bp_plan_tensor(x->plan, 0, x->lars_segments);
-  const bp_span span = family_span(x, BP_FAMILY_W, BP_PARAM_FC_WEIGHT, BP_PARAM_CONV_DEEP);
+  const span_ref span = family_span(x, BP_FAMILY_W, BP_PARAM_FC_WEIGHT, BP_PARAM_CONV_DEEP);
   const int64_t s_count = t->shape.c - 1;
   uint64_t *offsets = calloc((size_t)s_count + 1, sizeof *offsets);
   int32_t *table = calloc((size_t)s_count + 1, sizeof *table);
@@ -586,17 +605,17 @@ static bp_status build_lars_table(build_ctx *x) {
     if (found < s_count) offsets[found] = p->offset;
     found++;
   }
-  if (found != s_count || span.bytes / 4 > (uint64_t)INT32_MAX) {
+  if (found != s_count || span.span.bytes / 4 > (uint64_t)INT32_MAX) {
     free(offsets);
     free(table);
     return bp_fail(BP_ERR_STATE,
                    "LARS: the plan's decayed span holds %lld weights of %llu bytes; "
                    "lars.segments has room for %lld (int32 offsets)",
-                   (long long)found, (unsigned long long)span.bytes, (long long)s_count);
+                   (long long)found, (unsigned long long)span.span.bytes, (long long)s_count);
   }
   qsort(offsets, (size_t)s_count, sizeof *offsets, cmp_offset);
-  for (int64_t s = 0; s < s_count; s++) table[s] = (int32_t)((offsets[s] - span.offset) / 4);
-  table[s_count] = (int32_t)(span.bytes / 4);
+  for (int64_t s = 0; s < s_count; s++) table[s] = (int32_t)((offsets[s] - span.span.offset) / 4);
+  table[s_count] = (int32_t)(span.span.bytes / 4);
   free(offsets);
   x->g->constants[0] =
       (bp_graph_constant){x->lars_segments, table, (uint64_t)(s_count + 1) * sizeof *table};
@@ -668,6 +687,28 @@ static bp_status check_graph(const build_ctx *x) {
   return BP_OK;
 }
 
+/* ---- moving with the plan ------------------------------------------------------- */
+
+bp_status bp_graph_relocate(bp_graph *g) {
+  for (int v = 0; v < g->variant_count; v++)
+    for (int s = 0; s < BP_SEGMENT_COUNT; s++)
+      for (int k = 0; k < g->variants[v].segs[s].count; k++) {
+        bp_node *n = &g->variants[v].segs[s].nodes[k];
+        for (int side = 0; side < 2; side++) {
+          bp_node_tensor *list = side ? n->outputs : n->inputs;
+          for (int i = 0; i < (side ? n->num_outputs : n->num_inputs); i++) {
+            bp_node_tensor *t = &list[i];
+            if (t->id >= 0) continue; /* a DTensor: its offset is read at bind */
+            t->span = t->slot >= 0 ? slot_bytes(g->plan, v, t->slot)
+                                   : regions_bytes(g->plan, t->first, t->last);
+          }
+        }
+      }
+  const build_ctx x = {.g = g, .m = g->model, .plan = g->plan};
+  bp_status st = check_graph(&x);
+  return st == BP_OK ? bp_liveness_check_graph(g->plan, g) : st;
+}
+
 /* ---- entry points ------------------------------------------------------------- */
 
 static bp_status check_options(const bp_model *m, const bp_plan *plan, const bp_graph_options *o) {
@@ -733,7 +774,7 @@ static bp_status build_variant(build_ctx *x, int v) {
     vg->segs[s].cap = cap;
     if (!vg->segs[s].nodes) return bp_fail(BP_ERR_NOMEM, "out of memory building a graph");
   }
-  const bp_span none = {0, 0};
+  const span_ref none = {.id = -1, .slot = -1};
   range_node(x, BP_SEGMENT_RESET, "range.zero", "reset results", none, BP_DTYPE_FP32,
              resolve(x, BP_REGION_R, BP_REGION_R), BP_DTYPE_FP32, 0.0f, 0.0f);
   const int last = x->m->layer_count - 1;
@@ -807,7 +848,7 @@ bp_status bp_graph_build(const bp_model *model, const bp_plan *plan,
 
   if ((st = find_record(&x)) != BP_OK) goto done;
   const int lars = bp_plan_get_options(plan)->optimizer == BP_OPT_LARS;
-  if (lars && family_span(&x, BP_FAMILY_W, BP_PARAM_FC_WEIGHT, BP_PARAM_CONV_DEEP).bytes &&
+  if (lars && family_span(&x, BP_FAMILY_W, BP_PARAM_FC_WEIGHT, BP_PARAM_CONV_DEEP).span.bytes &&
       (x.lars_segments < 0 || x.lars_norms < 0)) {
     st = bp_fail(BP_ERR_STATE, "graph: a LARS plan without lars.segments / lars.norms");
     goto done;

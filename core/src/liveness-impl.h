@@ -8,7 +8,7 @@
 
 /* Packing takes time quadratic in the packed slots: a plan of more than
  * this many feature and gradient slots (about 2000 layers) is left as it
- * is (compile.c runs the pass over the graph it builds). */
+ * is (session.c runs the pass over the graph it builds). */
 #define BP_LIVENESS_MAX_TENSORS 4096
 
 /* The live range of every tensor of `plan` (not packed) in every variant of

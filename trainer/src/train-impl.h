@@ -32,6 +32,7 @@
 #include "blueprint/comm.h"
 #include "blueprint/exec.h"
 #include "blueprint/graph.h"
+#include "blueprint/session.h"
 #include "blueprint/threads.h"
 #include "blueprint/train.h"
 #include "device-io-impl.h"
@@ -92,8 +93,9 @@ struct bp_trainer {
   bp_model *model;                  /* owned copy */
   bp_dataset *train_set, *test_set; /* train_set NULL with eval_only */
   bp_data_norm norm;
-  bp_plan *plan;
-  bp_graph *graph;
+  bp_session *session;              /* the plan and graph below are its own */
+  const bp_plan *plan;
+  const bp_graph *graph;
   bp_registry *registry;
   int own_registry;
   const bp_abi_device *dev;     /* the device plugin, NULL when none provides the kind */

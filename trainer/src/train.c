@@ -345,49 +345,49 @@ fail:
 
 static bp_status compile_and_build(bp_trainer *t) {
   const bp_train_settings *s = &t->model->train;
-  bp_compile_options co = bp_compile_options_from_model(t->model);
+  bp_session_options so;
+  bp_session_options_init(&so, t->model);
   const int64_t train_size =
       t->train_set ? bp_dataset_get_info(t->train_set)->count : s->train_size;
   /* R ranks: the plan holds one rank's tensors, a variant per rank share
    * of the global batch B and of the last batch n mod B (model.h);
    * evaluation runs on rank 0 with the whole evaluation batch */
-  co.batch = s->batch;
-  co.eval_batch = s->eval_batch;
-  co.train_size = train_size;
-  co.world = t->world;
-  co.eval_size = bp_dataset_get_info(t->test_set)->count;
-  co.no_reuse = t->opt.no_reuse;
-  char why[160]; /* batchnorm + relu fused only where the device has the kernels */
-  co.fuse_bn_relu = co.fuse_bn_relu && !t->opt.no_fuse &&
-                    bp_fuse_bn_relu_allowed(t->registry, t->kernel_kind, t->pins, why, sizeof why);
-  bp_status st = bp_model_compile(t->model, &co, &t->plan);
+  bp_compile_options *co = &so.compile;
+  co->batch = s->batch;
+  co->eval_batch = s->eval_batch;
+  co->train_size = train_size;
+  co->world = t->world;
+  co->eval_size = bp_dataset_get_info(t->test_set)->count;
+  co->no_reuse = t->opt.no_reuse;
+  /* batchnorm + relu fused unless asked not to, where the device has the kernels */
+  co->fuse_bn_relu = co->fuse_bn_relu && !t->opt.no_fuse;
+  so.registry = t->registry;
+  so.device = t->kernel_kind;
+  so.pins = t->pins;
+  bp_graph_options *go = &so.graph;
+  go->optimizer.momentum = (float)s->momentum;
+  go->optimizer.weight_decay = (float)s->weight_decay;
+  go->optimizer.nesterov = t->opt.nesterov != 0;
+  go->optimizer.beta1 = (float)t->opt.beta1;
+  go->optimizer.beta2 = (float)t->opt.beta2;
+  go->optimizer.eps = (float)t->opt.eps;
+  go->optimizer.eta = (float)t->opt.lars_eta;
+  go->ema_decay = (float)t->opt.ema_decay;
+  go->eval_ema = s->ema && t->opt.eval_ema != 0;
+  go->replicate_update = t->opt.replicate_update != 0;
+  go->loss_scale.growth_interval = t->opt.loss_scale_growth_interval
+                                       ? (int32_t)t->opt.loss_scale_growth_interval
+                                       : BP_TRAIN_DEFAULT_GROWTH_INTERVAL;
+  if (t->opt.loss_scale > 0) /* static: interval 0 (bp_abi_ops.h, range.loss_scale) */
+    go->loss_scale.growth_interval = 0;
+  bp_status st = bp_session_create(t->model, &so, &t->session);
   if (st != BP_OK) return st;
+  t->plan = bp_session_plan(t->session);
+  t->graph = bp_session_graph(t->session);
   t->v_train = bp_plan_find_variant(t->plan, "train");
   t->v_eval = bp_plan_find_variant(t->plan, "eval");
   t->v_eval_last = bp_plan_find_variant(t->plan, "eval_last");
   BP_ASSERT(t->v_train == 0 && t->v_eval > 0);
-
-  bp_graph_options go;
-  bp_graph_options_init(&go);
-  go.world = t->world;
-  go.global_batch = s->batch;
-  go.train_size = train_size;
-  go.optimizer.momentum = (float)s->momentum;
-  go.optimizer.weight_decay = (float)s->weight_decay;
-  go.optimizer.nesterov = t->opt.nesterov != 0;
-  go.optimizer.beta1 = (float)t->opt.beta1;
-  go.optimizer.beta2 = (float)t->opt.beta2;
-  go.optimizer.eps = (float)t->opt.eps;
-  go.optimizer.eta = (float)t->opt.lars_eta;
-  go.ema_decay = (float)t->opt.ema_decay;
-  go.eval_ema = s->ema && t->opt.eval_ema != 0;
-  go.replicate_update = t->opt.replicate_update != 0;
-  go.loss_scale.growth_interval = t->opt.loss_scale_growth_interval
-                                      ? (int32_t)t->opt.loss_scale_growth_interval
-                                      : BP_TRAIN_DEFAULT_GROWTH_INTERVAL;
-  if (t->opt.loss_scale > 0) /* static: interval 0 (bp_abi_ops.h, range.loss_scale) */
-    go.loss_scale.growth_interval = 0;
-  if ((st = bp_graph_build(t->model, t->plan, &go, &t->graph)) != BP_OK) return st;
 
   const bp_plan *p = t->plan;
   const bp_graph_tensors *ids = bp_graph_get_tensors(t->graph); /* the compiler's ids */
@@ -638,7 +638,7 @@ static bp_status open_rank(bp_trainer *t, int k) {
   for (int l = 0; r->lanes && l < BP_EXEC_LANES; l++)
     eo.lane_stream[l] = bp_devio_lane_native(&r->io, l);
   /* bind before filling: autotuning runs kernels on the arena */
-  if ((st = bp_exec_create(t->graph, t->registry, r->base, &eo, &r->exec)) != BP_OK) return st;
+  if ((st = bp_session_bind(t->session, t->registry, r->base, &eo, &r->exec)) != BP_OK) return st;
   if (k == 0 && t->opt.profile) { /* rank 0 is profiled */
     if ((st = bp_exec_set_profile(r->exec, t->opt.profile)) != BP_OK) return st;
     bp_train_measure_yardstick(t);
@@ -771,8 +771,7 @@ void bp_trainer_destroy(bp_trainer *t) {
   bp_mpi_shared_destroy(t->shared); /* after its arenas */
   if (t->comm_group) t->transport.close(t->comm_group); /* after the execs and graphs */
   bp_comm_destroy(t->comm);
-  bp_graph_destroy(t->graph);
-  bp_plan_destroy(t->plan);
+  bp_session_destroy(t->session);
   if (t->own_registry) bp_registry_destroy(t->registry);
   bp_dataset_destroy(t->train_set);
   bp_dataset_destroy(t->test_set);

@@ -14,6 +14,7 @@
 #include "blueprint/model.h"
 #include "blueprint/model_yaml.h"
 #include "blueprint/plan.h"
+#include "blueprint/session.h"
 #include "validate-impl.h"
 
 /* The node tensor as the executor describes it (bind.c). */
@@ -48,17 +49,16 @@ static int same_case(const vc_case *a, const vc_case *b) {
 static bp_status add_cases(const bp_registry *r, const char *path, const bp_model *model,
                            const bp_compile_options co, vc_case **cases_io, int *count_io,
                            int *cap_io) {
-  bp_plan *plan = NULL;
-  bp_graph *graph = NULL;
+  bp_session *session = NULL;
   vc_case *cases = *cases_io;
   int count = *count_io, cap = *cap_io;
-  bp_status st = bp_model_compile(model, &co, &plan);
+  bp_session_options so;
+  bp_session_options_init(&so, model);
+  so.compile = co;
+  bp_status st = bp_session_create(model, &so, &session);
   if (st != BP_OK) goto done;
-  bp_graph_options go;
-  bp_graph_options_init(&go);
-  go.global_batch = co.batch;
-  go.train_size = co.train_size;
-  if ((st = bp_graph_build(model, plan, &go, &graph)) != BP_OK) goto done;
+  const bp_plan *plan = bp_session_plan(session);
+  const bp_graph *graph = bp_session_graph(session);
   for (int v = 0; v < bp_plan_variant_count(plan); v++)
     for (int s = 0; s < BP_SEGMENT_COUNT; s++)
       for (int k = 0; k < bp_graph_node_count(graph, v, (bp_segment)s); k++) {
@@ -99,8 +99,7 @@ done:
   *cases_io = cases;
   *count_io = count;
   *cap_io = cap;
-  bp_graph_destroy(graph);
-  bp_plan_destroy(plan);
+  bp_session_destroy(session);
   return st;
 }
 

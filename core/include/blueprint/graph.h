@@ -154,11 +154,17 @@ const char *bp_segment_name(bp_segment segment);
 
 #define BP_NODE_MAX_TENSORS 6
 
-/* One tensor of a node: a DTensor of the plan, or a span of the arena. */
+/* One tensor of a node: a DTensor of the plan, or a span of the arena. A
+ * span also says what it covers, so that when the plan is laid out again
+ * (liveness packing, session.h) the graph moves it with the plan instead of
+ * being built again: the slot of DTensor `slot` in the node's variant, or
+ * (slot == -1) the plan's regions [first, last]. */
 typedef struct bp_node_tensor {
   int32_t id;     /* DTensor id, or -1 for a span */
   bp_span span;   /* id == -1: the bytes, seen as [1,1,1,bytes/size of dtype] */
   bp_dtype dtype; /* id == -1: the span's dtype (a DTensor carries its own) */
+  int32_t slot;   /* id == -1: the DTensor whose slot the span is, or -1 */
+  bp_region first, last; /* id == -1 and slot == -1: the regions it spans */
 } bp_node_tensor;
 
 /* Every attribute block of abi/bp_abi_ops.h; `attr_size` says which. */

@@ -105,8 +105,8 @@ typedef struct bp_compile_options {
                               choice: liveness packing follows the graph, so the features'
                               offsets differ (not the checkpoint's state). From the model:
                               1 (callers clear it to opt out: bp_train_options.no_fuse;
-                              the CLI's BP_FUSE=0); the trainer and predict then drop it
-                              where the device or a pin lacks the fused kernels */
+                              the CLI's BP_FUSE=0); a session then drops it where the
+                              run's device or a pin lacks the fused kernels (session.h) */
 } bp_compile_options;
 
 /* Options from the model's own training settings (no extra variants, world 1). */
@@ -117,8 +117,8 @@ bp_compile_options bp_compile_options_from_model(const bp_model *model);
  * three batchnorm_relu ops there, a pin that applies to one of them names
  * an impl that has it, and no pin names an unfused batchnorm or relu op
  * without also naming the fused ones (a pin is never silently ignored).
- * Else 0, with the reason in `why` (why_size bytes). The trainer and
- * `blueprint predict` clear fuse_bn_relu when this says 0. */
+ * Else 0, with the reason in `why` (why_size bytes). A session given the
+ * run's registry clears fuse_bn_relu when this says 0 (session.h). */
 int bp_fuse_bn_relu_allowed(const struct bp_registry *registry, const char *device,
                             const char *pins, char *why, size_t why_size);
 
@@ -140,7 +140,9 @@ int bp_fuse_bn_relu_allowed(const struct bp_registry *registry, const char *devi
  * smaller per-rank variants never change them); "train" is variant 0 and
  * the largest training batch. Then, unless options->no_reuse, the feature
  * and gradient slots (F32, F16) whose live ranges in the step never
- * overlap share bytes (liveness packing, docs/plan.md; plan.h invariant 8).
+ * overlap share bytes (liveness packing, docs/plan.md; plan.h invariant 8),
+ * over the step's graph built with default graph options (session.c; a
+ * session keeps the graph it packed over, session.h).
  * The tensors and their names ("input.a", "<layer>.w", "<layer>.out", ...)
  * are listed at the top of core/src/compile.c. Errors are one line naming
  * "file:line:column", the layer and the variant: BP_ERR_INVALID (the model

@@ -16,6 +16,7 @@
 #include "blueprint/data.h"
 #include "blueprint/graph.h"
 #include "blueprint/exec.h"
+#include "blueprint/session.h"
 #include "blueprint/threads.h"
 #include "blueprint/train.h"
 #include "blueprint/checkpoint.h"
