@@ -1,9 +1,10 @@
-/* A "threads" communicator a device plugin makes for its own transport
- * (bp_abi_device.h, collective transports): the ranks of one process, as
- * threads, share a barrier and one published pointer per rank
- * (bp_abi_comm_threads), so the "threads" collective kernels serve them.
- * Plugin-private: compiled into each plugin that offers it, linking
- * nothing from the core. */
+/* A "threads" communicator: the ranks of one process, as threads, share a
+ * barrier and one published pointer per rank (bp_abi_comm_threads), so the
+ * "threads" collective kernels serve them. A device plugin makes one for
+ * its own transport (bp_abi_device.h, collective transports) and the
+ * trainer for ranks on host memory (trainer/src/comm_threads.c). It
+ * depends on abi/ and pthreads alone and is compiled into each user with
+ * hidden symbols, linking nothing from the core. */
 #ifndef BP_PLUGINS_THREADS_GROUP_H
 #define BP_PLUGINS_THREADS_GROUP_H
 
