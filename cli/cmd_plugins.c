@@ -81,6 +81,16 @@ static const char *module_name(const bp_registry *r, const char *path) {
   return path;
 }
 
+/* A transport's reach (BP_ABI_COMM_* flags) in words. */
+static void transport_reach(uint32_t flags, char *text, size_t size) {
+  snprintf(text, size, "%s%s%s",
+           flags & BP_ABI_COMM_SPANS_PROCESSES ? "ranks in several processes; " : "",
+           flags & BP_ABI_COMM_SPANS_DEVICES ? "ranks on several devices; " : "",
+           flags & BP_ABI_COMM_SHARES_DEVICE ? "several ranks on one device; " : "");
+  const size_t n = strlen(text);
+  if (n >= 2) text[n - 2] = '\0'; /* the last "; " */
+}
+
 /* Kernels whose device kind no loaded device plugin provides: calls fn for
  * each such kind (in first-registration order) with its kernel count. Such
  * kernels can only run where a plugin of that kind loads (the cpu device
@@ -243,9 +253,16 @@ static void print_text(const bp_registry *r, FILE *out) {
   }
 
   fprintf(out, "\ndevices: %d\n", bp_registry_device_count(r));
-  for (int i = 0; i < bp_registry_device_count(r); i++)
-    fprintf(out, "  %-10s %s\n", bp_registry_device(r, i)->kind,
-            module_name(r, bp_registry_device_path(r, i)));
+  for (int i = 0; i < bp_registry_device_count(r); i++) {
+    const bp_abi_device *d = bp_registry_device(r, i);
+    fprintf(out, "  %-10s %s\n", d->kind, module_name(r, bp_registry_device_path(r, i)));
+    bp_abi_comm_transport t;
+    for (int k = 0; bp_registry_device_transport(d, k, &t); k++) {
+      char reach[128];
+      transport_reach(t.flags, reach, sizeof reach);
+      fprintf(out, "             collective transport %s: %s\n", t.backend, reach);
+    }
+  }
 
   int unserved = 0;
   for_unserved_devices(r, count_unserved, &unserved);
@@ -362,11 +379,22 @@ static void print_json(const bp_registry *r, FILE *out) {
   }
   fprintf(out, "%s],\n  \"devices\": [", bp_registry_layer_count(r) ? "\n  " : "");
   for (int i = 0; i < bp_registry_device_count(r); i++) {
+    const bp_abi_device *d = bp_registry_device(r, i);
     fprintf(out, "%s\n    {\"kind\": ", i ? "," : "");
-    bp_json_string(out, bp_registry_device(r, i)->kind);
+    bp_json_string(out, d->kind);
     fprintf(out, ", \"module\": ");
     bp_json_string(out, bp_registry_device_path(r, i));
-    fputc('}', out);
+    fprintf(out, ", \"transports\": [");
+    bp_abi_comm_transport t;
+    for (int k = 0; bp_registry_device_transport(d, k, &t); k++) {
+      fprintf(out, "%s{\"backend\": ", k ? ", " : "");
+      bp_json_string(out, t.backend);
+      fprintf(out, ", \"spans_processes\": %s, \"spans_devices\": %s, \"shares_device\": %s}",
+              t.flags & BP_ABI_COMM_SPANS_PROCESSES ? "true" : "false",
+              t.flags & BP_ABI_COMM_SPANS_DEVICES ? "true" : "false",
+              t.flags & BP_ABI_COMM_SHARES_DEVICE ? "true" : "false");
+    }
+    fprintf(out, "]}");
   }
   fprintf(out, "%s],\n  \"devices_without_plugin\": [",
           bp_registry_device_count(r) ? "\n  " : "");

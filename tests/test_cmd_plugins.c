@@ -140,6 +140,22 @@ START_TEST(kernels_for_a_device_no_plugin_provides_are_reported) {
 }
 END_TEST
 
+/* tests/modules/guarddev.c offers one transport, "threads", for ranks on
+ * several devices or several on one; the cpu device offers none (the host's
+ * communicators serve it) */
+START_TEST(devices_list_their_collective_transports) {
+  unsetenv("BP_PLUGIN_PATH");
+  ck_assert_int_eq(run("--plugin '%s/guarded/guarddev.so'", BP_TEST_MODULES), 0);
+  has("  guarded    ");
+  has("\n             collective transport threads: ranks on several devices; several ranks on "
+      "one device\n");
+  ck_assert_int_eq(run("--json --plugin '%s/guarded/guarddev.so'", BP_TEST_MODULES), 0);
+  has("\"transports\": [{\"backend\": \"threads\", \"spans_processes\": false, "
+      "\"spans_devices\": true, \"shares_device\": true}]}");
+  has("bp_device_cpu.so\", \"transports\": []}");
+}
+END_TEST
+
 START_TEST(refused_explicit_module_fails_after_listing) {
   ck_assert_int_eq(run("--plugin '%s/registry/bad.so'", BP_TEST_MODULES), 1);
   has("refused");
@@ -202,6 +218,7 @@ int main(void) {
   tcase_add_test(tc, json_is_valid_and_complete);
   tcase_add_test(tc, works_with_no_module_given);
   tcase_add_test(tc, kernels_for_a_device_no_plugin_provides_are_reported);
+  tcase_add_test(tc, devices_list_their_collective_transports);
   tcase_add_test(tc, refused_explicit_module_fails_after_listing);
   tcase_add_test(tc, bad_command_lines_exit_2);
 #ifdef BP_TEST_GPU_MODULES

@@ -377,6 +377,13 @@ const bp_abi_device *bp_registry_device(const bp_registry *r, int index) {
   const bp_reg_device *d = r ? BP_LIST_AT(r->devices, index) : NULL;
   return d ? &d->device : NULL;
 }
+int bp_registry_device_transport(const bp_abi_device *d, int index, bp_abi_comm_transport *out) {
+  if (!d || !out || index < 0 || index >= d->num_transports || !d->transports) return 0;
+  const size_t stride = d->transports->struct_size; /* the first element's (bp_abi_ops.h rule 6) */
+  bp_abi_copy(out, sizeof *out, (const char *)d->transports + (size_t)index * stride);
+  return 1;
+}
+
 const char *bp_registry_device_path(const bp_registry *r, int index) {
   const bp_reg_device *d = r ? BP_LIST_AT(r->devices, index) : NULL;
   return d ? d->path : NULL;

@@ -576,19 +576,11 @@ static bp_status choose_comm(bp_trainer *t) {
   }
   /* the registry checked the array (count, stride, functions, flags) */
   bp_abi_comm_transport offered[BP_COMM_MAX_TRANSPORTS] = {{0}};
-  if (t->dev && t->dev->num_transports > 0) {
-    const size_t stride = t->dev->transports->struct_size; /* the first element's */
-    l.transports = t->dev->num_transports;
-    for (int i = 0; i < l.transports; i++) {
-      /* read up to the writer's struct_size; fields beyond read as absent */
-      const char *at = (const char *)t->dev->transports + (size_t)i * stride;
-      uint32_t size;
-      memcpy(&size, at, sizeof size);
-      memset(&offered[i], 0, sizeof offered[i]);
-      memcpy(&offered[i], at, size < sizeof offered[i] ? size : sizeof offered[i]);
-      l.transport_names[i] = offered[i].backend;
-      l.transport_flags[i] = offered[i].flags;
-    }
+  for (; l.transports < BP_COMM_MAX_TRANSPORTS &&
+         bp_registry_device_transport(t->dev, l.transports, &offered[l.transports]);
+       l.transports++) {
+    l.transport_names[l.transports] = offered[l.transports].backend;
+    l.transport_flags[l.transports] = offered[l.transports].flags;
   }
   int chosen = -1;
   bp_status st = bp_comm_choose(&l, &t->comm_kind, &chosen);

@@ -134,6 +134,12 @@ const bp_abi_op *bp_registry_find_op(const bp_registry *registry, const char *na
 int bp_registry_device_count(const bp_registry *registry);
 const bp_abi_device *bp_registry_device(const bp_registry *registry, int index);
 const bp_abi_device *bp_registry_find_device(const bp_registry *registry, const char *kind);
+/* Collective transport `index` of a registered device (ABI 1.6,
+ * bp_abi_device.h) in *out, read up to the plugin's struct_size (fields it
+ * lacks read as 0): 1, or 0 when out of range. The registry checked every
+ * transport when the device registered. */
+int bp_registry_device_transport(const bp_abi_device *device, int index,
+                                 bp_abi_comm_transport *out);
 /* The file that registered op / device `index` ("<builtin>" for the host's
  * own ops). Owned by the registry. */
 const char *bp_registry_op_path(const bp_registry *registry, int index);
