@@ -64,6 +64,9 @@ typedef struct vc_case {
   /* the trailing skip input (has_skip), or -1; when it holds a nonzero
    * constant every output starts from data and must keep it */
   int skip_in;
+  /* inputs that are parameters (bit i: input i): check 10 keeps them
+   * while the params_generation stays, and changes every other input */
+  unsigned param_in;
 } vc_case;
 
 /* ---- validate_device.c ----------------------------------------------------- */
@@ -259,6 +262,11 @@ typedef struct vc_check_options {
    * device (the reference still runs on the host) */
   vc_device *device;
   int no_tf32; /* bp_validate_options.no_tf32 */
+  /* Thread services of other counts (NULL: none): the runs of check 10
+   * (new inputs on the same buffers) use sweep[0] (else `threads`), and
+   * check 11 runs the case once on each other count */
+  const bp_abi_threads *const *sweep;
+  int sweep_count;
 } vc_check_options;
 
 /* Runs every check of kernel k (against ref, which may be k itself) on

@@ -24,6 +24,33 @@
 #define EXIT_GUARD 3        /* the child hit a guard page */
 #define MAX_THREADS 4       /* threads lent to the kernels */
 
+/* The thread counts every case also runs at (checks 10 and 11): 1, and
+ * more than the cores of a small machine, so a race between threads or a
+ * chunking error shows on one core too. */
+static const int sweep_counts[] = {1, 2, 3, 4};
+#define SWEEP_COUNT ((int)(sizeof sweep_counts / sizeof sweep_counts[0]))
+
+typedef struct thread_set {
+  bp_threads *pool[SWEEP_COUNT];
+  const bp_abi_threads *abi[SWEEP_COUNT];
+} thread_set;
+
+static void thread_set_destroy(thread_set *s) {
+  for (int i = 0; i < SWEEP_COUNT; i++) bp_threads_destroy(s->pool[i]);
+  memset(s, 0, sizeof *s);
+}
+
+/* One pool per count of sweep_counts (each made once). */
+static bp_status thread_set_create(thread_set *s) {
+  for (int i = 0; i < SWEEP_COUNT; i++) {
+    if (s->pool[i]) continue;
+    const bp_status st = bp_threads_create(sweep_counts[i], &s->pool[i]);
+    if (st != BP_OK) return st;
+    s->abi[i] = bp_threads_abi(s->pool[i]);
+  }
+  return BP_OK;
+}
+
 struct bp_validate_report {
   bp_validate_result *rows;
   int count, cap;
@@ -135,9 +162,17 @@ static void run_isolated(job *j, vc_outcome *out) {
     if (count > MAX_THREADS) count = MAX_THREADS;
     if (bp_threads_create(count, &threads) != BP_OK) _exit(4);
     j->opt.threads = bp_threads_abi(threads);
+    thread_set sweep;
+    memset(&sweep, 0, sizeof sweep);
+    if (j->grad_row < 0) {
+      if (thread_set_create(&sweep) != BP_OK) _exit(4);
+      j->opt.sweep = sweep.abi;
+      j->opt.sweep_count = SWEEP_COUNT;
+    }
     vc_outcome o;
     job_run(j, &o);
     shared->out = o;
+    thread_set_destroy(&sweep);
     bp_threads_destroy(threads);
     _exit(0);
   }
@@ -282,7 +317,8 @@ static int has_dtype(const vc_case *c, const char *name) {
 static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
                                  const bp_validate_options *o, const bp_abi_kernel *k,
                                  const vc_case *cases, int case_count, int from_model,
-                                 const bp_abi_threads *threads, vc_device *dev,
+                                 const bp_abi_threads *threads, const thread_set *sweep,
+                                 vc_device *dev,
                                  const char *skip_why) {
   const int is_ref = (k->flags & BP_ABI_KERNEL_REFERENCE) != 0;
   bp_validate_result *row;
@@ -327,7 +363,8 @@ static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
     if (!(row = add_row(rep, k->op, k->impl, k->device, c->name, is_ref))) goto nomem;
     job j = {.registry = r, .k = k, .ref = ref, .c = c, .grad_row = -1,
              .opt = {.seed = o->seed, .guard = o->isolate && !dev, .threads = threads,
-                     .device = dev, .no_tf32 = o->no_tf32},
+                     .device = dev, .no_tf32 = o->no_tf32, .sweep = sweep ? sweep->abi : NULL,
+                     .sweep_count = sweep ? SWEEP_COUNT : 0},
              .thread_count = o->threads};
     vc_outcome out;
     if (o->isolate && !dev) run_isolated(&j, &out);
@@ -402,6 +439,8 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
   int count = 0;
   bp_status st = BP_OK;
   bp_threads *threads = NULL;
+  thread_set sweep;
+  memset(&sweep, 0, sizeof sweep);
   /* --device: the kernels of its kernel kind, through its plugin or not */
   const char *kind = NULL;
   const bp_abi_device *fixed = NULL;
@@ -429,10 +468,12 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
     }
     /* in this process the kernels get threads of their own (children make
      * theirs): without isolation, and for every run on a device */
-    if ((!options->isolate || dev) && (st = own_threads(&threads, options->threads)) != BP_OK)
+    if ((!options->isolate || dev) && ((st = own_threads(&threads, options->threads)) != BP_OK ||
+                                        (st = thread_set_create(&sweep)) != BP_OK))
       break;
     st = validate_kernel(rep, registry, options, k, cases, count, options->model_path != NULL,
-                         threads ? bp_threads_abi(threads) : NULL, dev, skip_why);
+                         threads ? bp_threads_abi(threads) : NULL, threads ? &sweep : NULL, dev,
+                         skip_why);
   }
   /* gradient checks run the FP32 forward cases of the cpu reference, on
    * host buffers */
@@ -444,6 +485,7 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
   }
   routes_close(&rt);
   vc_device_close(fixed_dev);
+  thread_set_destroy(&sweep);
   bp_threads_destroy(threads);
   free(model_cases);
   if (st != BP_OK) {
