@@ -231,6 +231,8 @@ void vt_fill_input_padding(const bp_abi_tensor *t, void *p);
 void vt_fill_output(const bp_abi_tensor *t, void *p, int poison);
 /* 1 when logical element i holds the poison value. */
 int vt_is_poison(const bp_abi_tensor *t, const void *p, int64_t i);
+/* The first logical element that holds the poison value, or -1. */
+int64_t vt_find_poison(const bp_abi_tensor *t, const void *p);
 /* 1 at the bytes of logical elements; malloc'ed slot_bytes array. */
 unsigned char *vt_logical_mask(const bp_abi_tensor *t);
 /* Rounds values through the dtype (what a tensor of it can hold). */

@@ -45,6 +45,7 @@ typedef struct run_spec {
   const vc_check_options *o;
   const vc_rerun *reruns;       /* [rerun_count] later runs on the same buffers, or NULL */
   int rerun_count;
+  int *failed_run;              /* (optional) which run failed: 0 the first, r rerun r */
 } run_spec;
 
 /* RUN_DEVICE: the device failed (a copy, a synchronization), why says how */
@@ -61,9 +62,31 @@ static int is_float(int32_t dtype) {
   return dtype == BP_ABI_DTYPE_FP32 || dtype == BP_ABI_DTYPE_FP16 || dtype == BP_ABI_DTYPE_BF16;
 }
 
+/* The first byte in [from, to) where a and b differ, or -1. */
+static int64_t first_diff(const unsigned char *a, const unsigned char *b, uint64_t from,
+                          uint64_t to) {
+  if (to <= from || memcmp(a + from, b + from, (size_t)(to - from)) == 0) return -1;
+  for (uint64_t i = from; i < to; i++)
+    if (a[i] != b[i]) return (int64_t)i;
+  return -1;
+}
+
 /* The first changed byte outside the logical elements of t, or -1. */
 static int64_t stray_write(const bp_abi_tensor *t, const unsigned char *now,
                            const unsigned char *before) {
+  const uint64_t es = vt_elem_size(t->dtype), slot = t->slot_bytes;
+  if (t->stride[3] == 1 && t->stride[2] == t->padded_c &&
+      t->stride[1] == t->padded_c * t->shape[2] && t->stride[0] == t->stride[1] * t->shape[1]) {
+    /* the plan's layout: each pixel's channel padding, then the tail */
+    const uint64_t pixels = (uint64_t)(t->shape[0] * t->shape[1] * t->shape[2]);
+    const uint64_t pixel = (uint64_t)t->padded_c * es, used = (uint64_t)t->shape[3] * es;
+    for (uint64_t p = 0; used < pixel && p < pixels && p * pixel < slot; p++) {
+      const uint64_t end = (p + 1) * pixel < slot ? (p + 1) * pixel : slot;
+      const int64_t at = first_diff(now, before, p * pixel + used, end);
+      if (at >= 0) return at;
+    }
+    return first_diff(now, before, pixels * pixel < slot ? pixels * pixel : slot, slot);
+  }
   unsigned char *mask = vt_logical_mask(t);
   int64_t at = -1;
   for (uint64_t b = 0; mask && b < t->slot_bytes; b++)
@@ -271,21 +294,22 @@ static int run_once(const run_spec *s, double **got, char *why, size_t why_size)
         rc = RUN_VIOLATION;
         break;
       }
-      if (s->prior[o] == NULL && alias[o] < 0 && is_float(t->dtype))
-        for (int64_t i = 0; i < vt_count(t); i++)
-          if (vt_is_poison(t, out_ptrs[o], i)) {
-            char e[64];
-            element_name(t, i, e, sizeof e);
-            snprintf(run_why, sizeof run_why,
-                     "left element %s of output %d unwritten (still poisoned)", e, o);
-            rc = RUN_VIOLATION;
-            break;
-          }
+      const int64_t poisoned = s->prior[o] == NULL && alias[o] < 0 && is_float(t->dtype)
+                                   ? vt_find_poison(t, out_ptrs[o])
+                                   : -1;
+      if (poisoned >= 0) {
+        char e[64];
+        element_name(t, poisoned, e, sizeof e);
+        snprintf(run_why, sizeof run_why,
+                 "left element %s of output %d unwritten (still poisoned)", e, o);
+        rc = RUN_VIOLATION;
+      }
       vt_read(t, out_ptrs[o], dst[o]);
     }
     if (rc != RUN_OK) {
       if (r) snprintf(why, why_size, "run %d on the same buffers: %s", r + 1, run_why);
       else snprintf(why, why_size, "%s", run_why);
+      if (s->failed_run) *s->failed_run = r;
     }
   }
   if (state && k->release) k->release(k->user, state);
@@ -507,111 +531,100 @@ static void fail_long(vc_outcome *out, const char *stage, const char *why) {
   out->detail[n] = '\0';
 }
 
-/* 10 and 11: state across calls and thread counts, after every other
- * check passed. in/ref0: the case's inputs and the oracle's outputs on
- * them; start: the outputs' starting values (NULL: poisoned). 1 when they
- * pass, else out failed. */
-static int across_calls(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c,
-                        const vc_case *refc, const vc_check_options *o,
-                        const vc_check_options *ro, double fp32_tol, const vals *in,
-                        double *const *start, const vals *ref0, vc_outcome *out) {
-  char why[320], stage[200];
-  vals in_b, in_c, ref_b, ref_c, got_a, got_b, got_c;
-  int ok = vals_alloc(&in_b, c->in, c->num_inputs) == 0 &&
-           vals_alloc(&in_c, c->in, c->num_inputs) == 0 &&
-           vals_alloc(&ref_b, c->out, c->num_outputs) == 0 &&
-           vals_alloc(&ref_c, c->out, c->num_outputs) == 0 &&
-           vals_alloc(&got_a, c->out, c->num_outputs) == 0 &&
-           vals_alloc(&got_b, c->out, c->num_outputs) == 0 &&
-           vals_alloc(&got_c, c->out, c->num_outputs) == 0;
-  if (!ok) {
-    fail(out, "", "out of memory");
-    goto done;
-  }
-  /* B: new data inputs, the same parameters; C: every input new. A
-   * stream of its own, so the other checks' inputs stay what they were */
-  uint64_t rng = case_seed(o->seed ^ 0x243f6a8885a308d3ull, c);
+/* The thread service of `count` threads for check 11: one of o->sweep, or
+ * o->threads when none has that count. */
+static const bp_abi_threads *threads_of(const vc_check_options *o, int count) {
+  for (int i = 0; i < o->sweep_count; i++)
+    if (o->sweep[i]->count == count) return o->sweep[i];
+  return o->threads;
+}
+
+/* The inputs of the later runs of check 10: B new data inputs with the
+ * parameters kept, C every input new. A stream of its own, so the other
+ * checks' inputs stay what they were. */
+static void later_inputs(const vc_case *c, uint64_t seed, const vals *in, vals *in_b,
+                         vals *in_c) {
+  uint64_t rng = case_seed(seed ^ 0x243f6a8885a308d3ull, c);
   for (int i = 0; i < c->num_inputs; i++) {
     const size_t bytes = (size_t)vt_count(&c->in[i].d) * sizeof(double);
-    if (c->param_in & (1u << i)) memcpy(in_b.v[i], in->v[i], bytes);
-    else vc_fill_values(c, &c->in[i], &rng, in_b.v[i]);
-    vc_fill_values(c, &c->in[i], &rng, in_c.v[i]);
+    if (c->param_in & (1u << i)) memcpy(in_b->v[i], in->v[i], bytes);
+    else vc_fill_values(c, &c->in[i], &rng, in_b->v[i]);
+    vc_fill_values(c, &c->in[i], &rng, in_c->v[i]);
   }
-  /* the oracle on B and C, each run afresh */
-  run_spec rb = {ref, refc, 0, in_b.v, start, -1, ro, NULL, 0};
-  run_spec rc_ = {ref, refc, 0, in_c.v, start, -1, ro, NULL, 0};
-  if (run_once(&rb, ref_b.v, why, sizeof why) != RUN_OK ||
-      run_once(&rc_, ref_c.v, why, sizeof why) != RUN_OK) {
-    fail(out, "the reference on new inputs", why);
-    goto done;
+}
+
+/* 10 and 11: what the kernel gave on the later runs of its first run's
+ * buffers and state (got_b: new data, the same generation; got_c: every
+ * input new, the generation bumped; session_why: why one of them failed,
+ * or "") against fresh runs of the kernel on the same inputs, at other
+ * thread counts. A mismatch is told apart by one more fresh run at the
+ * first run's count: a fresh run there that differs too means the
+ * result depends on the thread count, else on what the state kept. 1 when
+ * they pass, else out failed. */
+static int across_calls(const bp_abi_kernel *k, const vc_case *c, const vc_check_options *o,
+                        double fp32_tol, double *const *start, const vals *in_b,
+                        const vals *in_c, const vals *got_b, const vals *got_c,
+                        const char *session_why, vc_outcome *out) {
+  if (session_why[0]) {
+    fail_long(out, "on the first run's buffers and state, with new inputs", session_why);
+    return 0;
   }
-  /* the kernel: A, B and C one after another on the same buffers and
-   * state, as a node runs step after step (on sweep[0]'s threads) */
-  vc_check_options so = *o;
-  if (o->sweep_count > 0) so.threads = o->sweep[0];
-  const vc_rerun reruns[2] = {{in_b.v, 1, got_b.v}, {in_c.v, 2, got_c.v}};
-  run_spec ks = {k, c, 0, in->v, start, -1, &so, reruns, 2};
-  if (run_once(&ks, got_a.v, why, sizeof why) != RUN_OK) {
-    fail(out, "runs on the same buffers", why);
-    goto done;
-  }
-  double err, tol;
-  snprintf(stage, sizeof stage, "with %d thread%s (the first run had %d)", so.threads->count,
-           so.threads->count == 1 ? "" : "s", o->threads->count);
-  ok = compare(c, fp32_tol, got_a.v, ref0->v, &err, &tol, why, sizeof why);
-  note_error(out, err, tol);
-  if (!ok) {
-    fail_long(out, stage, why);
-    goto done;
-  }
-  ok = compare(c, fp32_tol, got_b.v, ref_b.v, &err, &tol, why, sizeof why);
-  note_error(out, err, tol);
-  if (!ok) {
-    fail_long(out,
-              "output did not follow new inputs with the same params_generation (the kernel "
-              "caches state derived from its data inputs; the generation covers parameters "
-              "only)",
-              why);
-    goto done;
-  }
-  ok = compare(c, fp32_tol, got_c.v, ref_c.v, &err, &tol, why, sizeof why);
-  note_error(out, err, tol);
-  if (!ok) {
-    fail_long(out,
-              "output did not follow new parameters after a params_generation bump (what the "
-              "kernel derives from parameters must be rebuilt when the generation changes)",
-              why);
-    goto done;
-  }
-  /* 11: every other thread count, once each */
-  for (int t = 1; t < o->sweep_count && ok; t++) {
-    const int n = o->sweep[t]->count;
-    if (n == o->threads->count || n == so.threads->count) continue;
+  char why[320], stage[240];
+  const int first = o->threads->count;
+  /* check 11's counts: 1 (2 when the first run had 1) and 3 (4 when it
+   * had 3), so every case runs at 1, 2 or 3, and a count above a small
+   * machine's cores */
+  const int counts[2] = {first == 1 ? 2 : 1, first == 3 ? 4 : 3};
+  const vals *ins[2] = {in_b, in_c}, *gots[2] = {got_b, got_c};
+  vals fresh, again;
+  int ok = vals_alloc(&fresh, c->out, c->num_outputs) == 0 &&
+           vals_alloc(&again, c->out, c->num_outputs) == 0;
+  if (!ok) fail(out, "", "out of memory");
+  for (int r = 0; r < 2 && ok; r++) {
     vc_check_options to = *o;
-    to.threads = o->sweep[t];
-    run_spec ts = {k, c, 0, in->v, start, -1, &to, NULL, 0};
+    to.threads = threads_of(o, counts[r]);
+    const int n = to.threads->count;
+    run_spec fs = {k, c, 0, ins[r]->v, start, -1, &to, NULL, 0, NULL};
     snprintf(stage, sizeof stage,
-             "with %d threads (the first run had %d; a result that depends on the thread "
+             "with %d thread%s (the first run had %d; a result that depends on the thread "
              "count: a race between threads or a chunking error)",
-             n, o->threads->count);
-    if (run_once(&ts, got_a.v, why, sizeof why) != RUN_OK) {
+             n, n == 1 ? "" : "s", first);
+    if (run_once(&fs, fresh.v, why, sizeof why) != RUN_OK) {
       fail_long(out, stage, why);
       ok = 0;
       break;
     }
-    ok = compare(c, fp32_tol, got_a.v, ref0->v, &err, &tol, why, sizeof why);
+    double err, tol;
+    if (compare(c, fp32_tol, gots[r]->v, fresh.v, &err, &tol, why, sizeof why)) continue;
+    /* which one: the same inputs afresh at the first run's count */
+    run_spec as = {k, c, 0, ins[r]->v, start, -1, o, NULL, 0, NULL};
+    if (run_once(&as, again.v, why, sizeof why) != RUN_OK) {
+      fail_long(out, "a fresh run at the first run's thread count", why);
+      ok = 0;
+      break;
+    }
+    if (compare(c, fp32_tol, gots[r]->v, again.v, &err, &tol, why, sizeof why)) {
+      /* the later run equals a fresh one at its count: the count matters */
+      (void)compare(c, fp32_tol, fresh.v, again.v, &err, &tol, why, sizeof why);
+      fail_long(out, stage, why);
+    } else if (r == 0) {
+      fail_long(out,
+                "output did not follow new inputs with the same params_generation (the kernel "
+                "caches state derived from its data inputs; the generation covers parameters "
+                "only)",
+                why);
+    } else {
+      fail_long(out,
+                "output did not follow new parameters after a params_generation bump (what the "
+                "kernel derives from parameters must be rebuilt when the generation changes)",
+                why);
+    }
     note_error(out, err, tol);
-    if (!ok) fail_long(out, stage, why);
+    ok = 0;
   }
-done:
-  vals_free(&in_b);
-  vals_free(&in_c);
-  vals_free(&ref_b);
-  vals_free(&ref_c);
-  vals_free(&got_a);
-  vals_free(&got_b);
-  vals_free(&got_c);
-  return out->verdict != BP_VALIDATE_FAIL;
+  vals_free(&fresh);
+  vals_free(&again);
+  return ok;
 }
 
 void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c,
@@ -651,8 +664,12 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
     snprintf(out->detail, sizeof out->detail, "the reference refuses the case: %.260s", why);
     return;
   }
-  vals in, prior, accp, ref0, got, p2, ref_acc, got_acc;
-  int ok = vals_alloc(&in, c->in, c->num_inputs) == 0 &&
+  vals in, prior, accp, ref0, got, p2, ref_acc, got_acc, in_b, in_c, got_b, got_c;
+  int ok = vals_alloc(&in_b, c->in, c->num_inputs) == 0 &&
+           vals_alloc(&in_c, c->in, c->num_inputs) == 0 &&
+           vals_alloc(&got_b, c->out, c->num_outputs) == 0 &&
+           vals_alloc(&got_c, c->out, c->num_outputs) == 0 &&
+           vals_alloc(&in, c->in, c->num_inputs) == 0 &&
            vals_alloc(&prior, c->out, c->num_outputs) == 0 &&
            vals_alloc(&accp, c->out, c->num_outputs) == 0 &&
            vals_alloc(&ref0, c->out, c->num_outputs) == 0 &&
@@ -673,16 +690,33 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
       start[i] = prior.v[i];
     }
 
+  /* 10: the kernel's first run goes on with new inputs on its buffers and
+   * state (B: new data, the same generation; C: every input new, the
+   * generation bumped); they are compared once every other check passed */
+  later_inputs(c, o->seed, &in, &in_b, &in_c);
+  const vc_rerun later[2] = {{in_b.v, 1, got_b.v}, {in_c.v, 2, got_c.v}};
+  int failed_run = -1;
+  char session_why[320] = "";
+
   /* 1-4: the reference, then the kernel, on the same inputs */
-  run_spec rs = {ref, refc, 0, in.v, start, -1, ro, NULL, 0};
+  run_spec rs = {ref, refc, 0, in.v, start, -1, ro, is_ref ? later : NULL, is_ref ? 2 : 0,
+                 &failed_run};
   int rc = run_once(&rs, ref0.v, why, sizeof why);
+  if (rc != RUN_OK && is_ref && failed_run > 0) { /* the first run passed */
+    snprintf(session_why, sizeof session_why, "%s", why);
+    rc = RUN_OK;
+  }
   if (rc != RUN_OK) {
     fail(out, is_ref ? "" : "the reference", why);
     goto done;
   }
   if (!is_ref) {
-    run_spec ks = {k, c, 0, in.v, start, -1, o, NULL, 0};
+    run_spec ks = {k, c, 0, in.v, start, -1, o, later, 2, &failed_run};
     rc = run_once(&ks, got.v, why, sizeof why);
+    if (rc != RUN_OK && failed_run > 0) {
+      snprintf(session_why, sizeof session_why, "%s", why);
+      rc = RUN_OK;
+    }
     if (rc == RUN_FAILED) {
       fail(out, "supports() accepted the case but", why);
       goto done;
@@ -704,7 +738,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
 
   /* 7: the same bits twice */
   if (k->flags & BP_ABI_KERNEL_DETERMINISTIC) {
-    run_spec ks = {k, c, 0, in.v, start, -1, o, NULL, 0};
+    run_spec ks = {k, c, 0, in.v, start, -1, o, NULL, 0, NULL};
     rc = run_once(&ks, p2.v, why, sizeof why);
     if (rc != RUN_OK) {
       fail(out, "second run", why);
@@ -736,7 +770,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
       vc_fill_values(c, &t, &rng, accp.v[i]);
       acc_start[i] = accp.v[i];
     }
-    run_spec ks = {k, c, 1, in.v, acc_start, -1, o, NULL, 0};
+    run_spec ks = {k, c, 1, in.v, acc_start, -1, o, NULL, 0, NULL};
     rc = run_once(&ks, got_acc.v, why, sizeof why);
     if (rc != RUN_OK) {
       fail(out, "accumulate=1", why);
@@ -747,7 +781,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
         for (int64_t e = 0; e < vt_count(&c->out[i].d); e++)
           ref_acc.v[i][e] = (acc_start[i] ? acc_start[i][e] : 0) + ref0.v[i][e];
     } else {
-      run_spec r1 = {ref, refc, 1, in.v, acc_start, -1, ro, NULL, 0};
+      run_spec r1 = {ref, refc, 1, in.v, acc_start, -1, ro, NULL, 0, NULL};
       rc = run_once(&r1, ref_acc.v, why, sizeof why);
       if (rc != RUN_OK) {
         fail(out, "accumulate=1: the reference", why);
@@ -764,7 +798,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
       c->alias[0] < 0) {
     char stage[64];
     snprintf(stage, sizeof stage, "in place (output 0 = input %d)", c->inplace_in);
-    run_spec ks = {k, c, 0, in.v, start, c->inplace_in, o, NULL, 0};
+    run_spec ks = {k, c, 0, in.v, start, c->inplace_in, o, NULL, 0, NULL};
     rc = run_once(&ks, p2.v, why, sizeof why);
     if (rc != RUN_OK) {
       fail(out, stage, why);
@@ -774,8 +808,12 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
   }
 
   /* 10, 11: new inputs on the same buffers and state, other thread counts */
-  (void)across_calls(k, ref, c, refc, o, ro, fp32_tol, &in, start, &ref0, out);
+  (void)across_calls(k, c, o, fp32_tol, start, &in_b, &in_c, &got_b, &got_c, session_why, out);
 done:
+  vals_free(&in_b);
+  vals_free(&in_c);
+  vals_free(&got_b);
+  vals_free(&got_c);
   vals_free(&in);
   vals_free(&prior);
   vals_free(&accp);
@@ -844,6 +882,6 @@ int vc_case_from_args(const char *op, const bp_abi_kernel_args *args, vc_case *c
 int vc_run_values(const bp_abi_kernel *k, const vc_case *c, int accumulate, double *const *in,
                   double *const *prior, double **got, const vc_check_options *o, char *why,
                   size_t why_size) {
-  run_spec s = {k, c, accumulate, in, prior, -1, o, NULL, 0};
+  run_spec s = {k, c, accumulate, in, prior, -1, o, NULL, 0, NULL};
   return run_once(&s, got, why, why_size) == RUN_OK ? 0 : -1;
 }
