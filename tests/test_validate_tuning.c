@@ -21,6 +21,7 @@
 #include "run_util.h"
 
 #define TUNING_PATH BP_TEST_MODULES "/tuning/tuning.so"
+#define GELU_PATH BP_TEST_MODULES "/gelu_layer/gelu_layer.so"
 
 static bp_registry *load(const char *const *paths, int count) {
   bp_registry *r = NULL;
@@ -102,12 +103,155 @@ START_TEST(validate_command_names_the_stale_cache) {
 }
 END_TEST
 
+/* ---- batches ---------------------------------------------------------------------- */
+
+/* N of a case named "N<n> ..." (the built-in fc cases). */
+static int batch_of(const char *case_name) { return atoi(case_name + 1); }
+
+START_TEST(an_fc_wrong_past_a_block_of_8_fails_on_the_batch_cases) {
+  bp_registry *r = load((const char *[]){BP_OPS_REFERENCE_PATH, TUNING_PATH}, 2);
+  bp_validate_report *rep = run_validate(r, "fc.fwd", "tail8", 0, "fp32");
+  int failed = 0, batches = 0;
+  for (int i = 0; i < bp_validate_result_count(rep); i++) {
+    const bp_validate_result *x = bp_validate_result_get(rep, i);
+    ck_assert(x->case_name[0] == 'N');
+    const int n = batch_of(x->case_name);
+    const int wrong = n > 8 && n % 8 != 0;
+    batches += strstr(x->case_name, "(batch)") != NULL;
+    if (!wrong) {
+      ck_assert_msg(x->verdict == BP_VALIDATE_PASS, "N=%d, case '%s': %s", n, x->case_name,
+                    x->detail);
+      continue;
+    }
+    ck_assert_msg(x->verdict == BP_VALIDATE_FAIL, "N=%d, case '%s' passed", n, x->case_name);
+    ck_assert_msg(strstr(x->detail, "differs from the reference: output 0 element (") != NULL,
+                  "%s: %s", x->case_name, x->detail);
+    failed++;
+  }
+  /* N = 17 .. 33: every residue mod 16; all but 24 and 32 wrong */
+  ck_assert_int_eq(batches, 17);
+  ck_assert_int_eq(failed, 15);
+  bp_validate_report_destroy(rep);
+  bp_registry_destroy(r);
+}
+END_TEST
+
+/* validate --model M --batch B: the plan of batch B (and its last partial
+ * batch), where the model's own batch hides the defect */
+START_TEST(validate_model_batch_checks_the_runs_real_batch) {
+  toy_env e = toy_env_open(TOY_BN_MODEL_LAYERS
+                           "train: {batch: 16, eval_batch: 8, train_size: 64}\n",
+                           1, 1, 1);
+  run_result r = RUN("validate", "--plugin", TUNING_PATH, "--impl", "tail8", "--model", e.model);
+  ck_assert_msg(r.status == 0, "%s%s", r.out, r.err);
+  ck_assert_ptr_null(strstr(r.out, "@train_last"));
+  run_free(&r);
+  /* batch 12: 12 rows per step, and a last batch of 64 % 12 = 4 */
+  r = RUN("validate", "--plugin", TUNING_PATH, "--impl", "tail8", "--model", e.model, "--batch",
+          "12");
+  ck_assert_int_eq(r.status, 1);
+  ck_assert_ptr_nonnull(strstr(r.out, "fc.fwd               tail8      cpu    "));
+  ck_assert_ptr_nonnull(strstr(r.out, "FAIL: differs from the reference"));
+  ck_assert_ptr_nonnull(strstr(r.out, "@train_last"));
+  run_free(&r);
+  r = RUN("validate", "--batch", "12");
+  ck_assert_int_eq(r.status, 2);
+  expect_one_line_error(&r, "blueprint validate: ", "--batch needs --model");
+  run_free(&r);
+  r = RUN("validate", "--model", e.model, "--batch", "0");
+  ck_assert_int_eq(r.status, 2);
+  expect_one_line_error(&r, "blueprint validate: ", "--batch '0' is not a positive integer");
+  run_free(&r);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* ---- threads ----------------------------------------------------------------------- */
+
+/* One thread lent (BP_THREADS=1, or a one-core machine): the first run
+ * cannot show a chunking error, check 11's runs at 2 and 3 threads do. */
+START_TEST(a_chunking_error_fails_with_one_thread_lent) {
+  bp_registry *r = load((const char *[]){BP_OPS_REFERENCE_PATH, TUNING_PATH}, 2);
+  bp_validate_report *rep = run_validate(r, "fc.fwd", NULL, 1, "fp32");
+  expect_caught(rep, "chunks",
+                " (the first run had 1; a result that depends on the thread count: a race "
+                "between threads or a chunking error): ");
+  int with2 = 0;
+  for (int i = 0; i < bp_validate_result_count(rep); i++) {
+    const bp_validate_result *x = bp_validate_result_get(rep, i);
+    if (strcmp(x->impl, "chunks") == 0 && x->verdict == BP_VALIDATE_FAIL)
+      with2 += strncmp(x->detail, "with 2 threads", 14) == 0;
+  }
+  ck_assert_int_gt(with2, 0);
+  expect_passes(rep, "chunked", 27);
+  bp_validate_report_destroy(rep);
+  bp_registry_destroy(r);
+}
+END_TEST
+
+/* ---- FP16 -------------------------------------------------------------------------- */
+
+START_TEST(an_fp16_fc_truncating_to_7_mantissa_bits_fails) {
+  bp_registry *r = load((const char *[]){BP_OPS_REFERENCE_PATH, TUNING_PATH}, 2);
+  bp_validate_report *rep = run_validate(r, "fc.fwd", NULL, 0, "fp16");
+  const int caught = expect_caught(rep, "trunc7", "differs from the reference");
+  ck_assert_int_ge(caught, 20); /* nearly every FP16 case */
+  expect_passes(rep, "half", 27);
+  expect_passes(rep, "reference", 27);
+  bp_validate_report_destroy(rep);
+  bp_registry_destroy(r);
+}
+END_TEST
+
+/* ---- gradient checks of module layers ---------------------------------------------- */
+
+START_TEST(a_module_layers_backward_missing_a_term_fails_gradcheck) {
+  bp_registry *r = load((const char *[]){BP_OPS_REFERENCE_PATH, GELU_PATH}, 2);
+  bp_validate_options o = {.op_glob = "tgelu.*", .seed = 1, .isolate = 1, .gradcheck = 1};
+  bp_validate_report *rep = NULL;
+  ck_assert_msg(bp_validate_run(r, &o, &rep) == BP_OK, "%s", bp_last_error());
+  int noterm = 0, exact = 0, scale = 0;
+  for (int i = 0; i < bp_validate_result_count(rep); i++) {
+    const bp_validate_result *x = bp_validate_result_get(rep, i);
+    if (strncmp(x->case_name, "gradcheck", 9) != 0) continue;
+    if (strcmp(x->op, "tgelu.bwd") == 0 && strcmp(x->impl, "noterm") == 0) {
+      ck_assert_msg(x->verdict == BP_VALIDATE_FAIL, "%s: %s", x->case_name, x->detail);
+      ck_assert(strlen(x->case_name) > 10); /* "gradcheck <case>" */
+      ck_assert_msg(strstr(x->detail, "the gradient of forward input 0 differs from central "
+                                      "differences: error ") != NULL,
+                    "%s", x->detail);
+      noterm++;
+    } else if (strcmp(x->op, "tgelu.bwd") == 0 && strcmp(x->impl, "exact") == 0) {
+      ck_assert_msg(x->verdict == BP_VALIDATE_PASS, "%s: %s", x->case_name, x->detail);
+      ck_assert(x->error <= 1e-3);
+      exact++;
+    } else if (strcmp(x->op, "tgelu.scale") == 0) {
+      ck_assert_int_eq(x->verdict, BP_VALIDATE_SKIP);
+      ck_assert_msg(strstr(x->detail, "no gradient check: tgelu.scale is neither the forward "
+                                      "nor the backward op of a layer type") != NULL,
+                    "%s", x->detail);
+      scale++;
+    }
+  }
+  ck_assert_int_eq(noterm, 3); /* one per case of tgelu.fwd's infer_shape */
+  ck_assert_int_eq(exact, 3);
+  ck_assert_int_eq(scale, 1);
+  bp_validate_report_destroy(rep);
+  bp_registry_destroy(r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("validate_tuning");
   TCase *tc = tcase_create("validate_tuning");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, a_kernel_caching_its_output_by_input_pointer_and_generation_fails);
   tcase_add_test(tc, validate_command_names_the_stale_cache);
+  tcase_add_test(tc, an_fc_wrong_past_a_block_of_8_fails_on_the_batch_cases);
+  tcase_add_test(tc, validate_model_batch_checks_the_runs_real_batch);
+  tcase_add_test(tc, a_chunking_error_fails_with_one_thread_lent);
+  tcase_add_test(tc, an_fp16_fc_truncating_to_7_mantissa_bits_fails);
+  tcase_add_test(tc, a_module_layers_backward_missing_a_term_fails_gradcheck);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

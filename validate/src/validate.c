@@ -104,10 +104,13 @@ typedef struct job {
   char grad_case[96];
   vc_check_options opt;
   int thread_count; /* an isolated child's pool (bp_validate_options.threads) */
+  const vc_module_grad *mgrad; /* a module op's gradient check row instead */
 } job;
 
 static void job_run(job *j, vc_outcome *out) {
-  if (j->grad_row >= 0)
+  if (j->mgrad)
+    vc_module_grad_check(j->registry, j->mgrad, &j->opt, out);
+  else if (j->grad_row >= 0)
     vc_grad_row(j->registry, j->grad_row, &j->opt, &j->grad_op, j->grad_case,
                 sizeof j->grad_case, out);
   else
@@ -164,7 +167,7 @@ static void run_isolated(job *j, vc_outcome *out) {
     j->opt.threads = bp_threads_abi(threads);
     thread_set sweep;
     memset(&sweep, 0, sizeof sweep);
-    if (j->grad_row < 0) {
+    if (j->grad_row < 0 && !j->mgrad) {
       if (thread_set_create(&sweep) != BP_OK) _exit(4);
       j->opt.sweep = sweep.abi;
       j->opt.sweep_count = SWEEP_COUNT;
@@ -390,9 +393,36 @@ nomem:
   return bp_fail(BP_ERR_NOMEM, "out of memory collecting validation results");
 }
 
-/* Gradient checks run the reference kernels on host buffers. */
+/* Gradient checks run on host buffers: the reference kernels of the
+ * built-in ops, the kernels of module layers' backward ops. */
 static bp_status gradcheck(bp_validate_report *rep, const bp_registry *r,
                            const bp_validate_options *o, const bp_abi_threads *threads) {
+  vc_module_grad *mrows = NULL;
+  int mcount = 0;
+  bp_status st = vc_module_grad_rows(r, &mrows, &mcount);
+  if (st != BP_OK) return st;
+  for (int i = 0; i < mcount; i++) {
+    const vc_module_grad *x = &mrows[i];
+    if (o->op_glob && fnmatch(o->op_glob, x->op, 0) != 0) continue;
+    if (o->impl && strcmp(o->impl, x->impl) != 0) continue;
+    job j = {.registry = r, .grad_row = -1, .mgrad = x,
+             .opt = {.seed = o->seed, .guard = o->isolate, .threads = threads,
+                     .no_tf32 = o->no_tf32},
+             .thread_count = o->threads};
+    vc_outcome out;
+    if (o->isolate) run_isolated(&j, &out);
+    else job_run(&j, &out);
+    char name[96];
+    snprintf(name, sizeof name, "gradcheck%s%.80s", x->bwd ? " " : "", x->bwd ? x->c.name : "");
+    bp_validate_result *row = add_row(rep, x->op, x->impl, x->device, name, 0);
+    if (!row) {
+      free(mrows);
+      return bp_fail(BP_ERR_NOMEM, "out of memory collecting validation results");
+    }
+    set_outcome(row, &out);
+    row->guard_pages = o->isolate && row->verdict != BP_VALIDATE_SKIP;
+  }
+  free(mrows); /* rows keep op, impl and device: registry strings */
   if (o->impl && strcmp(o->impl, "reference") != 0) return BP_OK;
   for (int i = 0; i < vc_grad_row_count(); i++) {
     const char *op = NULL;
@@ -425,6 +455,9 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
                           bp_validate_report **report_out) {
   if (!registry || !options || !report_out)
     return bp_fail(BP_ERR_INVALID, "bp_validate_run: NULL argument");
+  if (options->batch < 0 || (options->batch > 0 && !options->model_path))
+    return bp_fail(BP_ERR_INVALID, "validate: a batch (%lld) needs a model",
+                   (long long)options->batch);
   if (options->threads < 0 || options->threads > 1024)
     return bp_fail(BP_ERR_INVALID, "validate: threads %d is outside 0..1024", options->threads);
   bp_dtype dtype;
@@ -449,7 +482,8 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
   if (options->device) st = bp_validate_device(registry, options->device, &kind, &fixed);
   if (st == BP_OK && fixed) st = vc_device_open(fixed, 0, &fixed_dev);
   if (st == BP_OK && options->model_path) {
-    st = vc_model_cases(registry, options->model_path, !options->no_fuse, &model_cases, &count);
+    st = vc_model_cases(registry, options->model_path, !options->no_fuse, options->batch,
+                        &model_cases, &count);
     cases = model_cases;
   } else {
     cases = vc_builtin_cases(&count);

@@ -15,6 +15,11 @@
  * over max(1, rms(ref)), must stay below this fraction of the tolerance. */
 #define VC_BIAS_FRACTION 0.1
 #define VC_BIAS_MIN 64
+/* FP16 outputs: the mean error along the sign of ref, over max(1,
+ * rms(ref)), must stay below this plus one standard error of that mean
+ * (docs/validate.md; XNNPACK's FP16 GEMMs, accumulating in FP16, stay
+ * below 3.5e-4, a path truncating x and w to 7 mantissa bits above 2e-3) */
+#define VC_TREND_FLOOR 1e-3
 
 double vc_tolerance(int32_t dtype) {
   switch (dtype) {
@@ -388,6 +393,34 @@ static int compare(const vc_case *c, double fp32_tol, double *const *got, double
                o, bias, (long long)finite, bias_tol, err, tol);
       worst = bias;
       worst_tol = bias_tol;
+      continue;
+    }
+    /* FP16 (rtol > 0): errors of rounding to nearest have no sign of their
+     * own, so the mean error along the sign of ref stays near 0; a path
+     * that truncates (x and w to 7 mantissa bits: the magnitudes shrink by
+     * about 2^-7) moves it a few 1e-3 away, while each error may stay
+     * within atol */
+    double along = 0, e2 = 0;
+    for (int64_t i = 0; rtol > 0 && i < n; i++)
+      if (isfinite(got[o][i]) && isfinite(want[o][i])) {
+        const double d = got[o][i] - want[o][i];
+        along += want[o][i] > 0 ? d : want[o][i] < 0 ? -d : 0;
+        e2 += d * d;
+      }
+    const double per = rms > 1 ? rms : 1;
+    const double trend = finite ? along / (double)finite / per : 0;
+    const double trend_tol =
+        VC_TREND_FLOOR + (finite ? sqrt(e2 / (double)finite) / per / sqrt((double)finite) : 0);
+    if (rtol > 0 && err <= tol && fabs(trend) > trend_tol && ok) {
+      ok = 0;
+      snprintf(why, why_size,
+               "output %d: magnitudes %s by %.3g on average over %lld elements > %.3g (a trend "
+               "%s zero: %s, not rounding to nearest; the largest error %.3g is within %.3g)",
+               o, trend < 0 ? "shrink" : "grow", fabs(trend), (long long)finite, trend_tol,
+               trend < 0 ? "toward" : "away from", trend < 0 ? "truncation" : "rounding up", err,
+               tol);
+      worst = fabs(trend);
+      worst_tol = trend_tol;
       continue;
     }
     if (isnan(worst_tol) || err > worst) {

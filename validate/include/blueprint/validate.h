@@ -82,6 +82,10 @@ typedef struct bp_validate_options {
   int no_fuse; /* 1: a model's plan unfused only (0: also the fused one) */
   int no_tf32; /* 1: cuDNN and cuBLAS FP32 outputs held to the FP32 tolerance, for
                   modules told not to use TF32 (0: VC_TF32 tolerance, 5e-3) */
+  /* with model_path: the global training batch the plan is compiled for
+   * (its "train" variants, and "train_last" for the epoch's last partial
+   * batch when the model's train_size is not a multiple); 0: the model's */
+  int64_t batch;
 } bp_validate_options;
 
 /* One row: a kernel on a case (or a gradient check, impl "gradcheck"). */
