@@ -182,10 +182,11 @@ START_TEST(verbose_prints_the_kernel_of_every_node) {
   ck_assert_msg(r.status == 0, "predict: %s", r.err);
   const char *table = strstr(r.out, "kernels (no pins):\n");
   ck_assert_msg(table != NULL, "%s", r.out);
-  ck_assert_ptr_nonnull(strstr(table, "relu.fwd"));
+  ck_assert_ptr_nonnull(strstr(table, "conv2d.fwd"));
   const char *nodes = strstr(table, "kernel of each node:\n");
   ck_assert_ptr_nonnull(nodes);
-  ck_assert_ptr_nonnull(strstr(nodes, "relu1.fwd"));
+  ck_assert_ptr_nonnull(strstr(nodes, "conv1.fwd "));
+  ck_assert_ptr_nonnull(strstr(nodes, "pool1.fwd "));
   ck_assert_ptr_nonnull(strstr(nodes, "/cpu\n"));
   /* before the predictions */
   ck_assert(nodes < strstr(r.out, "image  top  class  probability"));
