@@ -168,9 +168,12 @@ typedef struct bp_abi_kernel_args {
    * every time the parameters (W, their FP16 copies in A, E, the BN
    * statistics in B) may have changed by anything other than the kernel's
    * own outputs: after every optimizer update, checkpoint load, EMA swap
-   * and initialization. A kernel that caches something derived from its
-   * inputs (packed weights) keeps the generation it packed at in its state
-   * and repacks when it differs. Never NULL in run(); NULL elsewhere. */
+   * and initialization. It covers parameters only: a kernel that caches
+   * something derived from its parameters (packed weights) keeps the
+   * generation it packed at in its state and repacks when it differs; it
+   * never caches anything derived from its data inputs, which change on
+   * the same pointers within a generation. Never NULL in run(); NULL
+   * elsewhere. */
   const uint64_t *params_generation;
   /* Where run() and prepare() write why they failed (NUL-terminated,
    * truncated to reason_size); the host prints it with the rank, variant,

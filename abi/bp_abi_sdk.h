@@ -262,10 +262,12 @@ static inline void bp_sdk_parallel_for(const bp_abi_kernel_args *args,
 }
 
 /* The rank's parameter generation (*args->params_generation), or 0 when
- * the host passes none (a host before 1.4, or outside run()). A kernel
- * that caches something derived from its inputs (packed weights) keeps the
- * generation it packed at and repacks when this differs; with 0 it cannot
- * tell, and repacks on every run. */
+ * the host passes none (a host before 1.4, or outside run()). It covers
+ * parameters only: a kernel that caches something derived from its
+ * parameters (packed weights) keeps the generation it packed at and
+ * repacks when this differs; with 0 it cannot tell, and repacks on every
+ * run. Nothing derived from data inputs may be cached: their contents
+ * change between runs on the same pointers within one generation. */
 static inline uint64_t bp_sdk_args_generation(const bp_abi_kernel_args *args) {
   if (!args || !BP_SDK_HAS_FIELD(args, bp_abi_kernel_args, params_generation) ||
       !args->params_generation)

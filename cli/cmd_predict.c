@@ -43,6 +43,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "env_options.h"
+#include "kernel_report.h"
 #include "train_args.h"
 
 static const char usage_text[] =
@@ -57,6 +58,8 @@ static const char usage_text[] =
     "  --top K             classes to print per image (3; at most the classes)\n"
     "  --limit N           only the first N images of an IDX file\n"
     "  --json              one JSON object instead of the table (docs/predict.md)\n"
+    "  --verbose           first print the kernel of every node of the evaluation\n"
+    "                      pass (on stderr with --json)\n"
     "  --data DIR          the MNIST-format data the model was trained on: its\n"
     "                      training images' statistics normalize the pixels\n"
     "                      (default: Fashion-MNIST's; synthetic: those of\n"
@@ -78,7 +81,7 @@ typedef struct predict_args {
   const char *plugins[PREDICT_PLUGINS_MAX];
   int plugin_count;
   int64_t top, limit, batch, eval_batch, threads;
-  int json, help;
+  int json, help, verbose;
 } predict_args;
 
 static int parse_args(int argc, char **argv, predict_args *a) {
@@ -95,6 +98,9 @@ static int parse_args(int argc, char **argv, predict_args *a) {
       return 0;
     } else if (strcmp(arg, "--json") == 0) {
       a->json = 1;
+      continue;
+    } else if (strcmp(arg, "--verbose") == 0) {
+      a->verbose = 1;
       continue;
     } else if (strcmp(arg, "--checkpoint") == 0) {
       text = &a->checkpoint;
@@ -395,6 +401,9 @@ int bp_cmd_predict(int argc, char **argv) {
   double *prob = NULL, *lat = NULL;
   int64_t *top = NULL;
   bp_status st = predictor_open(&a, &p);
+  if (st == BP_OK && a.verbose)
+    bp_cli_exec_kernel_table(a.json ? stderr : stdout, p.exec, p.variant, BP_SEGMENT_EVAL,
+                             bp_registry_resolve_pins(p.registry, a.pins, NULL, NULL), 1);
   if (st == BP_OK) st = load_input(a.input, &d);
   const bp_model *m = p.model;
   if (st == BP_OK) {

@@ -26,7 +26,8 @@
 
 static const char usage_text[] =
     "usage: blueprint validate [--plugin PATH]... [--op GLOB] [--impl NAME] [--device KIND]\n"
-    "                          [--dtype NAME] [--model FILE] [--seed S] [--gradcheck] [--json]\n"
+    "                          [--dtype NAME] [--model FILE [--batch B]] [--seed S] [--gradcheck]\n"
+    "                          [--json]\n"
     "\n"
     "Runs every loaded kernel against the reference kernel of its op (the oracle)\n"
     "on the same seeded random inputs, case by case, and checks: the normalized\n"
@@ -49,9 +50,13 @@ static const char usage_text[] =
     "                  and FP16 range cases), fp32, int8, int32\n"
     "  --model FILE    the nodes of this model's plan as cases, instead of the\n"
     "                  built-in table\n"
+    "  --batch B       with --model: compile its plan for global batch B (the\n"
+    "                  \"train\" variants, and \"train_last\" for the epoch's last\n"
+    "                  partial batch when the model's train_size is not a multiple)\n"
     "  --seed S        seed of the random inputs (default 1)\n"
-    "  --gradcheck     also check each reference backward against finite\n"
-    "                  differences of its reference forward\n"
+    "  --gradcheck     also check each reference backward, and each kernel of a\n"
+    "                  module layer's backward op, against finite differences of\n"
+    "                  its own forward\n"
     "  --json          print JSON (docs/validate-json.md) instead of a table\n"
     "  -h, --help      print this help\n"
     "\n"
@@ -87,7 +92,7 @@ static int parse_args(int argc, char **argv, validate_args *a) {
     const int takes = strcmp(arg, "--plugin") == 0 || strcmp(arg, "--op") == 0 ||
                       strcmp(arg, "--impl") == 0 || strcmp(arg, "--device") == 0 ||
                       strcmp(arg, "--model") == 0 || strcmp(arg, "--seed") == 0 ||
-                      strcmp(arg, "--dtype") == 0;
+                      strcmp(arg, "--dtype") == 0 || strcmp(arg, "--batch") == 0;
     if (!takes) {
       bp_cli_report("validate", "unknown argument '%s' (try --help)", arg);
       return -1;
@@ -118,6 +123,13 @@ static int parse_args(int argc, char **argv, validate_args *a) {
       a->opt.dtype = v;
     } else if (strcmp(arg, "--model") == 0) {
       a->opt.model_path = v;
+    } else if (strcmp(arg, "--batch") == 0) {
+      int64_t b;
+      if (bp_cli_parse_int(v, 1, &b) != 0) {
+        bp_cli_report("validate", "--batch '%s' is not a positive integer", v);
+        return -1;
+      }
+      a->opt.batch = b;
     } else {
       int64_t s;
       if (bp_cli_parse_int(v, 0, &s) != 0) {
@@ -126,6 +138,11 @@ static int parse_args(int argc, char **argv, validate_args *a) {
       }
       a->opt.seed = (uint64_t)s;
     }
+  }
+  if (a->opt.batch > 0 && !a->opt.model_path) {
+    bp_cli_report("validate",
+                  "--batch needs --model (the built-in cases have batches of their own)");
+    return -1;
   }
   return 0;
 }

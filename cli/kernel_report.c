@@ -1,4 +1,4 @@
-/* The kernel report of `train` and `eval` (kernel_report.h). */
+/* The kernel report of `train`, `eval` and `predict` (kernel_report.h). */
 #include "kernel_report.h"
 
 #include <string.h>
@@ -78,5 +78,31 @@ void bp_cli_kernel_table(FILE *out, const bp_trainer *t, const char *prefix, int
     snprintf(where, sizeof where, "%s/%s", u->variant, u->segment);
     fprintf(out, "  rank %d  %-24s %-28s %s/%s/%s\n", u->rank, where, u->node,
             u->kernel->kernel.op, u->kernel->kernel.impl, u->kernel->kernel.device);
+  }
+}
+
+void bp_cli_exec_kernel_table(FILE *out, const bp_exec *x, int variant, bp_segment segment,
+                              const char *pins, int verbose) {
+  if (pins && pins[0]) fprintf(out, "kernels (pins: %s):\n", pins);
+  else fprintf(out, "kernels (no pins):\n");
+  int n = 0;
+  while (bp_exec_kernel(x, variant, segment, n)) n++;
+  for (int i = 0; i < n; i++) {
+    const bp_abi_kernel *k = &bp_exec_kernel(x, variant, segment, i)->kernel;
+    int first = 1, nodes = 0;
+    for (int j = 0; j < i && first; j++)
+      first = !same_kind(&bp_exec_kernel(x, variant, segment, j)->kernel, k);
+    if (!first) continue;
+    for (int j = i; j < n; j++)
+      nodes += same_kind(&bp_exec_kernel(x, variant, segment, j)->kernel, k);
+    fprintf(out, "  %-26s %-12s %-6s %4d node%s%s\n", k->op, k->impl, k->device, nodes,
+            nodes == 1 ? "" : "s", (k->flags & BP_ABI_KERNEL_REFERENCE) ? "  (reference)" : "");
+  }
+  if (!verbose) return;
+  fprintf(out, "kernel of each node:\n");
+  for (int i = 0; i < n; i++) {
+    const bp_abi_kernel *k = &bp_exec_kernel(x, variant, segment, i)->kernel;
+    const bp_node *node = bp_exec_node(x, variant, segment, i);
+    fprintf(out, "  %-28s %s/%s/%s\n", node ? node->name : "?", k->op, k->impl, k->device);
   }
 }

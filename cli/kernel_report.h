@@ -1,4 +1,4 @@
-/* What `train` and `eval` print about kernels at start: pin warnings,
+/* What `train`, `eval` and `predict` print about kernels at start: pin warnings,
  * refused modules on BP_PLUGIN_PATH, and which kernel each op got. Private
  * to the CLI. */
 #ifndef BLUEPRINT_CLI_KERNEL_REPORT_H
@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 
+#include "blueprint/exec.h"
 #include "blueprint/train.h"
 
 /* On stderr, "blueprint <command>: ..." lines: each pin warning, and one
@@ -17,5 +18,12 @@ void bp_cli_kernel_notes(const char *command, const bp_trainer *trainer);
  * (optional) keeps only variants whose name starts with it ("eval"). */
 void bp_cli_kernel_table(FILE *out, const bp_trainer *trainer, const char *variant_prefix,
                          int verbose);
+
+/* On out, for one segment of one variant of an executor (predict's
+ * evaluation pass): the same compact table, "kernels (pins: P):" or
+ * "kernels (no pins):" first; with `verbose` also the kernel of every
+ * node. */
+void bp_cli_exec_kernel_table(FILE *out, const bp_exec *exec, int variant, bp_segment segment,
+                              const char *pins, int verbose);
 
 #endif

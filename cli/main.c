@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bp_abi.h"
 #include "commands.h"
 #include "env_options.h"
 
@@ -24,7 +25,8 @@ static void usage(FILE *out) {
   fprintf(out, "usage: blueprint COMMAND [ARGS]\n\ncommands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-  fprintf(out, "\n'blueprint COMMAND --help' describes one command.\n");
+  fprintf(out, "\n'blueprint COMMAND --help' describes one command; 'blueprint --version'\n"
+               "prints the version and the module ABI.\n");
   bp_cli_env_help(out);
 }
 
@@ -37,6 +39,10 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     usage(stdout);
     return 0;
+  }
+  if (strcmp(argv[1], "--version") == 0) {
+    printf("blueprint %s (module ABI %d.%d)\n", BP_VERSION, BP_ABI_MAJOR, BP_ABI_MINOR);
+    return fflush(stdout) == 0 ? 0 : 1;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);

@@ -656,6 +656,20 @@ START_TEST(help_goes_to_stdout) {
 }
 END_TEST
 
+START_TEST(version_names_the_release_and_the_module_abi) {
+  run_result r = RUN("--version");
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_uint_eq(r.err_len, 0);
+  ck_assert_msg(strncmp(r.out, "blueprint 0.", 12) == 0, "%s", r.out);
+  ck_assert_ptr_nonnull(strstr(r.out, " (module ABI 1."));
+  run_free(&r);
+  r = RUN("--help");
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_ptr_nonnull(strstr(r.out, "'blueprint --version'"));
+  run_free(&r);
+}
+END_TEST
+
 START_TEST(bad_command_lines) {
   char *m = model_path("cnn");
   const struct {
@@ -789,6 +803,7 @@ int main(void) {
   tcase_add_test(cli, extra_variants_by_batch_and_resolution);
   tcase_add_test(cli, svg_file_is_written);
   tcase_add_test(cli, help_goes_to_stdout);
+  tcase_add_test(cli, version_names_the_release_and_the_module_abi);
   tcase_add_test(cli, bad_command_lines);
   tcase_add_test(cli, bad_model_files_name_file_line_column);
   suite_add_tcase(s, cli);

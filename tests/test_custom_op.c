@@ -387,6 +387,20 @@ START_TEST(pkg_config_build_works_too) {
 }
 END_TEST
 
+/* Without a build type the example builds optimized (Release, not CMake's
+ * flagless default), and its module links libm (expf and friends resolve
+ * under --no-undefined). */
+START_TEST(example_builds_optimized_and_links_libm) {
+  ck_assert_int_eq(sh("grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' '%s/build/CMakeCache.txt'",
+                      tmp_dir),
+                   0);
+  ck_assert_int_eq(sh("grep -rqsE -- '(^| )-lm( |$)' '%1$s/build/build.ninja' "
+                      "'%1$s/build/CMakeFiles/custom_ops.dir/link.txt'",
+                      tmp_dir),
+                   0);
+}
+END_TEST
+
 /* `blueprint validate` finds nothing wrong with the example's kernels: its
  * relu.fwd against the reference, its own ops on the cases their
  * infer_shape gives (leaky_relu with the layer's defaults and accumulate)
@@ -409,6 +423,15 @@ START_TEST(example_module_validates_clean) {
   ck_assert_ptr_nonnull(strstr(r.out, " 0 failed, 0 skipped\n"));
   run_free(&r);
   free(model);
+  /* its layer's backward against central differences of its forward;
+   * scale_shift.fwd (no layer type) says why it has no gradient check */
+  r = RUN("validate", "--plugin", path, "--gradcheck", "--op", "[ls][ec]a[kl]*"); /* 2 ops */
+  ck_assert_msg(r.status == 0, "%s%s", r.out, r.err);
+  ck_assert_ptr_nonnull(strstr(r.out, "leaky_relu.bwd       custom     cpu    gradcheck "));
+  ck_assert_ptr_nonnull(strstr(r.out, "scale_shift.fwd      -          cpu    gradcheck "));
+  ck_assert_ptr_nonnull(strstr(r.out, "skip: no gradient check: scale_shift.fwd is neither"));
+  ck_assert_ptr_nonnull(strstr(r.out, " 0 failed, "));
+  run_free(&r);
 }
 END_TEST
 
@@ -427,6 +450,7 @@ int main(void) {
   tcase_add_test(tc, bad_slope_is_refused_at_its_line_and_column);
   tcase_add_test(tc, pkg_config_build_works_too);
   tcase_add_test(tc, example_module_validates_clean);
+  tcase_add_test(tc, example_builds_optimized_and_links_libm);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

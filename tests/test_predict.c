@@ -174,6 +174,41 @@ START_TEST(bad_input_gets_one_line_and_a_failing_status) {
 }
 END_TEST
 
+/* --verbose: the kernel table of the evaluation pass first, and the kernel
+ * of every node (on stderr with --json, whose stdout stays one object). */
+START_TEST(verbose_prints_the_kernel_of_every_node) {
+  run_result r = RUN("predict", env.model, "--checkpoint", ck, "--input", images, "--data",
+                     env.data, "--limit", "1", "--verbose");
+  ck_assert_msg(r.status == 0, "predict: %s", r.err);
+  const char *table = strstr(r.out, "kernels (no pins):\n");
+  ck_assert_msg(table != NULL, "%s", r.out);
+  ck_assert_ptr_nonnull(strstr(table, "conv2d.fwd"));
+  const char *nodes = strstr(table, "kernel of each node:\n");
+  ck_assert_ptr_nonnull(nodes);
+  ck_assert_ptr_nonnull(strstr(nodes, "conv1.fwd "));
+  ck_assert_ptr_nonnull(strstr(nodes, "pool1.fwd "));
+  ck_assert_ptr_nonnull(strstr(nodes, "/cpu\n"));
+  /* before the predictions */
+  ck_assert(nodes < strstr(r.out, "image  top  class  probability"));
+  run_free(&r);
+  r = RUN("predict", env.model, "--checkpoint", ck, "--input", images, "--data", env.data,
+          "--limit", "1", "--verbose", "--json");
+  ck_assert_msg(r.status == 0, "predict: %s", r.err);
+  ck_assert_ptr_nonnull(strstr(r.err, "kernel of each node:\n"));
+  char err[128];
+  jm_value *v = jm_parse(r.out, r.out_len, err, sizeof err);
+  ck_assert_msg(v != NULL, "predict --json --verbose: %s: %s", err, r.out);
+  jm_free(v);
+  run_free(&r);
+  /* without --verbose: no table */
+  r = RUN("predict", env.model, "--checkpoint", ck, "--input", images, "--data", env.data,
+          "--limit", "1");
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_ptr_null(strstr(r.out, "kernels ("));
+  run_free(&r);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("predict");
   TCase *c = tcase_create("core");
@@ -182,6 +217,7 @@ static Suite *suite(void) {
   tcase_add_test(c, batch_one_predictions_give_evals_accuracy_on_the_same_images);
   tcase_add_test(c, a_pgm_image_gets_the_prediction_of_the_same_idx_image);
   tcase_add_test(c, bad_input_gets_one_line_and_a_failing_status);
+  tcase_add_test(c, verbose_prints_the_kernel_of_every_node);
   suite_add_tcase(s, c);
   return s;
 }

@@ -64,6 +64,13 @@ typedef struct vc_case {
   /* the trailing skip input (has_skip), or -1; when it holds a nonzero
    * constant every output starts from data and must keep it */
   int skip_in;
+  /* inputs that are parameters (bit i: input i): check 10 keeps them
+   * while the params_generation stays, and changes every other input */
+  unsigned param_in;
+  /* one of the batch cases of the built-in table (N = 17 .. 33): no
+   * gradient check (the backward's handling of a batch is what the other
+   * checks compare) */
+  int batch_sweep;
 } vc_case;
 
 /* ---- validate_device.c ----------------------------------------------------- */
@@ -180,9 +187,10 @@ int vc_infer_cases(const bp_registry *r, const bp_abi_op *op, vc_case *out, int 
 
 /* Every distinct node of the model's plan (default compile and graph
  * options; layer types of the modules in r too) as a case, unfused and,
- * when `fuse`, fused too; malloc'ed array in *cases_out. */
-bp_status vc_model_cases(const bp_registry *r, const char *path, int fuse, vc_case **cases_out,
-                         int *count_out);
+ * when `fuse`, fused too; compiled for global batch `batch` (0: the
+ * model's); malloc'ed array in *cases_out. */
+bp_status vc_model_cases(const bp_registry *r, const char *path, int fuse, int64_t batch,
+                         vc_case **cases_out, int *count_out);
 
 /* ---- validate_buffers.c ---------------------------------------------------- */
 
@@ -228,6 +236,8 @@ void vt_fill_input_padding(const bp_abi_tensor *t, void *p);
 void vt_fill_output(const bp_abi_tensor *t, void *p, int poison);
 /* 1 when logical element i holds the poison value. */
 int vt_is_poison(const bp_abi_tensor *t, const void *p, int64_t i);
+/* The first logical element that holds the poison value, or -1. */
+int64_t vt_find_poison(const bp_abi_tensor *t, const void *p);
 /* 1 at the bytes of logical elements; malloc'ed slot_bytes array. */
 unsigned char *vt_logical_mask(const bp_abi_tensor *t);
 /* Rounds values through the dtype (what a tensor of it can hold). */
@@ -259,6 +269,11 @@ typedef struct vc_check_options {
    * device (the reference still runs on the host) */
   vc_device *device;
   int no_tf32; /* bp_validate_options.no_tf32 */
+  /* Thread services of other counts (NULL: none): the runs of check 10
+   * (new inputs on the same buffers) use sweep[0] (else `threads`), and
+   * check 11 runs the case once on each other count */
+  const bp_abi_threads *const *sweep;
+  int sweep_count;
 } vc_check_options;
 
 /* Runs every check of kernel k (against ref, which may be k itself) on
@@ -299,5 +314,26 @@ void vc_grad_row_name(int row, const char **op_out, char *case_name, size_t case
  * forward (docs/validate.md). */
 void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const char **op_out,
                  char *case_name, size_t case_name_size, vc_outcome *out);
+
+/* Gradient checks of module ops: for the backward op of every layer type
+ * a module registers, one row per (cpu kernel of it, case of its forward
+ * op from infer_shape), checked like the built-in rows against central
+ * differences of the forward op's own kernel (its reference kernel, else
+ * its first cpu FP32 kernel; inputs away from 0); and a row saying why for
+ * every other module op (no layer type, no backward op, saved tensors, no
+ * cases, no FP32). */
+typedef struct vc_module_grad {
+  const char *op;                 /* the backward op, or the op a skip row is about */
+  const char *impl, *device;      /* the backward kernel's ("-" on a skip row) */
+  const bp_abi_kernel *bwd, *fwd; /* NULL: a skip row (why) */
+  const bp_registered_layer *layer;
+  vc_case c; /* the forward case (c.name: the row's case) */
+  char why[240];
+} vc_module_grad;
+
+/* malloc'ed rows in *rows_out. */
+bp_status vc_module_grad_rows(const bp_registry *r, vc_module_grad **rows_out, int *count_out);
+void vc_module_grad_check(const bp_registry *r, const vc_module_grad *row,
+                          const vc_check_options *o, vc_outcome *out);
 
 #endif

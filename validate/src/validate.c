@@ -24,6 +24,33 @@
 #define EXIT_GUARD 3        /* the child hit a guard page */
 #define MAX_THREADS 4       /* threads lent to the kernels */
 
+/* The thread counts every case also runs at (checks 10 and 11): 1, and
+ * more than the cores of a small machine, so a race between threads or a
+ * chunking error shows on one core too. */
+static const int sweep_counts[] = {1, 2, 3, 4};
+#define SWEEP_COUNT ((int)(sizeof sweep_counts / sizeof sweep_counts[0]))
+
+typedef struct thread_set {
+  bp_threads *pool[SWEEP_COUNT];
+  const bp_abi_threads *abi[SWEEP_COUNT];
+} thread_set;
+
+static void thread_set_destroy(thread_set *s) {
+  for (int i = 0; i < SWEEP_COUNT; i++) bp_threads_destroy(s->pool[i]);
+  memset(s, 0, sizeof *s);
+}
+
+/* One pool per count of sweep_counts (each made once). */
+static bp_status thread_set_create(thread_set *s) {
+  for (int i = 0; i < SWEEP_COUNT; i++) {
+    if (s->pool[i]) continue;
+    const bp_status st = bp_threads_create(sweep_counts[i], &s->pool[i]);
+    if (st != BP_OK) return st;
+    s->abi[i] = bp_threads_abi(s->pool[i]);
+  }
+  return BP_OK;
+}
+
 struct bp_validate_report {
   bp_validate_result *rows;
   int count, cap;
@@ -77,10 +104,13 @@ typedef struct job {
   char grad_case[96];
   vc_check_options opt;
   int thread_count; /* an isolated child's pool (bp_validate_options.threads) */
+  const vc_module_grad *mgrad; /* a module op's gradient check row instead */
 } job;
 
 static void job_run(job *j, vc_outcome *out) {
-  if (j->grad_row >= 0)
+  if (j->mgrad)
+    vc_module_grad_check(j->registry, j->mgrad, &j->opt, out);
+  else if (j->grad_row >= 0)
     vc_grad_row(j->registry, j->grad_row, &j->opt, &j->grad_op, j->grad_case,
                 sizeof j->grad_case, out);
   else
@@ -135,9 +165,17 @@ static void run_isolated(job *j, vc_outcome *out) {
     if (count > MAX_THREADS) count = MAX_THREADS;
     if (bp_threads_create(count, &threads) != BP_OK) _exit(4);
     j->opt.threads = bp_threads_abi(threads);
+    thread_set sweep;
+    memset(&sweep, 0, sizeof sweep);
+    if (j->grad_row < 0 && !j->mgrad) {
+      if (thread_set_create(&sweep) != BP_OK) _exit(4);
+      j->opt.sweep = sweep.abi;
+      j->opt.sweep_count = SWEEP_COUNT;
+    }
     vc_outcome o;
     job_run(j, &o);
     shared->out = o;
+    thread_set_destroy(&sweep);
     bp_threads_destroy(threads);
     _exit(0);
   }
@@ -282,7 +320,8 @@ static int has_dtype(const vc_case *c, const char *name) {
 static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
                                  const bp_validate_options *o, const bp_abi_kernel *k,
                                  const vc_case *cases, int case_count, int from_model,
-                                 const bp_abi_threads *threads, vc_device *dev,
+                                 const bp_abi_threads *threads, const thread_set *sweep,
+                                 vc_device *dev,
                                  const char *skip_why) {
   const int is_ref = (k->flags & BP_ABI_KERNEL_REFERENCE) != 0;
   bp_validate_result *row;
@@ -327,7 +366,8 @@ static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
     if (!(row = add_row(rep, k->op, k->impl, k->device, c->name, is_ref))) goto nomem;
     job j = {.registry = r, .k = k, .ref = ref, .c = c, .grad_row = -1,
              .opt = {.seed = o->seed, .guard = o->isolate && !dev, .threads = threads,
-                     .device = dev, .no_tf32 = o->no_tf32},
+                     .device = dev, .no_tf32 = o->no_tf32, .sweep = sweep ? sweep->abi : NULL,
+                     .sweep_count = sweep ? SWEEP_COUNT : 0},
              .thread_count = o->threads};
     vc_outcome out;
     if (o->isolate && !dev) run_isolated(&j, &out);
@@ -353,9 +393,36 @@ nomem:
   return bp_fail(BP_ERR_NOMEM, "out of memory collecting validation results");
 }
 
-/* Gradient checks run the reference kernels on host buffers. */
+/* Gradient checks run on host buffers: the reference kernels of the
+ * built-in ops, the kernels of module layers' backward ops. */
 static bp_status gradcheck(bp_validate_report *rep, const bp_registry *r,
                            const bp_validate_options *o, const bp_abi_threads *threads) {
+  vc_module_grad *mrows = NULL;
+  int mcount = 0;
+  bp_status st = vc_module_grad_rows(r, &mrows, &mcount);
+  if (st != BP_OK) return st;
+  for (int i = 0; i < mcount; i++) {
+    const vc_module_grad *x = &mrows[i];
+    if (o->op_glob && fnmatch(o->op_glob, x->op, 0) != 0) continue;
+    if (o->impl && strcmp(o->impl, x->impl) != 0) continue;
+    job j = {.registry = r, .grad_row = -1, .mgrad = x,
+             .opt = {.seed = o->seed, .guard = o->isolate, .threads = threads,
+                     .no_tf32 = o->no_tf32},
+             .thread_count = o->threads};
+    vc_outcome out;
+    if (o->isolate) run_isolated(&j, &out);
+    else job_run(&j, &out);
+    char name[96];
+    snprintf(name, sizeof name, "gradcheck%s%.80s", x->bwd ? " " : "", x->bwd ? x->c.name : "");
+    bp_validate_result *row = add_row(rep, x->op, x->impl, x->device, name, 0);
+    if (!row) {
+      free(mrows);
+      return bp_fail(BP_ERR_NOMEM, "out of memory collecting validation results");
+    }
+    set_outcome(row, &out);
+    row->guard_pages = o->isolate && row->verdict != BP_VALIDATE_SKIP;
+  }
+  free(mrows); /* rows keep op, impl and device: registry strings */
   if (o->impl && strcmp(o->impl, "reference") != 0) return BP_OK;
   for (int i = 0; i < vc_grad_row_count(); i++) {
     const char *op = NULL;
@@ -388,6 +455,9 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
                           bp_validate_report **report_out) {
   if (!registry || !options || !report_out)
     return bp_fail(BP_ERR_INVALID, "bp_validate_run: NULL argument");
+  if (options->batch < 0 || (options->batch > 0 && !options->model_path))
+    return bp_fail(BP_ERR_INVALID, "validate: a batch (%lld) needs a model",
+                   (long long)options->batch);
   if (options->threads < 0 || options->threads > 1024)
     return bp_fail(BP_ERR_INVALID, "validate: threads %d is outside 0..1024", options->threads);
   bp_dtype dtype;
@@ -402,6 +472,8 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
   int count = 0;
   bp_status st = BP_OK;
   bp_threads *threads = NULL;
+  thread_set sweep;
+  memset(&sweep, 0, sizeof sweep);
   /* --device: the kernels of its kernel kind, through its plugin or not */
   const char *kind = NULL;
   const bp_abi_device *fixed = NULL;
@@ -410,7 +482,8 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
   if (options->device) st = bp_validate_device(registry, options->device, &kind, &fixed);
   if (st == BP_OK && fixed) st = vc_device_open(fixed, 0, &fixed_dev);
   if (st == BP_OK && options->model_path) {
-    st = vc_model_cases(registry, options->model_path, !options->no_fuse, &model_cases, &count);
+    st = vc_model_cases(registry, options->model_path, !options->no_fuse, options->batch,
+                        &model_cases, &count);
     cases = model_cases;
   } else {
     cases = vc_builtin_cases(&count);
@@ -429,10 +502,12 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
     }
     /* in this process the kernels get threads of their own (children make
      * theirs): without isolation, and for every run on a device */
-    if ((!options->isolate || dev) && (st = own_threads(&threads, options->threads)) != BP_OK)
+    if ((!options->isolate || dev) && ((st = own_threads(&threads, options->threads)) != BP_OK ||
+                                        (st = thread_set_create(&sweep)) != BP_OK))
       break;
     st = validate_kernel(rep, registry, options, k, cases, count, options->model_path != NULL,
-                         threads ? bp_threads_abi(threads) : NULL, dev, skip_why);
+                         threads ? bp_threads_abi(threads) : NULL, threads ? &sweep : NULL, dev,
+                         skip_why);
   }
   /* gradient checks run the FP32 forward cases of the cpu reference, on
    * host buffers */
@@ -444,6 +519,7 @@ bp_status bp_validate_run(bp_registry *registry, const bp_validate_options *opti
   }
   routes_close(&rt);
   vc_device_close(fixed_dev);
+  thread_set_destroy(&sweep);
   bp_threads_destroy(threads);
   free(model_cases);
   if (st != BP_OK) {

@@ -196,15 +196,46 @@ static double get(int32_t dtype, const unsigned char *at) {
   }
 }
 
+/* Byte offsets of the logical elements in compact NHWC order, without a
+ * division per element (vt_offset's): *off is element i's; step to the
+ * next with vt_next. The loops of validate walk millions of elements per
+ * run of a model's node. */
+typedef struct vt_walk {
+  const bp_abi_tensor *t;
+  int64_t h, w, c; /* element i's coordinates (n is implied by off) */
+  uint64_t off;    /* in elements */
+} vt_walk;
+
+static vt_walk vt_start(const bp_abi_tensor *t) { return (vt_walk){t, 0, 0, 0, 0}; }
+
+static void vt_next(vt_walk *k) {
+  const bp_abi_tensor *t = k->t;
+  k->off += (uint64_t)t->stride[3];
+  if (++k->c < t->shape[3]) return;
+  k->off += (uint64_t)(t->stride[2] - t->shape[3] * t->stride[3]);
+  k->c = 0;
+  if (++k->w < t->shape[2]) return;
+  k->off += (uint64_t)(t->stride[1] - t->shape[2] * t->stride[2]);
+  k->w = 0;
+  if (++k->h < t->shape[1]) return;
+  k->off += (uint64_t)(t->stride[0] - t->shape[1] * t->stride[1]);
+  k->h = 0;
+}
+
 void vt_write(const bp_abi_tensor *t, void *p, const double *values) {
   const int64_t n = vt_count(t);
-  for (int64_t i = 0; i < n; i++) put(t->dtype, (unsigned char *)p + vt_offset(t, i), values[i]);
+  const size_t es = vt_elem_size(t->dtype);
+  vt_walk k = vt_start(t);
+  for (int64_t i = 0; i < n; i++, vt_next(&k))
+    put(t->dtype, (unsigned char *)p + k.off * es, values[i]);
 }
 
 void vt_read(const bp_abi_tensor *t, const void *p, double *values) {
   const int64_t n = vt_count(t);
-  for (int64_t i = 0; i < n; i++)
-    values[i] = get(t->dtype, (const unsigned char *)p + vt_offset(t, i));
+  const size_t es = vt_elem_size(t->dtype);
+  vt_walk k = vt_start(t);
+  for (int64_t i = 0; i < n; i++, vt_next(&k))
+    values[i] = get(t->dtype, (const unsigned char *)p + k.off * es);
 }
 
 void vt_round(int32_t dtype, double *values, int64_t count) {
@@ -272,7 +303,10 @@ void vt_fill_output(const bp_abi_tensor *t, void *p, int poison) {
   memset(p, 0xa5, (size_t)t->slot_bytes);
   if (!poison) return;
   const int64_t n = vt_count(t);
-  for (int64_t i = 0; i < n; i++) poison_bytes(t->dtype, (unsigned char *)p + vt_offset(t, i));
+  const size_t es = vt_elem_size(t->dtype);
+  vt_walk k = vt_start(t);
+  for (int64_t i = 0; i < n; i++, vt_next(&k))
+    poison_bytes(t->dtype, (unsigned char *)p + k.off * es);
 }
 
 int vt_is_poison(const bp_abi_tensor *t, const void *p, int64_t i) {
@@ -281,13 +315,25 @@ int vt_is_poison(const bp_abi_tensor *t, const void *p, int64_t i) {
   return memcmp((const unsigned char *)p + vt_offset(t, i), want, vt_elem_size(t->dtype)) == 0;
 }
 
+int64_t vt_find_poison(const bp_abi_tensor *t, const void *p) {
+  unsigned char want[8];
+  poison_bytes(t->dtype, want);
+  const int64_t n = vt_count(t);
+  const size_t es = vt_elem_size(t->dtype);
+  vt_walk k = vt_start(t);
+  for (int64_t i = 0; i < n; i++, vt_next(&k))
+    if (memcmp((const unsigned char *)p + k.off * es, want, es) == 0) return i;
+  return -1;
+}
+
 unsigned char *vt_logical_mask(const bp_abi_tensor *t) {
   unsigned char *m = vc_mem_calloc(1, (size_t)(t->slot_bytes ? t->slot_bytes : 1));
   if (!m) return NULL;
   const int64_t n = vt_count(t);
   const size_t es = vt_elem_size(t->dtype);
-  for (int64_t i = 0; i < n; i++) {
-    const uint64_t off = vt_offset(t, i);
+  vt_walk k = vt_start(t);
+  for (int64_t i = 0; i < n; i++, vt_next(&k)) {
+    const uint64_t off = k.off * es;
     if (off + es <= t->slot_bytes) memset(m + off, 1, es);
   }
   return m;

@@ -43,7 +43,11 @@ bp_abi_tensor vc_span_desc(int32_t dtype, int64_t elements) {
   return t;
 }
 
-#define TABLE_MAX 512
+#define TABLE_MAX 1024
+/* the batch sizes of the batch cases of conv2d and fc: past a block of 16,
+ * every residue mod 16 (so mod 8) */
+#define BATCH_FIRST 17
+#define BATCH_LAST 33
 static vc_case table[TABLE_MAX];
 static int table_count;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
@@ -168,6 +172,23 @@ static void conv_cases(void) {
     static const char *const ops[3] = {"conv2d.fwd", "conv2d.bwd_data", "conv2d.bwd_filter"};
     weighted_cases(ops, name, x, w, g->bias ? &b : NULL, y, &a, sizeof a);
   }
+  /* batches: every residue mod 8 and mod 16 past a full block (N = 17 ..
+   * 33), on a small geometry, so a kernel whose batch tail is wrong fails */
+  for (int64_t n = BATCH_FIRST; n <= BATCH_LAST; n++) {
+    char name[96];
+    snprintf(name, sizeof name, "N%lld 3x3 C3->K5 k3x3 s1,1 p1,1 d1,1 g1 bias (batch)",
+             (long long)n);
+    const bp_conv2d_attrs a = {.kernel_h = 3, .kernel_w = 3, .stride_h = 1, .stride_w = 1,
+                               .pad_h = 1, .pad_w = 1, .dilation_h = 1, .dilation_w = 1,
+                               .groups = 1, .has_bias = 1, .accumulate = 0};
+    const bp_abi_tensor x = vc_tensor_desc(F32, n, 3, 3, 3, 0);
+    const bp_abi_tensor y = vc_tensor_desc(F32, n, 3, 3, 5, 0);
+    const bp_abi_tensor w = vc_tensor_desc(F32, 5, 3, 3, 3, 0);
+    const bp_abi_tensor b = vc_tensor_desc(F32, 1, 1, 1, 5, 0);
+    static const char *const ops[3] = {"conv2d.fwd", "conv2d.bwd_data", "conv2d.bwd_filter"};
+    weighted_cases(ops, name, x, w, &b, y, &a, sizeof a);
+    for (int i = 1; i <= 3; i++) table[table_count - i].batch_sweep = 1;
+  }
 }
 
 /* ---- fc ------------------------------------------------------------------------ */
@@ -201,6 +222,19 @@ static void fc_cases(void) {
     const bp_abi_tensor b = vc_tensor_desc(F32, 1, 1, 1, g->o, g->bpad);
     static const char *const ops[3] = {"fc.fwd", "fc.bwd_data", "fc.bwd_filter"};
     weighted_cases(ops, name, x, w, g->bias ? &b : NULL, y, &a, sizeof a);
+  }
+  /* batches: every residue mod 8 and mod 16 past a full block */
+  for (int64_t n = BATCH_FIRST; n <= BATCH_LAST; n++) {
+    char name[96];
+    snprintf(name, sizeof name, "N%lld 1x1x12->10 bias (batch)", (long long)n);
+    const bp_fc_attrs a = {.has_bias = 1, .accumulate = 0};
+    const bp_abi_tensor x = vc_tensor_desc(F32, n, 1, 1, 12, 0);
+    const bp_abi_tensor y = vc_tensor_desc(F32, n, 1, 1, 10, 0);
+    const bp_abi_tensor w = vc_tensor_desc(F32, 10, 1, 1, 12, 0);
+    const bp_abi_tensor b = vc_tensor_desc(F32, 1, 1, 1, 10, 0);
+    static const char *const ops[3] = {"fc.fwd", "fc.bwd_data", "fc.bwd_filter"};
+    weighted_cases(ops, name, x, w, &b, y, &a, sizeof a);
+    for (int i = 1; i <= 3; i++) table[table_count - i].batch_sweep = 1;
   }
 }
 

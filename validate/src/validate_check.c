@@ -15,6 +15,11 @@
  * over max(1, rms(ref)), must stay below this fraction of the tolerance. */
 #define VC_BIAS_FRACTION 0.1
 #define VC_BIAS_MIN 64
+/* FP16 outputs: the mean error along the sign of ref, over max(1,
+ * rms(ref)), must stay below this plus one standard error of that mean
+ * (docs/validate.md; XNNPACK's FP16 GEMMs, accumulating in FP16, stay
+ * below 3.5e-4, a path truncating x and w to 7 mantissa bits above 2e-3) */
+#define VC_TREND_FLOOR 1e-3
 
 double vc_tolerance(int32_t dtype) {
   switch (dtype) {
@@ -27,6 +32,14 @@ double vc_tolerance(int32_t dtype) {
 
 /* ---- one run ------------------------------------------------------------------- */
 
+/* A later run of the kernel on the buffers and state of the first: new
+ * input values, the params_generation it sees, its outputs. */
+typedef struct vc_rerun {
+  double *const *in_vals; /* [num_inputs] */
+  uint64_t generation;
+  double **got; /* [num_outputs] */
+} vc_rerun;
+
 typedef struct run_spec {
   const bp_abi_kernel *k;
   const vc_case *c;
@@ -35,6 +48,9 @@ typedef struct run_spec {
   double *const *prior;         /* [num_outputs]: starting values, NULL: poisoned */
   int inplace;                  /* output 0 is this input's buffer, or -1 */
   const vc_check_options *o;
+  const vc_rerun *reruns;       /* [rerun_count] later runs on the same buffers, or NULL */
+  int rerun_count;
+  int *failed_run;              /* (optional) which run failed: 0 the first, r rerun r */
 } run_spec;
 
 /* RUN_DEVICE: the device failed (a copy, a synchronization), why says how */
@@ -51,9 +67,31 @@ static int is_float(int32_t dtype) {
   return dtype == BP_ABI_DTYPE_FP32 || dtype == BP_ABI_DTYPE_FP16 || dtype == BP_ABI_DTYPE_BF16;
 }
 
+/* The first byte in [from, to) where a and b differ, or -1. */
+static int64_t first_diff(const unsigned char *a, const unsigned char *b, uint64_t from,
+                          uint64_t to) {
+  if (to <= from || memcmp(a + from, b + from, (size_t)(to - from)) == 0) return -1;
+  for (uint64_t i = from; i < to; i++)
+    if (a[i] != b[i]) return (int64_t)i;
+  return -1;
+}
+
 /* The first changed byte outside the logical elements of t, or -1. */
 static int64_t stray_write(const bp_abi_tensor *t, const unsigned char *now,
                            const unsigned char *before) {
+  const uint64_t es = vt_elem_size(t->dtype), slot = t->slot_bytes;
+  if (t->stride[3] == 1 && t->stride[2] == t->padded_c &&
+      t->stride[1] == t->padded_c * t->shape[2] && t->stride[0] == t->stride[1] * t->shape[1]) {
+    /* the plan's layout: each pixel's channel padding, then the tail */
+    const uint64_t pixels = (uint64_t)(t->shape[0] * t->shape[1] * t->shape[2]);
+    const uint64_t pixel = (uint64_t)t->padded_c * es, used = (uint64_t)t->shape[3] * es;
+    for (uint64_t p = 0; used < pixel && p < pixels && p * pixel < slot; p++) {
+      const uint64_t end = (p + 1) * pixel < slot ? (p + 1) * pixel : slot;
+      const int64_t at = first_diff(now, before, p * pixel + used, end);
+      if (at >= 0) return at;
+    }
+    return first_diff(now, before, pixels * pixel < slot ? pixels * pixel : slot, slot);
+  }
   unsigned char *mask = vt_logical_mask(t);
   int64_t at = -1;
   for (uint64_t b = 0; mask && b < t->slot_bytes; b++)
@@ -75,9 +113,16 @@ static int guarded_slot(vbuf *b, const bp_abi_tensor *t, int guard, const char *
   return 0;
 }
 
-/* Runs the kernel once; outputs' logical elements into got[o]. On a
- * device (s->o->device) the host images are copied in before and back
- * after the run (validate_device.c); the checks read the images. */
+/* Runs the kernel once, then once more per s->reruns entry on the very
+ * same buffers, workspace and kernel state (prepare() once before the
+ * first run, release() after the last), as the executor runs a node step
+ * after step: before each run the inputs get that run's values and the
+ * outputs their starting contents again, and *params_generation that
+ * run's generation (the first run: 1). Outputs' logical elements into
+ * got[o] (the first run) and each rerun's got. On a device (s->o->device)
+ * the host images are copied in before and back after every run
+ * (validate_device.c); the checks read the images. A failing rerun's why
+ * starts with "run N on the same buffers: ". */
 static int run_once(const run_spec *s, double **got, char *why, size_t why_size) {
   const vc_case *c = s->c;
   vc_device *dev = s->o->device;
@@ -94,36 +139,22 @@ static int run_once(const run_spec *s, double **got, char *why, size_t why_size)
   why[0] = '\0';
 
   for (int i = 0; i < c->num_inputs && rc == RUN_OK; i++) {
-    const bp_abi_tensor *t = &c->in[i].d;
-    if (guarded_slot(&in[i], t, s->o->guard, "input", i) != 0) {
-      rc = RUN_NOMEM;
-      break;
-    }
-    vt_fill_input_padding(t, in[i].ptr);
-    vt_write(t, in[i].ptr, s->in_vals[i]);
-    in_ptrs[i] = in[i].ptr;
+    if (guarded_slot(&in[i], &c->in[i].d, s->o->guard, "input", i) != 0) rc = RUN_NOMEM;
+    else in_ptrs[i] = in[i].ptr;
   }
   for (int o = 0; o < c->num_outputs && rc == RUN_OK; o++) {
-    const bp_abi_tensor *t = &c->out[o].d;
     alias[o] = o == 0 && s->inplace >= 0 ? s->inplace : c->alias[o];
     if (alias[o] >= 0) {
       out_ptrs[o] = in[alias[o]].ptr; /* the input's values are its prior contents */
       continue;
     }
-    if (guarded_slot(&out[o], t, s->o->guard, "output", o) != 0) {
-      rc = RUN_NOMEM;
-      break;
-    }
-    vt_fill_output(t, out[o].ptr, s->prior[o] == NULL);
-    if (s->prior[o]) vt_write(t, out[o].ptr, s->prior[o]);
-    out_ptrs[o] = out[o].ptr;
+    if (guarded_slot(&out[o], &c->out[o].d, s->o->guard, "output", o) != 0) rc = RUN_NOMEM;
+    else out_ptrs[o] = out[o].ptr;
   }
   for (int i = 0; i < c->num_inputs && rc == RUN_OK; i++)
     if (!(snap_in[i] = vc_mem_calloc((size_t)c->in[i].d.slot_bytes + 1, 1))) rc = RUN_NOMEM;
-    else memcpy(snap_in[i], in[i].ptr, (size_t)c->in[i].d.slot_bytes);
   for (int o = 0; o < c->num_outputs && rc == RUN_OK; o++)
     if (!(snap_out[o] = vc_mem_calloc((size_t)c->out[o].d.slot_bytes + 1, 1))) rc = RUN_NOMEM;
-    else memcpy(snap_out[o], out_ptrs[o], (size_t)c->out[o].d.slot_bytes);
 
   bp_abi_tensor ind[VC_MAX], outd[VC_MAX];
   for (int i = 0; i < c->num_inputs; i++) ind[i] = c->in[i].d;
@@ -161,99 +192,132 @@ static int run_once(const run_spec *s, double **got, char *why, size_t why_size)
   }
   /* on a device: every input and every output that is not an input */
   vc_slot slots[2 * VC_MAX];
-  int nslots = 0, uploaded = 0;
+  int nslots = 0;
   const void *dev_in[VC_MAX];
   void *dev_out[VC_MAX];
-  if (rc == RUN_OK && dev) {
+  if (dev) {
     for (int i = 0; i < c->num_inputs; i++)
       slots[nslots++] = (vc_slot){in[i].ptr, c->in[i].d.slot_bytes, 0, NULL};
     for (int o = 0; o < c->num_outputs; o++)
       if (alias[o] < 0) slots[nslots++] = (vc_slot){out[o].ptr, c->out[o].d.slot_bytes, 0, NULL};
-    if (vc_device_upload(dev, slots, nslots, ws_need, &a.workspace, why, why_size) != 0) {
-      rc = RUN_DEVICE;
-    } else {
-      uploaded = 1;
-      a.workspace_bytes = a.workspace ? ws_need : 0;
-      for (int i = 0; i < c->num_inputs; i++) dev_in[i] = slots[i].dev;
-      for (int o = 0, next = c->num_inputs; o < c->num_outputs; o++)
-        dev_out[o] = alias[o] >= 0 ? slots[alias[o]].dev : slots[next++].dev;
-      a.stream = vc_device_stream(dev); /* prepare() sees it too, as at bind */
-    }
   }
-  if (rc == RUN_OK) {
-    a.input_ptrs = dev ? dev_in : in_ptrs;
-    a.output_ptrs = dev ? dev_out : out_ptrs;
-    a.params_generation = &generation;
-    a.reason = reason;
-    a.reason_size = sizeof reason;
-    a.threads = s->o->threads;
-    void *state = NULL;
+  a.input_ptrs = dev ? dev_in : in_ptrs;
+  a.output_ptrs = dev ? dev_out : out_ptrs;
+  a.params_generation = &generation;
+  a.reason = reason;
+  a.reason_size = sizeof reason;
+  a.threads = s->o->threads;
+  void *state = NULL;
+  int prepared = 0; /* prepare() ran and succeeded (or there is none) */
+
+  for (int r = 0; r <= s->rerun_count && rc == RUN_OK; r++) {
+    double *const *in_vals = r ? s->reruns[r - 1].in_vals : s->in_vals;
+    double **dst = r ? s->reruns[r - 1].got : got;
+    generation = r ? s->reruns[r - 1].generation : 1;
+    char run_why[320] = "";
+    /* the run's starting images */
+    for (int i = 0; i < c->num_inputs; i++) {
+      vt_fill_input_padding(&c->in[i].d, in[i].ptr);
+      vt_write(&c->in[i].d, in[i].ptr, in_vals[i]);
+    }
+    for (int o = 0; o < c->num_outputs; o++) {
+      if (alias[o] >= 0) continue;
+      vt_fill_output(&c->out[o].d, out[o].ptr, s->prior[o] == NULL);
+      if (s->prior[o]) vt_write(&c->out[o].d, out[o].ptr, s->prior[o]);
+    }
+    for (int i = 0; i < c->num_inputs; i++)
+      memcpy(snap_in[i], in[i].ptr, (size_t)c->in[i].d.slot_bytes);
+    for (int o = 0; o < c->num_outputs; o++)
+      memcpy(snap_out[o], out_ptrs[o], (size_t)c->out[o].d.slot_bytes);
+    int uploaded = 0;
+    if (dev) {
+      if (vc_device_upload(dev, slots, nslots, ws_need, &a.workspace, run_why,
+                           sizeof run_why) != 0) {
+        rc = RUN_DEVICE;
+      } else {
+        uploaded = 1;
+        a.workspace_bytes = a.workspace ? ws_need : 0;
+        for (int i = 0; i < c->num_inputs; i++) dev_in[i] = slots[i].dev;
+        for (int o = 0, next = c->num_inputs; o < c->num_outputs; o++)
+          dev_out[o] = alias[o] >= 0 ? slots[alias[o]].dev : slots[next++].dev;
+        a.stream = vc_device_stream(dev); /* prepare() sees it too, as at bind */
+      }
+    }
     int krc = BP_ABI_OK;
-    if (k->prepare) {
-      if (!dev) krc = k->prepare(k->user, &a, &state);
-      else if (vc_device_prepare(dev, k, &a, &state, &krc, why, why_size) != 0) rc = RUN_DEVICE;
-      if (krc != BP_ABI_OK) state = NULL;
+    if (rc == RUN_OK && r == 0) {
+      if (k->prepare) {
+        if (!dev) krc = k->prepare(k->user, &a, &state);
+        else if (vc_device_prepare(dev, k, &a, &state, &krc, run_why, sizeof run_why) != 0)
+          rc = RUN_DEVICE;
+        if (krc != BP_ABI_OK) state = NULL;
+      }
+      prepared = rc == RUN_OK && krc == BP_ABI_OK;
     }
     a.state = state;
-    if (rc == RUN_OK && krc == BP_ABI_OK) {
+    if (rc == RUN_OK && prepared) {
       if (!dev) krc = k->run(k->user, &a);
-      else if (vc_device_launch(dev, k, &a, &krc, why, why_size) != 0) rc = RUN_DEVICE;
+      else if (vc_device_launch(dev, k, &a, &krc, run_why, sizeof run_why) != 0) rc = RUN_DEVICE;
     }
-    if (state && k->release) k->release(k->user, state);
     reason[sizeof reason - 1] = '\0';
     if (rc == RUN_OK && krc != BP_ABI_OK) {
-      snprintf(why, why_size, "%s returned status %d%s%s",
-               k->prepare && !state ? "prepare() or run()" : "run()", krc,
+      snprintf(run_why, sizeof run_why, "%s returned status %d%s%s",
+               k->prepare && !prepared ? "prepare()" : "run()", krc,
                reason[0] ? ": " : " (no reason given)", reason);
       rc = RUN_FAILED;
     }
-  }
-  if (uploaded) { /* the images now hold what the device holds */
-    char dwhy[256];
-    if (vc_device_download(dev, slots, nslots, dwhy, sizeof dwhy) != 0 && rc == RUN_OK) {
-      snprintf(why, why_size, "%s", dwhy);
-      rc = RUN_DEVICE;
+    if (uploaded) { /* the images now hold what the device holds */
+      char dwhy[256];
+      if (vc_device_download(dev, slots, nslots, dwhy, sizeof dwhy) != 0 && rc == RUN_OK) {
+        snprintf(run_why, sizeof run_why, "%s", dwhy);
+        rc = RUN_DEVICE;
+      }
+    }
+    /* what the run left behind */
+    for (int i = 0; i < c->num_inputs && rc == RUN_OK; i++) {
+      int written = 0;
+      for (int o = 0; o < c->num_outputs; o++) written |= alias[o] == i;
+      if (!written && memcmp(in[i].ptr, snap_in[i], (size_t)c->in[i].d.slot_bytes) != 0) {
+        snprintf(run_why, sizeof run_why, "wrote into input %d (inputs are read-only)", i);
+        rc = RUN_VIOLATION;
+      }
+    }
+    for (int o = 0; o < c->num_outputs && rc == RUN_OK; o++) {
+      const bp_abi_tensor *t = &c->out[o].d;
+      const int64_t at = stray_write(t, out_ptrs[o], snap_out[o]);
+      const uint64_t data = (uint64_t)(t->shape[0] * t->stride[0]) * vt_elem_size(t->dtype);
+      if (at >= 0) {
+        if ((uint64_t)at < data)
+          snprintf(run_why, sizeof run_why,
+                   "wrote the channel padding of output %d (byte %" PRId64 "; channels %" PRId64
+                   "..%" PRId64 " of every pixel must stay untouched)",
+                   o, at, t->shape[3], t->padded_c - 1);
+        else
+          snprintf(run_why, sizeof run_why,
+                   "wrote past the last element of output %d (byte %" PRId64 " of %" PRIu64
+                   " slot bytes; the tail is read-only)",
+                   o, at, t->slot_bytes);
+        rc = RUN_VIOLATION;
+        break;
+      }
+      const int64_t poisoned = s->prior[o] == NULL && alias[o] < 0 && is_float(t->dtype)
+                                   ? vt_find_poison(t, out_ptrs[o])
+                                   : -1;
+      if (poisoned >= 0) {
+        char e[64];
+        element_name(t, poisoned, e, sizeof e);
+        snprintf(run_why, sizeof run_why,
+                 "left element %s of output %d unwritten (still poisoned)", e, o);
+        rc = RUN_VIOLATION;
+      }
+      vt_read(t, out_ptrs[o], dst[o]);
+    }
+    if (rc != RUN_OK) {
+      if (r) snprintf(why, why_size, "run %d on the same buffers: %s", r + 1, run_why);
+      else snprintf(why, why_size, "%s", run_why);
+      if (s->failed_run) *s->failed_run = r;
     }
   }
-  /* what the run left behind */
-  for (int i = 0; i < c->num_inputs && rc == RUN_OK; i++) {
-    int written = 0;
-    for (int o = 0; o < c->num_outputs; o++) written |= alias[o] == i;
-    if (!written && memcmp(in[i].ptr, snap_in[i], (size_t)c->in[i].d.slot_bytes) != 0) {
-      snprintf(why, why_size, "wrote into input %d (inputs are read-only)", i);
-      rc = RUN_VIOLATION;
-    }
-  }
-  for (int o = 0; o < c->num_outputs && rc == RUN_OK; o++) {
-    const bp_abi_tensor *t = &c->out[o].d;
-    const int64_t at = stray_write(t, out_ptrs[o], snap_out[o]);
-    const uint64_t data = (uint64_t)(t->shape[0] * t->stride[0]) * vt_elem_size(t->dtype);
-    if (at >= 0) {
-      if ((uint64_t)at < data)
-        snprintf(why, why_size,
-                 "wrote the channel padding of output %d (byte %" PRId64 "; channels %" PRId64
-                 "..%" PRId64 " of every pixel must stay untouched)",
-                 o, at, t->shape[3], t->padded_c - 1);
-      else
-        snprintf(why, why_size,
-                 "wrote past the last element of output %d (byte %" PRId64 " of %" PRIu64
-                 " slot bytes; the tail is read-only)",
-                 o, at, t->slot_bytes);
-      rc = RUN_VIOLATION;
-      break;
-    }
-    if (s->prior[o] == NULL && alias[o] < 0 && is_float(t->dtype))
-      for (int64_t i = 0; i < vt_count(t); i++)
-        if (vt_is_poison(t, out_ptrs[o], i)) {
-          char e[64];
-          element_name(t, i, e, sizeof e);
-          snprintf(why, why_size, "left element %s of output %d unwritten (still poisoned)", e,
-                   o);
-          rc = RUN_VIOLATION;
-          break;
-        }
-    vt_read(t, out_ptrs[o], got[o]);
-  }
+  if (state && k->release) k->release(k->user, state);
   for (int i = 0; i < VC_MAX; i++) {
     vbuf_free(&in[i]);
     vbuf_free(&out[i]);
@@ -329,6 +393,34 @@ static int compare(const vc_case *c, double fp32_tol, double *const *got, double
                o, bias, (long long)finite, bias_tol, err, tol);
       worst = bias;
       worst_tol = bias_tol;
+      continue;
+    }
+    /* FP16 (rtol > 0): errors of rounding to nearest have no sign of their
+     * own, so the mean error along the sign of ref stays near 0; a path
+     * that truncates (x and w to 7 mantissa bits: the magnitudes shrink by
+     * about 2^-7) moves it a few 1e-3 away, while each error may stay
+     * within atol */
+    double along = 0, e2 = 0;
+    for (int64_t i = 0; rtol > 0 && i < n; i++)
+      if (isfinite(got[o][i]) && isfinite(want[o][i])) {
+        const double d = got[o][i] - want[o][i];
+        along += want[o][i] > 0 ? d : want[o][i] < 0 ? -d : 0;
+        e2 += d * d;
+      }
+    const double per = rms > 1 ? rms : 1;
+    const double trend = finite ? along / (double)finite / per : 0;
+    const double trend_tol =
+        VC_TREND_FLOOR + (finite ? sqrt(e2 / (double)finite) / per / sqrt((double)finite) : 0);
+    if (rtol > 0 && err <= tol && fabs(trend) > trend_tol && ok) {
+      ok = 0;
+      snprintf(why, why_size,
+               "output %d: magnitudes %s by %.3g on average over %lld elements > %.3g (a trend "
+               "%s zero: %s, not rounding to nearest; the largest error %.3g is within %.3g)",
+               o, trend < 0 ? "shrink" : "grow", fabs(trend), (long long)finite, trend_tol,
+               trend < 0 ? "toward" : "away from", trend < 0 ? "truncation" : "rounding up", err,
+               tol);
+      worst = fabs(trend);
+      worst_tol = trend_tol;
       continue;
     }
     if (isnan(worst_tol) || err > worst) {
@@ -461,6 +553,113 @@ static int kept_when_skipped(vc_outcome *out, const vc_case *c, const vals *in,
   return 1;
 }
 
+/* Fails out with a stage of any length (fail() keeps stages short). */
+static void fail_long(vc_outcome *out, const char *stage, const char *why) {
+  out->verdict = BP_VALIDATE_FAIL;
+  const size_t cap = sizeof out->detail - 1;
+  size_t n = strlen(stage) < cap ? strlen(stage) : cap;
+  memcpy(out->detail, stage, n);
+  for (const char *p = ": "; *p && n < cap; p++) out->detail[n++] = *p;
+  for (const char *p = why; *p && n < cap; p++) out->detail[n++] = *p;
+  out->detail[n] = '\0';
+}
+
+/* The thread service of `count` threads for check 11: one of o->sweep, or
+ * o->threads when none has that count. */
+static const bp_abi_threads *threads_of(const vc_check_options *o, int count) {
+  for (int i = 0; i < o->sweep_count; i++)
+    if (o->sweep[i]->count == count) return o->sweep[i];
+  return o->threads;
+}
+
+/* The inputs of the later runs of check 10: B new data inputs with the
+ * parameters kept, C every input new. A stream of its own, so the other
+ * checks' inputs stay what they were. */
+static void later_inputs(const vc_case *c, uint64_t seed, const vals *in, vals *in_b,
+                         vals *in_c) {
+  uint64_t rng = case_seed(seed ^ 0x243f6a8885a308d3ull, c);
+  for (int i = 0; i < c->num_inputs; i++) {
+    const size_t bytes = (size_t)vt_count(&c->in[i].d) * sizeof(double);
+    if (c->param_in & (1u << i)) memcpy(in_b->v[i], in->v[i], bytes);
+    else vc_fill_values(c, &c->in[i], &rng, in_b->v[i]);
+    vc_fill_values(c, &c->in[i], &rng, in_c->v[i]);
+  }
+}
+
+/* 10 and 11: what the kernel gave on the later runs of its first run's
+ * buffers and state (got_b: new data, the same generation; got_c: every
+ * input new, the generation bumped; session_why: why one of them failed,
+ * or "") against fresh runs of the kernel on the same inputs, at other
+ * thread counts. A mismatch is told apart by one more fresh run at the
+ * first run's count: a fresh run there that differs too means the
+ * result depends on the thread count, else on what the state kept. 1 when
+ * they pass, else out failed. */
+static int across_calls(const bp_abi_kernel *k, const vc_case *c, const vc_check_options *o,
+                        double fp32_tol, double *const *start, const vals *in_b,
+                        const vals *in_c, const vals *got_b, const vals *got_c,
+                        const char *session_why, vc_outcome *out) {
+  if (session_why[0]) {
+    fail_long(out, "on the first run's buffers and state, with new inputs", session_why);
+    return 0;
+  }
+  char why[320], stage[240];
+  const int first = o->threads->count;
+  /* check 11's counts: 1 (2 when the first run had 1) and 3 (4 when it
+   * had 3), so every case runs at 1, 2 or 3, and a count above a small
+   * machine's cores */
+  const int counts[2] = {first == 1 ? 2 : 1, first == 3 ? 4 : 3};
+  const vals *ins[2] = {in_b, in_c}, *gots[2] = {got_b, got_c};
+  vals fresh, again;
+  int ok = vals_alloc(&fresh, c->out, c->num_outputs) == 0 &&
+           vals_alloc(&again, c->out, c->num_outputs) == 0;
+  if (!ok) fail(out, "", "out of memory");
+  for (int r = 0; r < 2 && ok; r++) {
+    vc_check_options to = *o;
+    to.threads = threads_of(o, counts[r]);
+    const int n = to.threads->count;
+    run_spec fs = {k, c, 0, ins[r]->v, start, -1, &to, NULL, 0, NULL};
+    snprintf(stage, sizeof stage,
+             "with %d thread%s (the first run had %d; a result that depends on the thread "
+             "count: a race between threads or a chunking error)",
+             n, n == 1 ? "" : "s", first);
+    if (run_once(&fs, fresh.v, why, sizeof why) != RUN_OK) {
+      fail_long(out, stage, why);
+      ok = 0;
+      break;
+    }
+    double err, tol;
+    if (compare(c, fp32_tol, gots[r]->v, fresh.v, &err, &tol, why, sizeof why)) continue;
+    /* which one: the same inputs afresh at the first run's count */
+    run_spec as = {k, c, 0, ins[r]->v, start, -1, o, NULL, 0, NULL};
+    if (run_once(&as, again.v, why, sizeof why) != RUN_OK) {
+      fail_long(out, "a fresh run at the first run's thread count", why);
+      ok = 0;
+      break;
+    }
+    if (compare(c, fp32_tol, gots[r]->v, again.v, &err, &tol, why, sizeof why)) {
+      /* the later run equals a fresh one at its count: the count matters */
+      (void)compare(c, fp32_tol, fresh.v, again.v, &err, &tol, why, sizeof why);
+      fail_long(out, stage, why);
+    } else if (r == 0) {
+      fail_long(out,
+                "output did not follow new inputs with the same params_generation (the kernel "
+                "caches state derived from its data inputs; the generation covers parameters "
+                "only)",
+                why);
+    } else {
+      fail_long(out,
+                "output did not follow new parameters after a params_generation bump (what the "
+                "kernel derives from parameters must be rebuilt when the generation changes)",
+                why);
+    }
+    note_error(out, err, tol);
+    ok = 0;
+  }
+  vals_free(&fresh);
+  vals_free(&again);
+  return ok;
+}
+
 void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c,
               const vc_check_options *o, vc_outcome *out) {
   out->verdict = BP_VALIDATE_PASS;
@@ -498,8 +697,12 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
     snprintf(out->detail, sizeof out->detail, "the reference refuses the case: %.260s", why);
     return;
   }
-  vals in, prior, accp, ref0, got, p2, ref_acc, got_acc;
-  int ok = vals_alloc(&in, c->in, c->num_inputs) == 0 &&
+  vals in, prior, accp, ref0, got, p2, ref_acc, got_acc, in_b, in_c, got_b, got_c;
+  int ok = vals_alloc(&in_b, c->in, c->num_inputs) == 0 &&
+           vals_alloc(&in_c, c->in, c->num_inputs) == 0 &&
+           vals_alloc(&got_b, c->out, c->num_outputs) == 0 &&
+           vals_alloc(&got_c, c->out, c->num_outputs) == 0 &&
+           vals_alloc(&in, c->in, c->num_inputs) == 0 &&
            vals_alloc(&prior, c->out, c->num_outputs) == 0 &&
            vals_alloc(&accp, c->out, c->num_outputs) == 0 &&
            vals_alloc(&ref0, c->out, c->num_outputs) == 0 &&
@@ -520,16 +723,33 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
       start[i] = prior.v[i];
     }
 
+  /* 10: the kernel's first run goes on with new inputs on its buffers and
+   * state (B: new data, the same generation; C: every input new, the
+   * generation bumped); they are compared once every other check passed */
+  later_inputs(c, o->seed, &in, &in_b, &in_c);
+  const vc_rerun later[2] = {{in_b.v, 1, got_b.v}, {in_c.v, 2, got_c.v}};
+  int failed_run = -1;
+  char session_why[320] = "";
+
   /* 1-4: the reference, then the kernel, on the same inputs */
-  run_spec rs = {ref, refc, 0, in.v, start, -1, ro};
+  run_spec rs = {ref, refc, 0, in.v, start, -1, ro, is_ref ? later : NULL, is_ref ? 2 : 0,
+                 &failed_run};
   int rc = run_once(&rs, ref0.v, why, sizeof why);
+  if (rc != RUN_OK && is_ref && failed_run > 0) { /* the first run passed */
+    snprintf(session_why, sizeof session_why, "%s", why);
+    rc = RUN_OK;
+  }
   if (rc != RUN_OK) {
     fail(out, is_ref ? "" : "the reference", why);
     goto done;
   }
   if (!is_ref) {
-    run_spec ks = {k, c, 0, in.v, start, -1, o};
+    run_spec ks = {k, c, 0, in.v, start, -1, o, later, 2, &failed_run};
     rc = run_once(&ks, got.v, why, sizeof why);
+    if (rc != RUN_OK && failed_run > 0) {
+      snprintf(session_why, sizeof session_why, "%s", why);
+      rc = RUN_OK;
+    }
     if (rc == RUN_FAILED) {
       fail(out, "supports() accepted the case but", why);
       goto done;
@@ -551,7 +771,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
 
   /* 7: the same bits twice */
   if (k->flags & BP_ABI_KERNEL_DETERMINISTIC) {
-    run_spec ks = {k, c, 0, in.v, start, -1, o};
+    run_spec ks = {k, c, 0, in.v, start, -1, o, NULL, 0, NULL};
     rc = run_once(&ks, p2.v, why, sizeof why);
     if (rc != RUN_OK) {
       fail(out, "second run", why);
@@ -583,7 +803,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
       vc_fill_values(c, &t, &rng, accp.v[i]);
       acc_start[i] = accp.v[i];
     }
-    run_spec ks = {k, c, 1, in.v, acc_start, -1, o};
+    run_spec ks = {k, c, 1, in.v, acc_start, -1, o, NULL, 0, NULL};
     rc = run_once(&ks, got_acc.v, why, sizeof why);
     if (rc != RUN_OK) {
       fail(out, "accumulate=1", why);
@@ -594,7 +814,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
         for (int64_t e = 0; e < vt_count(&c->out[i].d); e++)
           ref_acc.v[i][e] = (acc_start[i] ? acc_start[i][e] : 0) + ref0.v[i][e];
     } else {
-      run_spec r1 = {ref, refc, 1, in.v, acc_start, -1, ro};
+      run_spec r1 = {ref, refc, 1, in.v, acc_start, -1, ro, NULL, 0, NULL};
       rc = run_once(&r1, ref_acc.v, why, sizeof why);
       if (rc != RUN_OK) {
         fail(out, "accumulate=1: the reference", why);
@@ -611,7 +831,7 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
       c->alias[0] < 0) {
     char stage[64];
     snprintf(stage, sizeof stage, "in place (output 0 = input %d)", c->inplace_in);
-    run_spec ks = {k, c, 0, in.v, start, c->inplace_in, o};
+    run_spec ks = {k, c, 0, in.v, start, c->inplace_in, o, NULL, 0, NULL};
     rc = run_once(&ks, p2.v, why, sizeof why);
     if (rc != RUN_OK) {
       fail(out, stage, why);
@@ -619,7 +839,14 @@ void vc_check(const bp_abi_kernel *k, const bp_abi_kernel *ref, const vc_case *c
     }
     if (!agrees(out, stage, c, fp32_tol, p2.v, ref0.v, why, sizeof why)) goto done;
   }
+
+  /* 10, 11: new inputs on the same buffers and state, other thread counts */
+  (void)across_calls(k, c, o, fp32_tol, start, &in_b, &in_c, &got_b, &got_c, session_why, out);
 done:
+  vals_free(&in_b);
+  vals_free(&in_c);
+  vals_free(&got_b);
+  vals_free(&got_c);
   vals_free(&in);
   vals_free(&prior);
   vals_free(&accp);
@@ -688,6 +915,6 @@ int vc_case_from_args(const char *op, const bp_abi_kernel_args *args, vc_case *c
 int vc_run_values(const bp_abi_kernel *k, const vc_case *c, int accumulate, double *const *in,
                   double *const *prior, double **got, const vc_check_options *o, char *why,
                   size_t why_size) {
-  run_spec s = {k, c, accumulate, in, prior, -1, o};
+  run_spec s = {k, c, accumulate, in, prior, -1, o, NULL, 0, NULL};
   return run_once(&s, got, why, why_size) == RUN_OK ? 0 : -1;
 }

@@ -73,7 +73,8 @@ static void find_families(void) {
 /* A forward case of family f to differentiate: softmax_ce's with a loss
  * scale input are left out (their dlogits are the scaled gradient). */
 static int grad_case(const gfamily *f, const vc_case *c) {
-  return strcmp(c->op, f->fwd) == 0 && !(f->num_bwd == 0 && c->num_inputs > 2);
+  return strcmp(c->op, f->fwd) == 0 && !(f->num_bwd == 0 && c->num_inputs > 2) &&
+         !c->batch_sweep;
 }
 
 /* Rows of one family: its forward cases times its backward ops (1 for
@@ -187,6 +188,10 @@ static int fd_compare(gctx *g, int j, const double *grad, uint64_t *rng, double 
   return 0;
 }
 
+static void grad_check(const bp_registry *r, const bp_abi_kernel *fk, const bp_abi_kernel *bk,
+                       const gbwd *bw, int kink, const vc_case *fc, uint64_t rng_seed,
+                       const vc_check_options *o, vc_outcome *out);
+
 void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const char **op_out,
                  char *case_name, size_t case_name_size, vc_outcome *out) {
   out->verdict = BP_VALIDATE_PASS;
@@ -207,20 +212,32 @@ void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const
   const gbwd *bw = softmax ? NULL : &f->bwd[b];
   *op_out = softmax ? f->fwd : bw->op;
   snprintf(case_name, case_name_size, "gradcheck %s", fc->name);
+  const bp_abi_kernel *fk = vc_reference(r, f->fwd);
+  const bp_abi_kernel *bk = softmax ? NULL : vc_reference(r, bw->op);
+  if (!fk || (!softmax && !bk)) {
+    out->verdict = BP_VALIDATE_SKIP;
+    snprintf(out->detail, sizeof out->detail, "no reference kernel for %s",
+             !fk ? f->fwd : bw->op);
+    return;
+  }
+  grad_check(r, fk, bk, bw, f->kink, fc, o->seed * 0x9e3779b97f4a7c15ull + (uint64_t)row + 1,
+             o, out);
+}
 
+/* The check of backward kernel bk (NULL: softmax_ce, whose dlogits output
+ * is the gradient) wired as bw says, against central differences of
+ * forward kernel fk on forward case fc; rng_seed: the stream of the
+ * inputs and the samples. */
+static void grad_check(const bp_registry *r, const bp_abi_kernel *fk, const bp_abi_kernel *bk,
+                       const gbwd *bw, int kink, const vc_case *fc, uint64_t rng_seed,
+                       const vc_check_options *o, vc_outcome *out) {
+  const int softmax = bk == NULL;
   gctx g;
   memset(&g, 0, sizeof g);
   g.c = fc;
   g.o = o;
   g.softmax = softmax;
-  g.fwd = vc_reference(r, f->fwd);
-  const bp_abi_kernel *bk = softmax ? NULL : vc_reference(r, bw->op);
-  if (!g.fwd || (!softmax && !bk)) {
-    out->verdict = BP_VALIDATE_SKIP;
-    snprintf(out->detail, sizeof out->detail, "no reference kernel for %s",
-             !g.fwd ? f->fwd : bw->op);
-    return;
-  }
+  g.fwd = fk;
   vc_case fcase = *fc; /* softmax: grad_scale 1, so dlogits = dL/dlogits */
   if (softmax) {
     bp_softmax_ce_attrs a;
@@ -232,21 +249,21 @@ void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const
   vc_case bc;
   memset(&bc, 0, sizeof bc);
   double *bin[VC_MAX] = {0}, *bout[VC_MAX] = {0};
-  uint64_t rng = o->seed * 0x9e3779b97f4a7c15ull + (uint64_t)row + 1;
+  uint64_t rng = rng_seed;
   int ok = 1;
   for (int i = 0; i < fcase.num_inputs && ok; i++) {
     const int64_t n = vt_count(&fcase.in[i].d);
     ok = (g.in[i] = calloc((size_t)n, sizeof(double))) != NULL;
     if (!ok) break;
     vc_tensor t = fcase.in[i];
-    if (f->kink == 1) {
+    if (kink == 1) {
       t.fill = VC_FILL_AWAY;
       t.lo = 0.05;
       t.hi = 1;
     }
     vc_fill_values(&fcase, &t, &rng, g.in[i]);
-    if (f->kink >= 2 && i == 0) { /* distinct values, shuffled */
-      const double step = f->kink == 2 ? 0.03 : 2.0 / (double)n;
+    if (kink >= 2 && i == 0) { /* distinct values, shuffled */
+      const double step = kink == 2 ? 0.03 : 2.0 / (double)n;
       for (int64_t e = 0; e < n; e++) g.in[i][e] = -1 + step * (double)e;
       for (int64_t e = n - 1; e > 0; e--) {
         const int64_t s = (int64_t)(vc_rand(&rng) % (uint64_t)(e + 1));
@@ -271,7 +288,7 @@ void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const
   for (int64_t e = 0; e < ny; e++) g.r[e] = 2 * vc_rand_unit(&rng) - 1;
   vt_round(fcase.out[0].d.dtype, g.r, ny);
   if (isnan(loss(&g))) {
-    fail(out, "the reference %s failed on the case%s", f->fwd, "");
+    fail(out, "the forward kernel %s/%s failed on the case", fk->op, fk->impl);
     goto done;
   }
   double *grad[VC_MAX] = {0};
@@ -300,6 +317,7 @@ void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const
     memcpy(bc.attrs, fcase.attrs, sizeof bc.attrs);
     bc.attr_size = fcase.attr_size;
     vc_op_complete(&bc);
+    vc_layer_complete(r, &bc, 0); /* a module layer's accumulate flag */
     if (bc.accumulate_offset >= 0) memset(bc.attrs + bc.accumulate_offset, 0, 4);
     if (!ok) {
       fail(out, "out of memory%s%s", "", "");
@@ -309,7 +327,7 @@ void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const
     (void)loss(&g);
     double *none[VC_MAX] = {0};
     if (vc_run_values(bk, &bc, 0, bin, none, bout, o, why, sizeof why) != 0) {
-      fail(out, "the reference backward failed: %.280s%s", why, "");
+      fail(out, "the backward kernel failed: %.280s%s", why, "");
       goto done;
     }
     for (int k = 0; k < bc.num_outputs; k++) {
@@ -328,7 +346,7 @@ void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const
   for (int k = 0; k < ngrad; k++) {
     double err = 0;
     if (!grads[k] || fd_compare(&g, grad_in[k], grads[k], &rng, &err) != 0) {
-      fail(out, "the reference forward failed during differences%s%s", "", "");
+      fail(out, "the forward kernel failed during differences%s%s", "", "");
       break;
     }
     if (!(err <= worst)) worst = err;
@@ -350,4 +368,168 @@ done:
     free(bout[k]);
   }
   free(g.r);
+}
+
+/* ---- module layers ------------------------------------------------------------------ */
+
+/* A layer type's backward op: its forward inputs x0 [, x1], the forward's
+ * y, the cotangent dy, the saved tensors; dx0 [, dx1] (bp_abi_layer). */
+static gbwd layer_wiring(const bp_registered_layer *l, bp_op_grad_src *in, uint8_t *grad_of) {
+  const int n = l->layer.num_inputs == 2 ? 2 : 1; /* bp_abi_layer: 1 or 2 */
+  const int saved = l->layer.num_saved > 0 && l->layer.num_saved <= BP_ABI_LAYER_SAVED_MAX
+                        ? l->layer.num_saved
+                        : 0;
+  int k = 0;
+  for (int i = 0; i < n; i++) in[k++] = (bp_op_grad_src){'x', (uint8_t)i};
+  in[k++] = (bp_op_grad_src){'y', 0};
+  in[k++] = (bp_op_grad_src){'r', 0};
+  for (int i = 0; i < saved; i++) in[k++] = (bp_op_grad_src){'y', (uint8_t)(1 + i)};
+  for (int i = 0; i < n; i++) grad_of[i] = (uint8_t)i;
+  return (gbwd){l->layer.backward_op, k, in, n, grad_of};
+}
+
+/* The kernel whose differences are the truth: the op's reference kernel,
+ * else its first cpu kernel that takes FP32. */
+static const bp_abi_kernel *truth_kernel(const bp_registry *r, const char *op) {
+  const bp_abi_kernel *k = vc_reference(r, op);
+  for (int i = 0; !k && i < bp_registry_kernel_count(r); i++) {
+    const bp_abi_kernel *c = &bp_registry_kernel(r, i)->kernel;
+    if (strcmp(c->op, op) == 0 && strcmp(c->device, "cpu") == 0 &&
+        (c->dtypes & BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32)))
+      k = c;
+  }
+  return k;
+}
+
+static int add_module_row(vc_module_grad **rows, int *count, int *cap, const vc_module_grad *x) {
+  if (*count == *cap) {
+    const int grown_cap = *cap ? 2 * *cap : 16;
+    vc_module_grad *grown = realloc(*rows, (size_t)grown_cap * sizeof *grown);
+    if (!grown) return -1;
+    *rows = grown;
+    *cap = grown_cap;
+  }
+  (*rows)[(*count)++] = *x;
+  return 0;
+}
+
+/* A row that says why op has no gradient check. */
+static int skip_row(vc_module_grad **rows, int *count, int *cap, const char *op,
+                    const char *fmt, const char *a) {
+  vc_module_grad x;
+  memset(&x, 0, sizeof x);
+  x.op = op;
+  x.impl = "-";
+  x.device = "cpu";
+  snprintf(x.c.name, sizeof x.c.name, "gradcheck");
+  snprintf(x.why, sizeof x.why, fmt, a);
+  return add_module_row(rows, count, cap, &x);
+}
+
+bp_status vc_module_grad_rows(const bp_registry *r, vc_module_grad **rows_out, int *count_out) {
+  vc_module_grad *rows = NULL;
+  int count = 0, cap = 0, bad = 0;
+  for (int i = 0; i < bp_registry_op_count(r) && !bad; i++) {
+    const char *op = bp_registry_op(r, i)->name;
+    if (bp_op_find(op)) continue; /* built-in: the rows above */
+    const bp_registered_layer *as_bwd = NULL, *as_fwd = NULL, *fwd_with_bwd = NULL;
+    for (int j = 0; j < bp_registry_layer_count(r); j++) {
+      const bp_registered_layer *l = bp_registry_layer(r, j);
+      if (l->layer.backward_op && strcmp(l->layer.backward_op, op) == 0) as_bwd = l;
+      if (strcmp(l->layer.forward_op, op) == 0) {
+        as_fwd = l;
+        if (l->layer.backward_op) fwd_with_bwd = l;
+      }
+    }
+    if (fwd_with_bwd) continue; /* checked through its backward op's rows */
+    if (as_fwd && !as_bwd) {
+      bad = skip_row(&rows, &count, &cap, op,
+                     "no gradient check: layer type '%s' has no backward op (no gradient flows "
+                     "back through it)",
+                     as_fwd->layer.type);
+      continue;
+    }
+    if (!as_bwd) {
+      bad = skip_row(&rows, &count, &cap, op,
+                     "no gradient check: %s is neither the forward nor the backward op of a "
+                     "layer type, so which input each output is the gradient of is unknown",
+                     op);
+      continue;
+    }
+    const bp_registered_layer *l = as_bwd;
+    if (l->layer.num_saved > 0) {
+      bad = skip_row(&rows, &count, &cap, op,
+                     "no gradient check: layer type '%s' has saved tensors, which the gradient "
+                     "check does not make yet",
+                     l->layer.type);
+      continue;
+    }
+    const bp_abi_kernel *fk = truth_kernel(r, l->layer.forward_op);
+    if (!fk) {
+      bad = skip_row(&rows, &count, &cap, op,
+                     "no gradient check: no cpu kernel of the forward op %s (FP32) to take "
+                     "differences of",
+                     l->layer.forward_op);
+      continue;
+    }
+    vc_case cases[8];
+    const int n = vc_infer_cases(r, l->forward, cases, 8);
+    if (n == 0) {
+      bad = skip_row(&rows, &count, &cap, op,
+                     "no gradient check: the forward op %s has no infer_shape, or it refuses "
+                     "every case (no cases to differentiate)",
+                     l->layer.forward_op);
+      continue;
+    }
+    for (int k = 0; k < bp_registry_kernel_count(r) && !bad; k++) {
+      const bp_abi_kernel *bk = &bp_registry_kernel(r, k)->kernel;
+      if (strcmp(bk->op, op) != 0 || strcmp(bk->device, "cpu") != 0) continue;
+      for (int c = 0; c < n && !bad; c++) {
+        vc_module_grad x;
+        memset(&x, 0, sizeof x);
+        x.op = op;
+        x.impl = bk->impl;
+        x.device = bk->device;
+        x.layer = l;
+        x.c = cases[c];
+        if (bk->dtypes & BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32)) {
+          x.bwd = bk;
+          x.fwd = fk;
+        } else {
+          snprintf(x.why, sizeof x.why,
+                   "no gradient check: the kernel takes no FP32 (differences are taken in FP32)");
+        }
+        bad = add_module_row(&rows, &count, &cap, &x);
+      }
+    }
+  }
+  if (bad) {
+    free(rows);
+    return bp_fail(BP_ERR_NOMEM, "out of memory listing the gradient checks of module ops");
+  }
+  *rows_out = rows;
+  *count_out = count;
+  return BP_OK;
+}
+
+void vc_module_grad_check(const bp_registry *r, const vc_module_grad *x,
+                          const vc_check_options *o, vc_outcome *out) {
+  out->verdict = BP_VALIDATE_PASS;
+  out->error = NAN;
+  out->tolerance = GRAD_TOL;
+  out->detail[0] = '\0';
+  if (!x->bwd) {
+    out->verdict = BP_VALIDATE_SKIP;
+    out->tolerance = NAN;
+    snprintf(out->detail, sizeof out->detail, "%s", x->why);
+    return;
+  }
+  bp_op_grad_src in[BP_OP_MAX_TENSORS + 2];
+  uint8_t grad_of[2];
+  const gbwd bw = layer_wiring(x->layer, in, grad_of);
+  uint64_t h = o->seed * 0x9e3779b97f4a7c15ull;
+  for (const char *p = x->impl; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+  for (const char *p = x->c.name; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+  /* inputs away from 0, where relu-like module ops have their kink */
+  grad_check(r, x->fwd, x->bwd, &bw, 1, &x->c, h, o, out);
 }

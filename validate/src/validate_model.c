@@ -103,7 +103,7 @@ done:
   return st;
 }
 
-bp_status vc_model_cases(const bp_registry *r, const char *path, int fuse_too,
+bp_status vc_model_cases(const bp_registry *r, const char *path, int fuse_too, int64_t batch,
                          vc_case **cases_out, int *count_out) {
   bp_model *model = NULL;
   vc_case *cases = NULL;
@@ -113,6 +113,7 @@ bp_status vc_model_cases(const bp_registry *r, const char *path, int fuse_too,
   /* the unfused graph, and the fused one where fusion is on: a run takes
    * either, by its device and pins (bp_fuse_bn_relu_allowed, model.h) */
   bp_compile_options co = bp_compile_options_from_model(model);
+  if (batch > 0) co.batch = batch; /* validate --batch: its variants, its last partial batch */
   const int fusion = co.fuse_bn_relu && fuse_too;
   for (int fuse = 0; fuse <= fusion && st == BP_OK; fuse++) {
     co.fuse_bn_relu = fuse;

@@ -65,10 +65,16 @@ void vc_op_complete(vc_case *c) {
   c->inplace_in = -1;
   c->skip_in = -1;
   c->collective = info && info->collective;
+  c->param_in = 0;
   if (info) {
     if (info->accumulates && info->accumulate_offset + 4 <= c->attr_size)
       c->accumulate_offset = (int)info->accumulate_offset; /* else too short to hold it */
     if (info->has_inplace) c->inplace_in = info->inplace_in;
+    /* parameters: weights, biases, batch norm's gamma and beta, and the
+     * running statistics an evaluating batch norm reads (bp_abi.h counts
+     * them: only a training step changes them, and bumps the generation) */
+    c->param_in = info->amp_param_in;
+    if (strcmp(c->op, "batchnorm.fwd_eval") == 0) c->param_in |= (1u << 3) | (1u << 4);
     for (int o = 0; o < c->num_outputs; o++)
       if (info->alias_outputs & (1u << o)) c->alias[o] = o;
     table_fills(c, info);

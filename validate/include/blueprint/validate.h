@@ -23,7 +23,14 @@
  *   7. gives the same bits twice when flagged DETERMINISTIC;
  *   8. reads nothing past slot_bytes: with options.isolate each tensor's
  *      slot ends at an inaccessible page and each case runs in a child
- *      process, so such a read is reported, not a crash.
+ *      process, so such a read is reported, not a crash;
+ *  10. follows new inputs on the same buffers and state: the first run goes
+ *      on with new data and the same params_generation, then every input
+ *      new and the generation bumped, each matching a fresh run;
+ *  11. gives the same result at other thread counts (1 or 2, and 3 or 4).
+ * With options.gradcheck, reference backwards and every cpu kernel of a
+ * module layer's backward op are compared with central differences of
+ * their own forward op.
  * Reference kernels are the oracle: their rows run every check but the
  * comparison (accumulate is checked as out(1) = prior + out(0)).
  * Collective kernels (allreduce.*) are skipped: they need every rank.
@@ -68,7 +75,8 @@ typedef struct bp_validate_options {
   const char *device;
   const char *model_path; /* NULL: the built-in table; else every node of this model's plan */
   uint64_t seed;          /* inputs are a function of (seed, case) */
-  int gradcheck;          /* also check reference backwards against finite differences */
+  int gradcheck;          /* also check reference backwards and module layers' backward
+                             kernels against finite differences of their forward */
   /* 1: guard pages after every slot and every (kernel, case) in a forked
    * child, so a crash or a read past slot_bytes is a failed case. 0: in
    * this process, plain buffers (a wild kernel crashes the caller). */
@@ -82,6 +90,10 @@ typedef struct bp_validate_options {
   int no_fuse; /* 1: a model's plan unfused only (0: also the fused one) */
   int no_tf32; /* 1: cuDNN and cuBLAS FP32 outputs held to the FP32 tolerance, for
                   modules told not to use TF32 (0: VC_TF32 tolerance, 5e-3) */
+  /* with model_path: the global training batch the plan is compiled for
+   * (its "train" variants, and "train_last" for the epoch's last partial
+   * batch when the model's train_size is not a multiple); 0: the model's */
+  int64_t batch;
 } bp_validate_options;
 
 /* One row: a kernel on a case (or a gradient check, impl "gradcheck"). */
