@@ -150,10 +150,14 @@ static void cache_read(bp_autotune_cache *c, const char *path) {
 static bp_status cache_write(const bp_autotune_cache *c) {
   bp_status checked = bp_output_prepare(c->path, "autotune cache"); /* outfile.h */
   if (checked != BP_OK) return checked;
-  size_t n = strlen(c->path) + 32;
-  char *tmp = malloc(n);
-  if (!tmp) return bp_fail(BP_ERR_NOMEM, "out of memory writing %s", c->path);
-  snprintf(tmp, n, "%s.tmp.%ld", c->path, (long)getpid());
+  char *target = bp_output_target(c->path); /* a symlink's target is replaced, not the link */
+  size_t n = target ? strlen(target) + 32 : 0;
+  char *tmp = target ? malloc(n) : NULL;
+  if (!tmp) {
+    free(target);
+    return bp_fail(BP_ERR_NOMEM, "out of memory writing %s", c->path);
+  }
+  snprintf(tmp, n, "%s.tmp.%ld", target, (long)getpid());
   FILE *f = fopen(tmp, "w");
   int ok = f != NULL && fputs(TUNE_HEADER, f) >= 0;
   for (int i = 0; ok && i < c->count; i++)
@@ -164,12 +168,13 @@ static bp_status cache_write(const bp_autotune_cache *c) {
     ok = 0;
     err = errno;
   }
-  if (ok && rename(tmp, c->path) != 0) {
+  if (ok && rename(tmp, target) != 0) {
     ok = 0;
     err = errno;
   }
   if (!ok) unlink(tmp);
   free(tmp);
+  free(target);
   if (!ok) return bp_fail(BP_ERR_IO, "autotune cache %s: cannot write: %s", c->path, strerror(err));
   return BP_OK;
 }
