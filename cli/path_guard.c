@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,27 @@ typedef struct guard_list {
   guard_file *files;
   int count, cap;
 } guard_list;
+
+/* One line through bp_fail, which shortens a path of kilobytes and keeps
+ * the reason at the end. */
+static void report(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(const char *command, const char *fmt, ...) {
+  va_list ap, again;
+  va_start(ap, fmt);
+  va_copy(again, ap);
+  const int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *line = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (line) {
+    vsnprintf(line, (size_t)n + 1, fmt, again);
+    bp_fail(BP_ERR_IO, "%s", line);
+    free(line);
+  } else {
+    bp_fail(BP_ERR_NOMEM, "out of memory reporting a path");
+  }
+  va_end(again);
+  bp_cli_report(command, "%s", bp_last_error());
+}
 
 static int grow(guard_list *l) {
   if (l->count < l->cap) return 0;
@@ -65,28 +87,28 @@ static char *dir_part(const char *path) {
 static int missing_output(const char *command, guard_file *f, const char *target) {
   char *dir = dir_part(target);
   if (!dir) {
-    bp_cli_report(command, "out of memory checking %s", f->use->what);
+    report(command, "out of memory checking %s", f->use->what);
     return -1;
   }
   struct stat sb;
   int rc = -1;
   if (stat(dir, &sb) != 0) {
-    bp_cli_report(command, "%s '%s': the directory '%s' cannot be used: %s", f->use->what,
+    report(command, "%s '%s': the directory '%s' cannot be used: %s", f->use->what,
                   f->use->path, dir, strerror(errno));
   } else if (!S_ISDIR(sb.st_mode)) {
-    bp_cli_report(command, "%s '%s': '%s' is not a directory", f->use->what, f->use->path, dir);
+    report(command, "%s '%s': '%s' is not a directory", f->use->what, f->use->path, dir);
   } else if (access(dir, W_OK | X_OK) != 0) {
-    bp_cli_report(command, "%s '%s': the directory '%s' is not writable: %s", f->use->what,
+    report(command, "%s '%s': the directory '%s' is not writable: %s", f->use->what,
                   f->use->path, dir, strerror(errno));
   } else {
     char real[PATH_MAX];
     const char *base = strrchr(target, '/');
     base = base ? base + 1 : target;
     if (!realpath(dir, real)) {
-      bp_cli_report(command, "%s '%s': cannot resolve '%s': %s", f->use->what, f->use->path, dir,
+      report(command, "%s '%s': cannot resolve '%s': %s", f->use->what, f->use->path, dir,
                     strerror(errno));
     } else if ((f->resolved = malloc(strlen(real) + strlen(base) + 2)) == NULL) {
-      bp_cli_report(command, "out of memory checking %s", f->use->what);
+      report(command, "out of memory checking %s", f->use->what);
     } else {
       sprintf(f->resolved, "%s/%s", real, base);
       rc = 0;
@@ -99,7 +121,7 @@ static int missing_output(const char *command, guard_file *f, const char *target
 /* Adds one file of `use` named `name` (stat'ed through symbolic links). */
 static int add_file(const char *command, guard_list *l, const bp_path_use *use, const char *name) {
   if (grow(l) != 0 || !(l->files[l->count].name = strdup(name))) {
-    bp_cli_report(command, "out of memory checking %s", use->what);
+    report(command, "out of memory checking %s", use->what);
     return -1;
   }
   guard_file *f = &l->files[l->count++];
@@ -116,7 +138,7 @@ static int add_file(const char *command, guard_list *l, const bp_path_use *use, 
   if (errno != ENOENT) return 0; /* a symlink loop and the like: the writer refuses it */
   char *target = bp_output_target(name); /* a dangling link: where the write would go */
   if (!target) {
-    bp_cli_report(command, "out of memory checking %s", use->what);
+    report(command, "out of memory checking %s", use->what);
     return -1;
   }
   int rc = missing_output(command, f, target);
@@ -135,7 +157,7 @@ static int add_dir(const char *command, guard_list *l, const bp_path_use *use) {
     size_t n = strlen(use->path) + strlen(e->d_name) + 2;
     char *name = malloc(n);
     if (!name) {
-      bp_cli_report(command, "out of memory checking %s", use->what);
+      report(command, "out of memory checking %s", use->what);
       rc = -1;
       break;
     }
