@@ -1,0 +1,347 @@
+/* Runs that would lose work or hang (docs/reliability.md, round 3): output
+ * paths naming the run's inputs or each other, output directories that
+ * cannot be written, a diverging run, SIGINT and SIGTERM, the resume
+ * refusal's numbering. Each command runs under `timeout`, so a hang fails
+ * the test; every run is a few steps of toy data. */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "run_util.h"
+
+#define SMALL_MODEL TOY_BN_MODEL_LAYERS "train: {batch: 8, epochs: 1}\n"
+
+extern char **environ;
+
+/* `blueprint ARGS...` under timeout 60 (exit 124 on a hang). */
+#define RUN_T(...) run_argv((const char *const[]){"timeout", "60", bin(), __VA_ARGS__, NULL})
+
+static const char *bin(void) {
+  static char path[4096];
+  const char *dir = getenv("BP_BINARY_DIR");
+  ck_assert_msg(dir != NULL, "BP_BINARY_DIR is not set (run through ctest)");
+  snprintf(path, sizeof path, "%s/blueprint", dir);
+  return path;
+}
+
+/* Entries of dir whose name contains ".tmp". */
+static int temps_in(const char *dir) {
+  DIR *d = opendir(dir);
+  ck_assert_ptr_nonnull(d);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp") != NULL;
+  closedir(d);
+  return n;
+}
+
+/* A copy of `path`'s bytes, to compare after a refused run. */
+typedef struct snapshot {
+  unsigned char *bytes;
+  size_t size;
+} snapshot;
+
+static snapshot take(const char *path) {
+  snapshot s = {NULL, 0};
+  s.bytes = read_file(path, &s.size);
+  ck_assert_msg(s.bytes != NULL, "cannot read %s", path);
+  return s;
+}
+
+static void unchanged(snapshot *s, const char *path) {
+  size_t n = 0;
+  unsigned char *now = read_file(path, &n);
+  ck_assert_msg(now && n == s->size && memcmp(now, s->bytes, n) == 0, "%s was changed", path);
+  free(now);
+  free(s->bytes);
+  s->bytes = NULL;
+}
+
+/* A refused run: exit 2, one line naming the clash, no file touched. */
+static void expect_clash(run_result *r, const char *needle) {
+  ck_assert_msg(r->status == 2, "status %d, want 2 (stderr: %s)", r->status, r->err);
+  expect_one_line_error(r, "blueprint ", needle);
+  run_free(r);
+}
+
+START_TEST(an_output_that_names_an_input_or_another_output_is_refused_untouched) {
+  toy_env e = toy_env_open(SMALL_MODEL, 64, 32, 1);
+  char *ck = path_in(e.dir, "ck.bin"), *labels = path_in(e.data, "t10k-labels-idx1-ubyte");
+  char *f = path_in(e.dir, "both.out"), *link = path_in(e.dir, "model-link.ck");
+  run_result r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--checkpoint", ck);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  run_free(&r);
+  snapshot model = take(e.model), lab = take(labels), cks = take(ck);
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--checkpoint", e.model);
+  expect_clash(&r, "is the same file as the model file");
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--metrics", e.model);
+  expect_clash(&r, "--metrics");
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--checkpoint", labels);
+  expect_clash(&r, "is the same file as the data file");
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--resume", ck, "--metrics", ck);
+  expect_clash(&r, "is the same file as --resume");
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--autotune-cache", e.model);
+  expect_clash(&r, "--autotune-cache");
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--checkpoint", f, "--metrics", f);
+  expect_clash(&r, "are the same file");
+  ck_assert_int_ne(access(f, F_OK), 0); /* nothing written */
+  /* through a symlink: the target is what a write would replace */
+  ck_assert_int_eq(symlink("model.yaml", link), 0);
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--checkpoint", link);
+  expect_clash(&r, "is the same file as the model file");
+  r = RUN_T("plan", e.model, "--svg", e.model);
+  expect_clash(&r, "is the same file as the model file");
+  unchanged(&model, e.model);
+  unchanged(&lab, labels);
+  unchanged(&cks, ck);
+  /* --checkpoint may be --resume: the run continues in place */
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--epochs", "2", "--resume", ck,
+            "--checkpoint", ck);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  run_free(&r);
+  free(ck), free(labels), free(f), free(link);
+  toy_env_close(&e);
+}
+END_TEST
+
+START_TEST(a_symlinked_checkpoint_replaces_its_target_and_keeps_the_link) {
+  toy_env e = toy_env_open(SMALL_MODEL, 64, 32, 1);
+  char *link = path_in(e.dir, "ck.link"), *target = path_in(e.dir, "ck.real");
+  ck_assert_int_eq(symlink("ck.real", link), 0); /* dangling until the first save */
+  run_result r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--checkpoint", link);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  run_free(&r);
+  struct stat sb;
+  ck_assert_int_eq(lstat(link, &sb), 0);
+  ck_assert_msg(S_ISLNK(sb.st_mode), "the link was replaced");
+  ck_assert_int_eq(lstat(target, &sb), 0);
+  ck_assert(S_ISREG(sb.st_mode) && sb.st_size > 0);
+  /* a second save (a resume) replaces the target again, through the link */
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--epochs", "2", "--resume", link,
+            "--checkpoint", link);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  run_free(&r);
+  ck_assert_int_eq(lstat(link, &sb), 0);
+  ck_assert(S_ISLNK(sb.st_mode));
+  ck_assert_int_eq(temps_in(e.dir), 0);
+  r = RUN_T("eval", e.model, "--data", e.data, "--quiet", "--checkpoint", target);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  run_free(&r);
+  free(link), free(target);
+  toy_env_close(&e);
+}
+END_TEST
+
+START_TEST(an_output_in_a_missing_or_unwritable_directory_is_refused_before_training) {
+  toy_env e = toy_env_open(SMALL_MODEL, 64, 32, 1);
+  char *missing = path_in(e.dir, "no/such/dir/ck.bin");
+  run_result r = RUN_T("train", e.model, "--data", e.data, "--checkpoint", missing);
+  expect_one_line_error(&r, "blueprint train:", "the directory");
+  ck_assert_msg(strstr(r.out, "epoch") == NULL, "trained first: %s", r.out);
+  run_free(&r);
+  r = RUN_T("train", e.model, "--data", e.data, "--metrics", missing);
+  expect_one_line_error(&r, "blueprint train:", "No such file or directory");
+  run_free(&r);
+  char *file = path_in(e.dir, "plain"), *under = path_in(e.dir, "plain/ck.bin");
+  write_file(file, "x", 1);
+  r = RUN_T("train", e.model, "--data", e.data, "--checkpoint", under);
+  expect_one_line_error(&r, "blueprint train:", "plain");
+  run_free(&r);
+  if (geteuid() != 0) { /* root writes anywhere */
+    char *ro = path_in(e.dir, "ro"), *in_ro = path_in(e.dir, "ro/ck.bin");
+    ck_assert_int_eq(mkdir(ro, 0500), 0);
+    r = RUN_T("train", e.model, "--data", e.data, "--checkpoint", in_ro);
+    expect_one_line_error(&r, "blueprint train:", "is not writable");
+    run_free(&r);
+    chmod(ro, 0700);
+    free(ro), free(in_ro);
+  }
+  free(missing), free(file), free(under);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* Resumed with a learning rate of 1e6 the loss turns NaN: the run stops
+ * with one line naming the step, exit 1, the good checkpoint stays
+ * loadable and byte for byte, and no metrics line claims a save. */
+START_TEST(a_diverging_run_stops_and_keeps_the_last_good_checkpoint) {
+  toy_env e = toy_env_open(SMALL_MODEL, 64, 32, 1);
+  char *ck = path_in(e.dir, "ck.bin"), *m = path_in(e.dir, "m.jsonl");
+  run_result r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--checkpoint", ck);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  run_free(&r);
+  snapshot good = take(ck);
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--epochs", "3", "--lr", "1e6",
+            "--resume", ck, "--checkpoint", ck, "--metrics", m);
+  expect_one_line_error(&r, "blueprint train:", "the run diverged");
+  ck_assert_msg(strstr(r.err, "by step 16 of the run (epoch 2,") != NULL, "%s", r.err);
+  ck_assert_msg(strstr(r.err, "is left as it was") != NULL, "%s", r.err);
+  run_free(&r);
+  unchanged(&good, ck);
+  size_t n = 0;
+  char *lines = (char *)read_file(m, &n);
+  ck_assert_ptr_nonnull(lines);
+  ck_assert_msg(strstr(lines, "\"checkpointed\":true") == NULL, "metrics claim a save: %s", lines);
+  ck_assert_msg(strstr(lines, "\"event\":\"epoch\"") != NULL, "no epoch line: %s", lines);
+  free(lines);
+  /* with step lines the step itself is named */
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--epochs", "3", "--lr", "1e6",
+            "--resume", ck, "--checkpoint", ck, "--metrics", m, "--log-every", "1");
+  expect_one_line_error(&r, "blueprint train:", " at step ");
+  run_free(&r);
+  /* --keep-going-nonfinite: every epoch runs, none is checkpointed, exit 1 */
+  good = take(ck);
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--epochs", "3", "--lr", "1e6",
+            "--resume", ck, "--checkpoint", ck, "--keep-going-nonfinite");
+  expect_one_line_error(&r, "blueprint train:", "non-finite from epoch 2 on");
+  ck_assert_msg(strstr(r.out, "epoch 3/3") && strstr(r.out, "not checkpointed"), "%s", r.out);
+  run_free(&r);
+  unchanged(&good, ck);
+  r = RUN_T("eval", e.model, "--data", e.data, "--quiet", "--checkpoint", ck);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  run_free(&r);
+  free(ck), free(m);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* Starts `blueprint ARGS` with stdout and stderr in files under dir. */
+static pid_t spawn_bp(const char *dir, const char *const *args) {
+  const char *argv[64];
+  int argc = 0;
+  argv[argc++] = bin();
+  for (int k = 0; args[k]; k++) argv[argc++] = args[k];
+  argv[argc] = NULL;
+  char *out = path_in(dir, "run.out"), *err = path_in(dir, "run.err");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid;
+  ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  free(out), free(err);
+  return pid;
+}
+
+/* Waits until `path` holds `needle` (60 s at most). */
+static void wait_for(const char *path, const char *needle) {
+  for (int k = 0; k < 6000; k++) {
+    size_t n = 0;
+    char *s = (char *)read_file(path, &n);
+    const int found = s && strstr(s, needle);
+    free(s);
+    if (found) return;
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+  }
+  ck_abort_msg("%s never held '%s'", path, needle);
+}
+
+/* The exit status of pid (128 + signal when killed), within 60 s. */
+static int reap(pid_t pid) {
+  for (int k = 0; k < 6000; k++) {
+    int ws;
+    pid_t got = waitpid(pid, &ws, WNOHANG);
+    if (got == pid) return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  ck_abort_msg("the run did not stop within 60 s of the signal");
+  return -1;
+}
+
+/* SIGINT, then SIGTERM, of a long run: each ends after its step with the
+ * checkpoint written, one line saying where and how to resume, no
+ * temporary, exit 130 / 143; the resumed run goes on from there. Two
+ * signals at once end it by the signal. */
+START_TEST(sigint_and_sigterm_checkpoint_and_say_how_to_resume) {
+  toy_env e = toy_env_open(SMALL_MODEL, 64, 32, 1);
+  char *ck = path_in(e.dir, "ck.bin"), *m = path_in(e.dir, "m.jsonl");
+  char *err = path_in(e.dir, "run.err");
+  const int sigs[] = {SIGINT, SIGTERM};
+  for (int k = 0; k < 2; k++) {
+    unlink(m);
+    const char *fresh[] = {"train", e.model, "--data", e.data, "--quiet", "--epochs", "100000",
+                           "--checkpoint", ck, "--metrics", m, "--log-every", "1", NULL};
+    const char *resumed[] = {"train", e.model, "--data", e.data, "--quiet", "--epochs", "100000",
+                             "--checkpoint", ck, "--metrics", m, "--log-every", "1",
+                             "--resume", ck, NULL};
+    pid_t pid = spawn_bp(e.dir, k == 0 ? fresh : resumed);
+    wait_for(m, "\"event\":\"step\"");
+    ck_assert_int_eq(kill(pid, sigs[k]), 0);
+    ck_assert_int_eq(reap(pid), 128 + sigs[k]);
+    size_t n = 0;
+    char *text = (char *)read_file(err, &n);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(strstr(text, k == 0 ? "stopped by SIGINT at epoch" : "stopped by SIGTERM") &&
+                      strstr(text, "continue with --resume") && strchr(text, '\n') == text + n - 1,
+                  "stderr: %s", text);
+    free(text);
+    ck_assert_int_eq(temps_in(e.dir), 0);
+    run_result r = RUN_T("eval", e.model, "--data", e.data, "--quiet", "--checkpoint", ck);
+    ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+    run_free(&r);
+  }
+  /* a second signal does not wait for the step */
+  const char *again[] = {"train", e.model, "--data", e.data, "--quiet", "--epochs", "100000",
+                         "--metrics", m, "--log-every", "1", NULL};
+  unlink(m);
+  pid_t pid = spawn_bp(e.dir, again);
+  wait_for(m, "\"event\":\"step\"");
+  ck_assert_int_eq(kill(pid, SIGINT), 0);
+  ck_assert_int_eq(kill(pid, SIGINT), 0);
+  const int st = reap(pid);
+  ck_assert_msg(st == 128 + SIGINT, "status %d", st);
+  free(ck), free(m), free(err);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* The refusal of a checkpoint that does not fit the run counts epochs as
+ * the resume line does ("resumed at epoch 1 step 3"). */
+START_TEST(the_resume_refusal_numbers_epochs_as_the_resume_line) {
+  toy_env e = toy_env_open(SMALL_MODEL, 64, 32, 1);
+  char *ck = path_in(e.dir, "ck.bin");
+  run_result r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--checkpoint", ck,
+                       "--stop-after-steps", "3");
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  run_free(&r);
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--resume", ck);
+  ck_assert_msg(r.status == 0 && strstr(r.out, "resumed at epoch 1 step 3"), "%s%s", r.out, r.err);
+  run_free(&r);
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--resume", ck, "--train-limit", "16");
+  expect_one_line_error(&r, "blueprint train:", "stands at epoch 1 step 3 (0 epochs done)");
+  run_free(&r);
+  free(ck);
+  toy_env_close(&e);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("run_guards");
+  TCase *tc = tcase_create("run_guards");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, an_output_that_names_an_input_or_another_output_is_refused_untouched);
+  tcase_add_test(tc, a_symlinked_checkpoint_replaces_its_target_and_keeps_the_link);
+  tcase_add_test(tc, an_output_in_a_missing_or_unwritable_directory_is_refused_before_training);
+  tcase_add_test(tc, a_diverging_run_stops_and_keeps_the_last_good_checkpoint);
+  tcase_add_test(tc, sigint_and_sigterm_checkpoint_and_say_how_to_resume);
+  tcase_add_test(tc, the_resume_refusal_numbers_epochs_as_the_resume_line);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  const int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
