@@ -11,6 +11,7 @@
  * an allocation: it grows its buffer as bytes actually arrive, so a header
  * that promises a terabyte costs nothing when the file is short. */
 #include "data-impl.h"
+#include "blueprint/infile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -182,19 +183,12 @@ static bp_status idx_open(idx_file *f, const char *path) {
   memset(f, 0, sizeof *f);
   f->path = path;
   f->fd = -1;
-  /* O_NONBLOCK: a FIFO is refused below instead of waited on */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return bp_fail(BP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    bp_status st = S_ISDIR(sb.st_mode)
-                       ? bp_fail(BP_ERR_IO, "cannot read %s: it is a directory", path)
-                       : bp_fail(BP_ERR_IO, "cannot read %s: not a regular file", path);
-    close(fd);
-    return st;
-  }
-  int flags = fcntl(fd, F_GETFL);
-  if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  /* the checked open (infile.h): a FIFO is refused instead of waited on */
+  char why[256];
+  int fd = bp_input_open(path, 0, NULL, why, sizeof why);
+  if (fd < 0)
+    return bp_fail(BP_ERR_IO, "cannot %s %s: %s",
+                   errno == EISDIR || errno == EINVAL ? "read" : "open", path, why);
   f->fd = fd;
   f->in = malloc(IDX_IN_BYTES);
   if (!f->in) return bp_fail(BP_ERR_NOMEM, "out of memory reading %s", path);

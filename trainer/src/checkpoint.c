@@ -76,6 +76,7 @@
 #include <zlib.h>
 
 #include "blueprint/checkpoint.h"
+#include "blueprint/infile.h"
 #include "blueprint/outfile.h"
 #include "blueprint/train.h" /* BP_TRAIN_MAX_*: the counters' ranges */
 #include "bp_abi_sdk.h"
@@ -593,23 +594,16 @@ typedef struct opened {
  * unknown) is the length reported for a file cut inside its header. On
  * success o->fd is open; on failure it is closed. */
 static bp_status open_checked(const char *path, uint64_t expect_bytes, opened *o) {
-  o->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused below, not waited on */
-  if (o->fd < 0) {
-    int err = errno;
-    return bp_fail(BP_ERR_IO, "cannot open checkpoint %s: %s", path, strerror(err));
-  }
+  /* the checked open (infile.h): a FIFO is refused, not waited on */
+  char why[256];
+  uint64_t file_size = 0;
+  o->fd = bp_input_open(path, 0, &file_size, why, sizeof why);
+  if (o->fd < 0)
+    return bp_fail(BP_ERR_IO, "cannot %s checkpoint %s: %s",
+                   errno == EISDIR || errno == EINVAL ? "read" : "open", path, why);
   bp_status st = BP_OK;
-  struct stat sb;
   uint64_t got = 0;
   int err;
-  if (fstat(o->fd, &sb) != 0) {
-    st = read_error(path, errno);
-    goto fail;
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    st = bp_fail(BP_ERR_IO, "cannot read checkpoint %s: not a regular file", path);
-    goto fail;
-  }
   if ((err = read_full(o->fd, o->raw, HEADER_BYTES, &got)) != 0) {
     st = read_error(path, err);
     goto fail;
@@ -663,7 +657,7 @@ static bp_status open_checked(const char *path, uint64_t expect_bytes, opened *o
     goto fail;
   }
   if ((st = check_counters(path, h)) != BP_OK) goto fail;
-  uint64_t size = (uint64_t)sb.st_size;
+  uint64_t size = file_size;
   if (size < h->file_bytes) {
     st = truncated(path, size, h->file_bytes);
     goto fail;
