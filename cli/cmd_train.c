@@ -27,6 +27,7 @@
 #include "blueprint/outfile.h"
 #include "commands.h"
 #include "blueprint/data.h"
+#include "blueprint/exec.h"
 #include "kernel_report.h"
 #include "path_guard.h"
 #include "profile_report.h"
@@ -190,6 +191,60 @@ static void trap_stop_signals(int on) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
+/* A kernel that crashes (docs/reliability.md, "Kernels that crash"): one
+ * line naming it (rank, variant, node, op, impl, module: preformatted at
+ * bind, bp_exec_fault_line), then the signal's default action. Only
+ * write(2) and async-signal-safe calls here. */
+static void on_fatal_signal(int sig) {
+  static const char *const names[] = {[SIGSEGV] = "SIGSEGV", [SIGBUS] = "SIGBUS",
+                                      [SIGILL] = "SIGILL",   [SIGFPE] = "SIGFPE",
+                                      [SIGABRT] = "SIGABRT"};
+  const char *name = sig > 0 && sig < (int)(sizeof names / sizeof names[0]) && names[sig]
+                         ? names[sig]
+                         : "a fatal signal";
+  int len = 0;
+  const char *line = bp_exec_fault_line(&len);
+  if (line) {
+    static const char head[] = "blueprint train: ", mid[] = " in a kernel: ";
+    ssize_t w = write(STDERR_FILENO, head, sizeof head - 1);
+    w = write(STDERR_FILENO, name, strlen(name));
+    w = write(STDERR_FILENO, mid, sizeof mid - 1);
+    w = write(STDERR_FILENO, line, (size_t)len);
+    (void)w;
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+/* A kernel that calls exit() during a step: reported, and the process
+ * fails (exit status 70) instead of ending as the kernel asked. */
+static void exit_during_step(void) {
+  int len = 0;
+  const char *line = bp_exec_fault_line(&len);
+  if (!line) return;
+  static const char head[] = "blueprint train: a kernel called exit() during a step: ";
+  ssize_t w = write(STDERR_FILENO, head, sizeof head - 1);
+  w = write(STDERR_FILENO, line, (size_t)len);
+  (void)w;
+  _exit(BP_CLI_EXIT_KERNEL_EXIT);
+}
+
+static void trap_kernel_faults(void) {
+  static int once;
+  if (once++) return;
+  static char alt[1 << 16]; /* the main thread's stack overflowing still reports */
+  stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt, .ss_flags = 0};
+  (void)sigaltstack(&ss, NULL);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_fatal_signal;
+  sa.sa_flags = SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+  for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++) sigaction(sigs[k], &sa, NULL);
+  atexit(exit_during_step);
+}
+
 /* Every file the run reads or writes, checked against each other before
  * any work (path_guard.h). Returns 0 or the exit status. */
 static int check_paths(const bp_cli_train_args *a) {
@@ -237,6 +292,7 @@ static int run(bp_cli_train_args *a) {
   stop_signal = 0;
   a->options.stop_flag = &stop_signal;
   trap_stop_signals(1);
+  trap_kernel_faults();
   if (bp_trainer_create_from_file(a->model_path, &a->options, &t) != BP_OK) {
     trap_stop_signals(0);
     bp_cli_report("train", "%s", bp_last_error());

@@ -328,6 +328,70 @@ START_TEST(the_resume_refusal_numbers_epochs_as_the_resume_line) {
 }
 END_TEST
 
+/* tests/modules/hostile.c, built as case k. */
+static char *hostile(int k) {
+  char name[64];
+  snprintf(name, sizeof name, "hostile/hostile%d.so", k);
+  return path_in(BP_TEST_MODULES, name);
+}
+
+/* A kernel that segfaults or aborts in train: one line naming rank, node,
+ * op, impl and module, then the signal; one that calls exit(0) mid-step:
+ * the same report and exit status 70, never 0. */
+START_TEST(a_kernel_that_crashes_or_exits_in_train_is_named) {
+  toy_env e = toy_env_open(SMALL_MODEL, 64, 32, 1);
+  static const struct {
+    int k, status;
+    const char *what;
+  } cases[] = {{1, 128 + SIGSEGV, "SIGSEGV in a kernel: "},
+               {2, 128 + SIGABRT, "SIGABRT in a kernel: "},
+               {3, 70, "a kernel called exit() during a step: "}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *mod = hostile(cases[i].k);
+    run_result r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--plugin", mod,
+                         "--kernels", "relu.fwd=hostile");
+    ck_assert_msg(r.status == cases[i].status, "case %d: status %d (stderr: %s)", cases[i].k,
+                  r.status, r.err);
+    char want[4300];
+    snprintf(want, sizeof want,
+             "blueprint train: %srank 0, variant 'train', node 'relu1.fwd', op relu.fwd, impl "
+             "hostile, module %s\n",
+             cases[i].what, mod);
+    ck_assert_msg(strstr(r.err, want) != NULL, "want [%s] in [%s]", want, r.err);
+    run_free(&r);
+    free(mod);
+  }
+  toy_env_close(&e);
+}
+END_TEST
+
+/* validate: the parent kills a child that outlives --case-timeout, whatever
+ * it does with its signals, and every failed row says why (a timeout, the
+ * signal, an exit(0) before the case finished). */
+START_TEST(validate_kills_a_hanging_kernel_and_names_every_failure) {
+  static const struct {
+    int k;
+    const char *why;
+  } cases[] = {{4, "timed out after 0.5 s"},
+               {3, "the kernel ended the process (exit status 0) before the case finished"},
+               {1, "crashed with SIGSEGV"},
+               {2, "crashed with signal 6"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *mod = hostile(cases[i].k);
+    const time_t t0 = time(NULL);
+    run_result r = RUN_T("validate", "--plugin", mod, "--impl", "hostile", "--op", "relu.fwd",
+                         "--case-timeout", "0.5");
+    ck_assert_msg(r.status == 1, "case %d: status %d (stderr: %s)", cases[i].k, r.status, r.err);
+    ck_assert_msg(strstr(r.out, cases[i].why) != NULL, "want '%s' in: %s", cases[i].why, r.out);
+    ck_assert_msg(strstr(r.out, "FAIL\n") == NULL, "a bare FAIL: %s", r.out);
+    ck_assert_msg(time(NULL) - t0 < 30, "case %d took %lld s", cases[i].k,
+                  (long long)(time(NULL) - t0));
+    run_free(&r);
+    free(mod);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("run_guards");
   TCase *tc = tcase_create("run_guards");
@@ -338,6 +402,8 @@ int main(void) {
   tcase_add_test(tc, a_diverging_run_stops_and_keeps_the_last_good_checkpoint);
   tcase_add_test(tc, sigint_and_sigterm_checkpoint_and_say_how_to_resume);
   tcase_add_test(tc, the_resume_refusal_numbers_epochs_as_the_resume_line);
+  tcase_add_test(tc, a_kernel_that_crashes_or_exits_in_train_is_named);
+  tcase_add_test(tc, validate_kills_a_hanging_kernel_and_names_every_failure);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

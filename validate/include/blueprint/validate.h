@@ -82,7 +82,15 @@ typedef struct bp_validate_options {
   int no_fuse; /* 1: a model's plan unfused only (0: also the fused one) */
   int no_tf32; /* 1: cuDNN and cuBLAS FP32 outputs held to the FP32 tolerance, for
                   modules told not to use TF32 (0: VC_TF32 tolerance, 5e-3) */
+  double case_timeout_s; /* isolate: seconds one (kernel, case) child may run (all its runs)
+                            before the parent kills it with SIGKILL, whatever the child
+                            does with its signals; a failed row "timed out after S s";
+                            0: BP_VALIDATE_CASE_TIMEOUT_S, with model_path
+                            BP_VALIDATE_MODEL_CASE_TIMEOUT_S (model-sized nodes) */
 } bp_validate_options;
+
+#define BP_VALIDATE_CASE_TIMEOUT_S 10.0
+#define BP_VALIDATE_MODEL_CASE_TIMEOUT_S 300.0
 
 /* One row: a kernel on a case (or a gradient check, impl "gradcheck"). */
 typedef struct bp_validate_result {
