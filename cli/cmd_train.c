@@ -327,6 +327,10 @@ static int run(bp_cli_train_args *a) {
     printf(", resumed at epoch %llu step %llu", (unsigned long long)s.epoch + 1,
            (unsigned long long)s.step);
   printf("\n");
+  if (a->options.resume_path && a->seed_given && s.seed != a->options.seed)
+    printf("--seed %llu is not used: a resumed run keeps its checkpoint's seed %llu (data "
+           "order and augmentation continue as they were)\n",
+           (unsigned long long)a->options.seed, (unsigned long long)s.seed);
   if (bp_trainer_graphs(t))
     printf("steps run as device graphs: one eager step, then captured and replayed\n");
   else if (bp_trainer_graph_note(t)[0])

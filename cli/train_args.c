@@ -209,7 +209,10 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_VERBOSE: a->verbose = 1; break;
   case O_PROFILE: a->profile = 1; break;
   case O_EPOCHS: o->epochs = i; break;
-  case O_SEED: o->seed = (uint64_t)i; break;
+  case O_SEED:
+    o->seed = (uint64_t)i;
+    a->seed_given = 1;
+    break;
   case O_RESUME: o->resume_path = value; break;
   case O_METRICS: o->metrics_path = value; break;
   case O_LOG_EVERY: o->log_every = i; break;

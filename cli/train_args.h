@@ -20,6 +20,7 @@ typedef struct bp_cli_train_args {
   int quiet;   /* no progress bar, no kernel table */
   int verbose; /* the kernel of every node too */
   int profile; /* --profile: time every node, print profile_report.h's table */
+  int seed_given; /* --seed on the command line (a resume keeps its checkpoint's) */
 } bp_cli_train_args;
 
 /* Parses argv (argv[0] is the command). eval: 1 for `blueprint eval`.

@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "run_util.h"
 
@@ -328,6 +330,92 @@ START_TEST(the_resume_refusal_numbers_epochs_as_the_resume_line) {
 }
 END_TEST
 
+/* The smaller findings: --seed on --resume says which seed the run uses;
+ * a NAME.gz beside a different NAME is refused naming both (the same data
+ * in both is used); a FIFO as the model file is refused at once. */
+START_TEST(a_resume_names_its_seed_and_a_stale_gz_is_refused) {
+  toy_env e = toy_env_open(SMALL_MODEL, 64, 32, 1);
+  char *ck = path_in(e.dir, "ck.bin");
+  run_result r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--checkpoint", ck);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  run_free(&r);
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--epochs", "2", "--resume", ck,
+            "--seed", "5");
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  ck_assert_msg(strstr(r.out, "--seed 5 is not used: a resumed run keeps its checkpoint's seed 1"),
+                "%s", r.out);
+  run_free(&r);
+  /* labels.gz that inflates to other labels than the plain file's */
+  char *plain = path_in(e.data, "t10k-labels-idx1-ubyte");
+  char *gz = path_in(e.data, "t10k-labels-idx1-ubyte.gz");
+  size_t n = 0;
+  unsigned char *bytes = read_file(plain, &n);
+  ck_assert_ptr_nonnull(bytes);
+  gzFile z = gzopen(gz, "wb");
+  ck_assert_ptr_nonnull(z);
+  ck_assert_int_eq(gzwrite(z, bytes, (unsigned)n), (int)n);
+  ck_assert_int_eq(gzclose(z), Z_OK);
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet"); /* the same data: used */
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  run_free(&r);
+  bytes[n - 1] = (unsigned char)((bytes[n - 1] + 1) % 10); /* one label differs */
+  z = gzopen(gz, "wb");
+  ck_assert_int_eq(gzwrite(z, bytes, (unsigned)n), (int)n);
+  ck_assert_int_eq(gzclose(z), Z_OK);
+  r = RUN_T("train", e.model, "--data", e.data, "--quiet");
+  expect_one_line_error(&r, "blueprint train:", "both exist and hold different data");
+  ck_assert_msg(strstr(r.err, "t10k-labels-idx1-ubyte.gz and ") != NULL, "%s", r.err);
+  run_free(&r);
+  unlink(gz);
+  char *fifo = path_in(e.dir, "fifo.yaml");
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  r = RUN_T("train", fifo, "--data", e.data, "--quiet");
+  expect_one_line_error(&r, "blueprint train:", "not a regular file (a FIFO)");
+  run_free(&r);
+  free(bytes), free(plain), free(gz), free(ck), free(fifo);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* predict: a PGM sample above its maxval is refused (it was clamped and
+ * classified); --limit 1 on an IDX that inflates to 784 MB reads one
+ * image (it reached 1 GB before refusing). */
+START_TEST(predict_refuses_a_pgm_above_maxval_and_bounds_a_gzip_bomb) {
+  toy_env e = toy_env_open(SMALL_MODEL, 64, 32, 1);
+  char *ck = path_in(e.dir, "ck.bin");
+  run_result r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--checkpoint", ck);
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  run_free(&r);
+  char *pgm = path_in(e.dir, "hot.pgm");
+  unsigned char img[64 + 28 * 28];
+  const int head = snprintf((char *)img, sizeof img, "P5 28 28 100\n");
+  memset(img + head, 50, 28 * 28);
+  img[head + 28 * 3 + 4] = 200;
+  write_file(pgm, img, (size_t)head + 28 * 28);
+  r = RUN_T("predict", e.model, "--checkpoint", ck, "--input", pgm, "--data", e.data);
+  expect_one_line_error(&r, "blueprint predict: ", "x 4, y 3 is 200, above the maxval 100");
+  run_free(&r);
+  char *bomb = path_in(e.dir, "bomb.idx.gz");
+  gzFile z = gzopen(bomb, "wb1");
+  ck_assert_ptr_nonnull(z);
+  const unsigned char hdr[16] = {0, 0, 8, 3, 0, 0x0f, 0x42, 0x40, 0, 0, 0, 28, 0, 0, 0, 28};
+  ck_assert_int_eq(gzwrite(z, hdr, sizeof hdr), (int)sizeof hdr); /* 1,000,000 images */
+  static unsigned char zeros[1 << 20];
+  for (int k = 0; k < 748; k++)
+    ck_assert_int_eq(gzwrite(z, zeros, sizeof zeros), (int)sizeof zeros);
+  ck_assert_int_eq(gzclose(z), Z_OK);
+  r = RUN_T("predict", e.model, "--checkpoint", ck, "--input", bomb, "--data", e.data,
+            "--limit", "1");
+  ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  run_free(&r);
+  struct rusage ru;
+  ck_assert_int_eq(getrusage(RUSAGE_CHILDREN, &ru), 0);
+  ck_assert_msg(ru.ru_maxrss < 400 * 1024, "a child reached %ld KiB", ru.ru_maxrss);
+  free(ck), free(pgm), free(bomb);
+  toy_env_close(&e);
+}
+END_TEST
+
 /* tests/modules/hostile.c, built as case k. */
 static char *hostile(int k) {
   char name[64];
@@ -403,6 +491,8 @@ int main(void) {
   tcase_add_test(tc, sigint_and_sigterm_checkpoint_and_say_how_to_resume);
   tcase_add_test(tc, the_resume_refusal_numbers_epochs_as_the_resume_line);
   tcase_add_test(tc, a_kernel_that_crashes_or_exits_in_train_is_named);
+  tcase_add_test(tc, a_resume_names_its_seed_and_a_stale_gz_is_refused);
+  tcase_add_test(tc, predict_refuses_a_pgm_above_maxval_and_bounds_a_gzip_bomb);
   tcase_add_test(tc, validate_kills_a_hanging_kernel_and_names_every_failure);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
