@@ -341,6 +341,7 @@ static int run(bp_cli_train_args *a) {
   int rc = 0;
   double last_test = NAN;
   int64_t diverged = 0; /* --keep-going-nonfinite: the first non-finite epoch */
+  int saved = 0;        /* the last epoch of this process wrote the checkpoint */
   if (bp_trainer_done(t))
     printf("nothing to train: the run has done %llu of its %lld epochs (step %llu of the run)\n",
            (unsigned long long)s.epoch, (long long)bp_trainer_epochs(t),
@@ -360,6 +361,7 @@ static int run(bp_cli_train_args *a) {
     }
     print_epoch(&r);
     if (r.diverged && !diverged) diverged = r.epoch;
+    saved = r.checkpointed;
     /* a device (not the cpu): how rank 0's steps reached it */
     if ((bp_trainer_graphs(t) || bp_trainer_graph_note(t)[0]) && r.exec.steps)
       printf("  rank 0 per step: %.2f graph launches, %.2f kernel calls, %.2f host tasks, "
@@ -383,6 +385,11 @@ static int run(bp_cli_train_args *a) {
                   "the training loss or state was non-finite from epoch %lld on (the run "
                   "diverged); those epochs were not checkpointed",
                   (long long)diverged);
+    rc = BP_CLI_EXIT_RUN;
+  }
+  if (rc == 0 && stop_signal && a->options.checkpoint_path && !saved &&
+      bp_trainer_save(t, a->options.checkpoint_path) != BP_OK) { /* stopped before a step */
+    bp_cli_report("train", "%s", bp_last_error());
     rc = BP_CLI_EXIT_RUN;
   }
   if (rc == 0 && stop_signal) {
