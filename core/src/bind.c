@@ -389,7 +389,6 @@ void bp_exec_destroy(bp_exec *x) {
 
 /* ---- running ---------------------------------------------------------------- */
 
-
 /* One kernel call, marked for a fault handler. */
 static inline int run_node(const bound_node *b, int buffer) {
   const bound_node *outer = running_here;
