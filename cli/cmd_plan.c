@@ -17,6 +17,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "env_options.h"
+#include "path_guard.h"
 #include "plan_print.h"
 
 #define EXIT_INPUT 1 /* the model, the plan or an output failed */
@@ -282,6 +283,15 @@ static int run(const plan_args *a) {
   bp_plan *plan = NULL;
   bp_registry *registry = NULL; /* the layer types of op modules */
   int rc = EXIT_INPUT;
+  /* the picture never replaces the model or a module (path_guard.h) */
+  bp_path_use uses[2 + sizeof a->plugins / sizeof a->plugins[0]];
+  int n = 0;
+  uses[n++] = (bp_path_use){a->model_path, "the model file", BP_PATH_INPUT, NULL};
+  for (int k = 0; k < a->plugin_count; k++)
+    uses[n++] = (bp_path_use){a->plugins[k], "the module file", BP_PATH_INPUT, NULL};
+  uses[n++] = (bp_path_use){a->svg_path, "--svg", BP_PATH_OUTPUT, NULL};
+  const int clash = bp_cli_check_paths("plan", uses, n);
+  if (clash) return clash == 2 ? EXIT_USAGE : EXIT_INPUT;
   if (bp_registry_create_with(&bp_cli_env_get()->registry, &registry) != BP_OK ||
       bp_registry_discover(registry, a->plugins, a->plugin_count) != BP_OK ||
       bp_model_load_with_registry(a->model_path, registry, &model) != BP_OK) {

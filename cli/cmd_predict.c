@@ -29,12 +29,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "blueprint/arena.h"
 #include "blueprint/checkpoint.h"
 #include "blueprint/data.h"
 #include "blueprint/exec.h"
 #include "blueprint/graph.h"
+#include "blueprint/infile.h"
 #include "blueprint/model.h"
 #include "blueprint/model_yaml.h"
 #include "blueprint/registry.h"
@@ -190,9 +192,25 @@ static int pgm_number(FILE *f, long *out) {
 }
 
 /* A binary PGM ("P5", maxval < 256) as a one-image dataset. */
+/* `path` through the checked open (infile.h: a FIFO or a device is refused,
+ * never read), as a stream. */
+static bp_status open_input(const char *path, FILE **out) {
+  char why[256];
+  const int fd = bp_input_open(path, 0, NULL, why, sizeof why);
+  if (fd < 0) return bp_fail(BP_ERR_IO, "%s: cannot open: %s", path, why);
+  *out = fdopen(fd, "rb");
+  if (!*out) {
+    const int err = errno;
+    close(fd);
+    return bp_fail(BP_ERR_IO, "%s: cannot open: %s", path, strerror(err));
+  }
+  return BP_OK;
+}
+
 static bp_status load_pgm(const char *path, bp_dataset **out) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return bp_fail(BP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  FILE *f = NULL;
+  bp_status opened = open_input(path, &f);
+  if (opened != BP_OK) return opened;
   long w = 0, h = 0, maxval = 0;
   bp_status st = BP_OK;
   uint8_t *pixels = NULL;
@@ -212,30 +230,40 @@ static bp_status load_pgm(const char *path, bp_dataset **out) {
     } else if (fgetc(f) != EOF) {
       st = bp_fail(BP_ERR_PARSE, "%s: trailing bytes after %ldx%ld pixels", path, w, h);
     } else {
+      long bad = -1; /* a sample above maxval: not a valid PGM, never clamped */
+      for (long i = 0; i < w * h && bad < 0; i++)
+        if (pixels[i] > maxval) bad = i;
+      if (bad >= 0) {
+        st = bp_fail(BP_ERR_PARSE, "%s: the sample at x %ld, y %ld is %u, above the maxval %ld",
+                     path, bad % w, bad / w, (unsigned)pixels[bad], maxval);
+        goto done;
+      }
       /* a maxval below 255 is scaled to 0..255, as the training images are */
       if (maxval != 255)
-        for (long i = 0; i < w * h; i++)
-          pixels[i] = (uint8_t)((pixels[i] > maxval ? maxval : pixels[i]) * 255 / maxval);
+        for (long i = 0; i < w * h; i++) pixels[i] = (uint8_t)(pixels[i] * 255 / maxval);
       const uint8_t label = 0;
       const bp_dataset_info info = {.count = 1, .height = h, .width = w, .channels = 1,
                                     .classes = 1};
       st = bp_dataset_create(&info, pixels, &label, out);
     }
   }
+done:
   free(pixels);
   fclose(f);
   return st;
 }
 
 /* IDX or PGM by the first bytes. */
-static bp_status load_input(const char *path, bp_dataset **out) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return bp_fail(BP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+static bp_status load_input(const char *path, int64_t limit, bp_dataset **out) {
+  FILE *f = NULL;
+  bp_status opened = open_input(path, &f);
+  if (opened != BP_OK) return opened;
   char magic[2] = {0, 0};
   const size_t n = fread(magic, 1, 2, f);
   fclose(f);
   if (n == 2 && magic[0] == 'P' && magic[1] == '5') return load_pgm(path, out);
-  return bp_dataset_load_idx_images(path, out);
+  /* --limit N: only N images are read (a gzip bomb stops there) */
+  return bp_dataset_load_idx_images_first(path, limit, out);
 }
 
 /* ---- the run --------------------------------------------------------------------- */
@@ -404,7 +432,7 @@ int bp_cmd_predict(int argc, char **argv) {
   if (st == BP_OK && a.verbose)
     bp_cli_exec_kernel_table(a.json ? stderr : stdout, p.exec, p.variant, BP_SEGMENT_EVAL,
                              bp_registry_resolve_pins(p.registry, a.pins, NULL, NULL), 1);
-  if (st == BP_OK) st = load_input(a.input, &d);
+  if (st == BP_OK) st = load_input(a.input, a.limit, &d);
   const bp_model *m = p.model;
   if (st == BP_OK) {
     const bp_dataset_info *i = bp_dataset_get_info(d);

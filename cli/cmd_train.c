@@ -16,15 +16,20 @@
  * ends them all (MPI_Abort), so none waits forever in an all-reduce. */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "blueprint/comm.h"
 #include "blueprint/outfile.h"
 #include "commands.h"
+#include "blueprint/data.h"
+#include "blueprint/exec.h"
 #include "kernel_report.h"
+#include "path_guard.h"
 #include "profile_report.h"
 #include "train_args.h"
 
@@ -79,6 +84,10 @@ static const char usage_text[] =
     "  --resume FILE         continue a run from its checkpoint\n"
     "  --stop-after-steps N  (for testing interruption) checkpoint and stop after N\n"
     "                        steps of the run\n"
+    "  --keep-going-nonfinite  go on after the training loss or the state turns NaN or\n"
+    "                        infinite (default: stop with an error, exit 1); such\n"
+    "                        epochs are never checkpointed, the last finite\n"
+    "                        checkpoint stays\n"
     "  --metrics FILE.jsonl  one JSON object per epoch (docs/metrics-jsonl.md)\n"
     "  --log-every N         also a metrics line every N steps\n"
     "  --kernels PINS        pin kernels: op_glob=impl,... (as BP_KERNELS)\n"
@@ -93,7 +102,14 @@ static const char usage_text[] =
     "                        (docs/profile.md); with --metrics also a profile line\n"
     "  -h, --help            print this help\n"
     "\n"
-    "Exit status: 0 ok, 1 training failed, 2 bad command line.\n";
+    "An output path that names an input of the run (the model, a data file,\n"
+    "--resume) or another output is refused before any work (exit 2).\n"
+    "SIGINT or SIGTERM stops the run after the current step: the checkpoint is\n"
+    "written (with --checkpoint), one line says how to resume, exit 130 or 143;\n"
+    "a second signal ends it at once.\n"
+    "\n"
+    "Exit status: 0 ok, 1 training failed, 2 bad command line, 130/143 stopped by\n"
+    "SIGINT/SIGTERM.\n";
 
 typedef struct bar_state {
   int tty;
@@ -129,10 +145,12 @@ static void clear_bar(const bar_state *b) {
 }
 
 static void print_epoch(const bp_epoch_report *r) {
-  char amp[64] = "";
+  char amp[128] = "";
   if (r->amp)
     snprintf(amp, sizeof amp, "  loss scale %g (%lld skipped)", r->loss_scale,
              (long long)r->skipped_steps);
+  if (r->diverged) /* --keep-going-nonfinite */
+    snprintf(amp + strlen(amp), sizeof amp - strlen(amp), "  (non-finite: not checkpointed)");
   if (r->complete) {
     printf(
         "epoch %lld/%lld  train loss %.4f  train acc %.2f%%  test acc %.2f%%  %.0f img/s  "
@@ -149,6 +167,107 @@ static void print_epoch(const bp_epoch_report *r) {
   fflush(stdout);
 }
 
+/* SIGINT / SIGTERM (docs/reliability.md, "Signals"): the first sets the
+ * flag the trainer reads before each step; a second ends the process at
+ * once, by the signal's default action. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+  if (stop_signal) {
+    signal(sig, SIG_DFL); /* async-signal-safe, as raise is */
+    raise(sig);
+    return;
+  }
+  stop_signal = sig;
+}
+
+static void trap_stop_signals(int on) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on ? on_stop_signal : SIG_DFL;
+  sa.sa_flags = SA_RESTART; /* reads and writes go on; the flag is read between steps */
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+/* A kernel that crashes (docs/reliability.md, "Kernels that crash"): one
+ * line naming it (rank, variant, node, op, impl, module: preformatted at
+ * bind, bp_exec_fault_line), then the signal's default action. Only
+ * write(2) and async-signal-safe calls here. */
+static void on_fatal_signal(int sig) {
+  static const char *const names[] = {[SIGSEGV] = "SIGSEGV", [SIGBUS] = "SIGBUS",
+                                      [SIGILL] = "SIGILL",   [SIGFPE] = "SIGFPE",
+                                      [SIGABRT] = "SIGABRT"};
+  const char *name = sig > 0 && sig < (int)(sizeof names / sizeof names[0]) && names[sig]
+                         ? names[sig]
+                         : "a fatal signal";
+  int len = 0;
+  const char *line = bp_exec_fault_line(&len);
+  if (line) {
+    static const char head[] = "blueprint train: ", mid[] = " in a kernel: ";
+    ssize_t w = write(STDERR_FILENO, head, sizeof head - 1);
+    w = write(STDERR_FILENO, name, strlen(name));
+    w = write(STDERR_FILENO, mid, sizeof mid - 1);
+    w = write(STDERR_FILENO, line, (size_t)len);
+    (void)w;
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+/* A kernel that calls exit() during a step: reported, and the process
+ * fails (exit status 70) instead of ending as the kernel asked. */
+static void exit_during_step(void) {
+  int len = 0;
+  const char *line = bp_exec_fault_line(&len);
+  if (!line) return;
+  static const char head[] = "blueprint train: a kernel called exit() during a step: ";
+  ssize_t w = write(STDERR_FILENO, head, sizeof head - 1);
+  w = write(STDERR_FILENO, line, (size_t)len);
+  (void)w;
+  _exit(BP_CLI_EXIT_KERNEL_EXIT);
+}
+
+static void trap_kernel_faults(void) {
+  static int once;
+  if (once++) return;
+  static char alt[1 << 16]; /* the main thread's stack overflowing still reports */
+  stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt, .ss_flags = 0};
+  (void)sigaltstack(&ss, NULL);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_fatal_signal;
+  sa.sa_flags = SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+  for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++) sigaction(sigs[k], &sa, NULL);
+  atexit(exit_during_step);
+}
+
+/* Every file the run reads or writes, checked against each other before
+ * any work (path_guard.h). Returns 0 or the exit status. */
+static int check_paths(const bp_cli_train_args *a) {
+  const bp_train_options *o = &a->options;
+  bp_path_use uses[8 + BP_CLI_MAX_PLUGINS];
+  int n = 0;
+  uses[n++] = (bp_path_use){a->model_path, "the model file", BP_PATH_INPUT, NULL};
+  if (!o->data_dir || !bp_data_is_synthetic(o->data_dir))
+    uses[n++] = (bp_path_use){o->data_dir ? o->data_dir : BP_DATA_DEFAULT_DIR, "the data file",
+                              BP_PATH_INPUT_DIR, NULL};
+  uses[n++] = (bp_path_use){o->resume_path, "--resume", BP_PATH_INPUT, NULL};
+  for (int k = 0; k < o->plugin_path_count; k++) {
+    struct stat sb;
+    const int dir = stat(o->plugin_paths[k], &sb) == 0 && S_ISDIR(sb.st_mode);
+    uses[n++] = (bp_path_use){o->plugin_paths[k], "the module file",
+                              dir ? BP_PATH_INPUT_DIR : BP_PATH_INPUT, NULL};
+  }
+  uses[n++] = (bp_path_use){o->checkpoint_path, "--checkpoint", BP_PATH_OUTPUT, "--resume"};
+  uses[n++] = (bp_path_use){o->metrics_path, "--metrics", BP_PATH_OUTPUT, NULL};
+  uses[n++] = (bp_path_use){o->autotune_cache, "--autotune-cache", BP_PATH_IN_OUT, NULL};
+  return bp_cli_check_paths(a->command, uses, n);
+}
+
 static int run(bp_cli_train_args *a) {
   bar_state bar = {isatty(STDOUT_FILENO) && !a->quiet, 0.0, NAN, NAN, 0};
   if (bar.tty) {
@@ -162,17 +281,30 @@ static int run(bp_cli_train_args *a) {
     bp_cli_report("train", "%s", bp_last_error());
     return BP_CLI_EXIT_RUN;
   }
+  const int clash = check_paths(a);
+  if (clash) return clash; /* 2: an output names an input; 1: an unusable directory */
   bp_profile *prof = NULL; /* --profile: outlives the trainer */
   if (a->profile && bp_profile_create(NULL, &prof) != BP_OK) {
     bp_cli_report("train", "%s", bp_last_error());
     return BP_CLI_EXIT_RUN;
   }
   a->options.profile = prof;
+  stop_signal = 0;
+  a->options.stop_flag = &stop_signal;
+  trap_stop_signals(1);
+  trap_kernel_faults();
   if (bp_trainer_create_from_file(a->model_path, &a->options, &t) != BP_OK) {
+    trap_stop_signals(0);
     bp_cli_report("train", "%s", bp_last_error());
     bp_profile_destroy(prof);
     bp_mpi_abort(BP_CLI_EXIT_RUN);
-    return BP_CLI_EXIT_RUN;
+    return stop_signal ? 128 + stop_signal : BP_CLI_EXIT_RUN;
+  }
+  /* under mpirun the processes would see a signal at different steps and
+   * part in a collective: there the signal ends the process, and mpirun the job */
+  if (bp_trainer_local_ranks(t) < bp_trainer_world(t)) {
+    trap_stop_signals(0);
+    if (stop_signal) raise(stop_signal);
   }
   /* under mpirun only rank 0 speaks; the others' stdout goes nowhere */
   if (bp_trainer_rank(t) != 0 && !freopen("/dev/null", "w", stdout)) {
@@ -195,6 +327,10 @@ static int run(bp_cli_train_args *a) {
     printf(", resumed at epoch %llu step %llu", (unsigned long long)s.epoch + 1,
            (unsigned long long)s.step);
   printf("\n");
+  if (a->options.resume_path && a->seed_given && s.seed != a->options.seed)
+    printf("--seed %llu is not used: a resumed run keeps its checkpoint's seed %llu (data "
+           "order and augmentation continue as they were)\n",
+           (unsigned long long)a->options.seed, (unsigned long long)s.seed);
   if (bp_trainer_graphs(t))
     printf("steps run as device graphs: one eager step, then captured and replayed\n");
   else if (bp_trainer_graph_note(t)[0])
@@ -204,11 +340,13 @@ static int run(bp_cli_train_args *a) {
   if (bp_trainer_rank(t) == 0) bp_cli_kernel_notes("train", t);
   int rc = 0;
   double last_test = NAN;
+  int64_t diverged = 0; /* --keep-going-nonfinite: the first non-finite epoch */
+  int saved = 0;        /* the last epoch of this process wrote the checkpoint */
   if (bp_trainer_done(t))
     printf("nothing to train: the run has done %llu of its %lld epochs (step %llu of the run)\n",
            (unsigned long long)s.epoch, (long long)bp_trainer_epochs(t),
            (unsigned long long)s.global_step);
-  while (!bp_trainer_done(t)) {
+  while (!bp_trainer_done(t) && !stop_signal) {
     bp_epoch_report r;
     bar.has_metrics = 0;
     bar.last_draw = -1.0;
@@ -222,6 +360,8 @@ static int run(bp_cli_train_args *a) {
       break;
     }
     print_epoch(&r);
+    if (r.diverged && !diverged) diverged = r.epoch;
+    saved = r.checkpointed;
     /* a device (not the cpu): how rank 0's steps reached it */
     if ((bp_trainer_graphs(t) || bp_trainer_graph_note(t)[0]) && r.exec.steps)
       printf("  rank 0 per step: %.2f graph launches, %.2f kernel calls, %.2f host tasks, "
@@ -239,7 +379,30 @@ static int run(bp_cli_train_args *a) {
     if (r.complete) last_test = r.test_accuracy;
   }
   const bp_train_state end = bp_trainer_state(t);
-  if (rc == 0 && end.epoch < (uint64_t)bp_trainer_epochs(t))
+  if (rc == 0 && diverged) { /* it went on as asked; it still failed */
+    fflush(stdout);
+    bp_cli_report("train",
+                  "the training loss or state was non-finite from epoch %lld on (the run "
+                  "diverged); those epochs were not checkpointed",
+                  (long long)diverged);
+    rc = BP_CLI_EXIT_RUN;
+  }
+  if (rc == 0 && stop_signal && a->options.checkpoint_path && !saved &&
+      bp_trainer_save(t, a->options.checkpoint_path) != BP_OK) { /* stopped before a step */
+    bp_cli_report("train", "%s", bp_last_error());
+    rc = BP_CLI_EXIT_RUN;
+  }
+  if (rc == 0 && stop_signal) {
+    fflush(stdout);
+    char resume[600] = "; no --checkpoint was given, so the run cannot be resumed";
+    if (a->options.checkpoint_path)
+      snprintf(resume, sizeof resume, "; checkpoint '%.256s' holds it: continue with --resume %.256s",
+               a->options.checkpoint_path, a->options.checkpoint_path);
+    bp_cli_report("train", "stopped by %s at epoch %llu, step %llu (step %llu of the run)%s",
+                  stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)end.epoch + 1,
+                  (unsigned long long)end.step, (unsigned long long)end.global_step, resume);
+    rc = 128 + stop_signal;
+  } else if (rc == 0 && end.epoch < (uint64_t)bp_trainer_epochs(t))
     printf("stopped after step %llu of the run (--stop-after-steps); continue with --resume %s\n",
            (unsigned long long)end.global_step, a->options.checkpoint_path);
   else if (rc == 0 && !isnan(last_test))
@@ -251,6 +414,7 @@ static int run(bp_cli_train_args *a) {
   }
   bp_trainer_destroy(t);
   bp_profile_destroy(prof);
+  trap_stop_signals(0);
   return rc;
 }
 

@@ -10,6 +10,7 @@
 #include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "blueprint/json_out.h"
@@ -27,7 +28,7 @@
 static const char usage_text[] =
     "usage: blueprint validate [--plugin PATH]... [--op GLOB] [--impl NAME] [--device KIND]\n"
     "                          [--dtype NAME] [--model FILE [--batch B]] [--seed S] [--gradcheck]\n"
-    "                          [--json]\n"
+    "                          [--json] [--case-timeout S]\n"
     "\n"
     "Runs every loaded kernel against the reference kernel of its op (the oracle)\n"
     "on the same seeded random inputs, case by case, and checks: the normalized\n"
@@ -54,6 +55,9 @@ static const char usage_text[] =
     "                  \"train\" variants, and \"train_last\" for the epoch's last\n"
     "                  partial batch when the model's train_size is not a multiple)\n"
     "  --seed S        seed of the random inputs (default 1)\n"
+    "  --case-timeout S  seconds one (kernel, case) child may run before it is\n"
+    "                  killed and the row fails as timed out (default 10; with\n"
+    "                  --model 300)\n"
     "  --gradcheck     also check each reference backward, and each kernel of a\n"
     "                  module layer's backward op, against finite differences of\n"
     "                  its own forward\n"
@@ -92,7 +96,8 @@ static int parse_args(int argc, char **argv, validate_args *a) {
     const int takes = strcmp(arg, "--plugin") == 0 || strcmp(arg, "--op") == 0 ||
                       strcmp(arg, "--impl") == 0 || strcmp(arg, "--device") == 0 ||
                       strcmp(arg, "--model") == 0 || strcmp(arg, "--seed") == 0 ||
-                      strcmp(arg, "--dtype") == 0 || strcmp(arg, "--batch") == 0;
+                      strcmp(arg, "--dtype") == 0 || strcmp(arg, "--batch") == 0 ||
+                      strcmp(arg, "--case-timeout") == 0;
     if (!takes) {
       bp_cli_report("validate", "unknown argument '%s' (try --help)", arg);
       return -1;
@@ -130,6 +135,16 @@ static int parse_args(int argc, char **argv, validate_args *a) {
         return -1;
       }
       a->opt.batch = b;
+    } else if (strcmp(arg, "--case-timeout") == 0) {
+      char *end;
+      errno = 0;
+      const double t = strtod(v, &end);
+      if (*end || errno || !(t > 0 && t <= 86400) || strpbrk(v, "xXnNiI")) {
+        bp_cli_report("validate", "--case-timeout '%s' is not a number of seconds in (0, 86400]",
+                      v);
+        return -1;
+      }
+      a->opt.case_timeout_s = t;
     } else {
       int64_t s;
       if (bp_cli_parse_int(v, 0, &s) != 0) {

@@ -551,15 +551,20 @@ bp_status bp_plan_write_svg(const char *path, const bp_plan *plan,
                             const bp_plan_print_info *info) {
   bp_status checked = bp_output_check(path, "SVG");
   if (checked != BP_OK) return checked;
-  size_t len = strlen(path);
-  char *tmp = malloc(len + 5);
-  if (!tmp) return bp_fail(BP_ERR_NOMEM, "out of memory writing '%s'", path);
-  memcpy(tmp, path, len);
+  char *target = bp_output_target(path); /* a symlink's target is replaced, not the link */
+  size_t len = target ? strlen(target) : 0;
+  char *tmp = target ? malloc(len + 5) : NULL;
+  if (!tmp) {
+    free(target);
+    return bp_fail(BP_ERR_NOMEM, "out of memory writing '%s'", path);
+  }
+  memcpy(tmp, target, len);
   memcpy(tmp + len, ".tmp", 5);
   FILE *f = fopen(tmp, "w");
   if (!f) {
     bp_status st = bp_fail(BP_ERR_IO, "cannot write SVG '%s': %s", path, strerror(errno));
     free(tmp);
+    free(target);
     return st;
   }
   errno = 0;
@@ -570,10 +575,11 @@ bp_status bp_plan_write_svg(const char *path, const bp_plan *plan,
     failed = 1;
     err = errno;
   }
-  if (!failed && rename(tmp, path) != 0) {
+  if (!failed && rename(tmp, target) != 0) {
     failed = 1;
     err = errno;
   }
+  free(target);
   if (failed) {
     remove(tmp);
     free(tmp);

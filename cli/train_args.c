@@ -34,7 +34,7 @@ typedef enum {
   O_STEP_GAMMA, O_STEP_EVERY, O_TRAIN_LIMIT, O_STOP_AFTER, O_CROP_PAD, O_FLIP, O_EMA_DECAY,
   O_AUTOTUNE, O_AUTOTUNE_CACHE, O_REPLICATE, O_VERBOSE, O_DEVICES, O_LOSS_SCALE,
   O_GROWTH_INTERVAL, O_PROFILE, O_NO_REUSE, O_DETERMINISTIC, O_NO_TF32, O_NO_GRAPH,
-  O_STREAMS
+  O_STREAMS, O_KEEP_GOING_NONFINITE
 } option_id;
 
 /* Every option: its name, what its value is, and whether eval takes it. */
@@ -88,6 +88,7 @@ static const struct option_spec {
     {O_EMA_DECAY, "--ema-decay", V_UNIT, 0},
     {O_AUTOTUNE, "--autotune", V_NONE, 0},
     {O_AUTOTUNE_CACHE, "--autotune-cache", V_FILE, 0},
+    {O_KEEP_GOING_NONFINITE, "--keep-going-nonfinite", V_NONE, 0},
 };
 
 static const struct option_spec *find_spec(const char *arg, size_t len, int eval) {
@@ -208,7 +209,10 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_VERBOSE: a->verbose = 1; break;
   case O_PROFILE: a->profile = 1; break;
   case O_EPOCHS: o->epochs = i; break;
-  case O_SEED: o->seed = (uint64_t)i; break;
+  case O_SEED:
+    o->seed = (uint64_t)i;
+    a->seed_given = 1;
+    break;
   case O_RESUME: o->resume_path = value; break;
   case O_METRICS: o->metrics_path = value; break;
   case O_LOG_EVERY: o->log_every = i; break;
@@ -231,6 +235,7 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_FLIP: o->augment.flip = 1; break;
   case O_EMA_DECAY: o->ema_decay = d; break;
   case O_AUTOTUNE: o->autotune = 1; break;
+  case O_KEEP_GOING_NONFINITE: o->keep_going_nonfinite = 1; break;
   case O_AUTOTUNE_CACHE: o->autotune = 1, o->autotune_cache = value; break;
   case O_GROWTH_INTERVAL: o->loss_scale_growth_interval = i; break;
   case O_LOSS_SCALE: /* 0 means "dynamic" in the options: not a scale one can ask for */

@@ -8,6 +8,7 @@
 
 #define BP_CLI_EXIT_RUN 1   /* the model, the data, a kernel or a file failed */
 #define BP_CLI_EXIT_USAGE 2 /* the command line is wrong */
+#define BP_CLI_EXIT_KERNEL_EXIT 70 /* a kernel called exit() during a step (EX_SOFTWARE) */
 #define BP_CLI_MAX_PLUGINS 64
 
 typedef struct bp_cli_train_args {
@@ -19,6 +20,7 @@ typedef struct bp_cli_train_args {
   int quiet;   /* no progress bar, no kernel table */
   int verbose; /* the kernel of every node too */
   int profile; /* --profile: time every node, print profile_report.h's table */
+  int seed_given; /* --seed on the command line (a resume keeps its checkpoint's) */
 } bp_cli_train_args;
 
 /* Parses argv (argv[0] is the command). eval: 1 for `blueprint eval`.

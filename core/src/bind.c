@@ -173,6 +173,16 @@ static bp_status bind_node(bp_exec *x, bp_registry *r, int v, bp_segment seg, co
   b->kernel = k;
   b->run = k->kernel.run;
   b->user = k->kernel.user;
+  int len = snprintf(b->fault_line, sizeof b->fault_line,
+                     "rank %d, variant '%s', node '%s', op %s, impl %s, module %s\n",
+                     x->options.rank, bp_plan_variant(x->plan, v)->name, n->name, k->kernel.op,
+                     k->kernel.impl, k->path ? k->path : "(built in)");
+  if (len < 0) len = 0;
+  if ((size_t)len >= sizeof b->fault_line) { /* a long path: cut, the line still ends */
+    len = (int)sizeof b->fault_line - 1;
+    b->fault_line[len - 1] = '\n';
+  }
+  b->fault_len = len;
   if (!b->run)
     return bp_fail(BP_ERR_UNSUPPORTED, "bind: kernel %s/%s/%s of node '%s' has no run()",
                    k->kernel.op, k->kernel.impl, k->kernel.device, n->name);
@@ -343,15 +353,26 @@ bp_status bp_exec_create(const bp_graph *graph, bp_registry *registry, void *are
   return BP_OK;
 }
 
+/* The node the calling thread runs (initial-exec: a plain load in a signal
+ * handler), the one any thread started last, and how many run now
+ * (bp_exec_fault_line). */
+static __thread const bound_node *running_here __attribute__((tls_model("initial-exec")));
+static const bound_node *started_last;
+static int running_count;
+
 void bp_exec_destroy(bp_exec *x) {
   if (!x) return;
   if (x->segments)
     for (int v = 0; v < x->variant_count; v++)
       for (int s = 0; s < BP_SEGMENT_COUNT; s++) {
         const bound_segment *bs = &x->segments[v][s];
-        for (int k = 0; k < bs->count; k++)
+        for (int k = 0; k < bs->count; k++) {
           if (bs->nodes[k].state && bs->nodes[k].kernel->kernel.release)
             bs->nodes[k].kernel->kernel.release(bs->nodes[k].user, bs->nodes[k].state);
+          const bound_node *mine = &bs->nodes[k]; /* never a freed node for the handler */
+          __atomic_compare_exchange_n(&started_last, &mine, NULL, 0, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED);
+        }
         free(bs->nodes);
       }
   free(x->segments);
@@ -367,6 +388,27 @@ void bp_exec_destroy(bp_exec *x) {
 }
 
 /* ---- running ---------------------------------------------------------------- */
+
+/* One kernel call, marked for a fault handler. */
+static inline int run_node(const bound_node *b, int buffer) {
+  const bound_node *outer = running_here;
+  running_here = b;
+  __atomic_store_n(&started_last, b, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&running_count, 1, __ATOMIC_RELAXED);
+  const int rc = b->run(b->user, &b->args[buffer]);
+  __atomic_fetch_sub(&running_count, 1, __ATOMIC_RELAXED);
+  running_here = outer;
+  return rc;
+}
+
+const char *bp_exec_fault_line(int *len_out) {
+  const bound_node *b = running_here;
+  if (!b && __atomic_load_n(&running_count, __ATOMIC_RELAXED) > 0)
+    b = __atomic_load_n(&started_last, __ATOMIC_RELAXED);
+  if (!b) return NULL;
+  if (len_out) *len_out = b->fault_len;
+  return b->fault_line;
+}
 
 /* Off the hot path: the message of a failed run, then the reason buffer
  * cleared for the next one. */
@@ -394,7 +436,7 @@ bp_status bp_exec_run(bp_exec *x, int variant, bp_segment segment, int buffer) {
   uint64_t t = t0;
   for (int k = 0; k < s->count; k++) {
     const bound_node *b = &s->nodes[k];
-    const int rc = b->run(b->user, &b->args[buffer]);
+    const int rc = run_node(b, buffer);
     if (tm) {
       const uint64_t now = bp_exec_now_ns();
       tm->node_time(tm->ctx, b->timer_slot, now - t);
@@ -467,7 +509,7 @@ bp_status bp_exec_run_nodes(bp_exec *x, int variant, bp_segment segment, int fir
   const bound_node *nodes = x->segments[variant][segment].nodes;
   __atomic_fetch_add(&x->calls, (uint64_t)count, __ATOMIC_RELAXED);
   for (int k = first; k < first + count; k++) {
-    const int rc = nodes[k].run(nodes[k].user, &nodes[k].args[buffer]);
+    const int rc = run_node(&nodes[k], buffer);
     if (rc != BP_ABI_OK) return node_failed(x, variant, &nodes[k], rc);
   }
   return BP_OK;

@@ -23,6 +23,10 @@ typedef struct bound_node {
   void *state; /* what the kernel's prepare() made, or NULL; released at destroy */
   int timer_slot; /* its node in the attached timer (bp_exec_set_timer) */
   int lane;         /* bp_exec_node_lane */
+  /* bp_exec_fault_line: "rank R, variant V, node N, op O, impl I, module
+   * PATH\n", formatted at bind so a signal handler only write()s it */
+  int fault_len;
+  char fault_line[480];
 } bound_node;
 
 typedef struct bound_segment {

@@ -106,3 +106,28 @@ int bp_output_open(const char *path, const char *what, int append) {
   }
   return fd;
 }
+
+char *bp_output_target(const char *path) {
+  if (!path) return NULL;
+  char *cur = strdup(path);
+  for (int hops = 0; cur && hops < 40; hops++) {
+    struct stat sb;
+    if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode)) return cur;
+    char link[4096];
+    ssize_t n = readlink(cur, link, sizeof link - 1);
+    if (n <= 0) return cur;
+    link[n] = '\0';
+    const char *slash = strrchr(cur, '/');
+    const size_t dir_len = link[0] == '/' || !slash ? 0 : (size_t)(slash - cur) + 1;
+    char *next = malloc(dir_len + (size_t)n + 1);
+    if (next) {
+      memcpy(next, cur, dir_len); /* a relative target lives in the link's directory */
+      memcpy(next + dir_len, link, (size_t)n + 1);
+    }
+    free(cur);
+    cur = next;
+  }
+  if (!cur) return NULL;
+  free(cur);
+  return strdup(path);
+}

@@ -20,6 +20,7 @@ const char *bp_status_str(bp_status status) {
   case BP_ERR_UNSUPPORTED: return "unsupported";
   case BP_ERR_STATE: return "wrong state";
   case BP_ERR_DEVICE: return "device error";
+  case BP_ERR_DIVERGED: return "diverged";
   }
   return "unknown status";
 }

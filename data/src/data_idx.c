@@ -11,6 +11,7 @@
  * an allocation: it grows its buffer as bytes actually arrive, so a header
  * that promises a terabyte costs nothing when the file is short. */
 #include "data-impl.h"
+#include "blueprint/infile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -182,19 +183,12 @@ static bp_status idx_open(idx_file *f, const char *path) {
   memset(f, 0, sizeof *f);
   f->path = path;
   f->fd = -1;
-  /* O_NONBLOCK: a FIFO is refused below instead of waited on */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return bp_fail(BP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    bp_status st = S_ISDIR(sb.st_mode)
-                       ? bp_fail(BP_ERR_IO, "cannot read %s: it is a directory", path)
-                       : bp_fail(BP_ERR_IO, "cannot read %s: not a regular file", path);
-    close(fd);
-    return st;
-  }
-  int flags = fcntl(fd, F_GETFL);
-  if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  /* the checked open (infile.h): a FIFO is refused instead of waited on */
+  char why[256];
+  int fd = bp_input_open(path, 0, NULL, why, sizeof why);
+  if (fd < 0)
+    return bp_fail(BP_ERR_IO, "cannot %s %s: %s",
+                   errno == EISDIR || errno == EINVAL ? "read" : "open", path, why);
   f->fd = fd;
   f->in = malloc(IDX_IN_BYTES);
   if (!f->in) return bp_fail(BP_ERR_NOMEM, "out of memory reading %s", path);
@@ -351,8 +345,19 @@ static bp_status idx_read_header(idx_file *f, uint32_t want, uint32_t also) {
 
 /* Reads the data the header promises, exactly: fewer bytes is a truncated
  * file, more is trailing garbage. *data_out is malloc'd. */
+/* Reads the data the header promises (all of it: `first` 0; else only its
+ * first `first` bytes, the rest left unread and unchecked). */
+static bp_status idx_read_data_first(idx_file *f, const char *what, uint64_t first,
+                                     uint8_t **data_out);
+
 static bp_status idx_read_data(idx_file *f, const char *what, uint8_t **data_out) {
-  const uint64_t want = f->data_bytes;
+  return idx_read_data_first(f, what, 0, data_out);
+}
+
+static bp_status idx_read_data_first(idx_file *f, const char *what, uint64_t first,
+                                     uint8_t **data_out) {
+  const uint64_t want = first && first < f->data_bytes ? first : f->data_bytes;
+  const int whole = want == f->data_bytes;
   const uint64_t header = f->got;
   if (want > SIZE_MAX)
     return bp_fail(BP_ERR_OVERFLOW, "%s: %s do not fit in memory", f->path, what);
@@ -384,6 +389,10 @@ static bp_status idx_read_data(idx_file *f, const char *what, uint8_t **data_out
                  idx_cut_note(f));
     goto fail;
   }
+  if (!whole) { /* the first images only: the rest stays unread */
+    *data_out = buf;
+    return BP_OK;
+  }
   uint8_t extra[64];
   uint64_t n = 0;
   st = idx_read(f, extra, sizeof extra, &n);
@@ -406,8 +415,18 @@ fail:
 /* The images of an IDX file whose header fi has read: their extents as a
  * dataset (`classes` as given), checked for a channel count the batches
  * can hold, and the pixels (the caller frees *pixels_out). */
+static bp_status idx_read_images_first(idx_file *fi, const char *path, int classes,
+                                       int64_t limit, bp_dataset_info *info_out,
+                                       uint8_t **pixels_out);
+
 static bp_status idx_read_images(idx_file *fi, const char *path, int classes,
                                  bp_dataset_info *info_out, uint8_t **pixels_out) {
+  return idx_read_images_first(fi, path, classes, 0, info_out, pixels_out);
+}
+
+static bp_status idx_read_images_first(idx_file *fi, const char *path, int classes,
+                                       int64_t limit, bp_dataset_info *info_out,
+                                       uint8_t **pixels_out) {
   bp_dataset_info info = {.count = fi->dims[0],
                           .height = fi->dims[1],
                           .width = fi->dims[2],
@@ -419,8 +438,13 @@ static bp_status idx_read_images(idx_file *fi, const char *path, int classes,
   char what[96];
   snprintf(what, sizeof what, "%lld images of %lldx%lldx%lld", (long long)info.count,
            (long long)info.height, (long long)info.width, (long long)info.channels);
+  uint64_t first = 0;
+  if (limit > 0 && limit < info.count) {
+    first = (uint64_t)limit * (fi->data_bytes / (uint64_t)info.count); /* whole images */
+    info.count = limit;
+  }
   *info_out = info;
-  return idx_read_data(fi, what, pixels_out);
+  return idx_read_data_first(fi, what, first, pixels_out);
 }
 
 bp_status bp_dataset_load_idx(const char *images_path, const char *labels_path, int classes,
@@ -483,13 +507,58 @@ done:
 }
 
 /* dir/name.gz when it exists, else dir/name when it exists. */
+/* 1 when the gzip file `gz` inflates to exactly the bytes of `plain`, 0
+ * when they differ (or either cannot be read: no judgment, so no pick). */
+static int same_inflated(const char *gz, const char *plain) {
+  int zfd = bp_input_open(gz, 0, NULL, NULL, 0), pfd = bp_input_open(plain, 0, NULL, NULL, 0);
+  gzFile z = zfd >= 0 ? gzdopen(zfd, "rb") : NULL;
+  if (!z && zfd >= 0) close(zfd);
+  unsigned char *a = malloc(1 << 16), *b = malloc(1 << 16);
+  int same = z && pfd >= 0 && a && b;
+  while (same) {
+    const int n = gzread(z, a, 1 << 16);
+    if (n < 0) {
+      same = 0;
+      break;
+    }
+    size_t got = 0; /* as many plain bytes as inflated ones */
+    while (got < (size_t)n) {
+      const ssize_t r = read(pfd, b + got, (size_t)n - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+    if (got != (size_t)n || memcmp(a, b, (size_t)n) != 0) same = 0;
+    if (n == 0) { /* the end of both? */
+      same = same && read(pfd, b, 1) == 0;
+      break;
+    }
+  }
+  free(a);
+  free(b);
+  if (z) gzclose(z);
+  if (pfd >= 0) close(pfd);
+  return same;
+}
+
 static bp_status pick_file(const char *dir, const char *name, int is_default, char *out,
                            size_t cap) {
   struct stat sb;
   int len = snprintf(out, cap, "%s/%s.gz", dir, name);
   if (len < 0 || (size_t)len >= cap)
     return bp_fail(BP_ERR_INVALID, "data directory path is too long: %s", dir);
-  if (stat(out, &sb) == 0) return BP_OK;
+  if (stat(out, &sb) == 0) {
+    /* NAME beside NAME.gz: used when it holds the same data, else refused
+     * (a stale copy of either would silently win) */
+    char plain[IDX_PATH_MAX];
+    snprintf(plain, sizeof plain, "%s/%s", dir, name);
+    if (stat(plain, &sb) == 0 && !same_inflated(out, plain))
+      return bp_fail(BP_ERR_INVALID,
+                     "%s and %s both exist and hold different data (a stale copy?); remove "
+                     "the one that is not meant",
+                     out, plain);
+    return BP_OK;
+  }
   if (errno != ENOENT) /* e.g. a symlink loop: the .gz is there but broken */
     return bp_fail(BP_ERR_IO, "cannot open %s: %s", out, strerror(errno));
   snprintf(out, cap, "%s/%s", dir, name);
@@ -520,8 +589,13 @@ bp_status bp_dataset_load_mnist(const char *dir, bp_data_split split, bp_dataset
 }
 
 bp_status bp_dataset_load_idx_images(const char *images_path, bp_dataset **dataset_out) {
-  if (!images_path || !dataset_out)
-    return bp_fail(BP_ERR_INVALID, "bp_dataset_load_idx_images: NULL argument");
+  return bp_dataset_load_idx_images_first(images_path, 0, dataset_out);
+}
+
+bp_status bp_dataset_load_idx_images_first(const char *images_path, int64_t limit,
+                                           bp_dataset **dataset_out) {
+  if (!images_path || !dataset_out || limit < 0)
+    return bp_fail(BP_ERR_INVALID, "bp_dataset_load_idx_images: NULL argument or limit < 0");
   idx_file fi;
   uint8_t *pixels = NULL, *labels = NULL;
   bp_dataset *d = NULL;
@@ -530,7 +604,7 @@ bp_status bp_dataset_load_idx_images(const char *images_path, bp_dataset **datas
   st = idx_read_header(&fi, IDX_MAGIC_IMAGES, IDX_MAGIC_IMAGES4);
   if (st != BP_OK) goto done;
   bp_dataset_info info;
-  st = idx_read_images(&fi, images_path, 1, &info, &pixels);
+  st = idx_read_images_first(&fi, images_path, 1, limit, &info, &pixels);
   if (st != BP_OK) goto done;
   labels = calloc((size_t)info.count > 0 ? (size_t)info.count : 1, 1);
   d = calloc(1, sizeof *d);

@@ -15,8 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <yaml.h>
 
+#include "blueprint/infile.h"
 #include "blueprint/model_yaml.h"
 
 #include "layer-impl.h"
@@ -884,8 +886,16 @@ bp_status bp_model_load(const char *path, bp_model **model_out) {
 bp_status bp_model_load_with_registry(const char *path, const bp_registry *registry,
                                       bp_model **model_out) {
   if (!path || !model_out) return bp_fail(BP_ERR_INVALID, "bp_model_load: NULL argument");
-  FILE *f = fopen(path, "rb");
-  if (!f) return bp_fail(BP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  /* the checked open (infile.h): a FIFO or a device is refused, not read */
+  char why[256];
+  const int fd = bp_input_open(path, 0, NULL, why, sizeof why);
+  if (fd < 0) return bp_fail(BP_ERR_IO, "%s: cannot open: %s", path, why);
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    const int err = errno;
+    close(fd);
+    return bp_fail(BP_ERR_IO, "%s: cannot open: %s", path, strerror(err));
+  }
   size_t size = 0, cap = 4096;
   char *text = malloc(cap);
   bp_status st = BP_OK;

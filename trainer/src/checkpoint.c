@@ -76,6 +76,7 @@
 #include <zlib.h>
 
 #include "blueprint/checkpoint.h"
+#include "blueprint/infile.h"
 #include "blueprint/outfile.h"
 #include "blueprint/train.h" /* BP_TRAIN_MAX_*: the counters' ranges */
 #include "bp_abi_sdk.h"
@@ -413,11 +414,27 @@ static int write_arena_part(FILE *f, const bp_arena_access *a, uint64_t offset, 
   return 0;
 }
 
+/* Writes the checkpoint to `target`, the file `path` names (a symlink's
+ * target: bp_output_target); messages name `path`. */
+static bp_status save_to(const char *path, const char *target, const bp_plan *plan,
+                         const bp_arena_access *arena, const bp_train_state *state,
+                         const char *note);
+
 bp_status bp_checkpoint_save_access(const char *path, const bp_plan *plan,
                                     const bp_arena_access *arena, const bp_train_state *state,
                                     const char *note) {
   if (!path || !plan || !arena || !arena->read || !state)
     return bp_fail(BP_ERR_INVALID, "bp_checkpoint_save: NULL argument");
+  char *target = bp_output_target(path); /* a symlink's target is replaced, not the link */
+  if (!target) return bp_fail(BP_ERR_NOMEM, "out of memory saving checkpoint %s", path);
+  bp_status st = save_to(path, target, plan, arena, state, note);
+  free(target);
+  return st;
+}
+
+static bp_status save_to(const char *path, const char *target, const bp_plan *plan,
+                         const bp_arena_access *arena, const bp_train_state *state,
+                         const char *note) {
   if (!path[0]) return bp_fail(BP_ERR_INVALID, "bp_checkpoint_save: empty path");
   if (!bp_plan_is_finalized(plan))
     return bp_fail(BP_ERR_STATE, "cannot save checkpoint %s: the plan is not finalized", path);
@@ -441,10 +458,11 @@ bp_status bp_checkpoint_save_access(const char *path, const bp_plan *plan,
   encode_table(&l, table);
 
   if ((st = bp_output_prepare(path, "checkpoint")) != BP_OK) return st; /* outfile.h */
-  size_t tmp_cap = strlen(path) + 32;
+  if (strcmp(target, path) != 0) (void)bp_output_sweep_temps(target);
+  size_t tmp_cap = strlen(target) + 32;
   char *tmp = malloc(tmp_cap);
   if (!tmp) return bp_fail(BP_ERR_NOMEM, "out of memory saving checkpoint %s", path);
-  snprintf(tmp, tmp_cap, "%s.tmp.%ld", path, (long)getpid());
+  snprintf(tmp, tmp_cap, "%s.tmp.%ld", target, (long)getpid());
 
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -505,7 +523,7 @@ bp_status bp_checkpoint_save_access(const char *path, const bp_plan *plan,
     free(tmp);
     return st;
   }
-  if (rename(tmp, path) != 0) {
+  if (rename(tmp, target) != 0) {
     err = errno;
     unlink(tmp);
     st = bp_fail(BP_ERR_IO, "cannot write checkpoint %s: cannot rename %s over it: %s", path, tmp,
@@ -514,7 +532,7 @@ bp_status bp_checkpoint_save_access(const char *path, const bp_plan *plan,
     return st;
   }
   free(tmp);
-  char *dir = dir_of(path);
+  char *dir = dir_of(target);
   if (!dir) return bp_fail(BP_ERR_NOMEM, "out of memory saving checkpoint %s", path);
   err = sync_dir(dir);
   if (err) {
@@ -576,23 +594,16 @@ typedef struct opened {
  * unknown) is the length reported for a file cut inside its header. On
  * success o->fd is open; on failure it is closed. */
 static bp_status open_checked(const char *path, uint64_t expect_bytes, opened *o) {
-  o->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused below, not waited on */
-  if (o->fd < 0) {
-    int err = errno;
-    return bp_fail(BP_ERR_IO, "cannot open checkpoint %s: %s", path, strerror(err));
-  }
+  /* the checked open (infile.h): a FIFO is refused, not waited on */
+  char why[256];
+  uint64_t file_size = 0;
+  o->fd = bp_input_open(path, 0, &file_size, why, sizeof why);
+  if (o->fd < 0)
+    return bp_fail(BP_ERR_IO, "cannot %s checkpoint %s: %s",
+                   errno == EISDIR || errno == EINVAL ? "read" : "open", path, why);
   bp_status st = BP_OK;
-  struct stat sb;
   uint64_t got = 0;
   int err;
-  if (fstat(o->fd, &sb) != 0) {
-    st = read_error(path, errno);
-    goto fail;
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    st = bp_fail(BP_ERR_IO, "cannot read checkpoint %s: not a regular file", path);
-    goto fail;
-  }
   if ((err = read_full(o->fd, o->raw, HEADER_BYTES, &got)) != 0) {
     st = read_error(path, err);
     goto fail;
@@ -646,7 +657,7 @@ static bp_status open_checked(const char *path, uint64_t expect_bytes, opened *o
     goto fail;
   }
   if ((st = check_counters(path, h)) != BP_OK) goto fail;
-  uint64_t size = (uint64_t)sb.st_size;
+  uint64_t size = file_size;
   if (size < h->file_bytes) {
     st = truncated(path, size, h->file_bytes);
     goto fail;
@@ -752,36 +763,71 @@ bp_status bp_checkpoint_read_info(const char *path, bp_checkpoint_info *info_out
  * (host) bytes, before anything reaches an arena; every state region is FP32
  * (region.h), and only a tensor's elements are read, never its padding.
  * Names the first such tensor in arena order. */
+/* The first FP32 tensor of section `s` holding a NaN or an infinity among
+ * its elements (never its padding), or NULL; `bytes` holds the section's
+ * span as staged on the host. */
+static const bp_dtensor *first_non_finite(const bp_plan *plan, const layout *l, int s,
+                                          const unsigned char *bytes) {
+  const int32_t count = bp_plan_tensor_count(plan);
+  const int first = (int)bp_checkpoint_sections[s][0], last = (int)bp_checkpoint_sections[s][1];
+  for (int r = first; r <= last; r++) {
+    for (int32_t id = 0; id < count; id++) {
+      const bp_dtensor *t = bp_plan_tensor(plan, 0, id);
+      if (!t || (int)t->region != r || t->dtype != BP_DTYPE_FP32) continue;
+      const unsigned char *p = bytes + (t->offset - l->span[s].offset);
+      const bp_shape sh = t->shape;
+      for (int64_t n = 0; n < sh.n; n++)
+        for (int64_t h = 0; h < sh.h; h++)
+          for (int64_t w = 0; w < sh.w; w++) {
+            const int64_t at = n * t->dev_stride[0] + h * t->dev_stride[1] + w * t->dev_stride[2];
+            for (int64_t c = 0; c < sh.c; c++) {
+              float v;
+              memcpy(&v, p + 4 * (at + c * t->dev_stride[3]), sizeof v); /* any alignment */
+              if (!isfinite(v)) return t;
+            }
+          }
+    }
+  }
+  return NULL;
+}
+
 static bp_status check_finite(const char *path, const bp_plan *plan, const layout *l,
                               const unsigned char *staging) {
-  const int32_t count = bp_plan_tensor_count(plan);
   uint64_t base = 0; /* the span's first byte in staging */
   for (int s = 0; s < SECTION_COUNT; s++) {
-    const int first = (int)bp_checkpoint_sections[s][0], last = (int)bp_checkpoint_sections[s][1];
-    for (int r = first; r <= last; r++) {
-      for (int32_t id = 0; id < count; id++) {
-        const bp_dtensor *t = bp_plan_tensor(plan, 0, id);
-        if (!t || (int)t->region != r || t->dtype != BP_DTYPE_FP32) continue;
-        const unsigned char *p = staging + base + (t->offset - l->span[s].offset);
-        const bp_shape sh = t->shape;
-        for (int64_t n = 0; n < sh.n; n++)
-          for (int64_t h = 0; h < sh.h; h++)
-            for (int64_t w = 0; w < sh.w; w++) {
-              const int64_t at = n * t->dev_stride[0] + h * t->dev_stride[1] + w * t->dev_stride[2];
-              for (int64_t c = 0; c < sh.c; c++) {
-                float v;
-                memcpy(&v, p + 4 * (at + c * t->dev_stride[3]), sizeof v); /* any alignment */
-                if (!isfinite(v))
-                  return bp_fail(BP_ERR_PARSE,
-                                 "checkpoint %s holds non-finite values in '%s' (a diverged run?)",
-                                 path, t->name);
-              }
-            }
-      }
-    }
+    const bp_dtensor *t = first_non_finite(plan, l, s, staging + base);
+    if (t)
+      return bp_fail(BP_ERR_PARSE,
+                     "checkpoint %s holds non-finite values in '%s' (a diverged run?)", path,
+                     t->name);
     base += l->span[s].bytes;
   }
   return BP_OK;
+}
+
+bp_status bp_checkpoint_state_finite(const bp_plan *plan, const bp_arena_access *arena,
+                                     const char **tensor_out) {
+  *tensor_out = NULL;
+  layout l;
+  bp_status st = plan_layout(plan, &l);
+  if (st != BP_OK) return st;
+  uint64_t most = 0;
+  for (int s = 0; s < SECTION_COUNT; s++)
+    if (l.span[s].bytes > most) most = l.span[s].bytes;
+  if (most == 0) return BP_OK;
+  unsigned char *staging = malloc((size_t)most);
+  if (!staging)
+    return bp_fail(BP_ERR_NOMEM, "out of memory checking %" PRIu64 " bytes of state", most);
+  for (int s = 0; s < SECTION_COUNT && st == BP_OK && !*tensor_out; s++) {
+    if (!l.span[s].bytes) continue;
+    st = arena->read(arena->user, l.span[s].offset, staging, l.span[s].bytes);
+    if (st == BP_OK) {
+      const bp_dtensor *t = first_non_finite(plan, &l, s, staging);
+      if (t) *tensor_out = t->name;
+    }
+  }
+  free(staging);
+  return st;
 }
 
 bp_status bp_checkpoint_load(const char *path, const bp_plan *plan, void *arena,

@@ -156,6 +156,11 @@ struct bp_trainer {
   unsigned char scalar_values[2][4];
 };
 
+/* bp_trainer_save, unless the state holds a NaN or an infinity: then
+ * nothing is written and *non_finite_out names the first such tensor
+ * (checkpoint-impl.h); NULL when saved. */
+bp_status bp_train_save_finite(bp_trainer *t, const char *path, const char **non_finite_out);
+
 /* Whether the run's ranks span processes (mpirun): some ranks live elsewhere. */
 static inline int bp_train_multi_process(const bp_trainer *t) { return t->local < t->world; }
 

@@ -8,6 +8,7 @@
 #include "blueprint/autotune.h"
 #include "blueprint/model_yaml.h"
 #include "blueprint/op_table.h"
+#include "checkpoint-impl.h"
 #include "fuse-impl.h"
 #include "model-impl.h"
 #include "train-impl.h"
@@ -821,6 +822,20 @@ bp_status bp_trainer_save(bp_trainer *t, const char *path) {
   return bp_checkpoint_save_access(path, t->plan, &rank0, &t->state, note);
 }
 
+bp_status bp_train_save_finite(bp_trainer *t, const char *path, const char **non_finite_out) {
+  *non_finite_out = NULL;
+  bp_status st = gather_state(t);
+  if (st != BP_OK) return st;
+  if ((st = bp_train_read_amp_state(t)) != BP_OK) return st;
+  /* every process checks its own copy of the one state: the same answer */
+  const bp_arena_access rank0 = {arena_read, NULL, &t->ranks[0].io};
+  if ((st = bp_checkpoint_state_finite(t->plan, &rank0, non_finite_out)) != BP_OK) return st;
+  if (*non_finite_out || t->first_rank != 0) return BP_OK;
+  char note[BP_NAME_MAX + 32];
+  snprintf(note, sizeof note, "model %s", t->model->name);
+  return bp_checkpoint_save_access(path, t->plan, &rank0, &t->state, note);
+}
+
 bp_status bp_trainer_load(bp_trainer *t, const char *path) {
   if (!t || !path) return bp_fail(BP_ERR_INVALID, "bp_trainer_load: NULL argument");
   /* the counters are checked before the arena changes */
@@ -836,9 +851,11 @@ bp_status bp_trainer_load(bp_trainer *t, const char *path) {
       (s.epoch > (uint64_t)t->epochs || (int64_t)s.step >= t->steps_per_epoch ||
        (s.epoch == (uint64_t)t->epochs && s.step != 0)))
     return bp_fail(BP_ERR_INVALID,
-                   "checkpoint '%s' stands at epoch %llu, step %llu; this run has %lld epochs "
-                   "of %lld steps (were the data limits or the batch different?)",
-                   path, (unsigned long long)s.epoch, (unsigned long long)s.step,
+                   "checkpoint '%s' stands at epoch %llu step %llu (%llu epochs done); this "
+                   "run has %lld epochs of %lld steps (were the data limits or the batch "
+                   "different?)",
+                   path, (unsigned long long)s.epoch + 1, (unsigned long long)s.step,
+                   (unsigned long long)s.epoch,
                    (long long)t->epochs, (long long)t->steps_per_epoch);
   bp_train_state loaded;
   st = bp_checkpoint_load_access(path, t->plan, &all, &loaded);

@@ -122,6 +122,21 @@ static int stop_reached(const bp_trainer *t) {
   return t->opt.stop_after_steps && t->state.global_step >= (uint64_t)t->opt.stop_after_steps;
 }
 
+/* The failure of a run whose training loss turned non-finite: names where
+ * (`where` "at step": the step just done; "by step": within the epoch so
+ * far) and what stays. */
+static bp_status diverged(const bp_trainer *t, double loss, const char *where) {
+  char kept[160] = "";
+  if (t->checkpoint_path)
+    snprintf(kept, sizeof kept, "; checkpoint '%.96s' is left as it was", t->checkpoint_path);
+  return bp_fail(BP_ERR_DIVERGED,
+                 "the training loss is %s %s %llu of the run (epoch %llu, step %llu of %lld): the "
+                 "run diverged (a lower --lr?); stopping%s",
+                 isnan(loss) ? "NaN" : "infinite", where,
+                 (unsigned long long)t->state.global_step, (unsigned long long)t->state.epoch + 1,
+                 (unsigned long long)t->state.step, (long long)t->steps_per_epoch, kept);
+}
+
 /* Calls on_progress and writes a step line, reading R when metrics are due.
  * Under mpirun the read is a collective, so only the step count and the
  * options decide it, never the clock or the rank (only rank 0 has the
@@ -154,6 +169,10 @@ static bp_status report_step(bp_trainer *t, int64_t samples, double t0, double *
     p.accuracy = correct / (double)samples;
     *last_read = now;
   }
+  /* without AMP a non-finite loss never heals (under AMP an overflow step
+   * is skipped, and only the epoch's end can tell: bp_trainer_train_epoch) */
+  if (p.has_metrics && !t->loss_scale && !t->opt.keep_going_nonfinite && !isfinite(p.loss))
+    return diverged(t, p.loss, "at step");
   if (log_due && t->metrics) {
     bp_status st = bp_metrics_write_step(t->metrics, &p);
     if (st != BP_OK) return st;
@@ -189,6 +208,10 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
   if (st == BP_OK) st = next_batch(t, loaders, &b);
   while (st == BP_OK && !b.done) {
     BP_ASSERT(b.epoch == (int64_t)t->state.epoch && b.step == (int64_t)t->state.step);
+    if (t->opt.stop_flag && *t->opt.stop_flag) { /* a signal: stop before this step */
+      stopped = 1;
+      break;
+    }
     bp_data_batch next;
     if ((st = run_step(t, &b, loaders, &next)) != BP_OK) break;
     t->state.step++;
@@ -234,6 +257,19 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
   out->amp = t->loss_scale != NULL;
   out->loss_scale = t->state.loss_scale;
   out->skipped_steps = (int64_t)(t->state.skipped_steps - skipped_before);
+  /* a non-finite loss: without AMP at once; under AMP only when every step
+   * of the epoch overflowed (skipped steps are AMP's normal course) */
+  out->diverged = out->steps > 0 && !isfinite(out->train_loss) &&
+                  (!out->amp || out->skipped_steps >= out->steps);
+  if (out->diverged && !t->opt.keep_going_nonfinite) {
+    bp_status why = diverged(t, out->train_loss, "by step");
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", bp_last_error());
+    t->stopped = 1;
+    out->seconds = bp_train_now() - t0;
+    if (t->metrics && (st = bp_metrics_write_epoch(t->metrics, out)) != BP_OK) return st;
+    return bp_fail(why, "%s", msg);
+  }
   if (!stopped) { /* invariant 2: a finished epoch moves the counters on */
     t->state.epoch++;
     t->state.step = 0;
@@ -247,9 +283,24 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
     out->complete = 1;
   }
   if (stopped || stop_reached(t)) t->stopped = 1;
-  if (t->checkpoint_path) {
-    if ((st = bp_trainer_save(t, t->checkpoint_path)) != BP_OK) return st;
-    out->checkpointed = 1;
+  if (t->checkpoint_path && !out->diverged) {
+    const char *bad = NULL; /* never a non-finite state over a loadable checkpoint */
+    if ((st = bp_train_save_finite(t, t->checkpoint_path, &bad)) != BP_OK) return st;
+    out->checkpointed = !bad;
+    if (bad) {
+      out->diverged = 1;
+      if (!t->opt.keep_going_nonfinite) {
+        t->stopped = 1;
+        out->seconds = bp_train_now() - t0;
+        if (t->metrics && (st = bp_metrics_write_epoch(t->metrics, out)) != BP_OK) return st;
+        return bp_fail(BP_ERR_DIVERGED,
+                       "'%s' holds non-finite values after step %llu of the run (epoch %lld): "
+                       "the run diverged (a lower --lr?); stopping; checkpoint '%.96s' is left "
+                       "as it was",
+                       bad, (unsigned long long)t->state.global_step, (long long)out->epoch,
+                       t->checkpoint_path);
+      }
+    }
   }
   out->seconds = bp_train_now() - t0;
   if (t->metrics && (st = bp_metrics_write_epoch(t->metrics, out)) != BP_OK) return st;

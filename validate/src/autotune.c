@@ -2,8 +2,10 @@
  * buffers and keep the fastest, in a cache file reused by later runs.
  *
  * Cache file: text, one entry a line, "signature impl build_id", fields
- * separated by one space; '#' starts a comment line; lines that do not
- * parse are ignored (the cache is advice, never required). Fields hold no
+ * separated by one space; '#' starts a comment line. The file is read
+ * through the checked open (infile.h: a regular file, at most 256 MiB), and
+ * a line that does not parse is refused at load with "FILE:LINE" (before,
+ * garbage was kept silently in every rewrite). Lookups hash the signature. Fields hold no
  * whitespace: names are checked at registration, the signature is built
  * from names and numbers, and a build id is written with bytes <= ' ',
  * '%' and DEL as %XX ("-" stands for an empty one). An entry counts only
@@ -33,6 +35,7 @@
 
 #include "blueprint/autotune.h"
 #include "blueprint/dtype.h"
+#include "blueprint/infile.h"
 #include "blueprint/outfile.h"
 #include "blueprint/threads.h"
 #include "registry-impl.h"
@@ -41,6 +44,7 @@
 
 #define TUNE_REPS 5          /* timed runs per kernel after one warm-up; the minimum counts */
 #define TUNE_FIELD_MAX 4096  /* longest field of a cache line */
+#define TUNE_FILE_MAX (UINT64_C(256) << 20) /* a cache file larger is refused */
 #define TUNE_HEADER "# blueprint autotune cache v1: signature impl build_id\n"
 
 typedef struct tune_entry {
@@ -57,6 +61,8 @@ typedef struct bp_autotune_cache {
   char *path; /* the file the entries mirror; "" for an in-memory cache */
   tune_entry *entries;
   int count, cap;
+  int *slots;     /* open addressing over entries by signature: index + 1, 0 empty */
+  int slot_count; /* a power of two > 2 * cap (0: none yet) */
   tune_check *checks; /* never written to the file */
   int check_count, check_cap;
 } bp_autotune_cache;
@@ -75,8 +81,10 @@ static void cache_clear(bp_autotune_cache *c) {
     free(c->entries[i].build);
   }
   free(c->entries);
+  free(c->slots);
   c->entries = NULL;
-  c->count = c->cap = 0;
+  c->slots = NULL;
+  c->count = c->cap = c->slot_count = 0;
 }
 
 static void cache_free(bp_autotune_cache *c) {
@@ -93,25 +101,55 @@ static void cache_free(bp_autotune_cache *c) {
   free(c);
 }
 
+/* FNV-1a of a signature. */
+static uint64_t sig_hash(const char *sig) {
+  uint64_t h = UINT64_C(14695981039346656037);
+  for (const unsigned char *p = (const unsigned char *)sig; *p; p++)
+    h = (h ^ *p) * UINT64_C(1099511628211);
+  return h;
+}
+
+/* The slot of sig: its entry's, or the empty one where it would go. */
+static int *slot_of(const bp_autotune_cache *c, const char *sig) {
+  const size_t mask = (size_t)c->slot_count - 1;
+  for (size_t k = (size_t)sig_hash(sig) & mask;; k = (k + 1) & mask) {
+    int *slot = &c->slots[k];
+    if (*slot == 0 || strcmp(c->entries[*slot - 1].sig, sig) == 0) return slot;
+  }
+}
+
 static int cache_find(const bp_autotune_cache *c, const char *sig) {
-  for (int i = 0; i < c->count; i++)
-    if (strcmp(c->entries[i].sig, sig) == 0) return i;
-  return -1;
+  if (!c->slot_count) return -1;
+  const int slot = *slot_of(c, sig);
+  return slot - 1;
+}
+
+/* Room for one more entry: entries and slots grown together (slots at
+ * most half full). 0, or -1 when out of memory (nothing changed). */
+static int cache_grow(bp_autotune_cache *c) {
+  if (c->count < c->cap) return 0;
+  if (c->cap > INT32_MAX / 4) return -1;
+  const int cap = c->cap ? 2 * c->cap : 16;
+  int *slots = calloc((size_t)cap * 4, sizeof *slots);
+  tune_entry *e = slots ? realloc(c->entries, (size_t)cap * sizeof *e) : NULL;
+  if (!e) {
+    free(slots);
+    return -1;
+  }
+  c->entries = e;
+  c->cap = cap;
+  free(c->slots);
+  c->slots = slots;
+  c->slot_count = cap * 4;
+  for (int k = 0; k < c->count; k++) *slot_of(c, c->entries[k].sig) = k + 1;
+  return 0;
 }
 
 /* Sets sig's entry (replacing an older one); 0 on success. */
 static int cache_set(bp_autotune_cache *c, const char *sig, const char *impl, const char *build) {
   char *s = bp_strdup(sig), *i = bp_strdup(impl), *b = bp_strdup(build);
   int at = cache_find(c, sig);
-  if (s && i && b && at < 0 && c->count == c->cap) {
-    int cap = c->cap ? 2 * c->cap : 16;
-    tune_entry *e = realloc(c->entries, (size_t)cap * sizeof *e);
-    if (e) {
-      c->entries = e;
-      c->cap = cap;
-    }
-  }
-  if (!s || !i || !b || (at < 0 && c->count == c->cap)) {
+  if (!s || !i || !b || (at < 0 && cache_grow(c) != 0)) {
     free(s);
     free(i);
     free(b);
@@ -119,6 +157,7 @@ static int cache_set(bp_autotune_cache *c, const char *sig, const char *impl, co
   }
   if (at < 0) {
     at = c->count++;
+    *slot_of(c, sig) = at + 1;
   } else {
     free(c->entries[at].sig);
     free(c->entries[at].impl);
@@ -128,32 +167,64 @@ static int cache_set(bp_autotune_cache *c, const char *sig, const char *impl, co
   return 0;
 }
 
-/* Reads `path` into c (emptied first). A missing file is an empty cache. */
-static void cache_read(bp_autotune_cache *c, const char *path) {
+/* Reads `path` into c (emptied first). A missing file is an empty cache;
+ * anything else goes through the checked open (infile.h: a regular file
+ * of at most TUNE_FILE_MAX bytes), and a line that is not a comment, blank
+ * or "signature impl build_id" is refused, naming the file and the line. */
+static bp_status cache_read(bp_autotune_cache *c, const char *path) {
   cache_clear(c);
-  FILE *f = path[0] ? fopen(path, "r") : NULL;
-  if (!f) return;
-  char *line = NULL;
-  size_t cap = 0;
-  while (getline(&line, &cap, f) >= 0) {
-    if (line[0] == '#') continue;
-    char sig[TUNE_FIELD_MAX], impl[TUNE_FIELD_MAX], build[TUNE_FIELD_MAX], extra[2];
-    if (strlen(line) >= TUNE_FIELD_MAX) continue;
-    if (sscanf(line, "%4095s %4095s %4095s %1s", sig, impl, build, extra) != 3) continue;
-    (void)cache_set(c, sig, impl, build);
+  if (!path[0]) return BP_OK;
+  char *text = NULL;
+  size_t size = 0;
+  bp_status st = bp_input_read_all(path, "autotune cache", TUNE_FILE_MAX, &text, &size);
+  if (st != BP_OK) return errno == ENOENT ? (bp_clear_error(), BP_OK) : st;
+  char *sig = malloc(3 * TUNE_FIELD_MAX);
+  if (!sig) {
+    free(text);
+    return bp_fail(BP_ERR_NOMEM, "out of memory reading the autotune cache %s", path);
   }
-  free(line);
-  fclose(f);
+  char *impl = sig + TUNE_FIELD_MAX, *build = impl + TUNE_FIELD_MAX;
+  long line_no = 0;
+  for (char *line = text; st == BP_OK && line < text + size;) {
+    char *end = memchr(line, '\n', (size_t)(text + size - line));
+    char *next = end ? end + 1 : text + size;
+    if (end) *end = '\0';
+    line_no++;
+    const size_t len = strlen(line);
+    if (len != (size_t)((end ? end : text + size) - line)) {
+      st = bp_fail(BP_ERR_PARSE, "autotune cache %s:%ld: a NUL byte; not a cache line", path,
+                   line_no);
+    } else if (line[0] != '#' && line[strspn(line, " \t\r")] != '\0') {
+      char extra[2];
+      if (len >= TUNE_FIELD_MAX ||
+          sscanf(line, "%4095s %4095s %4095s %1s", sig, impl, build, extra) != 3)
+        st = bp_fail(BP_ERR_PARSE,
+                     "autotune cache %s:%ld: malformed line (want 'signature impl build_id'); "
+                     "fix or remove the file",
+                     path, line_no);
+      else if (cache_set(c, sig, impl, build) != 0)
+        st = bp_fail(BP_ERR_NOMEM, "out of memory reading the autotune cache %s", path);
+    }
+    line = next;
+  }
+  free(sig);
+  free(text);
+  if (st != BP_OK) cache_clear(c);
+  return st;
 }
 
 /* Writes c to its file through path.tmp.<pid> and rename(). */
 static bp_status cache_write(const bp_autotune_cache *c) {
   bp_status checked = bp_output_prepare(c->path, "autotune cache"); /* outfile.h */
   if (checked != BP_OK) return checked;
-  size_t n = strlen(c->path) + 32;
-  char *tmp = malloc(n);
-  if (!tmp) return bp_fail(BP_ERR_NOMEM, "out of memory writing %s", c->path);
-  snprintf(tmp, n, "%s.tmp.%ld", c->path, (long)getpid());
+  char *target = bp_output_target(c->path); /* a symlink's target is replaced, not the link */
+  size_t n = target ? strlen(target) + 32 : 0;
+  char *tmp = target ? malloc(n) : NULL;
+  if (!tmp) {
+    free(target);
+    return bp_fail(BP_ERR_NOMEM, "out of memory writing %s", c->path);
+  }
+  snprintf(tmp, n, "%s.tmp.%ld", target, (long)getpid());
   FILE *f = fopen(tmp, "w");
   int ok = f != NULL && fputs(TUNE_HEADER, f) >= 0;
   for (int i = 0; ok && i < c->count; i++)
@@ -164,12 +235,13 @@ static bp_status cache_write(const bp_autotune_cache *c) {
     ok = 0;
     err = errno;
   }
-  if (ok && rename(tmp, c->path) != 0) {
+  if (ok && rename(tmp, target) != 0) {
     ok = 0;
     err = errno;
   }
   if (!ok) unlink(tmp);
   free(tmp);
+  free(target);
   if (!ok) return bp_fail(BP_ERR_IO, "autotune cache %s: cannot write: %s", c->path, strerror(err));
   return BP_OK;
 }
@@ -421,8 +493,12 @@ static bp_status cache_for(autotuner *t, const char *path) {
     t->cache = NULL;
     return bp_fail(BP_ERR_NOMEM, "out of memory reading the autotune cache");
   }
-  cache_read(t->cache, path);
-  return BP_OK;
+  bp_status st = cache_read(t->cache, path);
+  if (st != BP_OK) { /* refused: read again (and refused again) by the next node */
+    cache_free(t->cache);
+    t->cache = NULL;
+  }
+  return st;
 }
 
 /* Looks the node up, or times it and stores the winner; lock held. */
@@ -524,7 +600,11 @@ static bp_status pick_locked(autotuner *t, bp_registry *r, const char *op, const
   }
   *winner_out = winner;
   encode_field(cands[winner]->build_id, build, TUNE_FIELD_MAX);
-  if (path[0]) cache_read(t->cache, path); /* merge what others wrote meanwhile */
+  if (path[0] && (st = cache_read(t->cache, path)) != BP_OK) { /* merge what others wrote */
+    cache_free(t->cache);
+    t->cache = NULL;
+    goto out;
+  }
   if (cache_set(t->cache, sig, cands[winner]->kernel.impl, build) != 0) {
     st = bp_fail(BP_ERR_NOMEM, "out of memory updating the autotune cache");
     goto out;

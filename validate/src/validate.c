@@ -14,13 +14,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "blueprint/dtype.h"
 #include "blueprint/threads.h"
 #include "validate-impl.h"
 
-#define CHILD_TIMEOUT_S 300 /* one (kernel, case), all its runs */
 #define EXIT_GUARD 3        /* the child hit a guard page */
 #define MAX_THREADS 4       /* threads lent to the kernels */
 
@@ -135,9 +135,39 @@ static void on_fault(int sig, siginfo_t *info, void *context) {
 
 typedef struct grad_result { /* what a child hands back */
   vc_outcome out;
+  int done; /* 1: the job returned (a kernel that ends the process never gets here) */
 } grad_result;
 
-static void run_isolated(job *j, vc_outcome *out) {
+/* Waits for the child up to `limit_s` seconds (polling with a growing
+ * sleep, at most 1 ms: a case takes milliseconds); then kills
+ * it with SIGKILL, which no child can catch or block. Returns the wait
+ * status; *timed_out 1 when it was killed for time. */
+static int wait_child(pid_t pid, double limit_s, int *timed_out) {
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  long nap_ns = 20000;
+  *timed_out = 0;
+  for (;;) {
+    int status = 0;
+    const pid_t got = waitpid(pid, &status, WNOHANG);
+    if (got == pid) return status;
+    if (got < 0 && errno != EINTR) return 0;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const double spent =
+        (double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec);
+    if (spent >= limit_s) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      *timed_out = 1;
+      return status;
+    }
+    nanosleep(&(struct timespec){0, nap_ns}, NULL);
+    if (nap_ns < 1000000) nap_ns *= 2;
+  }
+}
+
+static void run_isolated(job *j, double limit_s, vc_outcome *out) {
   grad_result *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
                              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) {
@@ -159,7 +189,6 @@ static void run_isolated(job *j, vc_outcome *out) {
     sa.sa_flags = SA_SIGINFO;
     sigaction(SIGSEGV, &sa, NULL);
     sigaction(SIGBUS, &sa, NULL);
-    alarm(CHILD_TIMEOUT_S);
     bp_threads *threads = NULL;
     int count = j->thread_count > 0 ? j->thread_count : bp_threads_share(1);
     if (count > MAX_THREADS) count = MAX_THREADS;
@@ -175,6 +204,7 @@ static void run_isolated(job *j, vc_outcome *out) {
     vc_outcome o;
     job_run(j, &o);
     shared->out = o;
+    shared->done = 1;
     thread_set_destroy(&sweep);
     bp_threads_destroy(threads);
     _exit(0);
@@ -185,23 +215,32 @@ static void run_isolated(job *j, vc_outcome *out) {
     munmap(shared, sizeof *shared);
     return;
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  int timed_out = 0;
+  const int status = wait_child(pid, limit_s, &timed_out);
   *out = shared->out;
-  if (WIFSIGNALED(status)) {
+  if (timed_out) {
+    out->verdict = BP_VALIDATE_FAIL;
+    snprintf(out->detail, sizeof out->detail,
+             "timed out after %g s (the child was killed; a kernel that hangs, or a case "
+             "slower than --case-timeout)",
+             limit_s);
+  } else if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
     out->verdict = BP_VALIDATE_FAIL;
-    snprintf(out->detail, sizeof out->detail, "%s",
-             sig == SIGALRM ? "timed out (a kernel ran for minutes or hung)" : "crashed");
-    if (sig != SIGALRM)
-      snprintf(out->detail, sizeof out->detail, "crashed with signal %d (%s)", sig, strsignal(sig));
+    snprintf(out->detail, sizeof out->detail, "crashed with signal %d (%s)", sig, strsignal(sig));
   } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0 &&
              WEXITSTATUS(status) != EXIT_GUARD) {
     out->verdict = BP_VALIDATE_FAIL;
     snprintf(out->detail, sizeof out->detail, "the child exited with status %d",
              WEXITSTATUS(status));
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !shared->done) {
+    out->verdict = BP_VALIDATE_FAIL;
+    snprintf(out->detail, sizeof out->detail,
+             "the kernel ended the process (exit status 0) before the case finished");
   }
+  if (out->verdict == BP_VALIDATE_FAIL && !out->detail[0])
+    snprintf(out->detail, sizeof out->detail, "failed without a reason (exit status %d)",
+             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   munmap(shared, sizeof *shared);
 }
 
@@ -218,6 +257,12 @@ const bp_abi_kernel *vc_reference(const bp_registry *r, const char *op) {
 }
 
 /* kind: the kernel kind --device selects, or NULL. */
+/* The seconds a (kernel, case) child may run (bp_validate_options). */
+static double case_limit(const bp_validate_options *o) {
+  if (o->case_timeout_s > 0) return o->case_timeout_s;
+  return o->model_path ? BP_VALIDATE_MODEL_CASE_TIMEOUT_S : BP_VALIDATE_CASE_TIMEOUT_S;
+}
+
 static int selected(const bp_validate_options *o, const char *kind, const char *op,
                     const char *impl, const char *device) {
   if (o->op_glob && fnmatch(o->op_glob, op, 0) != 0) return 0;
@@ -370,7 +415,7 @@ static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
                      .sweep_count = sweep ? SWEEP_COUNT : 0},
              .thread_count = o->threads};
     vc_outcome out;
-    if (o->isolate && !dev) run_isolated(&j, &out);
+    if (o->isolate && !dev) run_isolated(&j, case_limit(o), &out);
     else job_run(&j, &out);
     set_outcome(row, &out);
     if (dev) {
@@ -410,7 +455,7 @@ static bp_status gradcheck(bp_validate_report *rep, const bp_registry *r,
                      .no_tf32 = o->no_tf32},
              .thread_count = o->threads};
     vc_outcome out;
-    if (o->isolate) run_isolated(&j, &out);
+    if (o->isolate) run_isolated(&j, case_limit(o), &out);
     else job_run(&j, &out);
     char name[96];
     snprintf(name, sizeof name, "gradcheck%s%.80s", x->bwd ? " " : "", x->bwd ? x->c.name : "");
@@ -434,7 +479,7 @@ static bp_status gradcheck(bp_validate_report *rep, const bp_registry *r,
                      .no_tf32 = o->no_tf32},
              .thread_count = o->threads};
     vc_outcome out;
-    if (o->isolate) run_isolated(&j, &out);
+    if (o->isolate) run_isolated(&j, case_limit(o), &out);
     else job_run(&j, &out);
     bp_validate_result *row = add_row(rep, op, "reference", "cpu", name, 1);
     if (!row) return bp_fail(BP_ERR_NOMEM, "out of memory collecting validation results");

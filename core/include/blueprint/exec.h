@@ -175,6 +175,15 @@ uint64_t bp_exec_workspace_bytes(const bp_exec *exec);
  * a failed one's included). Read it on the thread that runs the executor. */
 uint64_t bp_exec_kernel_calls(const bp_exec *exec);
 
+/* For a fault handler (docs/reliability.md, "Kernels that crash"): the
+ * line naming the kernel the calling thread runs now, else, while kernels
+ * run in other threads (a kernel's own worker threads), the one started
+ * last: "rank R, variant V, node 'N', op O, impl I, module PATH\n" (*len_out
+ * bytes, no NUL needed); NULL when no kernel runs. Formatted at bind, so
+ * reading it is async-signal-safe (two loads). A thread-local pointer and
+ * one atomic count around every kernel call keep it. */
+const char *bp_exec_fault_line(int *len_out);
+
 /* ---- streams: programs (docs/training.md, "Streams") -----------------------------
  * A program is what a job of one variant running the segments in
  * `segment_mask` (bit 1 << segment, run in segment order) enqueues on the

@@ -33,6 +33,14 @@ bp_status bp_output_prepare(const char *path, const char *what);
  * exec), or -1 with the failure recorded (bp_last_error). */
 int bp_output_open(const char *path, const char *what, int append);
 
+/* The file a write to `path` replaces: when `path` is a symbolic link,
+ * the link's final target (followed as open(2) would, a dangling link's
+ * target included), so a writer that renames a temporary over it replaces
+ * the target and keeps the link; else `path` itself. malloc'ed; NULL when
+ * out of memory. A loop of links returns `path` (bp_output_check refuses
+ * it). */
+char *bp_output_target(const char *path);
+
 #ifdef __cplusplus
 }
 #endif

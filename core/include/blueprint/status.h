@@ -18,6 +18,7 @@ typedef enum bp_status {
   BP_ERR_UNSUPPORTED = 7, /* valid, but not implemented (e.g. a reserved dtype) */
   BP_ERR_STATE = 8,       /* a call made in the wrong life-cycle state */
   BP_ERR_DEVICE = 9,      /* a device or its runtime failed (a kernel's BP_ABI_ERR_DEVICE) */
+  BP_ERR_DIVERGED = 10,   /* training produced a NaN or an infinity (train.h) */
 } bp_status;
 
 /* Short constant name of a status ("invalid argument", ...). */

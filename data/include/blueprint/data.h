@@ -96,6 +96,11 @@ bp_status bp_dataset_load_idx(const char *images_path, const char *labels_path, 
 /* Reads an IDX image file alone (the same formats and checks, no label
  * file), for inference on unlabeled images: every label 0, classes 1. */
 bp_status bp_dataset_load_idx_images(const char *images_path, bp_dataset **dataset_out);
+/* The same, reading only the first `limit` images when limit > 0 and the
+ * file holds more (its header is still checked; the bytes after them are
+ * not read, so a file that inflates to gigabytes costs `limit` images). */
+bp_status bp_dataset_load_idx_images_first(const char *images_path, int64_t limit,
+                                           bp_dataset **dataset_out);
 
 /* Reads one split of an MNIST-format directory: the four standard file
  * names, each as NAME.gz or else NAME. `dir` NULL means

@@ -72,6 +72,7 @@
 #ifndef BLUEPRINT_TRAIN_H
 #define BLUEPRINT_TRAIN_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "blueprint/checkpoint.h"
@@ -144,6 +145,8 @@ typedef struct bp_epoch_report {
   /* How local rank 0 ran this call's training steps (bp_exec_counts; its
    * metric reads at log points included, the epoch's end excluded). */
   bp_exec_counts exec;
+  int diverged; /* 1: the training loss or the state was non-finite (only with
+                   keep_going_nonfinite: else the call fails); not checkpointed */
 } bp_epoch_report;
 
 typedef struct bp_eval_report {
@@ -253,6 +256,17 @@ typedef struct bp_train_options {
                         allow it (model.h, bp_fuse_bn_relu_allowed) */
   int no_mpi_shared; /* 1: under mpirun, collectives travel as MPI messages even between
                         processes of one machine (comm.h); 0: shared memory there */
+  /* Divergence and interruption (docs/reliability.md). */
+  int keep_going_nonfinite; /* 0 (default): a non-finite training loss, or non-finite state
+                               about to be checkpointed, ends the run with BP_ERR_DIVERGED
+                               before the save; 1: the run goes on, but no epoch whose loss
+                               or state is non-finite is checkpointed (the last finite
+                               checkpoint stays; checkpointed: false) */
+  const volatile sig_atomic_t *stop_flag; /* (optional) borrowed, e.g. set by a signal
+                               handler: when non-zero before a training step, the epoch
+                               stops there as stop_after_steps would (the state is
+                               checkpointed, bp_trainer_done turns 1); one process only
+                               (under mpirun the processes would stop at different steps) */
 } bp_train_options;
 
 /* The defaults above. */

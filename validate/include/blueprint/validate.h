@@ -94,7 +94,15 @@ typedef struct bp_validate_options {
    * (its "train" variants, and "train_last" for the epoch's last partial
    * batch when the model's train_size is not a multiple); 0: the model's */
   int64_t batch;
+  double case_timeout_s; /* isolate: seconds one (kernel, case) child may run (all its runs)
+                            before the parent kills it with SIGKILL, whatever the child
+                            does with its signals; a failed row "timed out after S s";
+                            0: BP_VALIDATE_CASE_TIMEOUT_S, with model_path
+                            BP_VALIDATE_MODEL_CASE_TIMEOUT_S (model-sized nodes) */
 } bp_validate_options;
+
+#define BP_VALIDATE_CASE_TIMEOUT_S 10.0
+#define BP_VALIDATE_MODEL_CASE_TIMEOUT_S 300.0
 
 /* One row: a kernel on a case (or a gradient check, impl "gradcheck"). */
 typedef struct bp_validate_result {
