@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bp_abi_sdk.h"
 #include "test_module.h"
 
 #define TM_CTX_MAGIC 0x43545831u /* "CTX1" */
@@ -46,18 +47,18 @@ static int run(void *user, const bp_abi_kernel_args *args) {
 #define TM_IMPL "ctx"
 #endif
 
+/* A static template; each registration is a copy pointing at its context
+ * (bp_sdk_register_kernel_user: the host copies kernel descriptors). */
+static const bp_abi_kernel template_kernel = {
+    .struct_size = sizeof(bp_abi_kernel), .op = "relu.fwd", .impl = TM_IMPL, .device = "cpu",
+    .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32), .run = run, .user = NULL};
+
 static int register_kernel(const bp_abi_host *host, tm_ctx *c) {
-  /* on the stack: the host copies kernel descriptors (bp_abi_module) */
-  const bp_abi_kernel k = {.struct_size = sizeof k, .op = "relu.fwd", .impl = TM_IMPL,
-                           .device = "cpu", .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32),
-                           .run = run, .user = c};
-  return host->register_kernel(host->ctx, &k);
+  return bp_sdk_register_kernel_user(host, &template_kernel, c);
 }
 
 static const char *option(const bp_abi_host *host, const char *name) {
-  if (host->struct_size < offsetof(bp_abi_host, option) + sizeof host->option || !host->option)
-    return NULL;
-  return host->option(host->ctx, name);
+  return bp_sdk_host_option(host, name);
 }
 
 static int init_ctx(const bp_abi_host *host, void **ctx_out) {
