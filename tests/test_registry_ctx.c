@@ -15,6 +15,7 @@
 
 #include "blueprint/registry.h"
 #include "bp_abi.h"
+#include "cpu-impl.h" /* cpu_user: what ops-cpu's kernels get as user */
 #include "test_module.h"
 
 static const char *module_path(const char *name) {
@@ -189,6 +190,41 @@ START_TEST(init_ctx_alone_is_enough_and_the_same_registry_skips_a_second_load) {
 }
 END_TEST
 
+/* The real ops-cpu: two registries with different cpu_isa options each get
+ * their own context, and each kernel (the FP16 adapter's and the
+ * batchnorm_relu flavour included) runs the set its registry asked for. */
+START_TEST(ops_cpu_keeps_each_registrys_instruction_set) {
+  static const char *const o1[] = {"cpu_isa=default", NULL}, *const o2[] = {"cpu_isa=avx2", NULL};
+  bp_registry *r1 = registry_with(o1), *r2 = registry_with(o2);
+  ck_assert_int_eq(bp_registry_load(r1, BP_OPS_CPU_PATH), BP_OK);
+  ck_assert_int_eq(bp_registry_load(r2, BP_OPS_CPU_PATH), BP_OK);
+  __builtin_cpu_init();
+  const int avx2 = __builtin_cpu_supports("avx2");
+  static const char *const ops[] = {"range.sgd", "batchnorm_relu.fwd_train"};
+  for (int i = 0; i < 2; i++) {
+    const bp_registered_kernel *k1 = NULL, *k2 = NULL;
+    for (int j = 0; j < bp_registry_kernel_count(r1); j++)
+      if (!strcmp(bp_registry_kernel(r1, j)->kernel.op, ops[i]) &&
+          !strcmp(bp_registry_kernel(r1, j)->kernel.impl, "cpu"))
+        k1 = bp_registry_kernel(r1, j);
+    for (int j = 0; j < bp_registry_kernel_count(r2); j++)
+      if (!strcmp(bp_registry_kernel(r2, j)->kernel.op, ops[i]) &&
+          !strcmp(bp_registry_kernel(r2, j)->kernel.impl, "cpu"))
+        k2 = bp_registry_kernel(r2, j);
+    ck_assert_ptr_nonnull(k1);
+    ck_assert_ptr_nonnull(k2);
+    ck_assert_ptr_ne(k1->kernel.user, k2->kernel.user);
+    const cpu_user *u1 = k1->kernel.user, *u2 = k2->kernel.user;
+    ck_assert_int_eq(u1->isa, CPU_ISA_DEFAULT);
+    ck_assert_int_eq(u2->isa, avx2 ? CPU_ISA_AVX2 : CPU_ISA_DEFAULT);
+    ck_assert_int_eq(u1->bn_relu, i == 1);
+    ck_assert_int_eq(u2->bn_relu, i == 1);
+  }
+  bp_registry_destroy(r1);
+  bp_registry_destroy(r2);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("registry_ctx");
   TCase *tc = tcase_create("contexts");
@@ -197,6 +233,7 @@ int main(void) {
   tcase_add_test(tc, refused_registration_finishes_the_context_init_ctx_made);
   tcase_add_test(tc, a_module_of_abi_1_5_size_loads_through_init);
   tcase_add_test(tc, init_ctx_alone_is_enough_and_the_same_registry_skips_a_second_load);
+  tcase_add_test(tc, ops_cpu_keeps_each_registrys_instruction_set);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
