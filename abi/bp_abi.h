@@ -393,10 +393,31 @@ typedef struct bp_abi_module {
   const char *version;         /* the module's own version string */
   const char *build_id;        /* changes with every build (autotune cache key) */
   /* Registers everything through host; BP_ABI_OK or an error (with
-   * host->error called). */
+   * host->error called). May be NULL only when init_ctx is set. */
   int (*init)(const bp_abi_host *host);
   /* (optional) called before the module is unloaded. */
   void (*fini)(void);
+  /* (1.6, optional; read only when struct_size covers them) A module that
+   * keeps its state in a context instead of globals. When init_ctx is set
+   * the host calls it instead of init, once per registry that loads the
+   * module (two registries loading one file share the library's globals,
+   * never a context). It allocates the context, registers through host as
+   * init does, with its kernels' `user` (and a device's ctx) pointing into
+   * the context, and stores the context in *ctx_out. The host copies the
+   * descriptors it is given (bp_abi_kernel, bp_abi_op, bp_abi_device), so
+   * they may live on init_ctx's stack; strings they point to stay static.
+   * On success the host passes that context to fini_ctx exactly once,
+   * when the module is unloaded (its registry destroyed) or when the host
+   * discards the module after a successful init_ctx (a registration of it
+   * was refused). On failure (an error returned) the host ignores
+   * *ctx_out and never calls fini_ctx: the module frees what it made
+   * before returning. fini is never called for a module whose init_ctx
+   * ran; a module that also sets init loads on a host before 1.6, which
+   * calls init. */
+  int (*init_ctx)(const bp_abi_host *host, void **ctx_out);
+  /* (1.6, optional) Frees a context init_ctx made; called after every
+   * kernel of the module is released and before the library is closed. */
+  void (*fini_ctx)(void *ctx);
 } bp_abi_module;
 
 typedef const bp_abi_module *(*bp_abi_module_entry_fn)(void);

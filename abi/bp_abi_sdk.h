@@ -14,6 +14,8 @@
  *  - NHWC element walking                       bp_sdk_offset, BP_SDK_FOR_EACH_*
  *  - the 1.4 fields of the kernel args, read    bp_sdk_args_state, _threads,
  *    only when struct_size covers them          _generation, _reason
+ *  - host options, a kernel pointed at a        bp_sdk_host_option,
+ *    module's context (1.6)                     bp_sdk_register_kernel_user
  *
  * Conventions: a check returns 1 when the arguments are fine, else 0 with
  * a reason written into reason[reason_size] (NUL-terminated, truncated;
@@ -222,6 +224,24 @@ static inline const char *bp_sdk_host_option(const bp_abi_host *host, const char
   return host && BP_SDK_HAS_FIELD(host, bp_abi_host, option) && host->option
              ? host->option(host->ctx, name)
              : NULL;
+}
+
+/* (1.6) Registers a copy of `kernel` whose `user` is `user`: what a
+ * module's init_ctx does to point a static descriptor at its context (the
+ * host copies descriptors at registration, bp_abi_module). The copy keeps
+ * the descriptor's struct_size (capped at this header's). Returns what
+ * register_kernel returns. */
+static inline int bp_sdk_register_kernel_user(const bp_abi_host *host, const bp_abi_kernel *kernel,
+                                              void *user) {
+  if (!host || !kernel || !host->register_kernel) return BP_ABI_ERR_INVALID;
+  bp_abi_kernel copy;
+  const size_t n = kernel->struct_size < sizeof copy ? kernel->struct_size : sizeof copy;
+  memset(&copy, 0, sizeof copy);
+  memcpy(&copy, kernel, n);
+  copy.struct_size = (uint32_t)n;
+  if (n < offsetof(bp_abi_kernel, user) + sizeof copy.user) return BP_ABI_ERR_INVALID;
+  copy.user = user;
+  return host->register_kernel(host->ctx, &copy);
 }
 
 /* ---- the kernel args (1.4 fields read only when present) -------------------- */

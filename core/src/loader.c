@@ -208,9 +208,10 @@ bp_status bp_loader_open(const char *path, bp_reg_record *rec, void **handle_out
     return refuse(rec, handle, BP_LOAD_STAGE_SYMBOL, BP_ERR_NOMEM, "out of memory");
   if (!d.name || !d.name[0])
     return refuse(rec, handle, BP_LOAD_STAGE_SYMBOL, BP_ERR_INVALID, "module has no name");
-  if (!d.init)
+  /* init_ctx (1.6) and fini_ctx read as NULL from a shorter descriptor */
+  if (!d.init && !d.init_ctx)
     return refuse(rec, handle, BP_LOAD_STAGE_SYMBOL, BP_ERR_INVALID,
-                  "module '%s' has no init function", d.name);
+                  "module '%s' has no init function (neither init nor init_ctx)", d.name);
 
   *handle_out = handle;
   *desc_out = d;

@@ -51,6 +51,10 @@ typedef struct bp_reg_module {
   char *path;           /* resolved path, owned */
   bp_abi_module desc;   /* copied descriptor, missing fields zeroed */
   char *build_id;       /* owned copy ("" when the module gave none) */
+  /* 1 when desc.init_ctx ran and returned BP_ABI_OK: the module is then
+   * finished with desc.fini_ctx(ctx) (when set), never with desc.fini */
+  int has_ctx;
+  void *ctx;            /* what init_ctx stored (the module's, opaque) */
 } bp_reg_module;
 
 /* Registrations of the module whose init is running. */

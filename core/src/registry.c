@@ -139,6 +139,18 @@ bp_status bp_registry_create_with(const bp_registry_options *options,
   return BP_OK;
 }
 
+/* The module's counterpart of the init that ran: fini_ctx(ctx) after a
+ * successful init_ctx, fini after init (bp_abi_module). At most once. */
+static void module_finish(bp_reg_module *m) {
+  if (m->has_ctx) {
+    if (m->desc.fini_ctx) m->desc.fini_ctx(m->ctx);
+  } else if (!m->desc.init_ctx && m->desc.fini) {
+    m->desc.fini();
+  }
+  m->has_ctx = 0;
+  m->ctx = NULL;
+}
+
 static void free_all(bp_ptr_list *list) {
   for (int i = 0; i < list->count; i++) free(list->items[i]);
   free(list->items);
@@ -156,7 +168,7 @@ void bp_registry_destroy(bp_registry *r) {
   /* Reverse load order: a later module may rely on an earlier one. */
   for (int i = r->modules.count - 1; i >= 0; i--) {
     bp_reg_module *m = r->modules.items[i];
-    if (m->desc.fini) m->desc.fini();
+    module_finish(m);
     dlclose(m->handle);
     free(m->path);
     free(m->build_id);
@@ -205,7 +217,14 @@ static const bp_reg_record *same_file(const bp_registry *r, dev_t dev, ino_t ino
  * the module is kept (pushed to r->modules) only when it loaded. */
 static bp_status init_and_commit(bp_registry *r, bp_reg_record *rec, bp_reg_module *m) {
   bp_stage_begin(r, m->path);
-  int rc = m->desc.init(&r->host);
+  int rc;
+  if (m->desc.init_ctx) { /* 1.6: a context per registry, this one's */
+    void *ctx = NULL;
+    rc = m->desc.init_ctx(&r->host, &ctx);
+    if (rc == BP_ABI_OK) m->has_ctx = 1, m->ctx = ctx; /* ignored on failure */
+  } else {
+    rc = m->desc.init(&r->host);
+  }
   r->stage.active = 0; /* later calls through the host table are refused */
   bp_status st = BP_OK;
   if (r->stage.failed) {
@@ -224,8 +243,9 @@ static bp_status init_and_commit(bp_registry *r, bp_reg_record *rec, bp_reg_modu
   }
   bp_stage_end(r);
   if (st != BP_OK) {
-    /* init ran, so the module may hold resources: fini before unloading */
-    if (m->desc.fini) m->desc.fini();
+    /* init ran, so the module may hold resources: fini (or fini_ctx after a
+     * successful init_ctx; none after a failed one) before unloading */
+    module_finish(m);
     rec->pub.outcome = BP_LOAD_REFUSED;
     rec->status = st;
     return st;

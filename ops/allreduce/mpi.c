@@ -127,9 +127,14 @@ static int mpi_init(const bp_abi_host *host) {
 }
 
 static const bp_abi_module mpi_module = {
-    sizeof(bp_abi_module),        BP_ABI_MAJOR,                  BP_ABI_MINOR, 1, 0,
-    "ops-allreduce-mpi",          BP_OPS_ALLREDUCE_MPI_VERSION,  BP_OPS_ALLREDUCE_MPI_BUILD_ID,
-    mpi_init,                     NULL,
+    .struct_size = sizeof(bp_abi_module),
+    .abi_major = BP_ABI_MAJOR,
+    .abi_minor_built = BP_ABI_MINOR,
+    .abi_minor_required = 1,
+    .name = "ops-allreduce-mpi",
+    .version = BP_OPS_ALLREDUCE_MPI_VERSION,
+    .build_id = BP_OPS_ALLREDUCE_MPI_BUILD_ID,
+    .init = mpi_init,
 };
 
 BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void);

@@ -103,8 +103,14 @@ static int threads_init(const bp_abi_host *host) {
 }
 
 static const bp_abi_module threads_module = {
-    sizeof(bp_abi_module),    BP_ABI_MAJOR,              BP_ABI_MINOR, 1, 0, "ops-allreduce",
-    BP_OPS_ALLREDUCE_VERSION, BP_OPS_ALLREDUCE_BUILD_ID, threads_init, NULL,
+    .struct_size = sizeof(bp_abi_module),
+    .abi_major = BP_ABI_MAJOR,
+    .abi_minor_built = BP_ABI_MINOR,
+    .abi_minor_required = 1,
+    .name = "ops-allreduce",
+    .version = BP_OPS_ALLREDUCE_VERSION,
+    .build_id = BP_OPS_ALLREDUCE_BUILD_ID,
+    .init = threads_init,
 };
 
 BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void);

@@ -105,8 +105,14 @@ static int blas_init(const bp_abi_host *host) {
 }
 
 static const bp_abi_module blas_module = {
-    sizeof(bp_abi_module), BP_ABI_MAJOR,         BP_ABI_MINOR, 0,        0, BLAS_MODULE_NAME,
-    BLAS_MODULE_VERSION,   BLAS_MODULE_BUILD_ID, blas_init,    NULL,
+    .struct_size = sizeof(bp_abi_module),
+    .abi_major = BP_ABI_MAJOR,
+    .abi_minor_built = BP_ABI_MINOR,
+    .abi_minor_required = 0,
+    .name = BLAS_MODULE_NAME,
+    .version = BLAS_MODULE_VERSION,
+    .build_id = BLAS_MODULE_BUILD_ID,
+    .init = blas_init,
 };
 
 BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void);

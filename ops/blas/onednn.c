@@ -22,6 +22,10 @@
 
 #define DNNL_SONAME "libdnnl.so.2"
 
+/* Process-wide: a dlopen'ed library's function table. Every registry
+ * that loads the module fills it with the same functions unless two
+ * registries name different dnnl_library files; then the last init's
+ * library serves both (a known limit, docs in abi/README.md). */
 static struct {
   dnnl_status_t (*sgemm)(char, char, dnnl_dim_t, dnnl_dim_t, dnnl_dim_t, float, const float *,
                          dnnl_dim_t, const float *, dnnl_dim_t, float, float *, dnnl_dim_t);

@@ -20,7 +20,10 @@
 
 #define OPENBLAS_SONAME "libopenblas.so.0"
 
-/* The OpenBLAS functions the module calls, and who chose its core. */
+/* The OpenBLAS functions the module calls, and who chose its core.
+ * Process-wide on purpose: a dlopen'ed library's function table (one
+ * OpenBLAS per process; its core is chosen by the process's first load),
+ * the same for every registry. */
 static struct {
   void (*sgemm)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint, blasint,
                 blasint, float, const float *, blasint, const float *, blasint, float, float *,

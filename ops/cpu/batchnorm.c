@@ -237,12 +237,14 @@ typedef struct bn_job {
                             * bwd: mean, invstd, k, sdy/M, sdyx/M), from channel c0 */
   const double *shift_k;   /* train statistics: K of channels c0.. */
   _Alignas(64) double part[2][OPS_BN_MAX_CHUNKS][BN_BLOCK]; /* the chunk sums */
+  cpu_isa_level isa; /* the context's (cpu_user) */
 } bn_job;
 
-static void bn_job_init(bn_job *j, const bp_abi_kernel_args *args, const bp_batchnorm_attrs *a,
-                        int relu, const bp_abi_tensor *b, const bp_abi_tensor *c,
-                        const bp_abi_tensor *d) {
+static void bn_job_init(bn_job *j, const void *user, const bp_abi_kernel_args *args,
+                        const bp_batchnorm_attrs *a, int relu, const bp_abi_tensor *b,
+                        const bp_abi_tensor *c, const bp_abi_tensor *d) {
   const bp_abi_tensor *x = bp_sdk_input(args, 0);
+  j->isa = cpu_user_isa(user);
   j->args = args;
   j->a = a;
   j->relu = relu;
@@ -296,7 +298,7 @@ static void bn_train_stats_task(void *p, int64_t i) {
     int64_t p1;
     const int64_t p0 = bn_chunk(j, ci, &p1);
     BN_FOR_RUNS(&j->px, p0, p1, n, h, w, cnt)
-    bn_stats_loop(bn_in(j, 0, 0, n, h, w, j->c0), j->px.t[0]->stride[2], cnt, j->nb, j->shift_k,
+    bn_stats_loop(j->isa, bn_in(j, 0, 0, n, h, w, j->c0), j->px.t[0]->stride[2], cnt, j->nb, j->shift_k,
                   sd, sdd);
   }
 }
@@ -311,7 +313,7 @@ static void bn_bwd_sums_task(void *p, int64_t i) {
     int64_t p1;
     const int64_t p0 = bn_chunk(j, ci, &p1);
     BN_FOR_RUNS(&j->px, p0, p1, n, h, w, cnt)
-    bn_bwd_sums_loop(bn_in(j, 0, 0, n, h, w, j->c0), j->px.t[0]->stride[2],
+    bn_bwd_sums_loop(j->isa, bn_in(j, 0, 0, n, h, w, j->c0), j->px.t[0]->stride[2],
                      bn_in(j, 1, 1, n, h, w, j->c0), j->px.t[1]->stride[2],
                      j->relu ? bn_in(j, 5, 3, n, h, w, j->c0) : NULL,
                      j->relu ? j->px.t[3]->stride[2] : 0, cnt, j->nb, j->f[0], j->f[1], sdy,
@@ -331,7 +333,7 @@ static void bn_apply_task(void *p, int64_t i) {
   int64_t p1;
   const int64_t p0 = bn_pixel_task(j, i, &p1);
   BN_FOR_RUNS(&j->px, p0, p1, n, h, w, cnt)
-  bn_apply_loop(bn_in(j, 0, 0, n, h, w, j->c0), j->px.t[0]->stride[2],
+  bn_apply_loop(j->isa, bn_in(j, 0, 0, n, h, w, j->c0), j->px.t[0]->stride[2],
                 bn_out(j, 1, n, h, w, j->c0), j->px.t[1]->stride[2], cnt, j->nb, j->f[0],
                 j->f[1], j->relu);
 }
@@ -341,7 +343,7 @@ static void bn_dx_task(void *p, int64_t i) {
   int64_t p1;
   const int64_t p0 = bn_pixel_task(j, i, &p1);
   BN_FOR_RUNS(&j->px, p0, p1, n, h, w, cnt)
-  bn_bwd_dx_loop(bn_in(j, 0, 0, n, h, w, j->c0), j->px.t[0]->stride[2],
+  bn_bwd_dx_loop(j->isa, bn_in(j, 0, 0, n, h, w, j->c0), j->px.t[0]->stride[2],
                  bn_in(j, 1, 1, n, h, w, j->c0), j->px.t[1]->stride[2],
                  j->relu ? bn_in(j, 5, 3, n, h, w, j->c0) : NULL,
                  j->relu ? j->px.t[3]->stride[2] : 0, bn_out(j, 2, n, h, w, j->c0),
@@ -355,9 +357,8 @@ static void bn_pixel_round(bn_job *j, void (*task)(void *, int64_t), int64_t c0,
 
 /* ---- kernels ---------------------------------------------------------------- */
 
-/* user: NULL for batchnorm.*, non-NULL (bn_relu) for batchnorm_relu.* */
-static const int bn_relu = 1;
-#define BN_RELU(user) ((user) != NULL)
+/* user: a cpu_user (cpu-impl.h) whose bn_relu is 1 for batchnorm_relu.* */
+#define BN_RELU(user) ((user) != NULL && ((const cpu_user *)(user))->bn_relu)
 
 static int bn_supports_train(void *user, const bp_abi_kernel_args *args, char *reason,
                              size_t rs) {
@@ -387,7 +388,7 @@ static int bn_run_train(void *user, const bp_abi_kernel_args *args) {
       !bp_sdk_check_ptrs(args, alias_out, alias_in, 2, reason, rs))
     return BP_ABI_ERR_INVALID;
   bn_job j;
-  bn_job_init(&j, args, &a, relu, bp_sdk_output(args, 0), NULL, NULL);
+  bn_job_init(&j, user, args, &a, relu, bp_sdk_output(args, 0), NULL, NULL);
   const int whole = j.c > BN_SPLIT_C;
   const float *x0 = bn_in(&j, 0, 0, 0, 0, 0, 0);
   double scale[BN_SPLIT_C], shift[BN_SPLIT_C];
@@ -424,7 +425,7 @@ static int bn_run_eval(void *user, const bp_abi_kernel_args *args) {
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   bn_job j;
-  bn_job_init(&j, args, &a, relu, bp_sdk_output(args, 0), NULL, NULL);
+  bn_job_init(&j, user, args, &a, relu, bp_sdk_output(args, 0), NULL, NULL);
   double scale[BN_SPLIT_C], shift[BN_SPLIT_C];
   j.f[0] = scale, j.f[1] = shift;
   const int64_t step = j.c > BN_SPLIT_C ? BN_SPLIT_C : j.c;
@@ -447,7 +448,7 @@ static int bn_run_bwd(void *user, const bp_abi_kernel_args *args) {
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   bn_job j;
-  bn_job_init(&j, args, &a, relu, bp_sdk_input(args, 1), bp_sdk_output(args, 0),
+  bn_job_init(&j, user, args, &a, relu, bp_sdk_input(args, 1), bp_sdk_output(args, 0),
               relu ? bp_sdk_input(args, 5) : NULL);
   const int whole = j.c > BN_SPLIT_C;
   double f[5][BN_SPLIT_C]; /* mean, invstd, k, sdy/M, sdyx/M */
@@ -492,13 +493,13 @@ const bp_abi_kernel cpu_batchnorm_relu_fwd_train = {
     .struct_size = sizeof(bp_abi_kernel), .op = "batchnorm_relu.fwd_train", .impl = CPU_IMPL,
     .device = CPU_DEVICE, .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32), .priority = CPU_PRIORITY,
     .flags = CPU_FLAGS, .supports = bn_supports_train, .run = bn_run_train,
-    .user = (void *)&bn_relu};
+    .user = (void *)&cpu_relu_tag};
 const bp_abi_kernel cpu_batchnorm_relu_fwd_eval = {
     .struct_size = sizeof(bp_abi_kernel), .op = "batchnorm_relu.fwd_eval", .impl = CPU_IMPL,
     .device = CPU_DEVICE, .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32), .priority = CPU_PRIORITY,
     .flags = CPU_FLAGS, .supports = bn_supports_eval, .run = bn_run_eval,
-    .user = (void *)&bn_relu};
+    .user = (void *)&cpu_relu_tag};
 const bp_abi_kernel cpu_batchnorm_relu_bwd = {
     .struct_size = sizeof(bp_abi_kernel), .op = "batchnorm_relu.bwd", .impl = CPU_IMPL,
     .device = CPU_DEVICE, .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32), .priority = CPU_PRIORITY,
-    .flags = CPU_FLAGS, .supports = bn_supports_bwd, .run = bn_run_bwd, .user = (void *)&bn_relu};
+    .flags = CPU_FLAGS, .supports = bn_supports_bwd, .run = bn_run_bwd, .user = (void *)&cpu_relu_tag};

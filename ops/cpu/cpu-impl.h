@@ -56,8 +56,8 @@
  *
  * ISA dispatch: each inner loop is written once (an always-inline body)
  * and instantiated three times, for AVX-512F, AVX2 and the x86-64 baseline
- * (SSE2) through __attribute__((target(...))); cpu_isa() says which set
- * runs, chosen once when the module is loaded (__builtin_cpu_supports,
+ * (SSE2) through __attribute__((target(...))); the kernel's context
+ * (cpu_user) says which set runs, chosen when a registry loads the module (__builtin_cpu_supports,
  * which also checks that the OS saves the vector state) and lowered by
  * the module option cpu_isa=avx512f|avx2|default (the CLI's BP_CPU_ISA;
  * CTest runs tests/test_ops_cpu.c once
@@ -90,9 +90,25 @@ typedef enum cpu_isa_level {
   CPU_ISA_AVX512F = 2,
 } cpu_isa_level;
 
-/* The set in use (module.c; CPU_ISA_DEFAULT until the module's init). */
-cpu_isa_level cpu_isa(void);
 const char *cpu_isa_name(cpu_isa_level isa);
+
+/* What every kernel of this module receives as `user`: module.c's
+ * init_ctx makes one context per registry that loads the module, holding
+ * the instruction set chosen for that registry (its cpu_isa option) and
+ * the two flavours below, and registers each kernel pointing into it (the
+ * FP16 adapter's records are copied into the context too, their inner
+ * `user` pointing at these). A NULL user (a static descriptor called
+ * directly) runs the baseline loops. */
+typedef struct cpu_user {
+  cpu_isa_level isa; /* the set the loops run */
+  int bn_relu;       /* 1: batchnorm_relu.* (the descriptors' user is cpu_relu_tag) */
+} cpu_user;
+/* The static descriptors of batchnorm_relu.* carry this as `user`; the
+ * module maps it to its context's relu flavour. */
+extern const cpu_user cpu_relu_tag;
+static inline cpu_isa_level cpu_user_isa(const void *user) {
+  return user ? ((const cpu_user *)user)->isa : CPU_ISA_DEFAULT;
+}
 
 /* Marks the three instantiations of a loop. */
 #if defined(__x86_64__) || defined(__i386__)
@@ -104,25 +120,31 @@ const char *cpu_isa_name(cpu_isa_level isa);
 #endif
 #define CPU_INLINE static inline __attribute__((always_inline))
 
-/* CPU_DISPATCH(name, (params), (args)) defines `static void name(params)`
- * that runs name##_body(args) (a CPU_INLINE function) compiled for the set
- * cpu_isa() names: name##_avx512f, name##_avx2 and name##_default are the
- * same loop built three times, each vectorized for its own registers. */
+/* CPU_DISPATCH(name, (params), (args)) defines
+ * `static void name(cpu_isa_level isa, params)` that runs name##_body(args)
+ * (a CPU_INLINE function) compiled for the set `isa` names (the kernel's
+ * context's, cpu_user_isa, carried into the tasks by their job):
+ * name##_avx512f, name##_avx2 and name##_default are the same loop built
+ * three times, each vectorized for its own registers. */
+#define CPU_UNPAREN(...) __VA_ARGS__
 #if CPU_HAVE_X86_VARIANTS
 #define CPU_DISPATCH(name, params, args)                                                     \
   CPU_TARGET_AVX512F static void name##_avx512f params { name##_body args; }               \
   CPU_TARGET_AVX2 static void name##_avx2 params { name##_body args; }                     \
   static void name##_default params { name##_body args; }                                  \
-  static void name params {                                                                \
-    switch (cpu_isa()) {                                                                   \
+  static void name(cpu_isa_level isa, CPU_UNPAREN params) {                                \
+    switch (isa) {                                                                         \
       case CPU_ISA_AVX512F: name##_avx512f args; return;                                   \
       case CPU_ISA_AVX2: name##_avx2 args; return;                                         \
       default: name##_default args; return;                                                \
     }                                                                                      \
   }
 #else
-#define CPU_DISPATCH(name, params, args) \
-  static void name params { name##_body args; }
+#define CPU_DISPATCH(name, params, args)                            \
+  static void name(cpu_isa_level isa, CPU_UNPAREN params) {         \
+    (void)isa;                                                      \
+    name##_body args;                                               \
+  }
 #endif
 
 /* Threads: a kernel cuts its work into tasks whose bounds depend on the

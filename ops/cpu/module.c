@@ -17,8 +17,11 @@
  * host's module option "cpu_isa" (ABI 1.6; the CLI passes BP_CPU_ISA:
  * avx512f, avx2 or default) lowers it; a set above what the machine
  * supports, or an unknown name, is reported and ignored. Every set gives
- * the same bits. The choice is logged at info level (BP_LOG=info). */
-#include <stdatomic.h>
+ * the same bits. The choice is logged at info level (BP_LOG=info).
+ *
+ * State: none in globals. init_ctx (ABI 1.6) makes one context per
+ * registry that loads the module, holding that registry's instruction set;
+ * every kernel's user points into it (cpu-impl.h, cpu_user). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,12 +59,25 @@ static const bp_abi_kernel *const cpu_kernels[] = {
     &cpu_softmax_ce_fwd_bwd,
 };
 
-/* Written at init, read by every run (possibly from several rank threads,
- * and a second registry loading the module re-runs init): atomic. */
-static atomic_int cpu_isa_in_use = CPU_ISA_DEFAULT;
+const cpu_user cpu_relu_tag = {CPU_ISA_DEFAULT, 1};
 
-cpu_isa_level cpu_isa(void) {
-  return (cpu_isa_level)atomic_load_explicit(&cpu_isa_in_use, memory_order_relaxed);
+#define CPU_KERNEL_COUNT (sizeof cpu_kernels / sizeof cpu_kernels[0])
+
+/* One registry's view of the module (init_ctx makes it, fini_ctx frees
+ * it): the instruction set chosen from that registry's cpu_isa option,
+ * and what the kernels it registered point at. Read-only after init_ctx,
+ * so rank threads share it without a lock; two registries with different
+ * options each run their own set. */
+typedef struct cpu_ctx {
+  cpu_user plain; /* every kernel but batchnorm_relu.* */
+  cpu_user relu;  /* batchnorm_relu.* */
+  ops_fp16_kernel fp16[CPU_KERNEL_COUNT]; /* the FP16 adapter's records, inner user mapped */
+} cpu_ctx;
+
+/* The context's counterpart of a static descriptor's user: NULL -> plain,
+ * cpu_relu_tag -> relu. */
+static void *cpu_map_user(cpu_ctx *ctx, const void *user) {
+  return user == &cpu_relu_tag ? (void *)&ctx->relu : (void *)&ctx->plain;
 }
 
 const char *cpu_isa_name(cpu_isa_level isa) {
@@ -83,7 +99,7 @@ static cpu_isa_level cpu_isa_detect(void) {
 }
 
 /* Detects the set, applies the cpu_isa option (BP_CPU_ISA), logs the outcome. */
-static void cpu_isa_init(const bp_abi_host *host) {
+static cpu_isa_level cpu_isa_choose(const bp_abi_host *host) {
   const cpu_isa_level detected = cpu_isa_detect();
   cpu_isa_level use = detected;
   const char *source = "detected";
@@ -108,22 +124,61 @@ static void cpu_isa_init(const bp_abi_host *host) {
       source = "BP_CPU_ISA";
     }
   }
-  atomic_store_explicit(&cpu_isa_in_use, (int)use, memory_order_relaxed);
   snprintf(message, sizeof message, "ops-cpu: %s loops (%s; the machine supports %s)",
            cpu_isa_name(use), source, cpu_isa_name(detected));
   ops_host_log(host, BP_ABI_LOG_INFO, message);
+  return use;
 }
 
-static int cpu_init(const bp_abi_host *host) {
-  const int rc = ops_register_kernels(host, "ops-cpu", cpu_kernels,
-                                      sizeof cpu_kernels / sizeof cpu_kernels[0]);
-  if (rc == BP_ABI_OK) cpu_isa_init(host);
-  return rc;
+/* Registers every kernel pointing into a new context. A static
+ * descriptor's user is NULL, cpu_relu_tag, or (a kernel routed through the
+ * FP16 adapter, CPU_KERNEL16) the adapter's ops_fp16_kernel record: that
+ * record is copied into the context with its own user mapped. */
+static int cpu_init_ctx(const bp_abi_host *host, void **ctx_out) {
+  cpu_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) {
+    if (host && host->error) host->error(host->ctx, "ops-cpu: out of memory for the context");
+    return BP_ABI_ERR_NOMEM;
+  }
+  ctx->plain.isa = ctx->relu.isa = cpu_isa_choose(host);
+  ctx->relu.bn_relu = 1;
+  bp_abi_kernel kernels[CPU_KERNEL_COUNT];
+  const bp_abi_kernel *table[CPU_KERNEL_COUNT];
+  for (size_t i = 0; i < CPU_KERNEL_COUNT; i++) {
+    kernels[i] = *cpu_kernels[i];
+    const void *user = cpu_kernels[i]->user;
+    if (user && user != &cpu_relu_tag) {
+      ctx->fp16[i] = *(const ops_fp16_kernel *)cpu_kernels[i]->user;
+      ctx->fp16[i].user = cpu_map_user(ctx, ctx->fp16[i].user);
+      kernels[i].user = &ctx->fp16[i];
+    } else {
+      kernels[i].user = cpu_map_user(ctx, user);
+    }
+    table[i] = &kernels[i];
+  }
+  const int rc = ops_register_kernels(host, "ops-cpu", table, CPU_KERNEL_COUNT);
+  if (rc != BP_ABI_OK) {
+    free(ctx); /* a failed init_ctx frees its own context (bp_abi.h) */
+    return rc;
+  }
+  *ctx_out = ctx;
+  return BP_ABI_OK;
 }
 
+static void cpu_fini_ctx(void *ctx) { free(ctx); }
+
+/* init_ctx only: the module needs a 1.6 host (the cpu_isa option is 1.6
+ * too), so init is NULL. */
 static const bp_abi_module cpu_module = {
-    sizeof(bp_abi_module), BP_ABI_MAJOR,        BP_ABI_MINOR, 0,        0, "ops-cpu",
-    BP_OPS_CPU_VERSION,    BP_OPS_CPU_BUILD_ID, cpu_init,     NULL,
+    .struct_size = sizeof(bp_abi_module),
+    .abi_major = BP_ABI_MAJOR,
+    .abi_minor_built = BP_ABI_MINOR,
+    .abi_minor_required = 6,
+    .name = "ops-cpu",
+    .version = BP_OPS_CPU_VERSION,
+    .build_id = BP_OPS_CPU_BUILD_ID,
+    .init_ctx = cpu_init_ctx,
+    .fini_ctx = cpu_fini_ctx,
 };
 
 BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void);

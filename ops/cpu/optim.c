@@ -70,20 +70,21 @@ typedef struct optim_job {
   float lr, mu, wd; /* sgd */
   int nesterov;     /* sgd */
   bp_adamw_factors f; /* adamw */
+  cpu_isa_level isa;  /* the context's (cpu_user) */
 } optim_job;
 
 static void sgd_task(void *p, int64_t i) {
   const optim_job *j = p;
   int64_t end;
   const int64_t lo = cpu_task_items(i, OPTIM_TASK_ELEMS, j->n, &end);
-  sgd_loop(j->w + lo, j->m + lo, j->grad + lo, end - lo, j->lr, j->mu, j->wd, j->nesterov);
+  sgd_loop(j->isa, j->w + lo, j->m + lo, j->grad + lo, end - lo, j->lr, j->mu, j->wd, j->nesterov);
 }
 
 static void adamw_task(void *p, int64_t i) {
   const optim_job *j = p;
   int64_t end;
   const int64_t lo = cpu_task_items(i, OPTIM_TASK_ELEMS, j->n, &end);
-  adamw_loop(j->w + lo, j->m + lo, j->v + lo, j->grad + lo, end - lo, j->f);
+  adamw_loop(j->isa, j->w + lo, j->m + lo, j->v + lo, j->grad + lo, end - lo, j->f);
 }
 
 /* ---- kernels ---------------------------------------------------------------- */
@@ -102,7 +103,6 @@ static int adamw_supports(void *user, const bp_abi_kernel_args *args, char *reas
 
 /* range.sgd  in: grad, lr, [skip]   out: w, m (sgd_run). */
 static int sgd_run(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   bp_optimizer_attrs a;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
@@ -114,14 +114,14 @@ static int sgd_run(void *user, const bp_abi_kernel_args *args) {
   if (!ops_update_scalars(args, -1, &lr, &step)) return BP_ABI_ERR_INVALID;
   optim_job j = {.w = bp_sdk_output_f32(args, 0), .m = bp_sdk_output_f32(args, 1),
                  .grad = bp_sdk_input_f32(args, 0), .n = bp_sdk_input(args, 0)->shape[3],
-                 .lr = lr, .mu = a.momentum, .wd = a.weight_decay, .nesterov = a.nesterov};
+                 .lr = lr, .mu = a.momentum, .wd = a.weight_decay, .nesterov = a.nesterov,
+                 .isa = cpu_user_isa(user)};
   bp_sdk_parallel_for(args, sgd_task, &j, cpu_task_count(j.n, OPTIM_TASK_ELEMS));
   return BP_ABI_OK;
 }
 
 /* range.adamw  in: grad, lr, step, [skip]   out: w, m, v (adamw_run). */
 static int adamw_run(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   bp_optimizer_attrs a;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
@@ -135,7 +135,8 @@ static int adamw_run(void *user, const bp_abi_kernel_args *args) {
       bp_adamw_factors_of(lr, step, a.beta1, a.beta2, a.weight_decay, a.eps);
   optim_job j = {.w = bp_sdk_output_f32(args, 0), .m = bp_sdk_output_f32(args, 1),
                  .v = bp_sdk_output_f32(args, 2), .grad = bp_sdk_input_f32(args, 0),
-                 .n = bp_sdk_input(args, 0)->shape[3], .f = f};
+                 .n = bp_sdk_input(args, 0)->shape[3], .f = f,
+                 .isa = cpu_user_isa(user)};
   bp_sdk_parallel_for(args, adamw_task, &j, cpu_task_count(j.n, OPTIM_TASK_ELEMS));
   return BP_ABI_OK;
 }

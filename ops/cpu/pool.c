@@ -291,9 +291,12 @@ typedef struct pool_job {
   int8_t *mask_out;    /* fwd */
   int64_t items, per;  /* rows (fwd) or images (bwd) and items per task */
   atomic_int bad;      /* bwd: a mask value out of its window */
+  cpu_isa_level isa; /* the context's (cpu_user) */
 } pool_job;
 
-static void pool_job_init(pool_job *j, const pool_dims *d, int64_t items, int64_t item_elems) {
+static void pool_job_init(pool_job *j, const void *user, const pool_dims *d, int64_t items,
+                          int64_t item_elems) {
+  j->isa = cpu_user_isa(user);
   j->d = d;
   j->items = items;
   j->per = cpu_items_per_task(item_elems);
@@ -306,7 +309,7 @@ static void maxpool_fwd_task(void *p, int64_t i) {
   pool_job *j = p;
   int64_t r1;
   const int64_t r0 = cpu_task_items(i, j->per, j->items, &r1);
-  maxpool_fwd_loop(j->d, j->in, j->out, j->mask_out, r0, r1);
+  maxpool_fwd_loop(j->isa, j->d, j->in, j->out, j->mask_out, r0, r1);
 }
 
 static void maxpool_mask_task(void *p, int64_t i) {
@@ -314,7 +317,7 @@ static void maxpool_mask_task(void *p, int64_t i) {
   int64_t n1;
   const int64_t n0 = cpu_task_items(i, j->per, j->items, &n1);
   int bad = 1;
-  maxpool_mask_check(j->d, j->mask, &bad, n0, n1);
+  maxpool_mask_check(j->isa, j->d, j->mask, &bad, n0, n1);
   if (bad) atomic_store_explicit(&j->bad, 1, memory_order_relaxed);
 }
 
@@ -327,7 +330,7 @@ static void maxpool_bwd_task(void *p, int64_t i) {
   int64_t n1;
   const int64_t n0 = cpu_task_items(i, j->per, j->items, &n1);
   if (maxpool_tiles(d)) {
-    maxpool_bwd_put_loop(d, j->in, j->mask, j->out, n0, n1);
+    maxpool_bwd_put_loop(j->isa, d, j->in, j->mask, j->out, n0, n1);
     return;
   }
   if (!d->accumulate)
@@ -335,7 +338,7 @@ static void maxpool_bwd_task(void *p, int64_t i) {
       for (int64_t h = 0; h < d->h; h++)
         for (int64_t w = 0; w < d->w; w++)
           memset(j->out + bp_sdk_offset(d->x, n, h, w, 0), 0, (size_t)d->c * sizeof(float));
-  maxpool_bwd_loop(d, j->in, j->mask, j->out, n0, n1);
+  maxpool_bwd_loop(j->isa, d, j->in, j->mask, j->out, n0, n1);
 }
 
 /* ---- kernels ---------------------------------------------------------------- */
@@ -355,7 +358,6 @@ static int maxpool_supports_bwd(void *user, const bp_abi_kernel_args *args, char
 
 /* maxpool.fwd  in: x   out: y, mask. */
 static int maxpool_run_fwd(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   pool_dims d;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
@@ -363,7 +365,7 @@ static int maxpool_run_fwd(void *user, const bp_abi_kernel_args *args) {
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   pool_job j;
-  pool_job_init(&j, &d, d.n * d.oh, d.ow * d.c * d.kh * d.kw);
+  pool_job_init(&j, user, &d, d.n * d.oh, d.ow * d.c * d.kh * d.kw);
   j.in = bp_sdk_input_f32(args, 0);
   j.out = bp_sdk_output_f32(args, 0);
   j.mask_out = (int8_t *)args->output_ptrs[1];
@@ -374,7 +376,6 @@ static int maxpool_run_fwd(void *user, const bp_abi_kernel_args *args) {
 /* maxpool.bwd  in: dy, mask   out: dx. A bad mask value makes run() return
  * BP_ABI_ERR_INVALID before dx is touched, as in the reference. */
 static int maxpool_run_bwd(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   pool_dims d;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
@@ -382,7 +383,7 @@ static int maxpool_run_bwd(void *user, const bp_abi_kernel_args *args) {
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   pool_job j;
-  pool_job_init(&j, &d, d.n, d.oh * d.ow * d.c * d.kh * d.kw);
+  pool_job_init(&j, user, &d, d.n, d.oh * d.ow * d.c * d.kh * d.kw);
   j.in = bp_sdk_input_f32(args, 0);
   j.mask = (const int8_t *)args->input_ptrs[1];
   j.out = bp_sdk_output_f32(args, 0);

@@ -7,7 +7,7 @@
  * (ops/shared/range_check.h) and the same reasons.
  *
  * Conversions: ops/shared/fp16_convert_x86.h, F16C eight at a time when
- * the CPU has it and this module's instruction set (cpu_isa()) is AVX2 or
+ * the CPU has it and the kernel's instruction set (cpu_user_isa) is AVX2 or
  * above, so BP_CPU_ISA=default runs the SDK's bit conversion; the two give
  * the same bits. unscale multiplies the exactly widened value by the same
  * FP32 inv = 1.0f / scale (ops_unscale_factor). nan_check classifies on
@@ -41,6 +41,7 @@ typedef struct span_job {
   int use_f16c;
   int32_t dtype;    /* range.nan_check: src's dtype */
   atomic_int found; /* range.nan_check */
+  cpu_isa_level isa; /* the context's (cpu_user) */
 } span_job;
 
 /* Elements [lo, lo + len) of chunk i. */
@@ -57,7 +58,7 @@ static void span_run(const bp_abi_kernel_args *args, void (*task)(void *job, int
   else bp_sdk_parallel_for(args, task, job, chunks);
 }
 
-static int use_f16c(void) { return cpu_isa() >= CPU_ISA_AVX2 && ops_fp16_f16c_supported(); }
+static int use_f16c(cpu_isa_level isa) { return isa >= CPU_ISA_AVX2 && ops_fp16_f16c_supported(); }
 
 /* ---- loops ------------------------------------------------------------------ */
 
@@ -112,30 +113,31 @@ static void nan_check_task(void *p, int64_t i) {
   int64_t len;
   const int64_t lo = chunk_of(j, i, &len);
   int found;
-  if (j->dtype == BP_ABI_DTYPE_FP32) nonfinite_f32((const float *)j->src + lo, len, &found);
-  else nonfinite_f16((const uint16_t *)j->src + lo, len, &found);
+  if (j->dtype == BP_ABI_DTYPE_FP32) nonfinite_f32(j->isa, (const float *)j->src + lo, len, &found);
+  else nonfinite_f16(j->isa, (const uint16_t *)j->src + lo, len, &found);
   if (found) atomic_store_explicit(&j->found, 1, memory_order_relaxed);
 }
 
 /* ---- kernels ---------------------------------------------------------------------- */
 
 /* The job of input 0 (if any) into output 0 over span's elements. */
-static void job_init(span_job *j, const bp_abi_kernel_args *args, const bp_abi_tensor *span) {
+static void job_init(span_job *j, const void *user, const bp_abi_kernel_args *args,
+                     const bp_abi_tensor *span) {
   memset(j, 0, sizeof *j);
+  j->isa = cpu_user_isa(user);
   j->src = args->num_inputs > 0 ? args->input_ptrs[0] : NULL;
   j->dst = args->output_ptrs[0];
   j->n = span->shape[3];
-  j->use_f16c = use_f16c();
+  j->use_f16c = use_f16c(j->isa);
   atomic_init(&j->found, 0);
 }
 
 OPS_RANGE_SUPPORTS(zero_supports, ops_zero_check)
 static int zero_run(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   if (!ops_range_run_checks(args, ops_zero_check)) return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *x = bp_sdk_output(args, 0);
   span_job j;
-  job_init(&j, args, x);
+  job_init(&j, user, args, x);
   j.elem_size = bp_sdk_dtype_size(x->dtype);
   span_run(args, zero_task, &j);
   return BP_ABI_OK;
@@ -143,23 +145,21 @@ static int zero_run(void *user, const bp_abi_kernel_args *args) {
 
 OPS_RANGE_SUPPORTS(cast_supports, ops_cast_check)
 static int cast_run(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   if (!ops_range_run_checks(args, ops_cast_check)) return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *src = bp_sdk_input(args, 0);
   span_job j;
-  job_init(&j, args, src);
+  job_init(&j, user, args, src);
   span_run(args, src->dtype == BP_ABI_DTYPE_FP32 ? narrow_task : widen_task, &j);
   return BP_ABI_OK;
 }
 
 OPS_RANGE_SUPPORTS(unscale_supports, ops_unscale_check)
 static int unscale_run(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   float inv;
   if (!ops_range_run_checks(args, ops_unscale_check) || !ops_unscale_factor(args, 1, &inv))
     return BP_ABI_ERR_INVALID;
   span_job j;
-  job_init(&j, args, bp_sdk_input(args, 0));
+  job_init(&j, user, args, bp_sdk_input(args, 0));
   j.k = inv;
   span_run(args, unscale_task, &j);
   return BP_ABI_OK;
@@ -167,11 +167,10 @@ static int unscale_run(void *user, const bp_abi_kernel_args *args) {
 
 OPS_RANGE_SUPPORTS(nan_check_supports, ops_nan_check_check)
 static int nan_check_run(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   if (!ops_range_run_checks(args, ops_nan_check_check)) return BP_ABI_ERR_INVALID;
   const bp_abi_tensor *x = bp_sdk_input(args, 0);
   span_job j;
-  job_init(&j, args, x);
+  job_init(&j, user, args, x);
   j.dtype = x->dtype;
   span_run(args, nan_check_task, &j);
   if (atomic_load_explicit(&j.found, memory_order_relaxed)) *bp_sdk_output_f32(args, 0) = 1.0f;

@@ -99,14 +99,15 @@ typedef struct relu_job {
   float *out;      /* fwd: y; bwd: dx */
   int64_t n;
   int accumulate;
+  cpu_isa_level isa; /* the context's (cpu_user) */
 } relu_job;
 
 static void relu_fwd_task(void *p, int64_t i) {
   const relu_job *j = p;
   int64_t end;
   const int64_t lo = cpu_task_items(i, CPU_TASK_ELEMS, j->n, &end);
-  if ((const void *)j->out == (const void *)j->x) relu_fwd_inplace_loop(j->out + lo, end - lo);
-  else relu_fwd_loop(j->x + lo, j->out + lo, end - lo);
+  if ((const void *)j->out == (const void *)j->x) relu_fwd_inplace_loop(j->isa, j->out + lo, end - lo);
+  else relu_fwd_loop(j->isa, j->x + lo, j->out + lo, end - lo);
 }
 
 static void relu_bwd_task(void *p, int64_t i) {
@@ -114,8 +115,8 @@ static void relu_bwd_task(void *p, int64_t i) {
   int64_t end;
   const int64_t lo = cpu_task_items(i, CPU_TASK_ELEMS, j->n, &end);
   if ((const void *)j->out == (const void *)j->dy)
-    relu_bwd_inplace_loop(j->x + lo, j->out + lo, end - lo, j->accumulate);
-  else relu_bwd_loop(j->x + lo, j->dy + lo, j->out + lo, end - lo, j->accumulate);
+    relu_bwd_inplace_loop(j->isa, j->x + lo, j->out + lo, end - lo, j->accumulate);
+  else relu_bwd_loop(j->isa, j->x + lo, j->dy + lo, j->out + lo, end - lo, j->accumulate);
 }
 
 /* ---- kernels ---------------------------------------------------------------- */
@@ -146,7 +147,6 @@ static int relu_supports_bwd(void *user, const bp_abi_kernel_args *args, char *r
 
 /* relu.fwd  in: x   out: y (may be x itself). */
 static int relu_run_fwd(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
   bp_elementwise_attrs a;
@@ -155,14 +155,13 @@ static int relu_run_fwd(void *user, const bp_abi_kernel_args *args) {
       !bp_sdk_check_ptrs(args, alias_out, alias_in, 1, reason, rs))
     return BP_ABI_ERR_INVALID;
   relu_job j = {bp_sdk_input_f32(args, 0), NULL, bp_sdk_output_f32(args, 0),
-                count_of(bp_sdk_input(args, 0)), 0};
+                count_of(bp_sdk_input(args, 0)), 0, cpu_user_isa(user)};
   bp_sdk_parallel_for(args, relu_fwd_task, &j, cpu_task_count(j.n, CPU_TASK_ELEMS));
   return BP_ABI_OK;
 }
 
 /* relu.bwd  in: y, dy   out: dx (may be dy itself). */
 static int relu_run_bwd(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
   bp_elementwise_attrs a;
@@ -171,7 +170,7 @@ static int relu_run_bwd(void *user, const bp_abi_kernel_args *args) {
       !bp_sdk_check_ptrs(args, alias_out, alias_in, 1, reason, rs))
     return BP_ABI_ERR_INVALID;
   relu_job j = {bp_sdk_input_f32(args, 0), bp_sdk_input_f32(args, 1), bp_sdk_output_f32(args, 0),
-                count_of(bp_sdk_input(args, 0)), a.accumulate};
+                count_of(bp_sdk_input(args, 0)), a.accumulate, cpu_user_isa(user)};
   bp_sdk_parallel_for(args, relu_bwd_task, &j, cpu_task_count(j.n, CPU_TASK_ELEMS));
   return BP_ABI_OK;
 }

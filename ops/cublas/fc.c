@@ -54,7 +54,7 @@ typedef struct fc_plan {
   int32_t n, f, o;
   int32_t stage_x, stage_w, stage_y;
   int32_t ldx, ldw, ldy; /* leading dimensions cuBLAS sees (the dense copy's when staged) */
-  int32_t unused;
+  int32_t tf32;          /* the context's (cublas_user): FP32 GEMMs may run on TF32 */
   ops_cuda_layout x, w, y; /* x / dx, w / dw, y / dy as the call lays them out */
   int64_t b_stride, chunks;
   uint64_t off_x, off_w, off_y, off_part, off_cublas; /* from the aligned workspace base */
@@ -99,9 +99,14 @@ static int fc_check(const bp_abi_kernel_args *args, ops_pass pass, ops_fc_geom *
   return bp_sdk_fail(reason, rs, "unknown pass %d", (int)pass);
 }
 
-static int fc_plan_make(const bp_abi_kernel_args *args, ops_pass pass, fc_plan *p, char *reason,
-                        size_t rs) {
+/* The pass of a kernel (its user: a cublas_user, cublas-impl.h). */
+static ops_pass pass_of(const void *user) { return ((const cublas_user *)user)->pass; }
+
+static int fc_plan_make(const bp_abi_kernel_args *args, const void *user, fc_plan *p,
+                        char *reason, size_t rs) {
+  const ops_pass pass = pass_of(user);
   memset(p, 0, sizeof *p);
+  p->tf32 = ((const cublas_user *)user)->tf32;
   ops_cuda_view v;
   ops_fc_geom g;
   memset(&g, 0, sizeof g); /* filled by the check; zeroed for the compiler */
@@ -138,16 +143,14 @@ static int fc_plan_make(const bp_abi_kernel_args *args, ops_pass pass, fc_plan *
   return 1;
 }
 
-static ops_pass pass_of(void *user) { return *(const ops_pass *)user; }
-
 static int fc_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   fc_plan p;
-  return fc_plan_make(args, pass_of(user), &p, reason, rs);
+  return fc_plan_make(args, user, &p, reason, rs);
 }
 
 static uint64_t fc_workspace_size(void *user, const bp_abi_kernel_args *args) {
   fc_plan p;
-  return fc_plan_make(args, pass_of(user), &p, NULL, 0) ? p.bytes : 0;
+  return fc_plan_make(args, user, &p, NULL, 0) ? p.bytes : 0;
 }
 
 /* ---- state ------------------------------------------------------------------------------ */
@@ -178,7 +181,7 @@ static int fc_prepare(void *user, const bp_abi_kernel_args *args, void **state_o
     bp_sdk_set_reason(args, "out of memory for the cuBLAS node state");
     return BP_ABI_ERR_NOMEM;
   }
-  if (!fc_plan_make(args, pass_of(user), &s->p, reason, rs)) {
+  if (!fc_plan_make(args, user, &s->p, reason, rs)) {
     free(s);
     return BP_ABI_ERR_INVALID;
   }
@@ -221,7 +224,7 @@ static int fc_gemm(const bp_abi_kernel_args *args, const fc_state *s, cublasOper
                    int32_t lda, const void *b, int32_t ldb, const float *beta, void *c,
                    int32_t ldc) {
   const cudaDataType_t dt = s->p.fp16 ? CUDA_R_16F : CUDA_R_32F;
-  const cublasComputeType_t compute = !s->p.fp16 && cublas_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+  const cublasComputeType_t compute = !s->p.fp16 && s->p.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                 : CUBLAS_COMPUTE_32F;
   const float one = 1.0f;
   return cublas_result(args, "cublasGemmEx",
@@ -239,7 +242,7 @@ static int fc_run(void *user, const bp_abi_kernel_args *args) {
     return BP_ABI_ERR_INVALID;
   }
   fc_plan p;
-  if (!fc_plan_make(args, pass, &p, reason, rs) ||
+  if (!fc_plan_make(args, user, &p, reason, rs) ||
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   if (memcmp(&p, &s->p, sizeof p) != 0) {
@@ -329,10 +332,9 @@ static int fc_run(void *user, const bp_abi_kernel_args *args) {
 
 /* ---- descriptors ------------------------------------------------------------------------- */
 
-static ops_pass pass_fwd = OPS_PASS_FWD, pass_bwd_data = OPS_PASS_BWD_DATA,
-                pass_bwd_filter = OPS_PASS_BWD_FILTER;
-
-#define CUBLAS_KERNEL(op_name, pass_var)                                                       \
+/* Templates: module.c's init_ctx registers copies whose user is the
+ * context's cublas_user of the pass. */
+#define CUBLAS_KERNEL(op_name)                                                                 \
   {                                                                                           \
     .struct_size = sizeof(bp_abi_kernel), .op = (op_name), .impl = "cublas",                  \
     .device = "cuda",                                                                         \
@@ -340,8 +342,8 @@ static ops_pass pass_fwd = OPS_PASS_FWD, pass_bwd_data = OPS_PASS_BWD_DATA,
     .priority = BP_ABI_PRIORITY_VENDOR,                                                       \
     .flags = BP_ABI_KERNEL_GRAPH_CAPTURABLE | BP_ABI_KERNEL_DETERMINISTIC,                    \
     .supports = fc_supports, .workspace_size = fc_workspace_size, .run = fc_run,              \
-    .user = &(pass_var), .prepare = fc_prepare, .release = fc_release                         \
+    .user = NULL, .prepare = fc_prepare, .release = fc_release                                \
   }
-const bp_abi_kernel cublas_fc_fwd = CUBLAS_KERNEL("fc.fwd", pass_fwd);
-const bp_abi_kernel cublas_fc_bwd_data = CUBLAS_KERNEL("fc.bwd_data", pass_bwd_data);
-const bp_abi_kernel cublas_fc_bwd_filter = CUBLAS_KERNEL("fc.bwd_filter", pass_bwd_filter);
+const bp_abi_kernel cublas_fc_fwd = CUBLAS_KERNEL("fc.fwd");
+const bp_abi_kernel cublas_fc_bwd_data = CUBLAS_KERNEL("fc.bwd_data");
+const bp_abi_kernel cublas_fc_bwd_filter = CUBLAS_KERNEL("fc.bwd_filter");

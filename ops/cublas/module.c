@@ -6,6 +6,7 @@
  * where there is no CUDA driver or device (ops/shared/cuda_probe.h) or
  * where cuBLAS cannot make a handle. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cublas-impl.h"
 #include "module_register.h"
@@ -24,8 +25,6 @@
 
 #define CUBLAS_MODULE_NAME "ops-cublas"
 
-int cublas_tf32 = 1;
-
 int cublas_fail(char *reason, size_t rs, const char *what, cublasStatus_t st) {
   return bp_sdk_fail(reason, rs, "cuBLAS %s: %s: %s", what, cublasGetStatusName(st),
                      cublasGetStatusString(st));
@@ -37,7 +36,14 @@ static const bp_abi_kernel *const cublas_kernels[] = {
     &cublas_fc_bwd_filter,
 };
 
-static int cublas_init(const bp_abi_host *host) {
+/* One registry's view of the module: one kernel user per pass. */
+typedef struct cublas_ctx {
+  cublas_user users[3];
+} cublas_ctx;
+
+static void cublas_fini_ctx(void *ctx) { free(ctx); }
+
+static int cublas_init_ctx(const bp_abi_host *host, void **ctx_out) {
   int rc = ops_cuda_probe(host, CUBLAS_MODULE_NAME);
   if (rc != BP_ABI_OK) return rc;
   cublasHandle_t handle = NULL;
@@ -53,28 +59,44 @@ static int cublas_init(const bp_abi_host *host) {
   int version = 0;
   if (cublasGetVersion(handle, &version) != CUBLAS_STATUS_SUCCESS) version = 0;
   cublasDestroy(handle);
-  cublas_tf32 = ops_cuda_option_tf32(host);
-  rc = ops_register_kernels(host, CUBLAS_MODULE_NAME, cublas_kernels,
-                            sizeof cublas_kernels / sizeof cublas_kernels[0]);
-  if (rc == BP_ABI_OK) {
-    snprintf(message, sizeof message, "%s: cuBLAS %d.%d.%d, FP32 TF32 %s", CUBLAS_MODULE_NAME,
-             version / 10000, version / 100 % 100, version % 100,
-             cublas_tf32 ? "on" : "off (BP_TF32=0)");
-    ops_host_log(host, BP_ABI_LOG_INFO, message);
+  cublas_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) {
+    snprintf(message, sizeof message, "%s: out of memory for the context", CUBLAS_MODULE_NAME);
+    if (host->error) host->error(host->ctx, message);
+    return BP_ABI_ERR_NOMEM;
   }
-  return rc;
+  const int tf32 = ops_cuda_option_tf32(host);
+  static const ops_pass passes[3] = {OPS_PASS_FWD, OPS_PASS_BWD_DATA, OPS_PASS_BWD_FILTER};
+  bp_abi_kernel kernels[3];
+  const bp_abi_kernel *table[3];
+  for (int i = 0; i < 3; i++) {
+    ctx->users[i] = (cublas_user){tf32, passes[i]};
+    kernels[i] = *cublas_kernels[i];
+    kernels[i].user = &ctx->users[i];
+    table[i] = &kernels[i];
+  }
+  rc = ops_register_kernels(host, CUBLAS_MODULE_NAME, table, 3);
+  if (rc != BP_ABI_OK) {
+    free(ctx); /* a failed init_ctx frees its own context */
+    return rc;
+  }
+  snprintf(message, sizeof message, "%s: cuBLAS %d.%d.%d, FP32 TF32 %s", CUBLAS_MODULE_NAME,
+           version / 10000, version / 100 % 100, version % 100, tf32 ? "on" : "off (BP_TF32=0)");
+  ops_host_log(host, BP_ABI_LOG_INFO, message);
+  *ctx_out = ctx;
+  return BP_ABI_OK;
 }
 
 static const bp_abi_module cublas_module = {
     .struct_size = sizeof(bp_abi_module),
     .abi_major = BP_ABI_MAJOR,
     .abi_minor_built = BP_ABI_MINOR,
-    .abi_minor_required = 4, /* needs per-node state */
+    .abi_minor_required = 6, /* init_ctx; per-node state (1.4) */
     .name = CUBLAS_MODULE_NAME,
     .version = BP_OPS_CUBLAS_VERSION,
     .build_id = BP_OPS_CUBLAS_BUILD_ID,
-    .init = cublas_init,
-    .fini = NULL,
+    .init_ctx = cublas_init_ctx,
+    .fini_ctx = cublas_fini_ctx,
 };
 
 BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void);

@@ -61,6 +61,7 @@
  * is filled, so two plans compare with memcmp. */
 typedef struct conv_plan {
   int32_t pass; /* ops_pass */
+  int32_t tf32, deterministic; /* the context's settings (cudnn_user) */
   int32_t fp16, has_bias, accumulate;
   int32_t n, c, h, w, k, kh, kw, oh, ow, groups, cg;
   int32_t ph, pw, sh, sw, dh, dw;
@@ -93,9 +94,15 @@ static int conv_check(const bp_abi_kernel_args *args, ops_pass pass, ops_conv_ge
 
 /* The reference's checks (the same reasons), FP16 through the view, then
  * this module's limits and the workspace layout. */
-static int conv_plan_make(const bp_abi_kernel_args *args, ops_pass pass, conv_plan *p,
+/* The pass of a kernel (its user: a cudnn_user, cudnn-impl.h). */
+static ops_pass pass_of(const void *user) { return ((const cudnn_user *)user)->pass; }
+
+static int conv_plan_make(const bp_abi_kernel_args *args, const void *user, conv_plan *p,
                           char *reason, size_t rs) {
+  const cudnn_user *u = user;
+  const ops_pass pass = u->pass;
   memset(p, 0, sizeof *p);
+  p->tf32 = u->ctx->tf32, p->deterministic = u->ctx->deterministic;
   ops_cuda_view v;
   ops_conv_geom g;
   memset(&g, 0, sizeof g); /* filled by the check; zeroed for the compiler */
@@ -155,14 +162,14 @@ static void descs_free(conv_descs *d) {
 /* The math type the convolution descriptor starts with (see the top). */
 static cudnnMathType_t base_math(const conv_plan *p) {
   if (p->fp16) return CUDNN_TENSOR_OP_MATH;
-  return cudnn_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  return p->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
 /* Whether a candidate's math type keeps the contract: FP32 never converts
  * its inputs to FP16, and without TF32 never uses Tensor Cores. */
 static int math_ok(const conv_plan *p, cudnnMathType_t m) {
   if (p->fp16) return 1;
-  if (!cudnn_tf32) return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
+  if (!p->tf32) return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
   return m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
@@ -171,7 +178,7 @@ static int math_ok(const conv_plan *p, cudnnMathType_t m) {
  * later; an algorithm cuDNN cannot run so fails its workspace query and
  * is skipped). */
 static cudnnMathType_t math_run(const conv_plan *p, cudnnMathType_t m) {
-  return !p->fp16 && !cudnn_tf32 ? CUDNN_FMA_MATH : m;
+  return !p->fp16 && !p->tf32 ? CUDNN_FMA_MATH : m;
 }
 
 #define CONV_TRY(call, what)                                         \
@@ -304,7 +311,7 @@ static int conv_choose(cudnnHandle_t h, const conv_plan *p, conv_descs *d, uint6
   int got = 0;
   const cudnnStatus_t st = conv_candidates(h, p, d, cand, &got);
   if (st != CUDNN_STATUS_SUCCESS) return cudnn_fail(reason, rs, "algorithm heuristics", st);
-  const int need_det = p->pass == OPS_PASS_FWD || cudnn_deterministic;
+  const int need_det = p->pass == OPS_PASS_FWD || p->deterministic;
   int unsupported = 0, nondet = 0, math = 0, too_big = 0;
   for (int i = 0; i < got && i < CONV_MAX_ALGOS; i++) {
     const conv_candidate *c = &cand[i];
@@ -340,16 +347,14 @@ static int conv_choose(cudnnHandle_t h, const conv_plan *p, conv_descs *d, uint6
                      "unsupported, %d not deterministic%s, %d of another math type (TF32 %s), "
                      "%d needing more than %llu workspace bytes",
                      got, unsupported, nondet, need_det ? " (required)" : "", math,
-                     cudnn_tf32 ? "on" : "off", too_big, (unsigned long long)limit);
+                     p->tf32 ? "on" : "off", too_big, (unsigned long long)limit);
 }
 
 /* ---- supports, workspace_size ------------------------------------------------------ */
 
-static ops_pass pass_of(void *user) { return *(const ops_pass *)user; }
-
 static int conv_supports(void *user, const bp_abi_kernel_args *args, char *reason, size_t rs) {
   conv_plan p;
-  return conv_plan_make(args, pass_of(user), &p, reason, rs);
+  return conv_plan_make(args, user, &p, reason, rs);
 }
 
 typedef struct choose_job {
@@ -372,9 +377,9 @@ static int choose_with(cudnnHandle_t h, void *arg) {
  * no algorithm can be chosen here, prepare() fails with the reason. */
 static uint64_t conv_workspace_size(void *user, const bp_abi_kernel_args *args) {
   conv_plan p;
-  if (!conv_plan_make(args, pass_of(user), &p, NULL, 0)) return 0;
+  if (!conv_plan_make(args, user, &p, NULL, 0)) return 0;
   choose_job job = {&p, 0};
-  (void)cudnn_with_shared_handle(choose_with, &job, NULL, 0);
+  (void)cudnn_with_shared_handle(((const cudnn_user *)user)->ctx, choose_with, &job, NULL, 0);
   return p.fixed_bytes + job.bytes;
 }
 
@@ -405,7 +410,7 @@ static int conv_prepare(void *user, const bp_abi_kernel_args *args, void **state
     bp_sdk_set_reason(args, "out of memory for the cuDNN node state");
     return BP_ABI_ERR_NOMEM;
   }
-  if (!conv_plan_make(args, pass_of(user), &s->p, reason, rs)) {
+  if (!conv_plan_make(args, user, &s->p, reason, rs)) {
     free(s);
     return BP_ABI_ERR_INVALID;
   }
@@ -454,7 +459,7 @@ static int conv_run(void *user, const bp_abi_kernel_args *args) {
     return BP_ABI_ERR_INVALID;
   }
   conv_plan p;
-  if (!conv_plan_make(args, pass, &p, reason, rs) ||
+  if (!conv_plan_make(args, user, &p, reason, rs) ||
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   if (memcmp(&p, &s->p, sizeof p) != 0) {
@@ -552,22 +557,21 @@ static int conv_run(void *user, const bp_abi_kernel_args *args) {
 
 /* ---- descriptors ------------------------------------------------------------------------ */
 
-static ops_pass pass_fwd = OPS_PASS_FWD, pass_bwd_data = OPS_PASS_BWD_DATA,
-                pass_bwd_filter = OPS_PASS_BWD_FILTER;
-
 /* Forward algorithms are always chosen deterministic (all of cuDNN's are);
- * module.c adds DETERMINISTIC to the backward ones under
- * BP_DETERMINISTIC=1. */
-#define CUDNN_KERNEL(op_name, pass_var, extra_flags)                                          \
+ * module.c's init_ctx adds DETERMINISTIC to the backward ones under
+ * BP_DETERMINISTIC=1 (in its registered copies) and points user at the
+ * context's cudnn_user of the pass (the user below is the pass alone). */
+#define CUDNN_KERNEL(op_name, pass, extra_flags)                                              \
   {                                                                                          \
     .struct_size = sizeof(bp_abi_kernel), .op = (op_name), .impl = "cudnn", .device = "cuda", \
     .dtypes = BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP32) | BP_ABI_DTYPE_BIT(BP_ABI_DTYPE_FP16),     \
     .priority = BP_ABI_PRIORITY_VENDOR,                                                      \
     .flags = BP_ABI_KERNEL_GRAPH_CAPTURABLE | (extra_flags), .supports = conv_supports,       \
-    .workspace_size = conv_workspace_size, .run = conv_run, .user = &(pass_var),             \
+    .workspace_size = conv_workspace_size, .run = conv_run, .user = NULL,                    \
     .prepare = conv_prepare, .release = conv_release                                         \
   }
-bp_abi_kernel cudnn_conv2d_fwd =
-    CUDNN_KERNEL("conv2d.fwd", pass_fwd, BP_ABI_KERNEL_DETERMINISTIC);
-bp_abi_kernel cudnn_conv2d_bwd_data = CUDNN_KERNEL("conv2d.bwd_data", pass_bwd_data, 0);
-bp_abi_kernel cudnn_conv2d_bwd_filter = CUDNN_KERNEL("conv2d.bwd_filter", pass_bwd_filter, 0);
+const bp_abi_kernel cudnn_conv2d_fwd =
+    CUDNN_KERNEL("conv2d.fwd", OPS_PASS_FWD, BP_ABI_KERNEL_DETERMINISTIC);
+const bp_abi_kernel cudnn_conv2d_bwd_data = CUDNN_KERNEL("conv2d.bwd_data", OPS_PASS_BWD_DATA, 0);
+const bp_abi_kernel cudnn_conv2d_bwd_filter =
+    CUDNN_KERNEL("conv2d.bwd_filter", OPS_PASS_BWD_FILTER, 0);

@@ -15,6 +15,7 @@
  * in its thread first. OpenMP's functions are taken from the libgomp that
  * libdnnl itself loaded (no second OpenMP runtime in the process). */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 
 #include "module_register.h"
@@ -33,7 +34,16 @@
 #define ODNN_MODULE_NAME "ops-onednn"
 #define ODNN_SONAME "libdnnl.so.2"
 
-static dnnl_engine_t engine; /* made at init, kept for the process */
+/* Process-wide on purpose, written once (pthread_once) and read-only
+ * after: OpenMP's functions belong to the one libgomp of the process, and
+ * a oneDNN CPU engine holds no per-run state (each node keeps its own
+ * stream and primitives, conv2d.c) while oneDNN's primitive cache is
+ * process-wide anyway; the engine is never destroyed, as oneDNN's
+ * resources live for the process. Nothing here depends on a registry's
+ * options, so the module has no context (abi/README.md). */
+static pthread_once_t process_once = PTHREAD_ONCE_INIT;
+static char process_error[256]; /* "" when the once-setup succeeded */
+static dnnl_engine_t engine;
 static void (*omp_set_threads)(int);
 static int (*omp_max_threads)(void);
 
@@ -60,35 +70,44 @@ static int odnn_fail(const bp_abi_host *host, const char *what) {
   return BP_ABI_ERR_UNSUPPORTED;
 }
 
-/* OpenMP's thread functions from the runtime libdnnl runs on. */
-static int odnn_find_openmp(const bp_abi_host *host) {
+/* OpenMP's thread functions from the runtime libdnnl runs on, and the
+ * engine: once per process (process_once); a failure is kept in
+ * process_error for every init to report. */
+static void odnn_process_setup(void) {
+  const dnnl_version_t *v = dnnl_version();
+  if (v->cpu_runtime != DNNL_RUNTIME_OMP) {
+    snprintf(process_error, sizeof process_error,
+             "oneDNN runs its CPU threads on runtime %u, not OpenMP", v->cpu_runtime);
+    return;
+  }
   /* libdnnl is a dependency of this module: already loaded, so RTLD_NOLOAD
    * finds it; dlsym searches it and its own dependencies (libgomp) */
   void *lib = dlopen(ODNN_SONAME, RTLD_NOW | RTLD_NOLOAD);
-  if (!lib) return odnn_fail(host, "cannot find the loaded " ODNN_SONAME);
+  if (!lib) {
+    snprintf(process_error, sizeof process_error, "cannot find the loaded " ODNN_SONAME);
+    return;
+  }
   *(void **)(void *)&omp_set_threads = dlsym(lib, "omp_set_num_threads");
   *(void **)(void *)&omp_max_threads = dlsym(lib, "omp_get_max_threads");
   dlclose(lib); /* only drops the reference RTLD_NOLOAD added */
-  if (!omp_set_threads || !omp_max_threads)
-    return odnn_fail(host, ODNN_SONAME " does not run on OpenMP (no omp_set_num_threads)");
-  return BP_ABI_OK;
+  if (!omp_set_threads || !omp_max_threads) {
+    snprintf(process_error, sizeof process_error,
+             ODNN_SONAME " does not run on OpenMP (no omp_set_num_threads)");
+    return;
+  }
+  if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) {
+    engine = NULL;
+    snprintf(process_error, sizeof process_error, "cannot create a oneDNN CPU engine");
+  }
 }
 
 static int odnn_init(const bp_abi_host *host) {
-  const dnnl_version_t *v = dnnl_version();
-  if (v->cpu_runtime != DNNL_RUNTIME_OMP) {
-    char what[128];
-    snprintf(what, sizeof what, "oneDNN runs its CPU threads on runtime %u, not OpenMP",
-             v->cpu_runtime);
-    return odnn_fail(host, what);
-  }
-  int rc = odnn_find_openmp(host);
-  if (rc != BP_ABI_OK) return rc;
-  if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success)
-    return odnn_fail(host, "cannot create a oneDNN CPU engine");
-  rc = ops_register_kernels(host, ODNN_MODULE_NAME, odnn_kernels,
-                            sizeof odnn_kernels / sizeof odnn_kernels[0]);
+  pthread_once(&process_once, odnn_process_setup);
+  if (process_error[0]) return odnn_fail(host, process_error);
+  const int rc = ops_register_kernels(host, ODNN_MODULE_NAME, odnn_kernels,
+                                      sizeof odnn_kernels / sizeof odnn_kernels[0]);
   if (rc == BP_ABI_OK) {
+    const dnnl_version_t *v = dnnl_version();
     char message[256];
     snprintf(message, sizeof message, "%s: oneDNN %d.%d.%d (OpenMP), convolution primitives",
              ODNN_MODULE_NAME, v->major, v->minor, v->patch);

@@ -40,8 +40,14 @@ static int ref_init(const bp_abi_host *host) {
 }
 
 static const bp_abi_module ref_module = {
-    sizeof(bp_abi_module),    BP_ABI_MAJOR, BP_ABI_MINOR, 0, 0, "ops-reference",
-    BP_OPS_REFERENCE_VERSION, BP_OPS_REFERENCE_BUILD_ID, ref_init, NULL,
+    .struct_size = sizeof(bp_abi_module),
+    .abi_major = BP_ABI_MAJOR,
+    .abi_minor_built = BP_ABI_MINOR,
+    .abi_minor_required = 0,
+    .name = "ops-reference",
+    .version = BP_OPS_REFERENCE_VERSION,
+    .build_id = BP_OPS_REFERENCE_BUILD_ID,
+    .init = ref_init,
 };
 
 BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void);

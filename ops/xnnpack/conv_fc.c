@@ -143,19 +143,19 @@ static int weighted_create(xnn_node *s, const bp_abi_kernel_args *args, const we
 
 static int weighted_supports(void *user, const bp_abi_kernel_args *args, char *reason,
                              size_t rs) {
-  const weighted_op *op = user;
+  const weighted_op *op = xnnp_inner(user);
   weighted_call c;
   return op->check(args, &c, reason, rs);
 }
 
 static int weighted_prepare(void *user, const bp_abi_kernel_args *args, void **state_out) {
-  const weighted_op *op = user;
+  const weighted_op *op = xnnp_inner(user);
   *state_out = NULL;
   weighted_call c;
   if (!op->check(args, &c, bp_sdk_args_reason(args), bp_sdk_args_reason_size(args)))
     return BP_ABI_ERR_INVALID;
   xnn_node *s;
-  int rc = xnn_node_create(args, &s);
+  int rc = xnn_node_create(user, args, &s);
   if (rc != BP_ABI_OK) return rc;
   /* created now so a refusal names the node at bind; the weights are not
    * written yet, so the first run packs again (packed stays 0) */
@@ -168,14 +168,14 @@ static int weighted_prepare(void *user, const bp_abi_kernel_args *args, void **s
 }
 
 static int weighted_run(void *user, const bp_abi_kernel_args *args) {
-  const weighted_op *op = user;
+  const weighted_op *op = xnnp_inner(user);
   weighted_call c;
   if (!op->check(args, &c, bp_sdk_args_reason(args), bp_sdk_args_reason_size(args)) ||
       !bp_sdk_check_ptrs(args, NULL, NULL, 0, bp_sdk_args_reason(args),
                          bp_sdk_args_reason_size(args)))
     return BP_ABI_ERR_INVALID;
   xnn_node *s, *tmp;
-  int rc = xnn_node_for_run(args, &s, &tmp, NULL);
+  int rc = xnn_node_for_run(user, args, &s, &tmp, NULL);
   if (rc != BP_ABI_OK) return rc;
   if (!pack_current(s, args)) {
     if ((rc = weighted_create(s, args, op, &c)) != BP_ABI_OK) goto out;

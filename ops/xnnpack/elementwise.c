@@ -61,12 +61,10 @@ static int relu_create(xnn_node *s, const bp_abi_kernel_args *args) {
 }
 
 static int relu_prepare(void *user, const bp_abi_kernel_args *args, void **state_out) {
-  (void)user;
-  return xnn_node_prepare(args, state_out, relu_create);
+  return xnn_node_prepare(user, args, state_out, relu_create);
 }
 
 static int relu_run(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   int dtype;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
@@ -75,7 +73,7 @@ static int relu_run(void *user, const bp_abi_kernel_args *args) {
       !bp_sdk_check_ptrs(args, alias_out, alias_in, 1, reason, rs))
     return BP_ABI_ERR_INVALID;
   xnn_node *s, *tmp;
-  int rc = xnn_node_for_run(args, &s, &tmp, relu_create);
+  int rc = xnn_node_for_run(user, args, &s, &tmp, relu_create);
   if (rc != BP_ABI_OK) return rc;
   const bp_abi_tensor *x = bp_sdk_input(args, 0);
   const void *xp = args->input_ptrs[0];
@@ -151,19 +149,17 @@ static int add_create(xnn_node *s, const bp_abi_kernel_args *args) {
 }
 
 static int add_prepare(void *user, const bp_abi_kernel_args *args, void **state_out) {
-  (void)user;
-  return xnn_node_prepare(args, state_out, add_create);
+  return xnn_node_prepare(user, args, state_out, add_create);
 }
 
 static int add_run(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   int dtype;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
   if (!add_check(args, &dtype, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   xnn_node *s, *tmp;
-  int rc = xnn_node_for_run(args, &s, &tmp, add_create);
+  int rc = xnn_node_for_run(user, args, &s, &tmp, add_create);
   if (rc != BP_ABI_OK) return rc;
   const size_t count[1] = {(size_t)bp_sdk_count(bp_sdk_input(args, 0))};
   const void *a = args->input_ptrs[0], *b = args->input_ptrs[1];

@@ -13,7 +13,8 @@
  * count either. Not REFERENCE. README.md says what each kernel refuses.
  *
  * Threads: XNNPACK runs on a pthreadpool. One pool serves every node bound
- * with the same host thread service (one service per rank), created with
+ * with the same host thread service (one service per rank) in one
+ * registry (the pools live in the context init_ctx makes), created with
  * that service's count (args->threads->count: the rank's share of the
  * cores), and destroyed with the last node that holds it. */
 #include <dlfcn.h>
@@ -39,6 +40,7 @@
 /* ---- thread pools ------------------------------------------------------------ */
 
 struct xnnp_pool {
+  xnnp_ctx *owner; /* the context whose list holds it */
   const void *key; /* the host service's ctx */
   int count;
   int refs;
@@ -46,55 +48,64 @@ struct xnnp_pool {
   struct xnnp_pool *next;
 };
 
-static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
-static xnnp_pool *pools;
+#define XNNP_KERNEL_COUNT 7
 
-xnnp_pool *xnnp_pool_acquire(const bp_abi_threads *threads) {
+/* One registry's view of the module (init_ctx makes it, fini_ctx frees
+ * it): its thread pools, and what its kernels' user points at. */
+struct xnnp_ctx {
+  pthread_mutex_t pools_lock; /* rank threads bind nodes in parallel */
+  xnnp_pool *pools;           /* every pool some node of this registry holds */
+  xnnp_user users[XNNP_KERNEL_COUNT];
+};
+
+xnnp_pool *xnnp_pool_acquire(xnnp_ctx *ctx, const bp_abi_threads *threads) {
+  if (!ctx) return NULL;
   const void *key = threads ? threads->ctx : NULL;
   const int count = threads && threads->count > 1 ? (int)threads->count : 1;
-  pthread_mutex_lock(&pools_lock);
-  xnnp_pool *p = pools;
+  pthread_mutex_lock(&ctx->pools_lock);
+  xnnp_pool *p = ctx->pools;
   while (p && !(p->key == key && p->count == count)) p = p->next;
   if (p) {
     p->refs++;
   } else if ((p = calloc(1, sizeof *p)) != NULL) {
-    p->key = key, p->count = count, p->refs = 1;
+    p->owner = ctx, p->key = key, p->count = count, p->refs = 1;
     if (count > 1 && !(p->handle = pthreadpool_create((size_t)count))) {
       free(p);
       p = NULL;
     } else {
-      p->next = pools, pools = p;
+      p->next = ctx->pools, ctx->pools = p;
     }
   }
-  pthread_mutex_unlock(&pools_lock);
+  pthread_mutex_unlock(&ctx->pools_lock);
   return p;
 }
 
 void xnnp_pool_release(xnnp_pool *p) {
   if (!p) return;
-  pthread_mutex_lock(&pools_lock);
+  xnnp_ctx *ctx = p->owner;
+  pthread_mutex_lock(&ctx->pools_lock);
   if (--p->refs == 0) {
-    xnnp_pool **link = &pools;
+    xnnp_pool **link = &ctx->pools;
     while (*link != p) link = &(*link)->next;
     *link = p->next;
     if (p->handle) pthreadpool_destroy(p->handle);
     free(p);
   }
-  pthread_mutex_unlock(&pools_lock);
+  pthread_mutex_unlock(&ctx->pools_lock);
 }
 
 pthreadpool_t xnnp_pool_handle(const xnnp_pool *p) { return p ? p->handle : NULL; }
 
 /* ---- node state ------------------------------------------------------------------ */
 
-int xnn_node_create(const bp_abi_kernel_args *args, xnn_node **out) {
+int xnn_node_create(void *user, const bp_abi_kernel_args *args, xnn_node **out) {
   *out = NULL;
   xnn_node *s = calloc(1, sizeof *s);
   if (!s) {
     bp_sdk_set_reason(args, "out of memory for the node state");
     return BP_ABI_ERR_NOMEM;
   }
-  s->pool = xnnp_pool_acquire(bp_sdk_args_threads(args));
+  s->pool = xnnp_pool_acquire(user ? ((xnnp_user *)user)->ctx : NULL, bp_sdk_args_threads(args));
   if (!s->pool) {
     free(s);
     bp_sdk_set_reason(args, "cannot create a pthreadpool of %d threads",
@@ -106,22 +117,23 @@ int xnn_node_create(const bp_abi_kernel_args *args, xnn_node **out) {
   return BP_ABI_OK;
 }
 
-int xnn_node_prepare(const bp_abi_kernel_args *args, void **state_out, xnn_node_create_fn create) {
+int xnn_node_prepare(void *user, const bp_abi_kernel_args *args, void **state_out,
+                     xnn_node_create_fn create) {
   *state_out = NULL;
   xnn_node *s;
-  int rc = xnn_node_create(args, &s);
+  int rc = xnn_node_create(user, args, &s);
   if (rc == BP_ABI_OK && create && (rc = create(s, args)) != BP_ABI_OK) xnn_node_release(NULL, s);
   if (rc == BP_ABI_OK) *state_out = s;
   return rc;
 }
 
-int xnn_node_for_run(const bp_abi_kernel_args *args, xnn_node **s, xnn_node **tmp,
+int xnn_node_for_run(void *user, const bp_abi_kernel_args *args, xnn_node **s, xnn_node **tmp,
                      xnn_node_create_fn create) {
   *tmp = NULL;
   *s = bp_sdk_args_state(args);
   if (*s) return BP_ABI_OK;
   void *made = NULL;
-  const int rc = xnn_node_prepare(args, &made, create);
+  const int rc = xnn_node_prepare(user, args, &made, create);
   *s = *tmp = made;
   return rc;
 }
@@ -233,6 +245,10 @@ int xnnp_view_as_fp32(const bp_abi_kernel_args *args, xnnp_args_view *v, char *r
 
 /* ---- FP16 probe ------------------------------------------------------------------------ */
 
+/* Process-wide, written once (pthread_once) and read-only after: whether
+ * this CPU and this XNNPACK build run FP16 operators is a property of the
+ * process, the same for every registry. */
+static pthread_once_t fp16_once = PTHREAD_ONCE_INIT;
 static int fp16_ok;
 static char fp16_why[160] = "FP16: not probed";
 
@@ -278,7 +294,10 @@ static void xnnp_pin_libraries(void) {
   }
 }
 
-static int xnnp_init(const bp_abi_host *host) {
+_Static_assert(sizeof xnnp_kernels / sizeof xnnp_kernels[0] == XNNP_KERNEL_COUNT,
+               "XNNP_KERNEL_COUNT is the table's length");
+
+static int xnnp_init_ctx(const bp_abi_host *host, void **ctx_out) {
   xnnp_pin_libraries();
   /* xnn_initialize initializes once per process (later calls return at
    * once); it is never undone, see xnnp_pin_libraries. */
@@ -291,27 +310,58 @@ static int xnnp_init(const bp_abi_host *host) {
     if (host->error) host->error(host->ctx, message);
     return BP_ABI_ERR_UNSUPPORTED;
   }
-  fp16_probe();
-  const int rc = ops_register_kernels(host, "ops-xnnpack", xnnp_kernels,
-                                      sizeof xnnp_kernels / sizeof xnnp_kernels[0]);
-  if (rc == BP_ABI_OK) {
-    char message[256];
-    snprintf(message, sizeof message, "ops-xnnpack: XNNPACK ready; %s", fp16_why);
-    ops_host_log(host, BP_ABI_LOG_INFO, message);
+  pthread_once(&fp16_once, fp16_probe);
+  xnnp_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx || pthread_mutex_init(&ctx->pools_lock, NULL) != 0) {
+    free(ctx);
+    if (host->error) host->error(host->ctx, "ops-xnnpack: out of memory for the context");
+    return BP_ABI_ERR_NOMEM;
   }
-  return rc;
+  bp_abi_kernel kernels[XNNP_KERNEL_COUNT];
+  const bp_abi_kernel *table[XNNP_KERNEL_COUNT];
+  for (size_t i = 0; i < XNNP_KERNEL_COUNT; i++) {
+    ctx->users[i] = (xnnp_user){ctx, xnnp_kernels[i]->user};
+    kernels[i] = *xnnp_kernels[i];
+    kernels[i].user = &ctx->users[i];
+    table[i] = &kernels[i];
+  }
+  const int rc = ops_register_kernels(host, "ops-xnnpack", table, XNNP_KERNEL_COUNT);
+  if (rc != BP_ABI_OK) {
+    pthread_mutex_destroy(&ctx->pools_lock);
+    free(ctx); /* a failed init_ctx frees its own context (bp_abi.h) */
+    return rc;
+  }
+  char message[256];
+  snprintf(message, sizeof message, "ops-xnnpack: XNNPACK ready; %s", fp16_why);
+  ops_host_log(host, BP_ABI_LOG_INFO, message);
+  *ctx_out = ctx;
+  return BP_ABI_OK;
+}
+
+/* Every node (and so every pool) is released before the registry is
+ * destroyed; a pool left here would be a host bug, freed all the same. */
+static void xnnp_fini_ctx(void *p) {
+  xnnp_ctx *ctx = p;
+  while (ctx->pools) {
+    xnnp_pool *next = ctx->pools->next;
+    if (ctx->pools->handle) pthreadpool_destroy(ctx->pools->handle);
+    free(ctx->pools);
+    ctx->pools = next;
+  }
+  pthread_mutex_destroy(&ctx->pools_lock);
+  free(ctx);
 }
 
 static const bp_abi_module xnnp_module = {
     .struct_size = sizeof(bp_abi_module),
     .abi_major = BP_ABI_MAJOR,
     .abi_minor_built = BP_ABI_MINOR,
-    .abi_minor_required = 4, /* needs per-node state and the parameter generation */
+    .abi_minor_required = 6, /* init_ctx; per-node state and the parameter generation (1.4) */
     .name = "ops-xnnpack",
     .version = BP_OPS_XNNPACK_VERSION,
     .build_id = BP_OPS_XNNPACK_BUILD_ID,
-    .init = xnnp_init,
-    .fini = NULL,
+    .init_ctx = xnnp_init_ctx,
+    .fini_ctx = xnnp_fini_ctx,
 };
 
 BP_ABI_EXPORT const bp_abi_module *BP_ABI_ENTRY(void);

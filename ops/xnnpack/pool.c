@@ -78,8 +78,7 @@ static int maxpool_create(xnn_node *s, const bp_abi_kernel_args *args) {
 }
 
 static int maxpool_prepare(void *user, const bp_abi_kernel_args *args, void **state_out) {
-  (void)user;
-  return xnn_node_prepare(args, state_out, maxpool_create);
+  return xnn_node_prepare(user, args, state_out, maxpool_create);
 }
 
 /* The op's winner of every window (see the top of the file): the first
@@ -137,7 +136,6 @@ static void maxpool_fixup(const ops_pool_geom *g, const float *x, float *y, int8
 }
 
 static int maxpool_run(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   ops_pool_geom g = {0};
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
@@ -150,7 +148,7 @@ static int maxpool_run(void *user, const bp_abi_kernel_args *args) {
     return BP_ABI_ERR_INVALID;
   }
   xnn_node *s, *tmp;
-  int rc = xnn_node_for_run(args, &s, &tmp, maxpool_create);
+  int rc = xnn_node_for_run(user, args, &s, &tmp, maxpool_create);
   if (rc != BP_ABI_OK) return rc;
   const float *x = args->input_ptrs[0];
   float *y = args->output_ptrs[0];
@@ -227,19 +225,17 @@ static int avgpool_create(xnn_node *s, const bp_abi_kernel_args *args) {
 }
 
 static int avgpool_prepare(void *user, const bp_abi_kernel_args *args, void **state_out) {
-  (void)user;
-  return xnn_node_prepare(args, state_out, avgpool_create);
+  return xnn_node_prepare(user, args, state_out, avgpool_create);
 }
 
 static int avgpool_run(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   ops_pool_geom g = {0};
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
   if (!avgpool_check(args, &g, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   xnn_node *s, *tmp;
-  int rc = xnn_node_for_run(args, &s, &tmp, avgpool_create);
+  int rc = xnn_node_for_run(user, args, &s, &tmp, avgpool_create);
   if (rc != BP_ABI_OK) return rc;
   const float *x = args->input_ptrs[0];
   float *y = args->output_ptrs[0];
@@ -323,19 +319,17 @@ static int gap_create(xnn_node *s, const bp_abi_kernel_args *args) {
 }
 
 static int gap_prepare(void *user, const bp_abi_kernel_args *args, void **state_out) {
-  (void)user;
-  return xnn_node_prepare(args, state_out, gap_create);
+  return xnn_node_prepare(user, args, state_out, gap_create);
 }
 
 static int gap_run(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
   int dtype;
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
   if (!gap_check(args, &dtype, reason, rs) || !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
     return BP_ABI_ERR_INVALID;
   xnn_node *s, *tmp;
-  int rc = xnn_node_for_run(args, &s, &tmp, gap_create);
+  int rc = xnn_node_for_run(user, args, &s, &tmp, gap_create);
   if (rc != BP_ABI_OK) return rc;
   const bp_abi_tensor *x = bp_sdk_input(args, 0);
   const void *xp = args->input_ptrs[0];

@@ -21,7 +21,19 @@
  * service (one per rank), counted by the nodes that hold it. NULL pool:
  * one thread (XNNPACK then runs on the calling thread). */
 typedef struct xnnp_pool xnnp_pool;
-xnnp_pool *xnnp_pool_acquire(const bp_abi_threads *threads); /* NULL on failure */
+/* The pools live in the module's context (module.c: one per registry that
+ * loads the module, made by init_ctx); every kernel's user is an
+ * xnnp_user pointing at that context and at what the static descriptor
+ * carried as user (conv_fc.c's weighted_op, or NULL). */
+typedef struct xnnp_ctx xnnp_ctx;
+typedef struct xnnp_user {
+  xnnp_ctx *ctx;
+  const void *inner; /* the static descriptor's user */
+} xnnp_user;
+static inline const void *xnnp_inner(const void *user) {
+  return user ? ((const xnnp_user *)user)->inner : NULL;
+}
+xnnp_pool *xnnp_pool_acquire(xnnp_ctx *ctx, const bp_abi_threads *threads); /* NULL on failure */
 void xnnp_pool_release(xnnp_pool *p);                        /* NULL ok */
 pthreadpool_t xnnp_pool_handle(const xnnp_pool *p);
 
@@ -39,18 +51,19 @@ typedef struct xnn_node {
   size_t dense_bytes;
 } xnn_node;
 
-/* A fresh state holding the rank's pool (args->threads); BP_ABI_OK or an
- * error with args->reason written. */
-int xnn_node_create(const bp_abi_kernel_args *args, xnn_node **out);
+/* A fresh state holding the rank's pool (args->threads) from user's
+ * context; BP_ABI_OK or an error with args->reason written. */
+int xnn_node_create(void *user, const bp_abi_kernel_args *args, xnn_node **out);
 void xnn_node_release(void *user, void *state); /* bp_abi_kernel.release */
 /* Creates an operator in a node state (a kernel's part of prepare()). */
 typedef int (*xnn_node_create_fn)(xnn_node *s, const bp_abi_kernel_args *args);
 /* prepare(): a fresh state, then create(s, args) when create is not NULL. */
-int xnn_node_prepare(const bp_abi_kernel_args *args, void **state_out, xnn_node_create_fn create);
+int xnn_node_prepare(void *user, const bp_abi_kernel_args *args, void **state_out,
+                     xnn_node_create_fn create);
 /* The state for run(): the prepared one (args->state), or, for a caller
  * that skipped prepare, a temporary one made like xnn_node_prepare that
  * *tmp owns and the caller releases after the run. */
-int xnn_node_for_run(const bp_abi_kernel_args *args, xnn_node **s, xnn_node **tmp,
+int xnn_node_for_run(void *user, const bp_abi_kernel_args *args, xnn_node **s, xnn_node **tmp,
                      xnn_node_create_fn create);
 /* Deletes the operator and forgets the setup (before a re-create). */
 void xnn_node_drop_op(xnn_node *s);

@@ -395,6 +395,9 @@ typedef struct cpu_mapping {
   size_t length;
 } cpu_mapping;
 
+/* Process-wide on purpose: the device ABI's arena_alloc/arena_free carry
+ * no context (bp_abi_device.h), and an arena pointer is unique in the
+ * process, so one list under one lock serves every registry. */
 static pthread_mutex_t cpu_mappings_mu = PTHREAD_MUTEX_INITIALIZER;
 static cpu_mapping *cpu_mappings;
 

@@ -48,8 +48,12 @@ typedef struct nccl_group {
   void *comms[NCCL_MAX_LOCAL];
 } nccl_group;
 
-static nccl_api api; /* loaded once, kept for the process (the kernels' module uses it too) */
-static pthread_mutex_t api_mutex = PTHREAD_MUTEX_INITIALIZER; /* trainers may be made in parallel */
+/* Process-wide on purpose: a dlopen'ed library's function table, loaded
+ * once (under api_mutex: trainers may be made in parallel), never unloaded
+ * and read-only after; libnccl is one library per process (the kernels'
+ * module loads it too). No registry option changes it. */
+static nccl_api api;
+static pthread_mutex_t api_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 static int say(const bp_abi_comm_open_args *a, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
