@@ -2,6 +2,7 @@
 #include "run_util.h"
 
 #include "blueprint/data.h"
+#include "blueprint/registry.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -327,4 +328,13 @@ char **shipped_models(void) {
 void shipped_models_free(char **names) {
   for (int i = 0; names[i]; i++) free(names[i]);
   free(names);
+}
+
+bp_registry *load_modules(const char *const *paths, int count) {
+  bp_registry *r = NULL;
+  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
+  for (int i = 0; i < count; i++)
+    ck_assert_msg(bp_registry_load(r, paths[i]) == BP_OK, "loading %s: %s", paths[i],
+                  bp_last_error());
+  return r;
 }

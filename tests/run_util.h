@@ -95,4 +95,8 @@ int have_fashion_mnist(void);
 char **shipped_models(void);
 void shipped_models_free(char **paths);
 
+/* A registry with the module files `paths` loaded (no discovery); fails
+ * the test naming the file that does not load. */
+struct bp_registry *load_modules(const char *const *paths, int count);
+
 #endif

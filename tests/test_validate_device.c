@@ -25,15 +25,6 @@
 #define NODEV_PATH BP_TEST_MODULES "/plugins/nodev.so"
 #define GUARDED_PATH BP_TEST_MODULES "/guarded/guarddev.so"
 
-static bp_registry *load(const char *const *paths, int count) {
-  bp_registry *r = NULL;
-  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
-  for (int i = 0; i < count; i++)
-    ck_assert_msg(bp_registry_load(r, paths[i]) == BP_OK, "loading %s: %s", paths[i],
-                  bp_last_error());
-  return r;
-}
-
 static bp_validate_report *validate(bp_registry *r, const char *device, const char *op,
                                     const char *impl) {
   bp_validate_options o = {.op_glob = op, .impl = impl, .device = device, .seed = 1,
@@ -58,7 +49,7 @@ static guard_stats stats_of(const bp_registry *r) {
 
 START_TEST(every_cpu_kernel_gives_the_same_verdicts_through_the_guarded_device) {
   bp_registry *r =
-      load((const char *[]){BP_OPS_REFERENCE_PATH, BP_OPS_CPU_PATH, GUARDED_PATH}, 3);
+      load_modules((const char *[]){BP_OPS_REFERENCE_PATH, BP_OPS_CPU_PATH, GUARDED_PATH}, 3);
   const guard_stats before = stats_of(r);
   bp_validate_report *host = validate(r, "cpu", NULL, NULL);
   bp_validate_report *dev = validate(r, "guarded", NULL, NULL);
@@ -119,7 +110,8 @@ static void expect_caught(const bp_validate_report *rep, const char *impl, const
 }
 
 START_TEST(wrong_kernels_fail_through_the_guarded_device_but_for_the_overread) {
-  bp_registry *r = load((const char *[]){BP_OPS_REFERENCE_PATH, WRONG_PATH, GUARDED_PATH}, 3);
+  bp_registry *r =
+      load_modules((const char *[]){BP_OPS_REFERENCE_PATH, WRONG_PATH, GUARDED_PATH}, 3);
   bp_validate_report *rep = validate(r, "guarded", NULL, NULL);
   expect_caught(rep, "noacc", "accumulate=1 (out += result) is wrong");
   expect_caught(rep, "offset", "differs from the reference");
@@ -185,7 +177,7 @@ static int refuse_run(void *user, const bp_abi_kernel_args *a) {
 }
 
 START_TEST(unwritten_elements_and_input_writes_are_caught_in_the_bytes_copied_back) {
-  bp_registry *r = load((const char *[]){BP_OPS_REFERENCE_PATH, GUARDED_PATH}, 2);
+  bp_registry *r = load_modules((const char *[]){BP_OPS_REFERENCE_PATH, GUARDED_PATH}, 2);
   const bp_abi_kernel *ref = vc_reference(r, "relu.fwd");
   ck_assert_ptr_nonnull(ref);
   int count = 0;

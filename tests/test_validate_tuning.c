@@ -23,15 +23,6 @@
 #define TUNING_PATH BP_TEST_MODULES "/tuning/tuning.so"
 #define GELU_PATH BP_TEST_MODULES "/gelu_layer/gelu_layer.so"
 
-static bp_registry *load(const char *const *paths, int count) {
-  bp_registry *r = NULL;
-  ck_assert_int_eq(bp_registry_create(&r), BP_OK);
-  for (int i = 0; i < count; i++)
-    ck_assert_msg(bp_registry_load(r, paths[i]) == BP_OK, "loading %s: %s", paths[i],
-                  bp_last_error());
-  return r;
-}
-
 static bp_validate_report *run_validate(bp_registry *r, const char *op, const char *impl,
                                         int threads, const char *dtype) {
   bp_validate_options o = {.op_glob = op, .impl = impl, .seed = 1, .isolate = 1,
@@ -73,7 +64,7 @@ static void expect_passes(const bp_validate_report *rep, const char *impl, int m
 /* ---- state across calls ------------------------------------------------------------- */
 
 START_TEST(a_kernel_caching_its_output_by_input_pointer_and_generation_fails) {
-  bp_registry *r = load((const char *[]){BP_OPS_REFERENCE_PATH, TUNING_PATH}, 2);
+  bp_registry *r = load_modules((const char *[]){BP_OPS_REFERENCE_PATH, TUNING_PATH}, 2);
   bp_validate_report *rep = run_validate(r, "fc.fwd", NULL, 0, "fp32");
   /* right on every fresh run: only the new inputs on the same buffers show it */
   const int stale = expect_caught(
@@ -109,7 +100,7 @@ END_TEST
 static int batch_of(const char *case_name) { return atoi(case_name + 1); }
 
 START_TEST(an_fc_wrong_past_a_block_of_8_fails_on_the_batch_cases) {
-  bp_registry *r = load((const char *[]){BP_OPS_REFERENCE_PATH, TUNING_PATH}, 2);
+  bp_registry *r = load_modules((const char *[]){BP_OPS_REFERENCE_PATH, TUNING_PATH}, 2);
   bp_validate_report *rep = run_validate(r, "fc.fwd", "tail8", 0, "fp32");
   int failed = 0, batches = 0;
   for (int i = 0; i < bp_validate_result_count(rep); i++) {
@@ -171,7 +162,7 @@ END_TEST
 /* One thread lent (BP_THREADS=1, or a one-core machine): the first run
  * cannot show a chunking error, check 11's runs at 2 and 3 threads do. */
 START_TEST(a_chunking_error_fails_with_one_thread_lent) {
-  bp_registry *r = load((const char *[]){BP_OPS_REFERENCE_PATH, TUNING_PATH}, 2);
+  bp_registry *r = load_modules((const char *[]){BP_OPS_REFERENCE_PATH, TUNING_PATH}, 2);
   bp_validate_report *rep = run_validate(r, "fc.fwd", NULL, 1, "fp32");
   expect_caught(rep, "chunks",
                 " (the first run had 1; a result that depends on the thread count: a race "
@@ -192,7 +183,7 @@ END_TEST
 /* ---- FP16 -------------------------------------------------------------------------- */
 
 START_TEST(an_fp16_fc_truncating_to_7_mantissa_bits_fails) {
-  bp_registry *r = load((const char *[]){BP_OPS_REFERENCE_PATH, TUNING_PATH}, 2);
+  bp_registry *r = load_modules((const char *[]){BP_OPS_REFERENCE_PATH, TUNING_PATH}, 2);
   bp_validate_report *rep = run_validate(r, "fc.fwd", NULL, 0, "fp16");
   const int caught = expect_caught(rep, "trunc7", "differs from the reference");
   ck_assert_int_ge(caught, 20); /* nearly every FP16 case */
@@ -206,7 +197,7 @@ END_TEST
 /* ---- gradient checks of module layers ---------------------------------------------- */
 
 START_TEST(a_module_layers_backward_missing_a_term_fails_gradcheck) {
-  bp_registry *r = load((const char *[]){BP_OPS_REFERENCE_PATH, GELU_PATH}, 2);
+  bp_registry *r = load_modules((const char *[]){BP_OPS_REFERENCE_PATH, GELU_PATH}, 2);
   bp_validate_options o = {.op_glob = "tgelu.*", .seed = 1, .isolate = 1, .gradcheck = 1};
   bp_validate_report *rep = NULL;
   ck_assert_msg(bp_validate_run(r, &o, &rep) == BP_OK, "%s", bp_last_error());
