@@ -338,3 +338,21 @@ bp_registry *load_modules(const char *const *paths, int count) {
                   bp_last_error());
   return r;
 }
+
+const char *blueprint_path(void) {
+  static char path[4096];
+  const char *dir = getenv("BP_BINARY_DIR");
+  ck_assert_msg(dir != NULL, "BP_BINARY_DIR is not set (run through ctest)");
+  snprintf(path, sizeof path, "%s/blueprint", dir);
+  return path;
+}
+
+int temps_in(const char *dir) {
+  DIR *d = opendir(dir);
+  ck_assert_ptr_nonnull(d);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp") != NULL;
+  closedir(d);
+  return n;
+}

@@ -99,4 +99,12 @@ void shipped_models_free(char **paths);
  * the test naming the file that does not load. */
 struct bp_registry *load_modules(const char *const *paths, int count);
 
+/* BP_BINARY_DIR/blueprint. */
+const char *blueprint_path(void);
+/* `blueprint ARGS...` under timeout 60 (exit 124 on a hang). */
+#define RUN_T(...) \
+  run_argv((const char *const[]){"timeout", "60", blueprint_path(), __VA_ARGS__, NULL})
+/* Entries of `dir` whose name contains ".tmp" (a save's temporaries). */
+int temps_in(const char *dir);
+
 #endif

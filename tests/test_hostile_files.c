@@ -4,7 +4,6 @@
  * without blocking, and gzip/plain IDX files follow one trailing-bytes
  * rule. Each command runs under `timeout`, so a hang fails the test. */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,32 +23,9 @@
 
 #define SMALL_MODEL TOY_BN_MODEL_LAYERS "train: {batch: 8, epochs: 1}\n"
 
-/* `blueprint ARGS...` under timeout 60 (exit 124 on a hang). */
-#define RUN_T(...)                                                                          \
-  run_argv((const char *const[]){"timeout", "60", bin(), __VA_ARGS__, NULL})
-
-static const char *bin(void) {
-  static char path[4096];
-  const char *dir = getenv("BP_BINARY_DIR");
-  ck_assert_msg(dir != NULL, "BP_BINARY_DIR is not set (run through ctest)");
-  snprintf(path, sizeof path, "%s/blueprint", dir);
-  return path;
-}
-
 static int is_fifo(const char *path) {
   struct stat sb;
   return lstat(path, &sb) == 0 && S_ISFIFO(sb.st_mode);
-}
-
-/* Entries of dir whose name contains ".tmp". */
-static int temps_in(const char *dir) {
-  DIR *d = opendir(dir);
-  ck_assert_ptr_nonnull(d);
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp") != NULL;
-  closedir(d);
-  return n;
 }
 
 START_TEST(train_checkpoint_to_a_fifo_is_refused_and_the_fifo_stays) {

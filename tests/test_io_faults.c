@@ -5,7 +5,6 @@
  * status is non-zero. Sanitizer builds skip it (their runtime must come
  * first in the process, before any preloaded library). */
 #include <check.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,16 +21,6 @@
 #endif
 
 #define MODEL TOY_BN_MODEL_LAYERS "train: {batch: 16, epochs: 2}\n"
-
-static int temps_in(const char *dir) {
-  DIR *d = opendir(dir);
-  ck_assert_ptr_nonnull(d);
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp") != NULL;
-  closedir(d);
-  return n;
-}
 
 START_TEST(failed_checkpoint_writes_keep_the_previous_checkpoint) {
 #ifdef BP_SANITIZED

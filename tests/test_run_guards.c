@@ -4,7 +4,6 @@
  * refusal's numbering. Each command runs under `timeout`, so a hang fails
  * the test; every run is a few steps of toy data. */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -24,28 +23,6 @@
 #define SMALL_MODEL TOY_BN_MODEL_LAYERS "train: {batch: 8, epochs: 1}\n"
 
 extern char **environ;
-
-/* `blueprint ARGS...` under timeout 60 (exit 124 on a hang). */
-#define RUN_T(...) run_argv((const char *const[]){"timeout", "60", bin(), __VA_ARGS__, NULL})
-
-static const char *bin(void) {
-  static char path[4096];
-  const char *dir = getenv("BP_BINARY_DIR");
-  ck_assert_msg(dir != NULL, "BP_BINARY_DIR is not set (run through ctest)");
-  snprintf(path, sizeof path, "%s/blueprint", dir);
-  return path;
-}
-
-/* Entries of dir whose name contains ".tmp". */
-static int temps_in(const char *dir) {
-  DIR *d = opendir(dir);
-  ck_assert_ptr_nonnull(d);
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp") != NULL;
-  closedir(d);
-  return n;
-}
 
 /* A copy of `path`'s bytes, to compare after a refused run. */
 typedef struct snapshot {
@@ -221,7 +198,7 @@ END_TEST
 static pid_t spawn_bp(const char *dir, const char *const *args) {
   const char *argv[64];
   int argc = 0;
-  argv[argc++] = bin();
+  argv[argc++] = blueprint_path();
   for (int k = 0; args[k]; k++) argv[argc++] = args[k];
   argv[argc] = NULL;
   char *out = path_in(dir, "run.out"), *err = path_in(dir, "run.err");
