@@ -3,15 +3,14 @@
  * attempt. Registration and init are the registry's. */
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "elf-check-impl.h"
+#include "blueprint/infile.h"
 #include "loader-impl.h"
 #include "strutil-impl.h"
 
@@ -107,26 +106,18 @@ static int other_major(void *handle) {
   return -1;
 }
 
-/* The pre-check before dlopen (elf-check-impl.h): a regular file whose
- * ELF headers hold up against its size. Opened without blocking, so a
- * FIFO is refused instead of waited on. */
+/* The pre-check before dlopen (elf-check-impl.h): a regular file
+ * (bp_input_open: a FIFO is refused instead of waited on) whose ELF
+ * headers hold up against its size. */
 static bp_status check_file(const char *path, bp_reg_record *rec) {
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0)
-    return refuse(rec, NULL, BP_LOAD_STAGE_OPEN, BP_ERR_IO, "cannot open: %s", strerror(errno));
-  struct stat sb;
-  char why[BP_REASON_MAX - 32];
-  int bad = 0;
-  if (fstat(fd, &sb) != 0) {
-    snprintf(why, sizeof why, "cannot stat: %s", strerror(errno));
-    bad = 1;
-  } else if (!S_ISREG(sb.st_mode)) {
-    snprintf(why, sizeof why, "not a regular file");
-    bad = 1;
-  } else {
-    bad = bp_elf_check_fd(fd, (uint64_t)sb.st_size, why, sizeof why) != 0;
-  }
-  close(fd);
+  char why[BP_REASON_MAX - 64];
+  uint64_t size = 0;
+  const int fd = bp_input_open(path, 0, &size, why, sizeof why);
+  /* not a regular file: EISDIR or EINVAL (infile.h); else open's own errno */
+  if (fd < 0 && errno != EISDIR && errno != EINVAL)
+    return refuse(rec, NULL, BP_LOAD_STAGE_OPEN, BP_ERR_IO, "cannot open: %s", why);
+  const int bad = fd < 0 || bp_elf_check_fd(fd, size, why, sizeof why) != 0;
+  if (fd >= 0) close(fd);
   if (bad)
     return refuse(rec, NULL, BP_LOAD_STAGE_OPEN, BP_ERR_IO, /* as dlopen's refusals */
                   "not a loadable module (checked before dlopen): %s", why);
