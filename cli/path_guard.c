@@ -68,24 +68,11 @@ static void list_free(guard_list *l) {
   free(l->files);
 }
 
-/* The directory part of `path` ("." without a slash, "/" for "/x"). */
-static char *dir_part(const char *path) {
-  const char *slash = strrchr(path, '/');
-  if (!slash) return strdup(".");
-  size_t n = slash == path ? 1 : (size_t)(slash - path);
-  char *d = malloc(n + 1);
-  if (d) {
-    memcpy(d, path, n);
-    d[n] = '\0';
-  }
-  return d;
-}
-
 /* Fills f for an output that does not exist yet: its directory must exist
  * and be writable; *resolved names where it would be created. Returns 0,
  * or -1 after the report. */
 static int missing_output(const char *command, guard_file *f, const char *target) {
-  char *dir = dir_part(target);
+  char *dir = bp_output_dir(target);
   if (!dir) {
     report(command, "out of memory checking %s", f->use->what);
     return -1;

@@ -38,15 +38,8 @@ int bp_output_sweep_temps(const char *path) {
   if (!path || !path[0]) return 0;
   const char *slash = strrchr(path, '/');
   const char *base = slash ? slash + 1 : path;
-  size_t dir_len = slash ? (size_t)(slash - path) : 0;
-  char *dir = malloc(dir_len + 2);
+  char *dir = bp_output_dir(path);
   if (!dir) return 0;
-  if (slash) {
-    memcpy(dir, path, dir_len ? dir_len : 1); /* "/x" lives in "/" */
-    dir[dir_len ? dir_len : 1] = '\0';
-  } else {
-    strcpy(dir, ".");
-  }
   size_t base_len = strlen(base);
   int removed = 0;
   DIR *dp = opendir(dir);
@@ -105,6 +98,18 @@ int bp_output_open(const char *path, const char *what, int append) {
     return -1;
   }
   return fd;
+}
+
+char *bp_output_dir(const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) return strdup(".");
+  const size_t n = slash == path ? 1 : (size_t)(slash - path); /* "/x" lives in "/" */
+  char *d = malloc(n + 1);
+  if (d) {
+    memcpy(d, path, n);
+    d[n] = '\0';
+  }
+  return d;
 }
 
 char *bp_output_target(const char *path) {

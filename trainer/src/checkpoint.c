@@ -355,18 +355,6 @@ static int write_part(FILE *f, const void *data, uint64_t len, uint32_t *crc) {
   return 0;
 }
 
-/* The directory that holds `path` ("." or "/" at the edges). Caller frees. */
-static char *dir_of(const char *path) {
-  const char *slash = strrchr(path, '/');
-  if (!slash) return strdup(".");
-  size_t n = slash == path ? 1 : (size_t)(slash - path);
-  char *d = malloc(n + 1);
-  if (!d) return NULL;
-  memcpy(d, path, n);
-  d[n] = '\0';
-  return d;
-}
-
 /* Makes a rename in `dir` durable. Returns 0 or an errno value. Filesystems
  * that cannot sync a directory (EINVAL) count as done. */
 static int sync_dir(const char *dir) {
@@ -532,7 +520,7 @@ static bp_status save_to(const char *path, const char *target, const bp_plan *pl
     return st;
   }
   free(tmp);
-  char *dir = dir_of(target);
+  char *dir = bp_output_dir(target);
   if (!dir) return bp_fail(BP_ERR_NOMEM, "out of memory saving checkpoint %s", path);
   err = sync_dir(dir);
   if (err) {

@@ -33,6 +33,10 @@ bp_status bp_output_prepare(const char *path, const char *what);
  * exec), or -1 with the failure recorded (bp_last_error). */
 int bp_output_open(const char *path, const char *what, int append);
 
+/* The directory that holds `path`: "." without a slash, "/" for "/x".
+ * malloc'ed; NULL when out of memory. */
+char *bp_output_dir(const char *path);
+
 /* The file a write to `path` replaces: when `path` is a symbolic link,
  * the link's final target (followed as open(2) would, a dangling link's
  * target included), so a writer that renames a temporary over it replaces
