@@ -181,6 +181,19 @@ static bp_status report_step(bp_trainer *t, int64_t samples, double t0, double *
   return BP_OK;
 }
 
+/* Ends a diverged epoch whose failure is recorded (bp_last_error): the run
+ * stops, the epoch's metrics line is written (without "checkpointed"), and
+ * that failure is returned. */
+static bp_status stop_diverged(bp_trainer *t, bp_epoch_report *out, double t0) {
+  char why[2048];
+  snprintf(why, sizeof why, "%s", bp_last_error()); /* the metrics write may record another */
+  t->stopped = 1;
+  out->seconds = bp_train_now() - t0;
+  bp_status st;
+  if (t->metrics && (st = bp_metrics_write_epoch(t->metrics, out)) != BP_OK) return st;
+  return bp_fail(BP_ERR_DIVERGED, "%s", why);
+}
+
 bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
   if (!t || !out) return bp_fail(BP_ERR_INVALID, "bp_trainer_train_epoch: NULL argument");
   if (!t->train_set)
@@ -262,13 +275,8 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
   out->diverged = out->steps > 0 && !isfinite(out->train_loss) &&
                   (!out->amp || out->skipped_steps >= out->steps);
   if (out->diverged && !t->opt.keep_going_nonfinite) {
-    bp_status why = diverged(t, out->train_loss, "by step");
-    char msg[2048];
-    snprintf(msg, sizeof msg, "%s", bp_last_error());
-    t->stopped = 1;
-    out->seconds = bp_train_now() - t0;
-    if (t->metrics && (st = bp_metrics_write_epoch(t->metrics, out)) != BP_OK) return st;
-    return bp_fail(why, "%s", msg);
+    diverged(t, out->train_loss, "by step");
+    return stop_diverged(t, out, t0);
   }
   if (!stopped) { /* invariant 2: a finished epoch moves the counters on */
     t->state.epoch++;
@@ -290,15 +298,12 @@ bp_status bp_trainer_train_epoch(bp_trainer *t, bp_epoch_report *out) {
     if (bad) {
       out->diverged = 1;
       if (!t->opt.keep_going_nonfinite) {
-        t->stopped = 1;
-        out->seconds = bp_train_now() - t0;
-        if (t->metrics && (st = bp_metrics_write_epoch(t->metrics, out)) != BP_OK) return st;
-        return bp_fail(BP_ERR_DIVERGED,
-                       "'%s' holds non-finite values after step %llu of the run (epoch %lld): "
-                       "the run diverged (a lower --lr?); stopping; checkpoint '%.96s' is left "
-                       "as it was",
-                       bad, (unsigned long long)t->state.global_step, (long long)out->epoch,
-                       t->checkpoint_path);
+        bp_fail(BP_ERR_DIVERGED,
+                "'%s' holds non-finite values after step %llu of the run (epoch %lld): the run "
+                "diverged (a lower --lr?); stopping; checkpoint '%.96s' is left as it was",
+                bad, (unsigned long long)t->state.global_step, (long long)out->epoch,
+                t->checkpoint_path);
+        return stop_diverged(t, out, t0);
       }
     }
   }
