@@ -37,6 +37,7 @@
 #include "blueprint/exec.h"
 #include "blueprint/graph.h"
 #include "blueprint/infile.h"
+#include "blueprint/kernel_checks.h"
 #include "blueprint/model.h"
 #include "blueprint/model_yaml.h"
 #include "blueprint/registry.h"
@@ -71,6 +72,8 @@ static const char usage_text[] =
     "  --threads N         threads the kernels may use (default 1: one image is\n"
     "                      too little work to split)\n"
     "  --kernels PINS      pin kernels: op_glob=impl,... (default: BP_KERNELS)\n"
+    "  --trust-pins        run pinned kernels unchecked (default: checked on their\n"
+    "                      node's shapes first, as for train; docs/validate.md)\n"
     "  --plugin PATH       load this op module (file or directory) too\n"
     "  -h, --help          print this help\n"
     "\n"
@@ -83,7 +86,7 @@ typedef struct predict_args {
   const char *plugins[PREDICT_PLUGINS_MAX];
   int plugin_count;
   int64_t top, limit, batch, eval_batch, threads;
-  int json, help, verbose;
+  int json, help, verbose, trust_pins;
 } predict_args;
 
 static int parse_args(int argc, char **argv, predict_args *a) {
@@ -103,6 +106,9 @@ static int parse_args(int argc, char **argv, predict_args *a) {
       continue;
     } else if (strcmp(arg, "--verbose") == 0) {
       a->verbose = 1;
+      continue;
+    } else if (strcmp(arg, "--trust-pins") == 0) {
+      a->trust_pins = 1;
       continue;
     } else if (strcmp(arg, "--checkpoint") == 0) {
       text = &a->checkpoint;
@@ -296,6 +302,8 @@ static bp_status predictor_open(const predict_args *a, predictor *p) {
   bp_status st = bp_registry_create_with(&bp_cli_env_get()->registry, &p->registry);
   if (st != BP_OK) return st;
   if ((st = bp_registry_discover(p->registry, a->plugins, a->plugin_count)) != BP_OK) return st;
+  /* pinned kernels checked at bind, as for train (kernel_checks.h) */
+  if ((st = bp_kernel_checks_install(p->registry, !a->trust_pins)) != BP_OK) return st;
   if ((st = bp_model_load_with_registry(a->model, p->registry, &p->model)) != BP_OK) return st;
   bp_model *m = p->model;
   if (m->layer_count < 2 || m->layers[m->layer_count - 1].type != BP_LAYER_SOFTMAX_CE)
@@ -432,6 +440,8 @@ int bp_cmd_predict(int argc, char **argv) {
   if (st == BP_OK && a.verbose)
     bp_cli_exec_kernel_table(a.json ? stderr : stdout, p.exec, p.variant, BP_SEGMENT_EVAL,
                              bp_registry_resolve_pins(p.registry, a.pins, NULL, NULL), 1);
+  if (st == BP_OK && a.verbose)
+    bp_cli_kernel_warnings(a.json ? stderr : stdout, bp_kernel_checks_warnings(p.registry));
   if (st == BP_OK) st = load_input(a.input, a.limit, &d);
   const bp_model *m = p.model;
   if (st == BP_OK) {

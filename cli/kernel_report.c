@@ -43,6 +43,15 @@ static int same_kind(const bp_abi_kernel *a, const bp_abi_kernel *b) {
   return !strcmp(a->op, b->op) && !strcmp(a->impl, b->impl) && !strcmp(a->device, b->device);
 }
 
+void bp_cli_kernel_warnings(FILE *out, const char *text) {
+  while (*text) {
+    const char *nl = strchr(text, '\n');
+    const int len = nl ? (int)(nl - text) : (int)strlen(text);
+    fprintf(out, "  warning: %.*s\n", len, text);
+    text += len + (nl ? 1 : 0);
+  }
+}
+
 void bp_cli_kernel_table(FILE *out, const bp_trainer *t, const char *prefix, int verbose) {
   const int n = bp_trainer_kernel_use_count(t);
   bp_pin_source source;
@@ -69,6 +78,7 @@ void bp_cli_kernel_table(FILE *out, const bp_trainer *t, const char *prefix, int
     fprintf(out, "  %-26s %-12s %-6s %4d node%s%s\n", k->op, k->impl, k->device, nodes,
             nodes == 1 ? "" : "s", (k->flags & BP_ABI_KERNEL_REFERENCE) ? "  (reference)" : "");
   }
+  bp_cli_kernel_warnings(out, bp_trainer_kernel_warnings(t));
   if (!verbose) return;
   fprintf(out, "kernel of each node:\n");
   for (int i = 0; i < n; i++) {

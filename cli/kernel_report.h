@@ -19,6 +19,11 @@ void bp_cli_kernel_notes(const char *command, const bp_trainer *trainer);
 void bp_cli_kernel_table(FILE *out, const bp_trainer *trainer, const char *variant_prefix,
                          int verbose);
 
+/* On out, "  warning: LINE" for each line of text (the kernel checks'
+ * warnings, kernel_checks.h: a priority pick much slower than the
+ * default pick); the tables call it after their op rows. */
+void bp_cli_kernel_warnings(FILE *out, const char *text);
+
 /* On out, for one segment of one variant of an executor (predict's
  * evaluation pass): the same compact table, "kernels (pins: P):" or
  * "kernels (no pins):" first; with `verbose` also the kernel of every

@@ -34,7 +34,7 @@ typedef enum {
   O_STEP_GAMMA, O_STEP_EVERY, O_TRAIN_LIMIT, O_STOP_AFTER, O_CROP_PAD, O_FLIP, O_EMA_DECAY,
   O_AUTOTUNE, O_AUTOTUNE_CACHE, O_REPLICATE, O_VERBOSE, O_DEVICES, O_LOSS_SCALE,
   O_GROWTH_INTERVAL, O_PROFILE, O_NO_REUSE, O_DETERMINISTIC, O_NO_TF32, O_NO_GRAPH,
-  O_STREAMS, O_KEEP_GOING_NONFINITE
+  O_STREAMS, O_KEEP_GOING_NONFINITE, O_TRUST_PINS
 } option_id;
 
 /* Every option: its name, what its value is, and whether eval takes it. */
@@ -52,6 +52,7 @@ static const struct option_spec {
     {O_DEVICE, "--device", V_TEXT, 1},
     {O_DEVICES, "--devices", V_TEXT, 1},
     {O_KERNELS, "--kernels", V_TEXT, 1},
+    {O_TRUST_PINS, "--trust-pins", V_NONE, 1},
     {O_PLUGIN, "--plugin", V_FILE, 1},
     {O_OPTIMIZER, "--optimizer", V_TEXT, 1},
     {O_EMA, "--ema", V_NONE, 1},
@@ -235,6 +236,7 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
   case O_FLIP: o->augment.flip = 1; break;
   case O_EMA_DECAY: o->ema_decay = d; break;
   case O_AUTOTUNE: o->autotune = 1; break;
+  case O_TRUST_PINS: o->trust_pins = 1; break;
   case O_KEEP_GOING_NONFINITE: o->keep_going_nonfinite = 1; break;
   case O_AUTOTUNE_CACHE: o->autotune = 1, o->autotune_cache = value; break;
   case O_GROWTH_INTERVAL: o->loss_scale_growth_interval = i; break;

@@ -84,6 +84,7 @@ struct bp_registry {
   const char *loading_source; /* bp_registry_discover's current source (a literal), for
                                  records; NULL outside discovery */
   bp_select_tuner tuner; /* bp_registry_set_tuner; pick NULL when none */
+  bp_select_checker checker; /* bp_registry_set_checker; pinned NULL when none */
   char *search_path;     /* bp_registry_options, owned copies (NULL: none) */
   char *pins;
   int log_level;

@@ -184,6 +184,7 @@ void bp_registry_destroy(bp_registry *r) {
   }
   free(r->dirs.items);
   if (r->tuner.destroy) r->tuner.destroy(r->tuner.ctx);
+  if (r->checker.destroy) r->checker.destroy(r->checker.ctx);
   free(r->search_path);
   free(r->pins);
   for (int i = 0; i < r->module_option_count; i++) free(r->module_options[i]);
@@ -201,6 +202,19 @@ bp_status bp_registry_set_tuner(bp_registry *r, const bp_select_tuner *tuner) {
 
 const bp_select_tuner *bp_registry_tuner(const bp_registry *r) {
   return r && r->tuner.pick ? &r->tuner : NULL;
+}
+
+bp_status bp_registry_set_checker(bp_registry *r, const bp_select_checker *checker) {
+  if (!r) return bp_fail(BP_ERR_INVALID, "bp_registry_set_checker: NULL registry");
+  if (checker && !checker->pinned)
+    return bp_fail(BP_ERR_INVALID, "bp_registry_set_checker: no pinned");
+  if (r->checker.destroy) r->checker.destroy(r->checker.ctx);
+  r->checker = checker ? *checker : (bp_select_checker){0};
+  return BP_OK;
+}
+
+const bp_select_checker *bp_registry_checker(const bp_registry *r) {
+  return r && r->checker.pinned ? &r->checker : NULL;
 }
 
 /* The earlier attempt on the same file (device and inode), or NULL. */

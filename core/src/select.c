@@ -138,6 +138,17 @@ static bp_status select_among(bp_registry *r, const char *op, const char *device
                        "kernel %s/%s/%s is pinned by '%s' (%s) but does not support the node "
                        "(%s): %s",
                        op, impl, device, pin_text, pin_source, io, reason[i]);
+      /* a pinned kernel gets the checks autotune gives a candidate, when a
+       * checker is installed (the trainer's, unless --trust-pins) */
+      const bp_select_checker *checker = bp_registry_checker(r);
+      char why[BP_REASON_MAX] = "";
+      if (checker &&
+          !checker->pinned(checker->ctx, r, op, device, a, cands[i],
+                           options && options->node ? options->node : "", why, sizeof why))
+        return bp_fail(BP_ERR_UNSUPPORTED,
+                       "kernel %s/%s/%s, pinned by '%s', fails the checks on the node's "
+                       "shapes: %s (--trust-pins runs it unchecked)",
+                       op, impl, device, pin_text, why);
       REPORT(options, "%s: picked (pinned by '%s' from %s)\n", impl, pin_text, pin_source);
       *kernel_out = cands[i];
       return BP_OK;
@@ -222,6 +233,11 @@ static bp_status select_among(bp_registry *r, const char *op, const char *device
              k->kernel.priority);
   }
   if (tune_report[0]) REPORT(options, "%s", tune_report);
+  /* picked by priority among several: the checker may look at it */
+  const bp_select_checker *checker = bp_registry_checker(r);
+  if (checker && checker->by_priority && !tune_report[0] && m > 1 && chosen == pool[0])
+    checker->by_priority(checker->ctx, r, op, device, a, pool, m,
+                         options && options->node ? options->node : "");
   *kernel_out = chosen;
   return BP_OK;
 }

@@ -141,6 +141,7 @@ struct bp_trainer {
                                    or the model's; "" for none */
   bp_pin_source pin_source;
   char warnings[1024];          /* bp_trainer_warnings */
+  char *kernel_warnings;        /* bp_trainer_kernel_warnings (NULL: none) */
   bp_kernel_use *kernel_uses;   /* bp_trainer_kernel_use */
   int kernel_use_count;
   int stopped;

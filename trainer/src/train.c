@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "blueprint/autotune.h"
+#include "blueprint/kernel_checks.h"
 #include "blueprint/model_yaml.h"
 #include "blueprint/op_table.h"
 #include "checkpoint-impl.h"
@@ -239,6 +240,11 @@ static bp_status open_device(bp_trainer *t) {
                    "device '%s': autotune times kernels on the calling thread, and this "
                    "device's kernels run only inside its stream tasks; train without --autotune",
                    dev);
+  /* selection asks the registry's checker about what it picks untimed:
+   * pinned kernels are checked (unless --trust-pins), slow priority picks
+   * of other modules reported (kernel_checks.h) */
+  bp_status checked = bp_kernel_checks_install(t->registry, !t->opt.trust_pins);
+  if (checked != BP_OK) return checked;
   /* selection asks the registry's tuner; --autotune's is validate's autotuner */
   if (t->opt.autotune) {
     bp_status st = bp_autotune_install(t->registry);
@@ -779,6 +785,7 @@ void bp_trainer_destroy(bp_trainer *t) {
   free(t->autotune_cache);
   free(t->pins);
   free(t->kernel_uses);
+  free(t->kernel_warnings);
   free(t);
 }
 

@@ -1,10 +1,12 @@
 /* Which kernels a run uses (train.h): the pins in effect, checked once at
- * create, and the table of the kernel each bound node got, for the
- * command line's report and the metrics file's "kernels" line. */
+ * create, the table of the kernel each bound node got, for the
+ * command line's report and the metrics file's "kernels" line, and what
+ * the kernel checks (kernel_checks.h) found while the ranks bound. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "blueprint/kernel_checks.h"
 #include "train-impl.h"
 
 /* How the pins' source is named in messages. */
@@ -52,6 +54,9 @@ static const bp_registered_kernel *first_rank_kernel(const bp_trainer *t, int v,
 
 bp_status bp_train_kernels_collect(bp_trainer *t) {
   int cap = 0;
+  free(t->kernel_warnings); /* what the kernel checks found while the ranks bound */
+  t->kernel_warnings = strdup(bp_kernel_checks_warnings(t->registry));
+  if (!t->kernel_warnings) return bp_fail(BP_ERR_NOMEM, "out of memory listing the kernels");
   for (int k = 0; k < t->local; k++) {
     const bp_exec *x = t->ranks[k].exec;
     for (int v = 0; v < bp_plan_variant_count(t->plan); v++)
@@ -85,5 +90,9 @@ const char *bp_trainer_pins(const bp_trainer *t, bp_pin_source *source_out) {
 }
 
 const char *bp_trainer_warnings(const bp_trainer *t) { return t ? t->warnings : ""; }
+
+const char *bp_trainer_kernel_warnings(const bp_trainer *t) {
+  return t && t->kernel_warnings ? t->kernel_warnings : "";
+}
 
 const bp_registry *bp_trainer_registry(const bp_trainer *t) { return t ? t->registry : NULL; }

@@ -24,30 +24,40 @@
 #define EXIT_GUARD 3        /* the child hit a guard page */
 #define MAX_THREADS 4       /* threads lent to the kernels */
 
-/* The thread counts every case also runs at (checks 10 and 11): 1, and
- * more than the cores of a small machine, so a race between threads or a
- * chunking error shows on one core too. */
-static const int sweep_counts[] = {1, 2, 3, 4};
-#define SWEEP_COUNT ((int)(sizeof sweep_counts / sizeof sweep_counts[0]))
+/* The thread counts every case also runs at (checks 10 and 11): 1, 2, 3,
+ * 4 and twice the cores this process may use (deduplicated), so a race
+ * between threads or a chunking error shows on one core too, and at more
+ * threads than cores on any machine. */
+static const int sweep_fixed[] = {1, 2, 3, 4};
+#define SWEEP_FIXED ((int)(sizeof sweep_fixed / sizeof sweep_fixed[0]))
+#define SWEEP_MAX (SWEEP_FIXED + 1)
 
 typedef struct thread_set {
-  bp_threads *pool[SWEEP_COUNT];
-  const bp_abi_threads *abi[SWEEP_COUNT];
+  bp_threads *pool[SWEEP_MAX];
+  const bp_abi_threads *abi[SWEEP_MAX];
+  int count;
 } thread_set;
 
 static void thread_set_destroy(thread_set *s) {
-  for (int i = 0; i < SWEEP_COUNT; i++) bp_threads_destroy(s->pool[i]);
+  for (int i = 0; i < SWEEP_MAX; i++) bp_threads_destroy(s->pool[i]);
   memset(s, 0, sizeof *s);
 }
 
-/* One pool per count of sweep_counts (each made once). */
+/* One pool per count of the sweep (each made once). */
 static bp_status thread_set_create(thread_set *s) {
-  for (int i = 0; i < SWEEP_COUNT; i++) {
-    if (s->pool[i]) continue;
-    const bp_status st = bp_threads_create(sweep_counts[i], &s->pool[i]);
+  if (s->count) return BP_OK;
+  int counts[SWEEP_MAX], n = 0;
+  for (int i = 0; i < SWEEP_FIXED; i++) counts[n++] = sweep_fixed[i];
+  const int twice = 2 * bp_threads_share(1);
+  int seen = 0;
+  for (int i = 0; i < n; i++) seen |= counts[i] == twice;
+  if (!seen) counts[n++] = twice;
+  for (int i = 0; i < n; i++) {
+    const bp_status st = bp_threads_create(counts[i], &s->pool[i]);
     if (st != BP_OK) return st;
     s->abi[i] = bp_threads_abi(s->pool[i]);
   }
+  s->count = n;
   return BP_OK;
 }
 
@@ -199,7 +209,7 @@ static void run_isolated(job *j, double limit_s, vc_outcome *out) {
     if (j->grad_row < 0 && !j->mgrad) {
       if (thread_set_create(&sweep) != BP_OK) _exit(4);
       j->opt.sweep = sweep.abi;
-      j->opt.sweep_count = SWEEP_COUNT;
+      j->opt.sweep_count = sweep.count;
     }
     vc_outcome o;
     job_run(j, &o);
@@ -412,7 +422,7 @@ static bp_status validate_kernel(bp_validate_report *rep, const bp_registry *r,
     job j = {.registry = r, .k = k, .ref = ref, .c = c, .grad_row = -1,
              .opt = {.seed = o->seed, .guard = o->isolate && !dev, .threads = threads,
                      .device = dev, .no_tf32 = o->no_tf32, .sweep = sweep ? sweep->abi : NULL,
-                     .sweep_count = sweep ? SWEEP_COUNT : 0},
+                     .sweep_count = sweep ? sweep->count : 0},
              .thread_count = o->threads};
     vc_outcome out;
     if (o->isolate && !dev) run_isolated(&j, case_limit(o), &out);

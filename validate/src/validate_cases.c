@@ -638,6 +638,31 @@ void vc_layer_complete(const bp_registry *r, vc_case *c, int defaults) {
   }
 }
 
+/* The saved tensors of a module layer type whose forward op is op, as
+ * outputs 1..S (the host plans them from their declarations, never from
+ * infer_shape: bp_abi_layer_saved): per channel [1,1,1,C_out], per sample
+ * [N,H_out,W_out,channels or C_out], in their declared dtypes. */
+static void saved_shapes(const bp_registry *r, const bp_abi_op *op, bp_abi_tensor *outs) {
+  for (int j = 0; j < bp_registry_layer_count(r); j++) {
+    const bp_registered_layer *l = bp_registry_layer(r, j);
+    if (strcmp(l->layer.forward_op, op->name) != 0 || !l->saved) continue;
+    for (int k = 0; k < l->layer.num_saved && 1 + k < op->num_outputs && 1 + k < VC_MAX; k++) {
+      const bp_abi_layer_saved *d = &l->saved[k];
+      bp_abi_tensor *t = &outs[1 + k];
+      t->dtype = d->dtype;
+      if (d->per_channel) {
+        t->shape[0] = t->shape[1] = t->shape[2] = 1;
+      } else {
+        t->shape[0] = outs[0].shape[0];
+        t->shape[1] = outs[0].shape[1];
+        t->shape[2] = outs[0].shape[2];
+      }
+      t->shape[3] = !d->per_channel && d->channels > 0 ? d->channels : outs[0].shape[3];
+    }
+    return;
+  }
+}
+
 int vc_infer_cases(const bp_registry *r, const bp_abi_op *op, vc_case *out_cases, int cap) {
   static const plain_geo geos[] = {{2, 3, 5, 7, 0}, {1, 1, 1, 13, 0}, {2, 3, 3, 5, 8}};
   int count = 0;
@@ -658,6 +683,7 @@ int vc_infer_cases(const bp_registry *r, const bp_abi_op *op, vc_case *out_cases
     char reason[256] = "";
     if (op->infer_shape(op->attr_size ? c->attrs : NULL, ins, outs, reason, sizeof reason) != 0)
       continue;
+    saved_shapes(r, op, outs);
     c->num_inputs = op->num_inputs;
     c->num_outputs = op->num_outputs;
     int ok = 1;

@@ -655,6 +655,29 @@ static int across_calls(const bp_abi_kernel *k, const vc_case *c, const vc_check
     note_error(out, err, tol);
     ok = 0;
   }
+  /* the sweep's other counts (1, 2, 3, 4 and twice the cores, less the
+   * three above): fresh runs on the third run's inputs, each against what
+   * the kernel gave there */
+  for (int s = 0; ok && s < o->sweep_count; s++) {
+    const int n = o->sweep[s]->count;
+    if (n == first || n == counts[0] || n == counts[1]) continue;
+    vc_check_options to = *o;
+    to.threads = o->sweep[s];
+    run_spec fs = {k, c, 0, in_c->v, start, -1, &to, NULL, 0, NULL};
+    snprintf(stage, sizeof stage,
+             "with %d thread%s (the first run had %d; a result that depends on the thread "
+             "count: a race between threads or a chunking error)",
+             n, n == 1 ? "" : "s", first);
+    double err, tol;
+    if (run_once(&fs, fresh.v, why, sizeof why) != RUN_OK) {
+      fail_long(out, stage, why);
+      ok = 0;
+    } else if (!compare(c, fp32_tol, got_c->v, fresh.v, &err, &tol, why, sizeof why)) {
+      fail_long(out, stage, why);
+      note_error(out, err, tol);
+      ok = 0;
+    }
+  }
   vals_free(&fresh);
   vals_free(&again);
   return ok;

@@ -236,6 +236,32 @@ bp_status bp_registry_set_tuner(bp_registry *registry, const bp_select_tuner *tu
 /* The installed tuner, or NULL. */
 const bp_select_tuner *bp_registry_tuner(const bp_registry *registry);
 
+/* A checker: what selection asks about the kernels it picks without
+ * timing them (the kernel checks of kernel_checks.h, beside validate, are
+ * one). Selection itself never runs kernels; a checker may.
+ *   pinned: kernel k was picked for the node by a pin; returns 1 to keep
+ *     it, 0 to refuse it (selection then fails with why, one line).
+ *   by_priority (optional): kernel pool[0] was picked by priority (nothing
+ *     pinned, no autotune) among the m kernels that support the node, in
+ *     preference order; the checker may note what it finds (it cannot
+ *     change the pick). */
+typedef struct bp_select_checker {
+  void *ctx; /* handed over: destroy(ctx) when replaced or at bp_registry_destroy */
+  int (*pinned)(void *ctx, bp_registry *registry, const char *op, const char *device,
+                const bp_abi_kernel_args *args, const bp_registered_kernel *k, const char *node,
+                char *why, size_t why_size);
+  void (*by_priority)(void *ctx, bp_registry *registry, const char *op, const char *device,
+                      const bp_abi_kernel_args *args, const bp_registered_kernel *const *pool,
+                      int m, const char *node);
+  void (*destroy)(void *ctx); /* (optional) */
+} bp_select_checker;
+
+/* Installs `checker` (copied; NULL removes the one installed), destroying
+ * the one it replaces. Not while another thread selects. */
+bp_status bp_registry_set_checker(bp_registry *registry, const bp_select_checker *checker);
+/* The installed checker, or NULL. */
+const bp_select_checker *bp_registry_checker(const bp_registry *registry);
+
 /* Selection policy for one node. */
 typedef struct bp_select_options {
   /* Pins (see above). NULL: BP_KERNELS from the environment; "": none. */

@@ -267,6 +267,10 @@ typedef struct bp_train_options {
                                stops there as stop_after_steps would (the state is
                                checkpointed, bp_trainer_done turns 1); one process only
                                (under mpirun the processes would stop at different steps) */
+  /* Kernel checks at bind (kernel_checks.h, docs/validate.md "Pinned kernels"). */
+  int trust_pins; /* 1: pinned kernels run unchecked; 0 (default): each pinned kernel runs
+                     validate's checks on its node's shapes before the run starts, and one
+                     that fails ends create with an error naming node, kernel and reason */
 } bp_train_options;
 
 /* The defaults above. */
@@ -379,6 +383,11 @@ const char *bp_trainer_pins(const bp_trainer *trainer, bp_pin_source *source_out
 /* Warnings found at create (a pin that never applies), one line each
  * ending in '\n'; "" when none. The trainer does not print them. */
 const char *bp_trainer_warnings(const bp_trainer *trainer);
+/* Warnings about the kernels bound at create: a kernel picked by priority
+ * from a module that does not ship with blueprint that took at least
+ * BP_KERNEL_CHECKS_SLOW times as long as the default pick on a node
+ * (kernel_checks.h), one line each ending in '\n'; "" when none. */
+const char *bp_trainer_kernel_warnings(const bp_trainer *trainer);
 /* The registry the kernels came from (borrowed; load records for
  * `blueprint plugins`-style reports). */
 const bp_registry *bp_trainer_registry(const bp_trainer *trainer);
