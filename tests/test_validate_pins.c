@@ -17,6 +17,7 @@
  *     (tests/modules/saved_layer.c);
  *   - validate --model --batch also checks the evaluation batch's nodes. */
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,37 @@ START_TEST(pins_from_the_environment_and_the_model_file_are_checked_too) {
   unsetenv("BP_KERNELS");
   expect_one_line_error(&r, "blueprint train: ", "after a params_generation bump");
   run_free(&r);
+  toy_env_close(&e);
+}
+END_TEST
+
+/* A pinned kernel that crashes or calls exit() in its check: one line
+ * naming it and the node, then the signal, or exit status 70 (never 0). */
+START_TEST(a_pinned_kernel_that_crashes_in_its_check_is_named) {
+  toy_env e = toy_env_open(FC_MODEL, 48, 16, 5);
+  static const struct {
+    int k, status;
+    const char *what;
+  } cases[] = {{1, 128 + SIGSEGV, "SIGSEGV in "},
+               {2, 128 + SIGABRT, "SIGABRT in "},
+               {3, 70, "exit() called by "}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "hostile/hostile%d.so", cases[i].k);
+    char *mod = path_in(BP_TEST_MODULES, name);
+    run_result r = RUN_T("train", e.model, "--data", e.data, "--quiet", "--plugin", mod,
+                         "--kernels", "relu.fwd=hostile");
+    ck_assert_msg(r.status == cases[i].status, "case %d: status %d (stderr: %s)", cases[i].k,
+                  r.status, r.err);
+    char want[4300];
+    snprintf(want, sizeof want,
+             "blueprint: %sthe pinned kernel relu.fwd/hostile/cpu (module %s) during its check "
+             "on node 'relu1.fwd' (--trust-pins skips the check)\n",
+             cases[i].what, mod);
+    ck_assert_msg(strstr(r.err, want) != NULL, "want [%s] in [%s]", want, r.err);
+    run_free(&r);
+    free(mod);
+  }
   toy_env_close(&e);
 }
 END_TEST
@@ -218,6 +250,7 @@ int main(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, a_pinned_kernel_that_fails_the_checks_stops_train_before_it_writes);
   tcase_add_test(tc, pins_from_the_environment_and_the_model_file_are_checked_too);
+  tcase_add_test(tc, a_pinned_kernel_that_crashes_in_its_check_is_named);
   tcase_add_test(tc, a_slow_kernel_picked_by_priority_is_reported_in_the_kernel_table);
   tcase_add_test(tc, a_kernel_wrong_only_at_four_threads_fails_with_one_thread_lent);
   tcase_add_test(tc, a_module_layers_backward_misreading_its_saved_tensor_fails_gradcheck);

@@ -3,10 +3,12 @@
  * with blueprint against the default pick. */
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "blueprint/kernel_checks.h"
 #include "blueprint/threads.h"
@@ -65,6 +67,76 @@ static uint64_t case_key(const bp_registered_kernel *k, const bp_registered_kern
 
 /* ---- pinned kernels: validate's checks ------------------------------------------- */
 
+/* A pinned kernel that crashes or ends the process during its check (in
+ * this process: a forked child could hang in an OpenMP runtime the parent
+ * has used) is named in one line on stderr, preformatted before the check
+ * so that the handlers only write(2): then the signal's default action,
+ * or exit status 70 for a kernel that calls exit(). */
+#define CHECK_EXIT_STATUS 70
+static char crash_line[512];
+static size_t crash_len;
+static volatile sig_atomic_t checking; /* 1 while a pinned kernel's check runs */
+static struct sigaction before[5];
+static const int crash_sigs[5] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+static pthread_once_t exit_hook_once = PTHREAD_ONCE_INIT;
+
+static void write_line(const char *what) {
+  static const char head[] = "blueprint: ";
+  ssize_t w = write(STDERR_FILENO, head, sizeof head - 1);
+  w = write(STDERR_FILENO, what, strlen(what));
+  w = write(STDERR_FILENO, crash_line, crash_len);
+  (void)w;
+}
+
+static void on_crash(int sig) {
+  if (checking) {
+    checking = 0;
+    write_line(sig == SIGSEGV   ? "SIGSEGV in "
+               : sig == SIGBUS  ? "SIGBUS in "
+               : sig == SIGILL  ? "SIGILL in "
+               : sig == SIGFPE  ? "SIGFPE in "
+                                : "SIGABRT in ");
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void on_exit_during_check(void) {
+  if (!checking) return;
+  checking = 0;
+  write_line("exit() called by ");
+  _exit(CHECK_EXIT_STATUS);
+}
+
+static void add_exit_hook(void) { (void)atexit(on_exit_during_check); }
+
+static void crash_report_begin(const bp_registered_kernel *k, const char *node) {
+  pthread_once(&exit_hook_once, add_exit_hook);
+  int n = snprintf(crash_line, sizeof crash_line,
+                   "the pinned kernel %s/%s/%s (module %s) during its check on node '%s' "
+                   "(--trust-pins skips the check)\n",
+                   k->kernel.op, k->kernel.impl, k->kernel.device, k->path ? k->path : "?",
+                   node && node[0] ? node : "?");
+  if (n < 0) n = 0;
+  if ((size_t)n >= sizeof crash_line) {
+    n = (int)sizeof crash_line - 1;
+    crash_line[n - 1] = '\n';
+  }
+  crash_len = (size_t)n;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_crash;
+  sa.sa_flags = SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 5; i++) sigaction(crash_sigs[i], &sa, &before[i]);
+  checking = 1;
+}
+
+static void crash_report_end(void) {
+  checking = 0;
+  for (int i = 0; i < 5; i++) sigaction(crash_sigs[i], &before[i], NULL);
+}
+
 static int remember(kernel_checks *kc, uint64_t key, const char *why) {
   if (kc->verdict_count == kc->verdict_cap) {
     const int cap = kc->verdict_cap ? 2 * kc->verdict_cap : 16;
@@ -84,7 +156,6 @@ static int remember(kernel_checks *kc, uint64_t key, const char *why) {
 static int check_pinned(void *ctx, bp_registry *r, const char *op, const char *device,
                         const bp_abi_kernel_args *args, const bp_registered_kernel *k,
                         const char *node, char *why, size_t why_size) {
-  (void)node;
   kernel_checks *kc = ctx;
   if (!kc->check_pins || strcmp(device, "cpu") != 0) return 1;
   const bp_abi_kernel *ref = vc_reference(r, op);
@@ -111,7 +182,9 @@ static int check_pinned(void *ctx, bp_registry *r, const char *op, const char *d
   if (!found && bp_threads_create(1, &one) == BP_OK) {
     const vc_check_options o = {.seed = 1, .guard = 1, .threads = bp_threads_abi(one)};
     vc_outcome out;
+    crash_report_begin(k, node); /* vc_check_guarded passes on faults not its own */
     vc_check_guarded(&k->kernel, ref, c, &o, &out);
+    crash_report_end();
     verdict = out.verdict != BP_VALIDATE_FAIL;
     snprintf(why, why_size, "%s", verdict ? "" : out.detail);
     (void)remember(kc, key, why); /* not remembered: checked again next time */

@@ -177,8 +177,10 @@ bp_abi_tensor vc_tensor_desc(int32_t dtype, int64_t n, int64_t h, int64_t w, int
  * passes range ops. */
 bp_abi_tensor vc_span_desc(int32_t dtype, int64_t elements);
 /* Cases for a module op with infer_shape: each input one of a few shapes,
- * outputs from infer_shape, the attribute block zero but for the defaults
- * of a module layer type that uses the op (and its accumulate flag).
+ * outputs from infer_shape (the saved tensors of a module layer type whose
+ * forward op it is: from their declarations), the attribute block zero
+ * but for the defaults of a module layer type that uses the op (and its
+ * accumulate flag).
  * Returns the count written (at most cap); 0 when infer_shape refuses
  * them all. */
 int vc_infer_cases(const bp_registry *r, const bp_abi_op *op, vc_case *out, int cap);
@@ -320,7 +322,7 @@ void vc_grad_row(const bp_registry *r, int row, const vc_check_options *o, const
  * op from infer_shape), checked like the built-in rows against central
  * differences of the forward op's own kernel (its reference kernel, else
  * its first cpu FP32 kernel; inputs away from 0); and a row saying why for
- * every other module op (no layer type, no backward op, saved tensors, no
+ * every other module op (no layer type, no backward op, no
  * cases, no FP32). */
 typedef struct vc_module_grad {
   const char *op;                 /* the backward op, or the op a skip row is about */

@@ -27,10 +27,11 @@
  *  10. follows new inputs on the same buffers and state: the first run goes
  *      on with new data and the same params_generation, then every input
  *      new and the generation bumped, each matching a fresh run;
- *  11. gives the same result at other thread counts (1 or 2, and 3 or 4).
+ *  11. gives the same result at other thread counts (1, 2, 3, 4 and twice
+ *      the cores, deduplicated).
  * With options.gradcheck, reference backwards and every cpu kernel of a
- * module layer's backward op are compared with central differences of
- * their own forward op.
+ * module layer's backward op (saved tensors included) are compared with
+ * central differences of their own forward op.
  * Reference kernels are the oracle: their rows run every check but the
  * comparison (accumulate is checked as out(1) = prior + out(0)).
  * Collective kernels (allreduce.*) are skipped: they need every rank.
