@@ -27,8 +27,9 @@
  *  10. follows new inputs on the same buffers and state: the first run goes
  *      on with new data and the same params_generation, then every input
  *      new and the generation bumped, each matching a fresh run;
- *  11. gives the same result at other thread counts (1, 2, 3, 4 and twice
- *      the cores, deduplicated).
+ *  11. gives the same result at other thread counts: 1 and more than the
+ *      cores on every case, the rest of 1, 2, 3, 4 and twice the cores on
+ *      one case in four.
  * With options.gradcheck, reference backwards and every cpu kernel of a
  * module layer's backward op (saved tensors included) are compared with
  * central differences of their own forward op.
