@@ -142,8 +142,17 @@ END_TEST
 
 START_TEST(a_slow_kernel_picked_by_priority_is_reported_in_the_kernel_table) {
   toy_env e = toy_env_open(FC_MODEL, 48, 16, 5);
-  run_result r = RUN_T("train", e.model, "--data", e.data, "--plugin", SLOW_PATH);
+  char *metrics = path_in(e.dir, "m.jsonl");
+  run_result r = RUN_T("train", e.model, "--data", e.data, "--plugin", SLOW_PATH, "--metrics",
+                       metrics);
   ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+  char *text = (char *)read_file(metrics, NULL); /* the "kernels" line carries it too */
+  ck_assert_ptr_nonnull(text);
+  ck_assert_msg(strstr(text, "\"warnings\":[\"fc.fwd: slow (priority 30) was picked by "
+                             "priority") != NULL,
+                "%.600s", text);
+  free(text);
+  free(metrics);
   const char *w = strstr(r.out, "  warning: fc.fwd: slow (priority 30) was picked by priority, "
                                 "but took ");
   ck_assert_msg(w != NULL, "no warning in the kernel table:\n%s", r.out);

@@ -147,16 +147,19 @@ bp_status bp_metrics_write_kernels(bp_metrics *m, const bp_trainer *t) {
   fputs(",\"pins_source\":", f);
   bp_json_string(f, bp_pin_source_name(source));
   fprintf(f, ",\"autotune\":%s,\"warnings\":[", t->opt.autotune ? "true" : "false");
-  const char *w = bp_trainer_warnings(t);
-  for (int first = 1; *w; first = 0) { /* one string per line */
-    const char *nl = strchr(w, '\n');
-    const size_t len = nl ? (size_t)(nl - w) : strlen(w);
-    char line[1024];
-    snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), w);
-    if (!first) fputc(',', f);
-    bp_json_string(f, line);
-    w += len + (nl ? 1 : 0);
-  }
+  /* pin warnings, then the kernel checks' (a slow priority pick) */
+  const char *lists[2] = {bp_trainer_warnings(t), bp_trainer_kernel_warnings(t)};
+  int first = 1;
+  for (int k = 0; k < 2; k++)
+    for (const char *w = lists[k]; *w; first = 0) { /* one string per line */
+      const char *nl = strchr(w, '\n');
+      const size_t len = nl ? (size_t)(nl - w) : strlen(w);
+      char line[1024];
+      snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), w);
+      if (!first) fputc(',', f);
+      bp_json_string(f, line);
+      w += len + (nl ? 1 : 0);
+    }
   fputs("],\"ops\":[", f);
   const int n = bp_trainer_kernel_use_count(t);
   for (int i = 0, listed = 0; i < n; i++) {

@@ -79,6 +79,9 @@ static volatile sig_atomic_t checking; /* 1 while a pinned kernel's check runs *
 static struct sigaction before[5];
 static const int crash_sigs[5] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 static pthread_once_t exit_hook_once = PTHREAD_ONCE_INIT;
+/* The check runs in this process with process-wide state (guard pages,
+ * signal handlers, the line above): one at a time, whatever registry. */
+static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void write_line(const char *what) {
   static const char head[] = "blueprint: ";
@@ -182,9 +185,11 @@ static int check_pinned(void *ctx, bp_registry *r, const char *op, const char *d
   if (!found && bp_threads_create(1, &one) == BP_OK) {
     const vc_check_options o = {.seed = 1, .guard = 1, .threads = bp_threads_abi(one)};
     vc_outcome out;
+    pthread_mutex_lock(&check_lock);
     crash_report_begin(k, node); /* vc_check_guarded passes on faults not its own */
     vc_check_guarded(&k->kernel, ref, c, &o, &out);
     crash_report_end();
+    pthread_mutex_unlock(&check_lock);
     verdict = out.verdict != BP_VALIDATE_FAIL;
     snprintf(why, why_size, "%s", verdict ? "" : out.detail);
     (void)remember(kc, key, why); /* not remembered: checked again next time */
