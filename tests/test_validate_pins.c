@@ -55,8 +55,9 @@ START_TEST(a_pinned_kernel_that_fails_the_checks_stops_train_before_it_writes) {
   ck_assert_msg(strstr(r.err, "node 'fc1.fwd'") && strstr(r.err, "fc.fwd/stale/cpu") &&
                     strstr(r.err, "pinned by 'fc.fwd=stale'") && strstr(r.err, "--trust-pins"),
                 "%s", r.err);
-  ck_assert_ptr_null(read_file(metrics, NULL)); /* nothing written */
-  ck_assert_ptr_null(read_file(ckpt, NULL));
+  size_t size = 0;
+  ck_assert_ptr_null(read_file(metrics, &size)); /* nothing written */
+  ck_assert_ptr_null(read_file(ckpt, &size));
   run_free(&r);
   /* --trust-pins: the user said so; the run goes on (the cache is right in training) */
   r = RUN_T("train", e.model, "--data", e.data, "--plugin", TUNING_PATH, "--kernels",
@@ -146,7 +147,8 @@ START_TEST(a_slow_kernel_picked_by_priority_is_reported_in_the_kernel_table) {
   run_result r = RUN_T("train", e.model, "--data", e.data, "--plugin", SLOW_PATH, "--metrics",
                        metrics);
   ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
-  char *text = (char *)read_file(metrics, NULL); /* the "kernels" line carries it too */
+  size_t size = 0;
+  char *text = (char *)read_file(metrics, &size); /* the "kernels" line carries it too */
   ck_assert_ptr_nonnull(text);
   ck_assert_msg(strstr(text, "\"warnings\":[\"fc.fwd: slow (priority 30) was picked by "
                              "priority") != NULL,
