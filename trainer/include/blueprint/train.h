@@ -379,6 +379,13 @@ const char *bp_trainer_pins(const bp_trainer *trainer, bp_pin_source *source_out
 /* Warnings found at create (a pin that never applies), one line each
  * ending in '\n'; "" when none. The trainer does not print them. */
 const char *bp_trainer_warnings(const bp_trainer *trainer);
+/* With autotune (options.autotune): what it decided at create, lines
+ * beginning "autotune: " (docs/tuning.md): per node of a training step the
+ * default and the tuned kernel with their times inside the steps and the
+ * candidates' times alone, then "autotune: step: X ms tuned vs Y ms
+ * default (...): keeping the ... kernels"; "" without autotune. The
+ * trainer does not print it. */
+const char *bp_trainer_autotune_report(const bp_trainer *trainer);
 /* The registry the kernels came from (borrowed; load records for
  * `blueprint plugins`-style reports). */
 const bp_registry *bp_trainer_registry(const bp_trainer *trainer);
