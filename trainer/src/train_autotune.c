@@ -27,7 +27,13 @@
 #include "train-impl.h"
 
 #define TUNE_WARMUP 1 /* untimed steps of each selection first */
-#define TUNE_ROUNDS 5 /* timed steps of each, alternating; the medians decide */
+/* Timed steps of each, alternating; the medians decide. At least
+ * TUNE_ROUNDS_MIN, then more until each side has TUNE_BUDGET_S of steps
+ * (short steps: a preempted one on a loaded machine must stay an outlier),
+ * at most TUNE_ROUNDS. */
+#define TUNE_ROUNDS_MIN 5
+#define TUNE_ROUNDS 41
+#define TUNE_BUDGET_S 0.25
 
 /* The segments of a training step, in run order (as train_loop.c runs them). */
 static const bp_segment step_segments[] = {
@@ -173,7 +179,7 @@ static void report_nodes(bp_trainer *t, const tune_side *sides, int rounds) {
     snprintf(left, sizeof left, "%s %.3f", a->impl, median(a->ns, rounds) / 1e6);
     snprintf(right, sizeof right, "%s %.3f", b->impl, median(b->ns, rounds) / 1e6);
     note(t, "autotune: %-34s %-22s %-22s %s\n", who, left, right,
-         b->alone[0] ? b->alone : "(from the cache, v1: no times)");
+         b->alone[0] ? b->alone : "-");
   }
 }
 
@@ -221,28 +227,32 @@ bp_status bp_train_autotune_confirm(bp_trainer *t) {
                                  .run_time = side_run_time};
     if ((st = bp_exec_set_timer(execs[w], &timer)) != BP_OK) goto done;
   }
-  double sec[2][TUNE_ROUNDS], ignored;
+  double sec[2][TUNE_ROUNDS], ignored, spent = 0;
+  int rounds = 0;
   for (int i = 0; i < TUNE_WARMUP && st == BP_OK; i++)
     for (int w = 0; w < 2 && st == BP_OK; w++)
       st = one_step(t, execs, w, copies, bytes, sides, -1, &ignored);
   /* alternating, each round's first side swapped (ABBA...): both see the same load */
-  for (int i = 0; i < TUNE_ROUNDS && st == BP_OK; i++)
+  for (; st == BP_OK && rounds < TUNE_ROUNDS &&
+         (rounds < TUNE_ROUNDS_MIN || spent < 2 * TUNE_BUDGET_S);
+       rounds++)
     for (int j = 0; j < 2 && st == BP_OK; j++) {
-      const int w = (i % 2) ^ j;
-      st = one_step(t, execs, w, copies, bytes, sides, i, &sec[w][i]);
+      const int w = (rounds % 2) ^ j;
+      st = one_step(t, execs, w, copies, bytes, sides, rounds, &sec[w][rounds]);
+      spent += sec[w][rounds];
     }
   if (st != BP_OK) goto done;
-  const double default_ms = median(sec[0], TUNE_ROUNDS) * 1e3;
-  const double tuned_ms = median(sec[1], TUNE_ROUNDS) * 1e3;
+  const double default_ms = median(sec[0], rounds) * 1e3;
+  const double tuned_ms = median(sec[1], rounds) * 1e3;
   keep = bp_autotune_keep_tuned(tuned_ms, default_ms, BP_AUTOTUNE_STEP_MARGIN);
   t->autotune_step_ms[0] = default_ms;
   t->autotune_step_ms[1] = tuned_ms;
   t->autotune_confirmed = 1;
-  report_nodes(t, sides, TUNE_ROUNDS);
+  report_nodes(t, sides, rounds);
   note(t,
        "autotune: step: %.3f ms tuned vs %.3f ms default (median of %d alternating steps): "
        "%s\n",
-       tuned_ms, default_ms, TUNE_ROUNDS,
+       tuned_ms, default_ms, rounds,
        keep ? "keeping the tuned kernels"
             : "keeping the default kernels (the tuned ones are not faster by 2%)");
 done:

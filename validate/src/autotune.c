@@ -319,7 +319,8 @@ static double now_ms(void) {
 }
 
 /* Device events for timing, when a plugin of the node's device kind is
- * registered; all NULL otherwise (timed with CLOCK_MONOTONIC). */
+ * registered and its kernels do not run on the calling thread; all NULL
+ * otherwise (timed with CLOCK_MONOTONIC). */
 typedef struct tune_timer {
   const bp_abi_device *dev;
   int index;
@@ -344,6 +345,10 @@ static void timer_open(tune_timer *t, const bp_registry *r, const char *device,
   if (t->dev->device_count(&count) == BP_ABI_OK && device_index >= 0 && device_index < count)
     t->index = device_index;
   if (!t->dev->event_elapsed_ms || !t->dev->stream_native) return;
+  /* a host-accessible device's kernels run on the calling thread and may
+   * ignore the stream (bp_abi_device.h): its events would time two adjacent
+   * markers, not the kernel (the cpu plugin's read ~0 ms), so the clock times them */
+  if (t->dev->flags & BP_ABI_DEVICE_HOST_ACCESSIBLE) return;
   if (t->dev->stream_create(t->index, BP_ABI_STREAM_COMPUTE, &t->stream) != BP_ABI_OK ||
       t->dev->event_create(t->index, &t->start) != BP_ABI_OK ||
       t->dev->event_create(t->index, &t->end) != BP_ABI_OK)
