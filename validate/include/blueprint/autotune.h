@@ -4,7 +4,9 @@
  * validate: before timing, every candidate runs validate's checks on the
  * node's shapes against the reference kernel, and one that fails is never
  * picked (docs/validate.md). The trainer installs it for `train
- * --autotune`; selection without it never times, forks or writes files. */
+ * --autotune`, then confirms its picks against the default selection over
+ * whole training steps (bp_autotune_keep_tuned below; docs/tuning.md);
+ * selection without it never times, forks or writes files. */
 #ifndef BLUEPRINT_AUTOTUNE_H
 #define BLUEPRINT_AUTOTUNE_H
 
