@@ -136,8 +136,9 @@ static void restore_arenas(bp_trainer *t, char *const *copies, uint64_t bytes) {
  * default, 1: tuned), from the restored arena; its seconds in *sec_out. */
 static bp_status one_step(bp_trainer *t, bp_exec *const *execs, int which, char *const *copies,
                           uint64_t bytes, tune_side *sides, int round, double *sec_out) {
-  restore_arenas(t, copies, bytes);
   for (int k = 0; k < t->local; k++) t->ranks[k].exec = execs[2 * k + which];
+  /* the step's kernels see new parameters, as after every real step's update */
+  restore_arenas(t, copies, bytes);
   bp_status st = bp_train_write_scalars(t, bp_schedule_lr(&t->schedule, 0), 1);
   if (st != BP_OK) return st;
   sides[which].recording = round >= 0;
