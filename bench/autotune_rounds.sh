@@ -11,7 +11,11 @@
 # epoch's images/s (the trainer's figure: the steps only, not the start-up
 # where autotune times) and each run's wall seconds (start-up included),
 # then what autotune kept ("tuned" or "default", from its report on
-# stderr). docs/tuning.md explains the decision.
+# stderr; "same" when its picks were the default ones). docs/tuning.md
+# explains the decision. The first steps of a run pay one-time costs
+# (oneDNN primitives, thread pools starting) that an --autotune run has
+# already paid in its timing steps: on short epochs that alone lifts its
+# images/s (bench/RESULTS.md, issue 31).
 set -eu
 build=${1:-build}
 rounds=${2:-3}
@@ -34,7 +38,8 @@ run() {
   t1=$(date +%s.%N)
   ips=$(echo "$out" | grep -o '[0-9]* img/s' | head -1 | grep -o '^[0-9]*')
   kept=$(echo "$out" | grep -o 'keeping the [a-z]* kernels' | head -1 | awk '{print $3}')
-  [ -n "$kept" ] || kept=-
+  # no whole steps timed: the tuned kernels are the default ones
+  [ -n "$kept" ] || kept=$(echo "$out" | grep -q 'are the default ones' && echo same || echo -)
   echo "$ips $(echo "$t1 - $t0" | bc) $kept"
 }
 for m in mlp cnn resnet8; do

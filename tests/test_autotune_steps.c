@@ -3,7 +3,7 @@
  * whole training steps and keeps the default unless the tuned one is
  * faster. The fc.fwd kernels of tests/modules/stepslow.c make the outcome
  * plain without timing assertions: "stepslow" is the fastest alone and
- * sleeps 40 ms in every step (the default "plain" waits 3 ms), "quick" is
+ * sleeps 100 ms in every step (the default "plain" waits 20 ms), "quick" is
  * faster in both. The registry holds only the reference, cpu, device and
  * allreduce modules and one of those, so no library kernel competes. */
 #include <check.h>

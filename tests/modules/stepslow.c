@@ -31,8 +31,8 @@
 #ifndef TM_SECOND
 #define TM_SECOND 1
 #endif
-#define PLAIN_WAIT_US 3000
-#define REPACK_US 40000
+#define PLAIN_WAIT_US 20000
+#define REPACK_US 100000
 
 enum { K_PLAIN, K_STEPSLOW, K_QUICK };
 static const int kinds[] = {K_PLAIN, K_STEPSLOW, K_QUICK};
