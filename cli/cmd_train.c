@@ -95,8 +95,12 @@ static const char usage_text[] =
     "                        is checked against the reference on its node's shapes\n"
     "                        before the run starts; docs/validate.md)\n"
     "  --plugin PATH         load this op module (file or directory) too\n"
-    "  --autotune            time the kernels that support a node, keep the fastest\n"
-    "  --autotune-cache FILE --autotune, reusing and updating the winners kept in FILE\n"
+    "  --autotune            time the kernels that support a node, keep the fastest,\n"
+    "                        then time that selection against the default over whole\n"
+    "                        steps and keep the default unless it is slower by 2%;\n"
+    "                        prints both on stderr (docs/tuning.md)\n"
+    "  --autotune-cache FILE --autotune, reusing and updating the winners (and the\n"
+    "                        candidates' times) kept in FILE\n"
     "  --quiet               no progress bar and no kernel table\n"
     "  --verbose             list the kernel of every node at start\n"
     "  --profile             time every node of rank 0 and print, after the run, each\n"
@@ -341,6 +345,8 @@ static int run(bp_cli_train_args *a) {
   if (!a->quiet || a->verbose) bp_cli_kernel_table(stdout, t, NULL, a->verbose);
   fflush(stdout);
   if (bp_trainer_rank(t) == 0) bp_cli_kernel_notes("train", t);
+  /* what --autotune measured and kept (docs/tuning.md), on stderr beside the notes */
+  if (bp_trainer_rank(t) == 0) fputs(bp_trainer_autotune_report(t), stderr);
   int rc = 0;
   double last_test = NAN;
   int64_t diverged = 0; /* --keep-going-nonfinite: the first non-finite epoch */

@@ -26,7 +26,9 @@ static void usage(FILE *out) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
   fprintf(out, "\n'blueprint COMMAND --help' describes one command; 'blueprint --version'\n"
-               "prints the version and the module ABI.\n");
+               "prints the version and the module ABI. Which kernel runs each node:\n"
+               "'blueprint train --autotune' (times them in whole steps, keeps the default\n"
+               "unless faster; docs/tuning.md), --kernels pins, 'blueprint validate'.\n");
   bp_cli_env_help(out);
 }
 

@@ -401,8 +401,18 @@ START_TEST(autotune_picks_the_faster_kernel_and_writes_the_cache) {
   ck_assert_ptr_nonnull(strstr(report, "quick (priority 0): picked (autotuned)"));
   const char *text = read_cache();
   ck_assert_msg(strstr(text, "add.fwd@cpu;in=fp32[1,1,1,4],fp32[1,1,1,4];out=fp32[1,1,1,4];"
-                             "attr=v0:cbf29ce484222325;world=1 quick tune-a\n") != NULL,
+                             "attr=v0:cbf29ce484222325;world=1 quick tune-a ") != NULL,
                 "cache:\n%s", text);
+  /* the candidates' times alone, as the report gave them (cache v2) */
+  const char *times = strstr(text, " tune-a ") + strlen(" tune-a ");
+  ck_assert_msg(strstr(times, "quick=") && strstr(times, "slow=") && strchr(times, ','),
+                "cache:\n%s", text);
+  node nd;
+  node_init(&nd, 2, 1, FP32, 1, 4, 1);
+  char got[256];
+  ck_assert_int_eq(bp_autotune_node_times(r, "add.fwd", "cpu", &nd.args, got, sizeof got), BP_OK);
+  ck_assert_int_eq(strncmp(times, got, strlen(got)), 0);
+  ck_assert_int_eq(times[strlen(got)], '\n');
   ck_assert_int_eq(files_in_tmp(), 1); /* no temporary file left behind */
   bp_registry_destroy(r);
   remove_tmp();
@@ -434,7 +444,7 @@ START_TEST(autotune_cache_is_reused_and_invalidated_by_a_new_build_id) {
   ck_assert_int_gt(s->runs[1], slow);
   ck_assert_ptr_nonnull(strstr(report, "was built as 'tune-a', the loaded module is 'tune-b'"));
   const char *text = read_cache();
-  ck_assert_ptr_nonnull(strstr(text, " quick tune-b\n"));
+  ck_assert_ptr_nonnull(strstr(text, " quick tune-b slow="));
   ck_assert_ptr_null(strstr(text, "tune-a"));
   bp_registry_destroy(r);
   remove_tmp();
@@ -512,6 +522,64 @@ START_TEST(autotune_cache_is_checked_at_open_and_malformed_lines_are_refused) {
 }
 END_TEST
 
+#define ADD_SIG                                                                          \
+  "add.fwd@cpu;in=fp32[1,1,1,4],fp32[1,1,1,4];out=fp32[1,1,1,4];attr=v0:cbf29ce484222325;" \
+  "world=1"
+
+/* Cache lines of format v1 (no times) still load; v2 times come back in
+ * the report and through bp_autotune_node_times, survive a rewrite, and a
+ * times field that does not parse is refused naming FILE:LINE. */
+START_TEST(autotune_cache_keeps_the_times_and_loads_v1_lines) {
+  make_tmp();
+  bp_registry *r = load("tune_a", "tune", NULL);
+  const tm_stats *s = bp_registry_kernel(r, 0)->kernel.user;
+  const int quick = s->runs[0], slow = s->runs[1];
+  node nd;
+  node_init(&nd, 2, 1, FP32, 1, 4, 1);
+  char report[2048], got[256];
+  put_cache("# blueprint autotune cache v1: signature impl build_id\n" ADD_SIG " quick tune-a\n");
+  (void)tune(r, "cpu", cache_path, "quick", report, sizeof report);
+  ck_assert_ptr_nonnull(strstr(report, "autotune: quick from the cache"));
+  ck_assert_int_eq(bp_autotune_node_times(r, "add.fwd", "cpu", &nd.args, got, sizeof got), BP_OK);
+  ck_assert_str_eq(got, "");
+  bp_registry_destroy(r);
+
+  r = load("tune_a", "tune", NULL);
+  put_cache(ADD_SIG " quick tune-a quick=0.5,slow=2.25\nother@cpu;in=x slow tune-a slow=1\n");
+  (void)tune(r, "cpu", cache_path, "quick", report, sizeof report);
+  ck_assert_msg(strstr(report, "from the cache") && strstr(report, "quick=0.5,slow=2.25"), "%s",
+                report);
+  ck_assert_int_eq(bp_autotune_node_times(r, "add.fwd", "cpu", &nd.args, got, sizeof got), BP_OK);
+  ck_assert_str_eq(got, "quick=0.5,slow=2.25");
+  s = bp_registry_kernel(r, 0)->kernel.user;
+  ck_assert_int_eq(s->runs[0], quick); /* nothing timed */
+  ck_assert_int_eq(s->runs[1], slow);
+  bp_registry_destroy(r);
+
+  /* a rebuilt module times the node again and rewrites the file: the
+   * other line keeps its times */
+  r = load("tune_b", "tune", NULL);
+  (void)tune(r, "cpu", cache_path, "quick", report, sizeof report);
+  const char *text = read_cache();
+  ck_assert_msg(strstr(text, "\nother@cpu;in=x slow tune-a slow=1\n") != NULL, "%s", text);
+  ck_assert_msg(strstr(text, " quick tune-b slow=") != NULL, "%s", text);
+  ck_assert_msg(strstr(text, "v2: signature impl build_id [impl=ms,...]") != NULL, "%s", text);
+  bp_registry_destroy(r);
+
+  r = load("tune_a", "tune", NULL);
+  const char *bad[] = {"quick=abc", "quick=-1", "=1", "quick=1,", "quick=1,slow",
+                       "quick=1;slow=2", "quick=nan", "quick=1 extra"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text2[512];
+    snprintf(text2, sizeof text2, "# c\n" ADD_SIG " quick tune-a %s\n", bad[i]);
+    put_cache(text2);
+    tune_refused(r, BP_ERR_PARSE, "cache.txt:2: malformed line");
+  }
+  bp_registry_destroy(r);
+  remove_tmp();
+}
+END_TEST
+
 START_TEST(autotune_times_with_device_events_and_tolerates_a_missing_cache) {
   make_tmp();
   bp_registry *r = load("tune_a", "tune", NULL);
@@ -563,6 +631,7 @@ int main(void) {
   tcase_add_test(tc, default_kernel_follows_priority_and_reference_rules);
   tcase_add_test(tc, autotune_without_a_tuner_runs_nothing_and_names_the_hook);
   tcase_add_test(tc, autotune_picks_the_faster_kernel_and_writes_the_cache);
+  tcase_add_test(tc, autotune_cache_keeps_the_times_and_loads_v1_lines);
   tcase_add_test(tc, autotune_cache_is_reused_and_invalidated_by_a_new_build_id);
   tcase_add_test(tc, autotune_uses_the_nodes_device_index);
   tcase_add_test(tc, autotune_times_with_device_events_and_tolerates_a_missing_cache);

@@ -146,7 +146,12 @@ bp_status bp_metrics_write_kernels(bp_metrics *m, const bp_trainer *t) {
   bp_json_string(f, pins);
   fputs(",\"pins_source\":", f);
   bp_json_string(f, bp_pin_source_name(source));
-  fprintf(f, ",\"autotune\":%s,\"warnings\":[", t->opt.autotune ? "true" : "false");
+  fprintf(f, ",\"autotune\":%s,", t->opt.autotune ? "true" : "false");
+  if (t->autotune_confirmed) /* the whole steps that decided (train_autotune.c) */
+    fprintf(f, "\"autotune_kept\":\"%s\",\"autotune_step_ms\":%.4f,\"default_step_ms\":%.4f,",
+            t->autotune_kept_tuned ? "tuned" : "default", t->autotune_step_ms[1],
+            t->autotune_step_ms[0]);
+  fputs("\"warnings\":[", f);
   /* pin warnings, then the kernel checks' (a slow priority pick) */
   const char *lists[2] = {bp_trainer_warnings(t), bp_trainer_kernel_warnings(t)};
   int first = 1;

@@ -78,6 +78,8 @@ typedef struct bp_train_rank {
   bp_devio io;    /* every host access to the arena (device-io-impl.h) */
   bp_span upload[2][2]; /* per input buffer: the image and label slots the open loader fills */
   bp_exec *exec;
+  bp_exec *default_exec; /* --autotune, until the steps decide: the default selection
+                            (train_autotune.c); NULL otherwise */
   bp_abi_comm comm; /* world > 1: this rank's view of the communicator (kernels see it) */
   bp_threads *threads; /* the threads its kernels get: the rank's share of the cores */
   struct bp_step_graph *graphs; /* graph mode: [variant * 2 + buffer] (train_graph.c) */
@@ -146,6 +148,11 @@ struct bp_trainer {
   int kernel_use_count;
   int stopped;
   double last_lr;
+  /* --autotune over whole steps (train_autotune.c) */
+  char *autotune_report;       /* bp_trainer_autotune_report; NULL: empty */
+  double autotune_step_ms[2];  /* median step: [0] default, [1] tuned (when confirmed) */
+  int autotune_confirmed;      /* the two selections were timed over whole steps */
+  int autotune_kept_tuned;     /* the tuned selection runs (else the default one) */
   /* Steps as graphs (train_graph.c): on when the device captures and every
    * kernel qualifies; else the note says why not (on a device only). */
   int graph_mode;
@@ -194,6 +201,13 @@ bp_status bp_train_read_amp_state(bp_trainer *t);
  * summed only when read, never all-reduced per step. */
 bp_status bp_train_read_results(bp_trainer *t, int all_processes, double *loss_out,
                                 double *correct_out);
+
+/* train_autotune.c: with --autotune, times the tuned and the default
+ * selection of every rank over whole alternating training steps (the
+ * arenas restored after), keeps the tuned one only when faster by
+ * BP_AUTOTUNE_STEP_MARGIN, destroys the other and writes the report. Once
+ * every rank is bound and initialized, before the first step. */
+bp_status bp_train_autotune_confirm(bp_trainer *t);
 
 /* train_run.c: one rank's job, the only way segments run. A job runs the
  * listed segments of `variant` (less those in `skip`) on input buffer

@@ -638,7 +638,14 @@ static bp_status open_rank(bp_trainer *t, int k) {
     eo.lane_stream[l] = bp_devio_lane_native(&r->io, l);
   /* bind before filling: autotuning runs kernels on the arena */
   if ((st = bp_session_bind(t->session, t->registry, r->base, &eo, &r->exec)) != BP_OK) return st;
-  if (k == 0 && t->opt.profile) { /* rank 0 is profiled */
+  if (t->opt.autotune) { /* the default selection too, for the steps that decide (train_autotune.c) */
+    bp_exec_options plain = eo;
+    plain.autotune = 0;
+    plain.autotune_cache = NULL;
+    if ((st = bp_session_bind(t->session, t->registry, r->base, &plain, &r->default_exec)) != BP_OK)
+      return st;
+  }
+  if (k == 0 && t->opt.profile && !t->opt.autotune) { /* rank 0 is profiled (autotune: once decided) */
     if ((st = bp_exec_set_profile(r->exec, t->opt.profile)) != BP_OK) return st;
     bp_train_measure_yardstick(t);
   }
@@ -701,6 +708,11 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
   if ((st = bp_train_write_amp_state(t)) != BP_OK) return st;
   if ((st = bp_train_graphs_open(t)) != BP_OK) return st;
   if (t->local > 1 && (st = bp_rank_pool_start(t)) != BP_OK) return st;
+  if ((st = bp_train_autotune_confirm(t)) != BP_OK) return st;
+  if (t->opt.autotune && t->opt.profile) { /* the executor kept */
+    if ((st = bp_exec_set_profile(t->ranks[0].exec, t->opt.profile)) != BP_OK) return st;
+    bp_train_measure_yardstick(t);
+  }
   if (t->resume_path && (st = bp_trainer_load(t, t->resume_path)) != BP_OK) return st;
   if (t->metrics_path && t->first_rank == 0 && /* under mpirun rank 0 writes for all */
       (st = bp_metrics_open(t->metrics_path, t->resume_path != NULL, &t->metrics)) != BP_OK)
@@ -764,6 +776,7 @@ void bp_trainer_destroy(bp_trainer *t) {
     bp_train_lanes_close(&t->ranks[k]);
     bp_devio_close(&t->ranks[k].io); /* drains the rank's streams first */
     bp_exec_destroy(t->ranks[k].exec);
+    bp_exec_destroy(t->ranks[k].default_exec); /* a failed create's */
     bp_threads_destroy(t->ranks[k].threads); /* after the exec: its kernels borrow them */
     bp_arena_destroy(t->ranks[k].arena);
   }
@@ -775,6 +788,7 @@ void bp_trainer_destroy(bp_trainer *t) {
   bp_dataset_destroy(t->train_set);
   bp_dataset_destroy(t->test_set);
   bp_model_destroy(t->model);
+  free(t->autotune_report);
   free(t->data_dir);
   free(t->device);
   free(t->devices);

@@ -1,8 +1,10 @@
 /* Autotune: time every kernel that supports a node on the node's real
  * buffers and keep the fastest, in a cache file reused by later runs.
  *
- * Cache file: text, one entry a line, "signature impl build_id", fields
- * separated by one space; '#' starts a comment line. The file is read
+ * Cache file: text, one entry a line, "signature impl build_id [times]",
+ * fields separated by one space; '#' starts a comment line. times (since
+ * cache v2; v1 lines without it still load) lists what each candidate took
+ * when timed alone, "impl=ms,impl=ms" (docs/tuning.md). The file is read
  * through the checked open (infile.h: a regular file, at most 256 MiB), and
  * a line that does not parse is refused at load with "FILE:LINE" (before,
  * garbage was kept silently in every rewrite). Lookups hash the signature. Fields hold no
@@ -45,10 +47,11 @@
 #define TUNE_REPS 5          /* timed runs per kernel after one warm-up; the minimum counts */
 #define TUNE_FIELD_MAX 4096  /* longest field of a cache line */
 #define TUNE_FILE_MAX (UINT64_C(256) << 20) /* a cache file larger is refused */
-#define TUNE_HEADER "# blueprint autotune cache v1: signature impl build_id\n"
+#define TUNE_HEADER "# blueprint autotune cache v2: signature impl build_id [impl=ms,...]\n"
 
 typedef struct tune_entry {
   char *sig, *impl, *build;
+  char *times; /* "impl=ms,..." or NULL (a v1 line) */
 } tune_entry;
 
 /* A check verdict: sig and impl as in the cache, build the encoded id,
@@ -79,6 +82,7 @@ static void cache_clear(bp_autotune_cache *c) {
     free(c->entries[i].sig);
     free(c->entries[i].impl);
     free(c->entries[i].build);
+    free(c->entries[i].times);
   }
   free(c->entries);
   free(c->slots);
@@ -145,14 +149,17 @@ static int cache_grow(bp_autotune_cache *c) {
   return 0;
 }
 
-/* Sets sig's entry (replacing an older one); 0 on success. */
-static int cache_set(bp_autotune_cache *c, const char *sig, const char *impl, const char *build) {
+/* Sets sig's entry (replacing an older one); times may be NULL; 0 on success. */
+static int cache_set(bp_autotune_cache *c, const char *sig, const char *impl, const char *build,
+                     const char *times) {
   char *s = bp_strdup(sig), *i = bp_strdup(impl), *b = bp_strdup(build);
+  char *tm = times ? bp_strdup(times) : NULL;
   int at = cache_find(c, sig);
-  if (!s || !i || !b || (at < 0 && cache_grow(c) != 0)) {
+  if (!s || !i || !b || (times && !tm) || (at < 0 && cache_grow(c) != 0)) {
     free(s);
     free(i);
     free(b);
+    free(tm);
     return -1;
   }
   if (at < 0) {
@@ -162,9 +169,28 @@ static int cache_set(bp_autotune_cache *c, const char *sig, const char *impl, co
     free(c->entries[at].sig);
     free(c->entries[at].impl);
     free(c->entries[at].build);
+    free(c->entries[at].times);
   }
-  c->entries[at] = (tune_entry){s, i, b};
+  c->entries[at] = (tune_entry){s, i, b, tm};
   return 0;
+}
+
+/* 1 when `times` reads "impl=ms,impl=ms,..." (valid names, finite ms >= 0). */
+static int times_valid(const char *times) {
+  for (const char *p = times;;) {
+    const char *eq = strchr(p, '='), *comma = strchr(p, ',');
+    if (!eq || (comma && comma < eq) || eq == p || eq - p > 63) return 0;
+    char name[64];
+    memcpy(name, p, (size_t)(eq - p));
+    name[eq - p] = '\0';
+    if (!bp_registry_name_valid(name)) return 0;
+    char *end;
+    errno = 0;
+    const double ms = strtod(eq + 1, &end);
+    if (end == eq + 1 || errno || !(ms >= 0) || ms > 1e12 || (*end && *end != ',')) return 0;
+    if (!*end) return 1;
+    p = end + 1;
+  }
 }
 
 /* Reads `path` into c (emptied first). A missing file is an empty cache;
@@ -178,12 +204,12 @@ static bp_status cache_read(bp_autotune_cache *c, const char *path) {
   size_t size = 0;
   bp_status st = bp_input_read_all(path, "autotune cache", TUNE_FILE_MAX, &text, &size);
   if (st != BP_OK) return errno == ENOENT ? (bp_clear_error(), BP_OK) : st;
-  char *sig = malloc(3 * TUNE_FIELD_MAX);
+  char *sig = malloc(4 * TUNE_FIELD_MAX);
   if (!sig) {
     free(text);
     return bp_fail(BP_ERR_NOMEM, "out of memory reading the autotune cache %s", path);
   }
-  char *impl = sig + TUNE_FIELD_MAX, *build = impl + TUNE_FIELD_MAX;
+  char *impl = sig + TUNE_FIELD_MAX, *build = impl + TUNE_FIELD_MAX, *times = build + TUNE_FIELD_MAX;
   long line_no = 0;
   for (char *line = text; st == BP_OK && line < text + size;) {
     char *end = memchr(line, '\n', (size_t)(text + size - line));
@@ -196,13 +222,15 @@ static bp_status cache_read(bp_autotune_cache *c, const char *path) {
                    line_no);
     } else if (line[0] != '#' && line[strspn(line, " \t\r")] != '\0') {
       char extra[2];
-      if (len >= TUNE_FIELD_MAX ||
-          sscanf(line, "%4095s %4095s %4095s %1s", sig, impl, build, extra) != 3)
+      const int fields = len >= TUNE_FIELD_MAX ? 0
+                         : sscanf(line, "%4095s %4095s %4095s %4095s %1s", sig, impl, build,
+                                  times, extra);
+      if (fields != 3 && (fields != 4 || !times_valid(times)))
         st = bp_fail(BP_ERR_PARSE,
-                     "autotune cache %s:%ld: malformed line (want 'signature impl build_id'); "
-                     "fix or remove the file",
+                     "autotune cache %s:%ld: malformed line (want 'signature impl build_id "
+                     "[impl=ms,...]'); fix or remove the file",
                      path, line_no);
-      else if (cache_set(c, sig, impl, build) != 0)
+      else if (cache_set(c, sig, impl, build, fields == 4 ? times : NULL) != 0)
         st = bp_fail(BP_ERR_NOMEM, "out of memory reading the autotune cache %s", path);
     }
     line = next;
@@ -228,7 +256,8 @@ static bp_status cache_write(const bp_autotune_cache *c) {
   FILE *f = fopen(tmp, "w");
   int ok = f != NULL && fputs(TUNE_HEADER, f) >= 0;
   for (int i = 0; ok && i < c->count; i++)
-    ok = fprintf(f, "%s %s %s\n", c->entries[i].sig, c->entries[i].impl, c->entries[i].build) > 0;
+    ok = fprintf(f, "%s %s %s%s%s\n", c->entries[i].sig, c->entries[i].impl, c->entries[i].build,
+                 c->entries[i].times ? " " : "", c->entries[i].times ? c->entries[i].times : "") > 0;
   if (ok) ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
   int err = errno;
   if (f && fclose(f) != 0 && ok) {
@@ -290,7 +319,8 @@ static double now_ms(void) {
 }
 
 /* Device events for timing, when a plugin of the node's device kind is
- * registered; all NULL otherwise (timed with CLOCK_MONOTONIC). */
+ * registered and its kernels do not run on the calling thread; all NULL
+ * otherwise (timed with CLOCK_MONOTONIC). */
 typedef struct tune_timer {
   const bp_abi_device *dev;
   int index;
@@ -315,6 +345,10 @@ static void timer_open(tune_timer *t, const bp_registry *r, const char *device,
   if (t->dev->device_count(&count) == BP_ABI_OK && device_index >= 0 && device_index < count)
     t->index = device_index;
   if (!t->dev->event_elapsed_ms || !t->dev->stream_native) return;
+  /* a host-accessible device's kernels run on the calling thread and may
+   * ignore the stream (bp_abi_device.h): its events would time two adjacent
+   * markers, not the kernel (the cpu plugin's read ~0 ms), so the clock times them */
+  if (t->dev->flags & BP_ABI_DEVICE_HOST_ACCESSIBLE) return;
   if (t->dev->stream_create(t->index, BP_ABI_STREAM_COMPUTE, &t->stream) != BP_ABI_OK ||
       t->dev->event_create(t->index, &t->start) != BP_ABI_OK ||
       t->dev->event_create(t->index, &t->end) != BP_ABI_OK)
@@ -509,10 +543,11 @@ static bp_status pick_locked(autotuner *t, bp_registry *r, const char *op, const
                              size_t report_size) {
   char *sig = malloc(TUNE_FIELD_MAX);
   char *build = malloc(TUNE_FIELD_MAX);
+  char *times = malloc(TUNE_FIELD_MAX); /* "impl=ms,..." of the candidates timed */
   int *passed = calloc((size_t)(n > 0 ? n : 1), sizeof *passed);
   char reason[BP_REASON_MAX];
   bp_status st = BP_OK;
-  if (!sig || !build || !passed) {
+  if (!sig || !build || !times || !passed) {
     st = bp_fail(BP_ERR_NOMEM, "out of memory autotuning %s", op);
     goto out;
   }
@@ -561,8 +596,9 @@ static bp_status pick_locked(autotuner *t, bp_registry *r, const char *op, const
       if (strcmp(cands[i]->kernel.impl, e->impl) != 0 || !passed[i]) continue;
       encode_field(cands[i]->build_id, build, TUNE_FIELD_MAX);
       if (strcmp(build, e->build) == 0) {
-        bp_strcatf(report, report_size, "autotune: %s from the cache%s%s\n", e->impl,
-                   path[0] ? " " : "", path);
+        bp_strcatf(report, report_size, "autotune: %s from the cache%s%s%s%s\n", e->impl,
+                   path[0] ? " " : "", path, e->times ? ", timed alone: " : "",
+                   e->times ? e->times : "");
         *winner_out = i;
         goto out;
       }
@@ -577,6 +613,7 @@ static bp_status pick_locked(autotuner *t, bp_registry *r, const char *op, const
   timer_open(&timer, r, device, device_index);
   int winner = -1;
   double best = 0;
+  times[0] = '\0';
   for (int i = 0; i < n; i++) {
     if (!passed[i]) continue;
     double ms = time_kernel(&timer, device, cands[i], args, reason, sizeof reason);
@@ -587,6 +624,7 @@ static bp_status pick_locked(autotuner *t, bp_registry *r, const char *op, const
     }
     bp_strcatf(report, report_size, "autotune: %s %.4f ms (%s)\n", cands[i]->kernel.impl, ms,
                timer.stream ? "device events" : "monotonic clock");
+    bp_strcatf(times, TUNE_FIELD_MAX, "%s%s=%.4f", times[0] ? "," : "", cands[i]->kernel.impl, ms);
     if (winner < 0 || ms < best) { /* ties keep the preferred kernel */
       winner = i;
       best = ms;
@@ -605,7 +643,7 @@ static bp_status pick_locked(autotuner *t, bp_registry *r, const char *op, const
     t->cache = NULL;
     goto out;
   }
-  if (cache_set(t->cache, sig, cands[winner]->kernel.impl, build) != 0) {
+  if (cache_set(t->cache, sig, cands[winner]->kernel.impl, build, times) != 0) {
     st = bp_fail(BP_ERR_NOMEM, "out of memory updating the autotune cache");
     goto out;
   }
@@ -613,6 +651,7 @@ static bp_status pick_locked(autotuner *t, bp_registry *r, const char *op, const
 out:
   free(sig);
   free(build);
+  free(times);
   free(passed);
   return st;
 }
@@ -649,4 +688,30 @@ bp_status bp_autotune_install(bp_registry *r) {
   }
   const bp_select_tuner tuner = {.ctx = t, .pick = autotune_pick, .destroy = autotune_destroy};
   return bp_registry_set_tuner(r, &tuner);
+}
+
+
+int bp_autotune_keep_tuned(double tuned_ms, double default_ms, double margin) {
+  /* NaN or a non-positive time never wins: the default stays */
+  return tuned_ms > 0 && default_ms > 0 && tuned_ms < default_ms * (1.0 - margin);
+}
+
+bp_status bp_autotune_node_times(bp_registry *r, const char *op, const char *device,
+                                 const bp_abi_kernel_args *args, char *out, size_t size) {
+  if (!r || !op || !device || !args || !out || size == 0)
+    return bp_fail(BP_ERR_INVALID, "bp_autotune_node_times: NULL argument");
+  out[0] = '\0';
+  const bp_select_tuner *have = bp_registry_tuner(r);
+  if (!have || have->pick != autotune_pick) return BP_OK;
+  autotuner *t = have->ctx;
+  char *sig = malloc(TUNE_FIELD_MAX);
+  if (!sig) return bp_fail(BP_ERR_NOMEM, "out of memory reading autotune times");
+  signature(op, device, args, sig, TUNE_FIELD_MAX);
+  pthread_mutex_lock(&t->lock);
+  const int at = t->cache ? cache_find(t->cache, sig) : -1;
+  if (at >= 0 && t->cache->entries[at].times)
+    snprintf(out, size, "%s", t->cache->entries[at].times);
+  pthread_mutex_unlock(&t->lock);
+  free(sig);
+  return BP_OK;
 }

@@ -388,6 +388,13 @@ const char *bp_trainer_warnings(const bp_trainer *trainer);
  * BP_KERNEL_CHECKS_SLOW times as long as the default pick on a node
  * (kernel_checks.h), one line each ending in '\n'; "" when none. */
 const char *bp_trainer_kernel_warnings(const bp_trainer *trainer);
+/* With autotune (options.autotune): what it decided at create, lines
+ * beginning "autotune: " (docs/tuning.md): per node of a training step the
+ * default and the tuned kernel with their times inside the steps and the
+ * candidates' times alone, then "autotune: step: X ms tuned vs Y ms
+ * default (...): keeping the ... kernels"; "" without autotune. The
+ * trainer does not print it. */
+const char *bp_trainer_autotune_report(const bp_trainer *trainer);
 /* The registry the kernels came from (borrowed; load records for
  * `blueprint plugins`-style reports). */
 const bp_registry *bp_trainer_registry(const bp_trainer *trainer);
