@@ -1,6 +1,7 @@
 /* Parsing the command lines of `blueprint train` and `blueprint eval`.
  * Every value is checked here, so a typo is one line naming the option and
  * the value, before any data is read. */
+#include "blueprint/model_onnx.h"
 #include "train_args.h"
 
 #include <errno.h>
@@ -362,8 +363,9 @@ int bp_cli_train_parse(int argc, char **argv, int eval, bp_cli_train_args *a) {
                   a->command);
     return -1;
   }
-  if (eval && !a->options.checkpoint_path) {
-    bp_cli_report(a->command, "--checkpoint FILE is required (the checkpoint to evaluate)");
+  if (eval && !a->options.checkpoint_path && !bp_model_path_is_onnx(a->model_path)) {
+    bp_cli_report(a->command, "--checkpoint FILE is required (the checkpoint to evaluate; an "
+                  "ONNX model without one runs its own initializers)");
     return -1;
   }
   if (a->options.loss_scale > 0 && a->options.loss_scale_growth_interval > 0) {
