@@ -339,6 +339,40 @@ START_TEST(model_files_dispatch_on_the_extension) {
 }
 END_TEST
 
+/* Training settings come from "<name>.train.yaml" beside the file. */
+START_TEST(settings_beside_the_file_are_read) {
+  bp_model *m = load_shipped("mlp.yaml");
+  char path[300], settings[320];
+  snprintf(path, sizeof path, "%s", temp_path("settings"));
+  snprintf(settings, sizeof settings, "%.*s.train.yaml", (int)(strlen(path) - 5), path);
+  ck_assert(bp_onnx_save(m, fake_read, NULL, &norm, path) == BP_OK);
+  bp_model *got = NULL;
+  ck_assert_msg(bp_model_load_file(path, NULL, &got) == BP_OK, "%s", bp_last_error());
+  ck_assert_int_eq(got->train.batch, 128); /* none beside it: the defaults */
+  bp_model_destroy(got);
+  FILE *f = fopen(settings, "w");
+  ck_assert(f != NULL);
+  fputs("train: {batch: 64, lr: 0.01, optimizer: adamw}\n", f);
+  fclose(f);
+  ck_assert_msg(bp_model_load_file(path, NULL, &got) == BP_OK, "%s", bp_last_error());
+  ck_assert_int_eq(got->train.batch, 64);
+  ck_assert_int_eq(got->train.optimizer, BP_OPT_ADAMW);
+  ck_assert(fabs(got->train.lr - 0.01) < 1e-12);
+  ck_assert_int_eq(got->train.eval_batch, 200);
+  bp_model_destroy(got);
+  f = fopen(settings, "w");
+  fputs("layers: []\n", f);
+  fclose(f);
+  got = NULL;
+  ck_assert_int_eq(bp_model_load_file(path, NULL, &got), BP_ERR_INVALID);
+  ck_assert_msg(strstr(bp_last_error(), "take only 'train'") != NULL, "%s", bp_last_error());
+  ck_assert(got == NULL);
+  unlink(settings);
+  unlink(path);
+  bp_model_destroy(m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("onnx");
   TCase *good = tcase_create("export_import");
@@ -347,6 +381,7 @@ int main(void) {
   tcase_add_test(good, resnet8_round_trips_with_equal_weights);
   tcase_add_test(good, file_holds_onnx_layouts_and_the_normalization);
   tcase_add_test(good, model_files_dispatch_on_the_extension);
+  tcase_add_test(good, settings_beside_the_file_are_read);
   tcase_set_timeout(good, 120);
   suite_add_tcase(s, good);
   TCase *bad = tcase_create("refusals");
