@@ -306,7 +306,7 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
 
 int bp_cli_train_parse(int argc, char **argv, int eval, bp_cli_train_args *a) {
   memset(a, 0, sizeof *a);
-  a->command = eval ? "eval" : "train";
+  a->command = eval ? (argc > 0 && strcmp(argv[0], "export") == 0 ? "export" : "eval") : "train";
   bp_train_options_init(&a->options);
   bp_cli_env_train(&a->options); /* the options below win */
   int plugins = 0, only_positional = 0;

@@ -14,6 +14,7 @@
 #include "blueprint/model_onnx.h"
 #include "blueprint/model_yaml.h"
 #include "onnx.pb-c.h"
+#include "run_util.h"
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -55,7 +56,7 @@ static char *temp_path(const char *tag) {
   return p;
 }
 
-static uint8_t *read_file(const char *path, size_t *size) {
+static uint8_t *slurp(const char *path, size_t *size) {
   FILE *f = fopen(path, "rb");
   ck_assert_msg(f != NULL, "cannot open %s", path);
   fseek(f, 0, SEEK_END);
@@ -143,7 +144,7 @@ START_TEST(file_holds_onnx_layouts_and_the_normalization) {
   const char *path = temp_path("layout");
   ck_assert_msg(bp_onnx_save(m, fake_read, NULL, &norm, path) == BP_OK, "%s", bp_last_error());
   size_t size = 0;
-  uint8_t *bytes = read_file(path, &size);
+  uint8_t *bytes = slurp(path, &size);
   Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, size, bytes);
   ck_assert_msg(mp != NULL, "the exported file does not parse as an ONNX ModelProto");
   ck_assert_int_eq(mp->n_opset_import, 1);
@@ -204,7 +205,7 @@ static void expect_refused_(void (*edit)(Onnx__ModelProto *), bp_status want,
   const char *path = temp_path("edit");
   ck_assert(bp_onnx_save(m, fake_read, NULL, &norm, path) == BP_OK);
   size_t size = 0;
-  uint8_t *bytes = read_file(path, &size);
+  uint8_t *bytes = slurp(path, &size);
   Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, size, bytes);
   ck_assert(mp != NULL);
   edit(mp);
@@ -317,7 +318,7 @@ START_TEST(malformed_files_are_parse_errors) {
   const char *path = temp_path("trunc");
   ck_assert(bp_onnx_save(cnn, fake_read, NULL, &norm, path) == BP_OK);
   size_t size = 0;
-  uint8_t *bytes = read_file(path, &size);
+  uint8_t *bytes = slurp(path, &size);
   for (size_t cut = 1; cut < size; cut += size / 97 + 1) {
     bp_status st = bp_onnx_parse(bytes, cut, "cut.onnx", &m);
     ck_assert_msg(st != BP_OK, "a file cut at %zu of %zu bytes parsed", cut, size);
@@ -373,6 +374,88 @@ START_TEST(settings_beside_the_file_are_read) {
 }
 END_TEST
 
+/* ---- the command line ------------------------------------------------------ */
+
+/* export, then eval of the ONNX file (its initializers) and of the
+ * checkpoint print the same loss and accuracy; train of an edited file
+ * refuses the node in one line; export's own mistakes are exit 2. */
+START_TEST(cli_export_round_trips_and_refuses_in_one_line) {
+  static const char model[] =
+      "name: small\n"
+      "input: {height: 28, width: 28, channels: 1, classes: 10}\n"
+      "layers:\n"
+      "  - {type: conv, name: conv1, filters: 4, kernel: 3, pad: 1, bias: false}\n"
+      "  - {type: batchnorm, name: bn1}\n"
+      "  - {type: relu, name: relu1}\n"
+      "  - {type: maxpool, name: pool1, kernel: 2}\n"
+      "  - {type: fc, name: fc, units: 10}\n"
+      "  - {type: softmax_ce, name: loss}\n" /* no label smoothing: an ONNX file has no loss */
+      "train: {batch: 32, eval_batch: 50, epochs: 1}\n";
+  toy_env e = toy_env_open(model, 256, 100, 7);
+  char *ck = path_in(e.dir, "m.ckpt"), *onnx = path_in(e.dir, "m.onnx");
+  run_result r = RUN("train", e.model, "--data", e.data, "--checkpoint", ck, "--quiet");
+  ck_assert_msg(r.status == 0, "train: %s", r.err);
+  run_free(&r);
+  r = RUN("export", e.model, "--checkpoint", ck, "--data", e.data, "-o", onnx);
+  ck_assert_msg(r.status == 0, "export: %s", r.err);
+  ck_assert_msg(strstr(r.out, "wrote ") != NULL, "%s", r.out);
+  run_free(&r);
+  run_result a = RUN("eval", e.model, "--checkpoint", ck, "--data", e.data, "--quiet");
+  run_result b = RUN("eval", onnx, "--data", e.data, "--quiet", "--batch", "32", "--eval-batch", "50");
+  ck_assert_msg(a.status == 0 && b.status == 0, "eval: %s / %s", a.err, b.err);
+  const char *la = strstr(a.out, "test loss"), *lb = strstr(b.out, "test loss");
+  ck_assert(la && lb);
+  ck_assert_msg(strncmp(la, lb, strcspn(la, "(")) == 0, "checkpoint: %s\nONNX file: %s", la, lb);
+  run_free(&a);
+  run_free(&b);
+  /* the ONNX file's normalization is the toy set's own, in its metadata */
+  size_t size = 0;
+  uint8_t *bytes = slurp(onnx, &size);
+  Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, size, bytes);
+  ck_assert(mp != NULL);
+  int mean_seen = 0;
+  for (size_t i = 0; i < mp->n_metadata_props; i++)
+    mean_seen += strcmp(mp->metadata_props[i]->key, "input_mean") == 0 &&
+                 fabs(atof(mp->metadata_props[i]->value) - 0.286) > 1e-3;
+  ck_assert_msg(mean_seen == 1, "the toy set's mean is not Fashion-MNIST's");
+  /* an op blueprint lacks: one line naming the node and the op */
+  relu_to_sigmoid(mp);
+  size_t n = onnx__model_proto__get_packed_size(mp);
+  uint8_t *out = malloc(n);
+  onnx__model_proto__pack(mp, out);
+  char *bad = path_in(e.dir, "bad.onnx");
+  write_file(bad, out, n);
+  r = RUN("train", bad, "--data", e.data);
+  ck_assert_int_eq(r.status, 1);
+  expect_one_line_error(&r, "blueprint train: ", "'relu1' (Sigmoid): blueprint has no such op");
+  run_free(&r);
+  r = RUN("eval", bad, "--data", e.data);
+  ck_assert_int_eq(r.status, 1);
+  expect_one_line_error(&r, "blueprint eval: ", "(Sigmoid)");
+  run_free(&r);
+  /* export's own mistakes */
+  r = RUN("export", e.model, "--checkpoint", ck);
+  ck_assert_int_eq(r.status, 2);
+  expect_one_line_error(&r, "blueprint export: ", "-o FILE is required");
+  run_free(&r);
+  r = RUN("export", e.model, "--checkpoint", ck, "-o", ck);
+  ck_assert_int_eq(r.status, 2);
+  expect_one_line_error(&r, "blueprint export: ", "nothing was written");
+  run_free(&r);
+  r = RUN("export", e.model, "-o", onnx);
+  ck_assert_int_eq(r.status, 2);
+  expect_one_line_error(&r, "blueprint export: ", "--checkpoint");
+  run_free(&r);
+  free(out);
+  free(bad);
+  onnx__model_proto__free_unpacked(mp, NULL);
+  free(bytes);
+  free(ck);
+  free(onnx);
+  toy_env_close(&e);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("onnx");
   TCase *good = tcase_create("export_import");
@@ -388,6 +471,7 @@ int main(void) {
   tcase_add_test(bad, unsupported_op_names_node_and_op);
   tcase_add_test(bad, unsupported_attribute_names_node_op_and_attribute);
   tcase_add_test(bad, malformed_files_are_parse_errors);
+  tcase_add_test(bad, cli_export_round_trips_and_refuses_in_one_line);
   tcase_set_timeout(bad, 120);
   suite_add_tcase(s, bad);
   SRunner *sr = srunner_create(s);
