@@ -265,7 +265,8 @@ static void maxpool_ceil_mode(Onnx__ModelProto *mp) {
       a->name = str_copy("ceil_mode");
       a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
       a->has_i = 1, a->i = 1;
-      a->n_ints = 0;
+      free(a->ints);
+      a->ints = NULL, a->n_ints = 0;
     }
 }
 
@@ -287,7 +288,11 @@ static void conv_weight_not_an_initializer(Onnx__ModelProto *mp) {
   n->input[1] = str_copy("nowhere");
 }
 
-static void no_output(Onnx__ModelProto *mp) { mp->graph->n_output = 0; }
+static void no_output(Onnx__ModelProto *mp) {
+  for (size_t i = 0; i < mp->graph->n_output; i++)
+    onnx__value_info_proto__free_unpacked(mp->graph->output[i], NULL);
+  mp->graph->n_output = 0;
+}
 
 START_TEST(unsupported_op_names_node_and_op) {
   EXPECT_REFUSED(relu_to_sigmoid, BP_ERR_UNSUPPORTED, "edited.onnx: node 2 'relu1' (Sigmoid)",
