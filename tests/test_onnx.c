@@ -476,9 +476,12 @@ int main(void) {
   tcase_add_test(bad, unsupported_op_names_node_and_op);
   tcase_add_test(bad, unsupported_attribute_names_node_op_and_attribute);
   tcase_add_test(bad, malformed_files_are_parse_errors);
-  tcase_add_test(bad, cli_export_round_trips_and_refuses_in_one_line);
   tcase_set_timeout(bad, 120);
   suite_add_tcase(s, bad);
+  TCase *cli = tcase_create("cli"); /* runs the built blueprint and its modules */
+  tcase_add_test(cli, cli_export_round_trips_and_refuses_in_one_line);
+  tcase_set_timeout(cli, 300);
+  suite_add_tcase(s, cli);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   const int failed = srunner_ntests_failed(sr);
