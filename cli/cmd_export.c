@@ -56,7 +56,8 @@ static bp_status read_tensor(void *user, const char *name, float *dst, uint64_t 
 /* The input's normalization, as the trainer applied it (train.c load_data). */
 static bp_status input_norm(const bp_cli_train_args *a, const bp_model *m,
                             bp_onnx_export_options *o) {
-  bp_data_norm norm = {.channels = 1, .mean = {BP_FASHION_MNIST_MEAN}, .std = {BP_FASHION_MNIST_STD}};
+  bp_data_norm norm = {
+      .channels = 1, .mean = {BP_FASHION_MNIST_MEAN}, .std = {BP_FASHION_MNIST_STD}};
   if (a->options.data_dir) {
     bp_dataset *train = NULL;
     const bp_dataset_info shape = {1, m->height, m->width, m->channels, (int)m->classes};
@@ -66,8 +67,10 @@ static bp_status input_norm(const bp_cli_train_args *a, const bp_model *m,
     if (st != BP_OK) return st;
   }
   if (norm.channels > BP_ONNX_MAX_CHANNELS)
-    return bp_fail(BP_ERR_UNSUPPORTED, "ONNX export states the normalization of at most %d "
-                   "channels; the data has %d", BP_ONNX_MAX_CHANNELS, norm.channels);
+    return bp_fail(BP_ERR_UNSUPPORTED,
+                   "ONNX export states the normalization of at most %d "
+                   "channels; the data has %d",
+                   BP_ONNX_MAX_CHANNELS, norm.channels);
   o->channels = norm.channels;
   for (int c = 0; c < norm.channels; c++) o->mean[c] = norm.mean[c], o->std[c] = norm.std[c];
   return BP_OK;
@@ -102,7 +105,8 @@ int bp_cmd_export(int argc, char **argv) {
     return BP_CLI_EXIT_USAGE;
   }
   if (!bp_onnx_available()) {
-    bp_cli_report("export", "this blueprint was built without ONNX support (install "
+    bp_cli_report("export",
+                  "this blueprint was built without ONNX support (install "
                   "libprotobuf-c-dev, protobuf-c-compiler and libonnx-dev, then configure again)");
     return BP_CLI_EXIT_RUN;
   }
@@ -121,8 +125,9 @@ int bp_cmd_export(int argc, char **argv) {
   bp_status st = bp_trainer_create_from_file(a.model_path, &a.options, &t);
   const bp_model *m = st == BP_OK ? bp_trainer_model(t) : NULL;
   const int ema = m && m->train.ema && a.options.eval_ema != 0;
-  bp_onnx_export_options o = {.source = a.options.resume_path ? a.options.resume_path : a.model_path,
-                              .weights = ema ? "ema" : "master"};
+  bp_onnx_export_options o = {
+      .source = a.options.resume_path ? a.options.resume_path : a.model_path,
+      .weights = ema ? "ema" : "master"};
   if (st == BP_OK) st = input_norm(&a, m, &o);
   export_reader r = {.trainer = t, .ema = ema};
   if (st == BP_OK) st = bp_onnx_save(m, read_tensor, &r, &o, out);

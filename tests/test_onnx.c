@@ -44,8 +44,8 @@ static bp_status fake_read(void *user, const char *name, float *dst, uint64_t co
   return BP_OK;
 }
 
-static const bp_onnx_export_options norm = {.channels = 1, .mean = {0.286f}, .std = {0.353f},
-                                            .weights = "master", .source = "test"};
+static const bp_onnx_export_options norm = {
+    .channels = 1, .mean = {0.286f}, .std = {0.353f}, .weights = "master", .source = "test"};
 
 static char *temp_path(const char *tag) {
   static char buf[4][256];
@@ -230,10 +230,10 @@ static void expect_refused_(void (*edit)(Onnx__ModelProto *), bp_status want,
   bp_model_destroy(m);
 }
 
-#define EXPECT_REFUSED(edit, want, ...)                                                   \
-  do {                                                                                    \
-    const char *needles_[] = {__VA_ARGS__, NULL};                                         \
-    expect_refused_((edit), (want), needles_, __LINE__);                                  \
+#define EXPECT_REFUSED(edit, want, ...)                  \
+  do {                                                   \
+    const char *needles_[] = {__VA_ARGS__, NULL};        \
+    expect_refused_((edit), (want), needles_, __LINE__); \
   } while (0)
 
 static Onnx__NodeProto *node_of(Onnx__ModelProto *mp, const char *op) {
@@ -406,7 +406,8 @@ START_TEST(cli_export_round_trips_and_refuses_in_one_line) {
   ck_assert_msg(strstr(r.out, "wrote ") != NULL, "%s", r.out);
   run_free(&r);
   run_result a = RUN("eval", e.model, "--checkpoint", ck, "--data", e.data, "--quiet");
-  run_result b = RUN("eval", onnx, "--data", e.data, "--quiet", "--batch", "32", "--eval-batch", "50");
+  run_result b =
+      RUN("eval", onnx, "--data", e.data, "--quiet", "--batch", "32", "--eval-batch", "50");
   ck_assert_msg(a.status == 0 && b.status == 0, "eval: %s / %s", a.err, b.err);
   const char *la = strstr(a.out, "test loss"), *lb = strstr(b.out, "test loss");
   ck_assert(la && lb);

@@ -192,9 +192,11 @@ static bp_status build_graph(writer *w, const bp_model *m, const bp_onnx_shape *
   for (int i = 0; i < m->layer_count && st == BP_OK && !w->failed; i++) {
     const bp_layer *l = &m->layers[i];
     char in0[BP_NAME_MAX + 16], in1[BP_NAME_MAX], wn[BP_NAME_MAX + 16], bn[BP_NAME_MAX + 16];
-    snprintf(in0, sizeof in0, "%s", l->inputs[0] == BP_MODEL_INPUT ? "input" : m->layers[l->inputs[0]].name);
+    snprintf(in0, sizeof in0, "%s",
+             l->inputs[0] == BP_MODEL_INPUT ? "input" : m->layers[l->inputs[0]].name);
     if (l->input_count > 1)
-      snprintf(in1, sizeof in1, "%s", l->inputs[1] == BP_MODEL_INPUT ? "input" : m->layers[l->inputs[1]].name);
+      snprintf(in1, sizeof in1, "%s",
+               l->inputs[1] == BP_MODEL_INPUT ? "input" : m->layers[l->inputs[1]].name);
     const bp_onnx_shape in = l->inputs[0] == BP_MODEL_INPUT
                                  ? (bp_onnx_shape){m->channels, m->height, m->width, 4}
                                  : shapes[l->inputs[0]];
@@ -285,18 +287,17 @@ static bp_status build_graph(writer *w, const bp_model *m, const bp_onnx_shape *
       node_attr(w, n, attr_int(w, "transB", 1));
       break;
     }
-    case BP_LAYER_ADD:
-      node(w, "Add", l->name, (const char *const[]){in0, in1}, 2, l->name);
-      break;
+    case BP_LAYER_ADD: node(w, "Add", l->name, (const char *const[]){in0, in1}, 2, l->name); break;
     case BP_LAYER_SOFTMAX_CE: /* the loss: the graph ends at its input, the logits */
       node(w, "Identity", "logits", (const char *const[]){in0}, 1, "logits");
       break;
     default:
-      return bp_fail(BP_ERR_UNSUPPORTED,
-                     "model '%s': layer '%s' (%s) has no ONNX export (docs/onnx.md lists what "
-                     "exports)", m->name, l->name,
-                     l->type == BP_LAYER_MODULE ? "a type from an op module"
-                                                : bp_layer_type_name(l->type));
+      return bp_fail(
+          BP_ERR_UNSUPPORTED,
+          "model '%s': layer '%s' (%s) has no ONNX export (docs/onnx.md lists what "
+          "exports)",
+          m->name, l->name,
+          l->type == BP_LAYER_MODULE ? "a type from an op module" : bp_layer_type_name(l->type));
     }
   }
   if (st == BP_OK && w->failed) st = bp_fail(BP_ERR_NOMEM, "out of memory building the ONNX graph");
@@ -351,10 +352,12 @@ bp_status bp_onnx_save(const bp_model *m, bp_onnx_tensor_reader read, void *user
   if (bp_onnx_model_shapes(m, shapes, &bad) != 0) {
     const bp_layer *l = &m->layers[bad];
     free(shapes);
-    return bp_fail(BP_ERR_UNSUPPORTED, "model '%s': layer '%s' (%s) has no ONNX export "
-                   "(docs/onnx.md lists what exports)", m->name, l->name,
-                   l->type == BP_LAYER_MODULE ? "a type from an op module"
-                                              : bp_layer_type_name(l->type));
+    return bp_fail(
+        BP_ERR_UNSUPPORTED,
+        "model '%s': layer '%s' (%s) has no ONNX export "
+        "(docs/onnx.md lists what exports)",
+        m->name, l->name,
+        l->type == BP_LAYER_MODULE ? "a type from an op module" : bp_layer_type_name(l->type));
   }
   writer w = {0};
   Onnx__ModelProto model = ONNX__MODEL_PROTO__INIT;
@@ -382,8 +385,10 @@ bp_status bp_onnx_save(const bp_model *m, bp_onnx_tensor_reader read, void *user
       snprintf(b, sizeof b, "%s%.9g", c ? "," : "", (double)o->std[c]);
       strcat(mean, a), strcat(std, b);
     }
-    snprintf(line, sizeof line, "input[n,c,y,x] = (pixel / 255 - mean[c]) / std[c], mean [%s], "
-             "std [%s]; output: logits (softmax gives the class probabilities)", mean, std);
+    snprintf(line, sizeof line,
+             "input[n,c,y,x] = (pixel / 255 - mean[c]) / std[c], mean [%s], "
+             "std [%s]; output: logits (softmax gives the class probabilities)",
+             mean, std);
     metadata(&w, &model, "input_normalization", line);
     metadata(&w, &model, "input_mean", mean);
     metadata(&w, &model, "input_std", std);

@@ -87,7 +87,8 @@ static bp_status check_attrs(const reader *r, const Onnx__NodeProto *n, int inde
     if (!ok) {
       char list[300] = "";
       for (const char *const *k = known; *k; k++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k == known ? "" : ", ", *k);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k == known ? "" : ", ",
+                 *k);
       return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
                        "attribute '%.60s' is not supported (blueprint reads: %s)", a,
                        *list ? list : "none");
@@ -147,9 +148,12 @@ static int tensor_int64s(const Onnx__TensorProto *t, int64_t *out, int max) {
       t->dims[0] < 0 || t->dims[0] > max)
     return -1;
   const int n = (int)t->dims[0];
-  if (t->has_raw_data && t->raw_data.len == (size_t)n * 8) memcpy(out, t->raw_data.data, (size_t)n * 8);
-  else if (!t->has_raw_data && t->n_int64_data == (size_t)n) memcpy(out, t->int64_data, (size_t)n * 8);
-  else return -1;
+  if (t->has_raw_data && t->raw_data.len == (size_t)n * 8)
+    memcpy(out, t->raw_data.data, (size_t)n * 8);
+  else if (!t->has_raw_data && t->n_int64_data == (size_t)n)
+    memcpy(out, t->int64_data, (size_t)n * 8);
+  else
+    return -1;
   return n;
 }
 
@@ -207,7 +211,8 @@ static bp_layer *add_layer(reader *r, const Onnx__NodeProto *n, int index, bp_la
   }
   l->name[k] = '\0';
   int taken = k == 0 || strcmp(l->name, "input") == 0;
-  for (int i = 0; i < m->layer_count && !taken; i++) taken = strcmp(m->layers[i].name, l->name) == 0;
+  for (int i = 0; i < m->layer_count && !taken; i++)
+    taken = strcmp(m->layers[i].name, l->name) == 0;
   if (taken) snprintf(l->name, sizeof l->name, "%s%d", bp_layer_type_name(type), index);
   m->layer_count++;
   return l;
@@ -218,8 +223,9 @@ static bp_status feature(reader *r, const Onnx__NodeProto *n, int index, size_t 
   if (i >= n->n_input || !n->input[i] || !*n->input[i])
     return node_fail(r, BP_ERR_INVALID, n, index, "input %zu is missing", i + 1);
   value *v = find(r, n->input[i]);
-  if (!v) return node_fail(r, BP_ERR_INVALID, n, index, "input '%.80s' is produced by no earlier node",
-                           n->input[i]);
+  if (!v)
+    return node_fail(r, BP_ERR_INVALID, n, index, "input '%.80s' is produced by no earlier node",
+                     n->input[i]);
   if (v->layer == -2)
     return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
                      "input '%.80s' is an initializer where blueprint needs a feature map",
@@ -238,7 +244,8 @@ static bp_status weight(reader *r, const Onnx__NodeProto *n, int index, size_t i
   if (!v || v->layer != -2)
     return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
                      "input '%.80s' must be an initializer (blueprint trains its own copy of "
-                     "each weight)", n->input[i]);
+                     "each weight)",
+                     n->input[i]);
   *out = v->init;
   return BP_OK;
 }
@@ -259,8 +266,8 @@ static void link_input(bp_layer *l, int k, const value *v) {
 }
 
 static bp_status conv(reader *r, const Onnx__NodeProto *n, int index) {
-  static const char *const known[] = {"kernel_shape", "strides", "pads", "dilations", "group",
-                                      "auto_pad", NULL};
+  static const char *const known[] = {"kernel_shape", "strides",  "pads", "dilations",
+                                      "group",        "auto_pad", NULL};
   bp_status st = check_attrs(r, n, index, known);
   value *x;
   const Onnx__TensorProto *w, *b;
@@ -269,32 +276,37 @@ static bp_status conv(reader *r, const Onnx__NodeProto *n, int index) {
   if (st == BP_OK) st = weight(r, n, index, 2, &b);
   if (st != BP_OK) return st;
   if (!w || w->n_dims != 4)
-    return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "the weight must be a 4-D initializer (2-D convolution)");
+    return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                     "the weight must be a 4-D initializer (2-D convolution)");
   if (x->shape.rank != 4)
     return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "its input is not a 4-D feature map");
   const Onnx__AttributeProto *ap = attr(n, "auto_pad");
   if (ap && ap->has_s && !(ap->s.len == 6 && memcmp(ap->s.data, "NOTSET", 6) == 0))
-    return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "auto_pad other than NOTSET (give explicit pads)");
+    return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                     "auto_pad other than NOTSET (give explicit pads)");
   int64_t k[2] = {w->dims[2], w->dims[3]}, s[2] = {1, 1}, d[2] = {1, 1};
   if (attr_pair(n, "kernel_shape", k) < 0 || k[0] != w->dims[2] || k[1] != w->dims[3])
     return node_fail(r, BP_ERR_INVALID, n, index, "kernel_shape does not match the weight");
   if (attr_pair(n, "strides", s) < 0 || s[0] != s[1])
     return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "strides must be two equal positive values");
   if (attr_pair(n, "dilations", d) < 0 || d[0] != d[1])
-    return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "dilations must be two equal positive values");
+    return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                     "dilations must be two equal positive values");
   const Onnx__AttributeProto *pa = attr(n, "pads");
   int64_t pad = 0;
   if (pa) {
     if (pa->n_ints != 4 || pa->ints[0] != pa->ints[1] || pa->ints[0] != pa->ints[2] ||
         pa->ints[0] != pa->ints[3] || pa->ints[0] < 0)
-      return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "pads must be four equal values (symmetric padding)");
+      return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                       "pads must be four equal values (symmetric padding)");
     pad = pa->ints[0];
   }
   const int64_t g = attr_i(n, "group", 1), f = w->dims[0], cg = w->dims[1];
   if (g < 1 || cg * g != x->shape.c || f % g != 0)
-    return node_fail(r, BP_ERR_INVALID, n, index,
-                     "the weight [%lld, %lld, ...] with group %lld does not fit %lld input channels",
-                     (long long)f, (long long)cg, (long long)g, (long long)x->shape.c);
+    return node_fail(
+        r, BP_ERR_INVALID, n, index,
+        "the weight [%lld, %lld, ...] with group %lld does not fit %lld input channels",
+        (long long)f, (long long)cg, (long long)g, (long long)x->shape.c);
   if (b && !dims_are(b, 1, &f))
     return node_fail(r, BP_ERR_INVALID, n, index, "the bias must have %lld values", (long long)f);
   uint64_t count = 0, bcount = 0;
@@ -354,7 +366,9 @@ static bp_status batchnorm(reader *r, const Onnx__NodeProto *n, int index) {
   for (int k = 0; k < 4; k++) {
     uint64_t count = 0;
     float *v = tensor_values(p[k], &count);
-    if (!v) return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "input %d is not FP32 data stored in the file", k + 2);
+    if (!v)
+      return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                       "input %d is not FP32 data stored in the file", k + 2);
     if ((st = add_init(r, l->name, suffix[k], v, count)) != BP_OK) return st;
   }
   return output(r, n, index, li, x->shape);
@@ -378,15 +392,16 @@ static bp_status simple(reader *r, const Onnx__NodeProto *n, int index, bp_layer
 }
 
 static bp_status pool(reader *r, const Onnx__NodeProto *n, int index, int max) {
-  static const char *const known_max[] = {"kernel_shape", "strides", "pads", "auto_pad",
-                                          "ceil_mode", "dilations", "storage_order", NULL};
-  static const char *const known_avg[] = {"kernel_shape", "strides", "pads", "auto_pad",
-                                          "ceil_mode", "count_include_pad", NULL};
+  static const char *const known_max[] = {"kernel_shape", "strides",   "pads",          "auto_pad",
+                                          "ceil_mode",    "dilations", "storage_order", NULL};
+  static const char *const known_avg[] = {"kernel_shape", "strides",           "pads", "auto_pad",
+                                          "ceil_mode",    "count_include_pad", NULL};
   bp_status st = check_attrs(r, n, index, max ? known_max : known_avg);
   value *x;
   if (st == BP_OK) st = feature(r, n, index, 0, &x);
   if (st != BP_OK) return st;
-  if (x->shape.rank != 4) return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "its input is not a 4-D feature map");
+  if (x->shape.rank != 4)
+    return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "its input is not a 4-D feature map");
   int64_t k[2], s[2] = {1, 1}, d[2] = {1, 1};
   if (attr_pair(n, "kernel_shape", k) != 1)
     return node_fail(r, BP_ERR_INVALID, n, index, "kernel_shape (two values) is required");
@@ -395,18 +410,21 @@ static bp_status pool(reader *r, const Onnx__NodeProto *n, int index, int max) {
   if (attr_pair(n, "dilations", d) < 0 || d[0] != 1 || d[1] != 1)
     return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "dilations other than 1");
   if (attr_i(n, "ceil_mode", 0) != 0)
-    return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "ceil_mode=1 (blueprint's windows round down)");
+    return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                     "ceil_mode=1 (blueprint's windows round down)");
   if (attr_i(n, "storage_order", 0) != 0)
     return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "storage_order=1");
   const Onnx__AttributeProto *ap = attr(n, "auto_pad");
   if (ap && ap->has_s && !(ap->s.len == 6 && memcmp(ap->s.data, "NOTSET", 6) == 0))
-    return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "auto_pad other than NOTSET (give explicit pads)");
+    return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                     "auto_pad other than NOTSET (give explicit pads)");
   const Onnx__AttributeProto *pa = attr(n, "pads");
   int64_t pad = 0;
   if (pa) {
     if (pa->n_ints != 4 || pa->ints[0] != pa->ints[1] || pa->ints[0] != pa->ints[2] ||
         pa->ints[0] != pa->ints[3] || pa->ints[0] < 0)
-      return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "pads must be four equal values (symmetric padding)");
+      return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                       "pads must be four equal values (symmetric padding)");
     pad = pa->ints[0];
   }
   if (!max && pad > 0 && attr_i(n, "count_include_pad", 0) != 1)
@@ -418,7 +436,8 @@ static bp_status pool(reader *r, const Onnx__NodeProto *n, int index, int max) {
   l->kernel_h = k[0], l->kernel_w = k[1], l->stride = s[0], l->pad = pad;
   const bp_onnx_shape out = {x->shape.c, (x->shape.h + 2 * pad - k[0]) / s[0] + 1,
                              (x->shape.w + 2 * pad - k[1]) / s[0] + 1, 4};
-  if (out.h < 1 || out.w < 1) return node_fail(r, BP_ERR_INVALID, n, index, "the output would be empty");
+  if (out.h < 1 || out.w < 1)
+    return node_fail(r, BP_ERR_INVALID, n, index, "the output would be empty");
   r->shapes[r->m->layer_count - 1] = out;
   return output(r, n, index, r->m->layer_count - 1, out);
 }
@@ -430,14 +449,18 @@ static bp_status view(reader *r, const Onnx__NodeProto *n, int index, int flatte
   static const char *const known_reshape[] = {"allowzero", NULL};
   static const char *const none[] = {NULL};
   const int reshape = flatten == 2;
-  bp_status st = check_attrs(r, n, index, flatten == 1 ? known_flatten : reshape ? known_reshape : none);
+  bp_status st = check_attrs(r, n, index,
+                             flatten == 1 ? known_flatten
+                             : reshape    ? known_reshape
+                                          : none);
   value *x;
   if (st == BP_OK) st = feature(r, n, index, 0, &x);
   if (st != BP_OK) return st;
   bp_onnx_shape out = x->shape;
   if (flatten == 1) {
     if (attr_i(n, "axis", 1) != 1)
-      return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "axis other than 1 (blueprint flattens all but the batch)");
+      return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                       "axis other than 1 (blueprint flattens all but the batch)");
     out.rank = 2;
   } else if (reshape) {
     const Onnx__TensorProto *shape;
@@ -446,13 +469,15 @@ static bp_status view(reader *r, const Onnx__NodeProto *n, int index, int flatte
     const int64_t k = x->shape.c * x->shape.h * x->shape.w;
     const int rank = shape ? tensor_int64s(shape, dims, 8) : -1;
     if (rank != 2 || !(dims[1] == k || (dims[1] == -1 && dims[0] != -1)))
-      return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
-                       "only a Reshape to [batch, %lld] (flattening all but the batch) is supported",
-                       (long long)k);
+      return node_fail(
+          r, BP_ERR_UNSUPPORTED, n, index,
+          "only a Reshape to [batch, %lld] (flattening all but the batch) is supported",
+          (long long)k);
     out.rank = 2;
   }
   if (out.rank == 2 && x->shape.rank == 2) out = x->shape;
-  if (n->n_output < 1 || !n->output[0]) return node_fail(r, BP_ERR_INVALID, n, index, "it has no output");
+  if (n->n_output < 1 || !n->output[0])
+    return node_fail(r, BP_ERR_INVALID, n, index, "it has no output");
   value *v = add_value(r, n->output[0]);
   if (!v) return bp_fail(BP_ERR_NOMEM, "out of memory reading %s", r->file);
   /* a flattened map keeps its [c, h, w] for the fc that reads it */
@@ -471,7 +496,8 @@ static bp_status fc(reader *r, const Onnx__NodeProto *n, int index, int gemm) {
   if (st == BP_OK) st = weight(r, n, index, 1, &w);
   if (st == BP_OK && gemm) st = weight(r, n, index, 2, &b);
   if (st != BP_OK) return st;
-  if (gemm && (attr_f(n, "alpha", 1) != 1 || attr_f(n, "beta", 1) != 1 || attr_i(n, "transA", 0) != 0))
+  if (gemm &&
+      (attr_f(n, "alpha", 1) != 1 || attr_f(n, "beta", 1) != 1 || attr_i(n, "transA", 0) != 0))
     return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "alpha or beta other than 1, or transA=1");
   if (x->shape.rank != 2)
     return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
@@ -479,12 +505,12 @@ static bp_status fc(reader *r, const Onnx__NodeProto *n, int index, int gemm) {
   const int64_t k = x->shape.c * x->shape.h * x->shape.w;
   const int trans = gemm ? (int)attr_i(n, "transB", 0) : 0;
   if (!w || w->n_dims != 2 || w->dims[trans ? 1 : 0] != k)
-    return node_fail(r, BP_ERR_INVALID, n, index, "the weight must be a 2-D initializer with %lld inputs",
-                     (long long)k);
+    return node_fail(r, BP_ERR_INVALID, n, index,
+                     "the weight must be a 2-D initializer with %lld inputs", (long long)k);
   const int64_t u = w->dims[trans ? 0 : 1];
   if (b && !dims_are(b, 1, &u))
-    return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "the bias C must be an initializer of %lld values",
-                     (long long)u);
+    return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                     "the bias C must be an initializer of %lld values", (long long)u);
   uint64_t count = 0, bcount = 0;
   float *wv = tensor_values(w, &count), *bv = b ? tensor_values(b, &bcount) : NULL;
   float *uk = malloc((size_t)count * sizeof *uk), *out = malloc((size_t)count * sizeof *out);
@@ -496,7 +522,8 @@ static bp_status fc(reader *r, const Onnx__NodeProto *n, int index, int gemm) {
                  : node_fail(r, BP_ERR_UNSUPPORTED, n, index,
                              "its weight or bias is not FP32 data stored in the file");
   }
-  if (trans) memcpy(uk, wv, (size_t)count * sizeof *uk);
+  if (trans)
+    memcpy(uk, wv, (size_t)count * sizeof *uk);
   else /* [K, U] -> [U, K] */
     for (int64_t i = 0; i < k; i++)
       for (int64_t o = 0; o < u; o++) uk[o * k + i] = wv[i * u + o];
@@ -523,7 +550,8 @@ static bp_status add(reader *r, const Onnx__NodeProto *n, int index) {
   if (st != BP_OK) return st;
   if (n->n_input != 2) return node_fail(r, BP_ERR_INVALID, n, index, "it needs two inputs");
   value *a = find(r, n->input[0]), *c = find(r, n->input[1]);
-  if (!a || !c) return node_fail(r, BP_ERR_INVALID, n, index, "an input is produced by no earlier node");
+  if (!a || !c)
+    return node_fail(r, BP_ERR_INVALID, n, index, "an input is produced by no earlier node");
   if (a->layer == -2 && c->layer == -2)
     return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "both inputs are initializers");
   if (a->layer == -2 || c->layer == -2) {
@@ -537,7 +565,9 @@ static bp_status add(reader *r, const Onnx__NodeProto *n, int index) {
                        "an initializer is added only as the bias of the MatMul just before it");
     uint64_t count = 0;
     float *bv = tensor_values(b, &count);
-    if (!bv) return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "the bias is not FP32 data stored in the file");
+    if (!bv)
+      return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                       "the bias is not FP32 data stored in the file");
     l->bias = 1;
     x->uses++;
     if ((st = add_init(r, l->name, "b", bv, count)) != BP_OK) return st;
@@ -548,7 +578,8 @@ static bp_status add(reader *r, const Onnx__NodeProto *n, int index) {
     return st;
   if (x->shape.c != y->shape.c || x->shape.h != y->shape.h || x->shape.w != y->shape.w ||
       x->shape.rank != y->shape.rank)
-    return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "its inputs differ in shape (no broadcasting)");
+    return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                     "its inputs differ in shape (no broadcasting)");
   bp_layer *l = add_layer(r, n, index, BP_LAYER_ADD);
   if (!l) return bp_fail(BP_ERR_NOMEM, "out of memory reading %s", r->file);
   link_input(l, 0, x);
@@ -564,8 +595,10 @@ static const char supported_ops[] =
 static bp_status read_node(reader *r, const Onnx__NodeProto *n, int index) {
   const char *op = n->op_type ? n->op_type : "";
   if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx") != 0)
-    return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "domain '%.60s' (blueprint runs the default "
-                     "ONNX domain only)", n->domain);
+    return node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                     "domain '%.60s' (blueprint runs the default "
+                     "ONNX domain only)",
+                     n->domain);
   if (!strcmp(op, "Conv")) return conv(r, n, index);
   if (!strcmp(op, "BatchNormalization")) return batchnorm(r, n, index);
   if (!strcmp(op, "Relu")) return simple(r, n, index, BP_LAYER_RELU);
@@ -592,14 +625,19 @@ static bp_status read_input(reader *r) {
       is_init = g->initializer[k]->name && g->input[i]->name &&
                 strcmp(g->initializer[k]->name, g->input[i]->name) == 0;
     if (is_init) continue;
-    if (in) return bp_fail(BP_ERR_UNSUPPORTED, "%s: the graph has more than one input ('%.80s', "
-                           "'%.80s'); blueprint feeds one image tensor", r->file, in->name, g->input[i]->name);
+    if (in)
+      return bp_fail(BP_ERR_UNSUPPORTED,
+                     "%s: the graph has more than one input ('%.80s', "
+                     "'%.80s'); blueprint feeds one image tensor",
+                     r->file, in->name, g->input[i]->name);
     in = g->input[i];
   }
   if (!in || !in->name) return bp_fail(BP_ERR_INVALID, "%s: the graph has no input", r->file);
   const Onnx__TypeProto *t = in->type;
-  const Onnx__TensorShapeProto *s = t && t->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE &&
-                                            t->tensor_type ? t->tensor_type->shape : NULL;
+  const Onnx__TensorShapeProto *s =
+      t && t->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && t->tensor_type
+          ? t->tensor_type->shape
+          : NULL;
   if (!s || !t->tensor_type->has_elem_type ||
       t->tensor_type->elem_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || s->n_dim != 4)
     return bp_fail(BP_ERR_UNSUPPORTED, "%s: input '%.80s' must be an FP32 tensor [N, C, H, W]",
@@ -609,8 +647,10 @@ static bp_status read_input(reader *r) {
     const Onnx__TensorShapeProto__Dimension *x = s->dim[i];
     if (x->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE || x->dim_value < 1 ||
         x->dim_value > 65536)
-      return bp_fail(BP_ERR_UNSUPPORTED, "%s: input '%.80s': dimension %d (C, H, W) must be a "
-                     "fixed positive size", r->file, in->name, i);
+      return bp_fail(BP_ERR_UNSUPPORTED,
+                     "%s: input '%.80s': dimension %d (C, H, W) must be a "
+                     "fixed positive size",
+                     r->file, in->name, i);
     d[i - 1] = x->dim_value;
   }
   r->m->channels = d[0], r->m->height = d[1], r->m->width = d[2];
@@ -624,7 +664,8 @@ static bp_status read_graph(reader *r) {
   const Onnx__GraphProto *g = r->g;
   bp_status st = BP_OK;
   for (size_t i = 0; i < g->n_initializer; i++) {
-    if (!g->initializer[i]->name) return bp_fail(BP_ERR_INVALID, "%s: an initializer has no name", r->file);
+    if (!g->initializer[i]->name)
+      return bp_fail(BP_ERR_INVALID, "%s: an initializer has no name", r->file);
     value *v = add_value(r, g->initializer[i]->name);
     if (!v) return bp_fail(BP_ERR_NOMEM, "out of memory reading %s", r->file);
     v->layer = -2, v->init = g->initializer[i];
@@ -633,12 +674,16 @@ static bp_status read_graph(reader *r) {
   for (size_t i = 0; i < g->n_node && st == BP_OK; i++) st = read_node(r, g->node[i], (int)i);
   if (st != BP_OK) return st;
   if (g->n_output != 1 || !g->output[0]->name)
-    return bp_fail(BP_ERR_UNSUPPORTED, "%s: the graph must have one output, the logits [N, classes] "
-                   "(it has %zu)", r->file, g->n_output);
+    return bp_fail(BP_ERR_UNSUPPORTED,
+                   "%s: the graph must have one output, the logits [N, classes] "
+                   "(it has %zu)",
+                   r->file, g->n_output);
   const value *out = find(r, g->output[0]->name);
   if (!out || out->layer < 0 || out->shape.rank != 2)
-    return bp_fail(BP_ERR_UNSUPPORTED, "%s: output '%.80s' must be the 2-D output of a layer "
-                   "(the logits [N, classes])", r->file, g->output[0]->name);
+    return bp_fail(BP_ERR_UNSUPPORTED,
+                   "%s: output '%.80s' must be the 2-D output of a layer "
+                   "(the logits [N, classes])",
+                   r->file, g->output[0]->name);
   bp_model *m = r->m;
   m->classes = out->shape.c;
   /* the loss, on the logits */
@@ -654,7 +699,8 @@ bp_status bp_onnx_parse(const void *data, size_t size, const char *display_name,
   if ((!data && size) || !model_out) return bp_fail(BP_ERR_INVALID, "bp_onnx_parse: NULL argument");
   const char *file = display_name ? display_name : "(memory)";
   Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, size, data);
-  if (!mp) return bp_fail(BP_ERR_PARSE, "%s: not an ONNX model (the protobuf does not parse)", file);
+  if (!mp)
+    return bp_fail(BP_ERR_PARSE, "%s: not an ONNX model (the protobuf does not parse)", file);
   bp_status st = BP_OK;
   if (!mp->graph) st = bp_fail(BP_ERR_PARSE, "%s: not an ONNX model (no graph)", file);
   for (size_t i = 0; st == BP_OK && i < mp->n_opset_import; i++) {
