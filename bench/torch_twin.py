@@ -247,9 +247,16 @@ def _kernel(v):
 
 class FC(nn.Linear):
     """blueprint's fc: flattens NCHW input in NHWC element order (H*W*C, as
-    blueprint's [out, 1, 1, in] weight sees it) and returns [N, units, 1, 1]."""
+    blueprint's [out, 1, 1, in] weight sees it) and returns [N, units, 1, 1].
+    With --export-onnx: PyTorch's own torch.flatten (NCHW order) and [N,
+    units], the form torch.onnx exports as Flatten + Gemm (blueprint's ONNX
+    import permutes the weight to its order)."""
+
+    nchw = False  # set by --export-onnx before the model is built
 
     def forward(self, x):
+        if FC.nchw:
+            return super().forward(torch.flatten(x, 1))
         y = super().forward(x.permute(0, 2, 3, 1).reshape(x.shape[0], -1))
         return y.reshape(y.shape[0], y.shape[1], 1, 1)
 
@@ -348,7 +355,8 @@ class Twin(nn.Module):
         outs = {"input": x}
         for name, t, srcs in self.steps:
             if t == "softmax_ce":
-                return outs[srcs[0]].reshape(x.shape[0], self.classes)
+                y = outs[srcs[0]]
+                return y if y.dim() == 2 else y.reshape(x.shape[0], self.classes)
             if t == "add":
                 outs[name] = outs[srcs[0]] + outs[srcs[1]]
             else:
@@ -447,7 +455,15 @@ def main():
                          "and fc weights only (blueprint's)")
     ap.add_argument("--json", action="store_true",
                     help="one JSON object per epoch on stdout, blueprint's metrics schema")
+    ap.add_argument("--export-onnx", metavar="FILE",
+                    help="write the initial network (before any step) as ONNX (torch.onnx, "
+                         "BatchNormalization kept, fc as Flatten + Gemm) and train that form; "
+                         "`blueprint train FILE` starts from the same weights (docs/onnx.md)")
+    ap.add_argument("--log-steps", type=nonneg, default=0,
+                    help="with --json: a 'step' line (running train_loss) for each of the "
+                         "first N steps")
     args = ap.parse_args()
+    FC.nchw = bool(args.export_onnx)
 
     path = resolve_model(args.model)
     with open(path) as f:
@@ -493,6 +509,13 @@ def main():
     test_y = torch.from_numpy(test_y.astype(np.int64))
 
     model = Twin(spec)
+    if args.export_onnx:
+        inp = spec["input"]
+        dummy = torch.zeros(1, int(inp["channels"]), int(inp["height"]), int(inp["width"]))
+        model.train()
+        torch.onnx.export(model, dummy, args.export_onnx, input_names=["input"],
+                          output_names=["logits"], opset_version=13, do_constant_folding=False,
+                          training=torch.onnx.TrainingMode.TRAINING)
     if args.decay_all:
         groups = [{"params": list(model.parameters()), "weight_decay": wd}]
     else:
@@ -545,6 +568,12 @@ def main():
             loss_sum += loss.item() * idx.numel()
             correct += int((logits.argmax(1) == y).sum())
             global_step += 1
+            if args.json and global_step <= args.log_steps:
+                seen = min((s + 1) * batch, n)
+                print(json.dumps({"event": "step", "epoch": e + 1, "step": s + 1,
+                                  "global_step": global_step, "samples": seen,
+                                  "train_loss": loss_sum / seen,
+                                  "train_accuracy": correct / seen}), flush=True)
         train_s = time.perf_counter() - t1
         model.eval()
         test_correct, test_loss = 0, 0.0

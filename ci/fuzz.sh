@@ -15,7 +15,7 @@ dir=build-fuzz
 cmake -S . -B "$dir" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
   -DBP_FUZZ=ON -DBP_SANITIZE=ON -DBP_BUILD_TESTS=OFF -DBP_WITH_CUDA=OFF -DBP_WITH_DNNL=OFF \
   -DBP_WITH_ONEDNN=OFF -DBP_WITH_XNNPACK=OFF -DBP_WITH_MPI=OFF >/dev/null
-targets=(model idx elf cli checkpoint)
+targets=(model idx elf cli checkpoint onnx)
 cmake --build "$dir" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

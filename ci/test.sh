@@ -35,8 +35,11 @@ case "$mode" in
     # validate over every node of a whole model (FP32 and FP16 twins, each
     # case a forked child) tests XNNPACK's and Winograd's numbers, which the normal build
     # checks; under the sanitizers it took over 10 minutes. Every other
-    # suite, validate's own included, runs here
-    filter=(-E "^validate_(xnnpack|onednn|winograd)_passes_every_node_of_")
+    # suite, validate's own included, runs here. The ONNX agreement runs
+    # (whole training runs and 10,000 predictions per model, tests/onnx/)
+    # likewise stay in the normal build; test_onnx checks the ONNX reader
+    # and writer here
+    filter=(-E "^(validate_(xnnpack|onednn|winograd)_passes_every_node_of_|onnx_export_agrees|onnx_import_of)")
     ;;
   thread)
     dir=build-tsan

@@ -19,11 +19,13 @@
 
 static const char usage_text[] =
     "usage: blueprint eval MODEL --checkpoint FILE [options]\n"
+    "       blueprint eval MODEL.onnx [options]\n"
     "\n"
     "Evaluates the checkpoint FILE of MODEL on the test set of Fashion-MNIST (or\n"
     "of --data DIR) and prints the test loss and accuracy.\n"
     "\n"
-    "  --checkpoint FILE   the checkpoint (required; only read)\n"
+    "  --checkpoint FILE   the checkpoint (required but for an ONNX model, which\n"
+    "                      otherwise runs its own initializers; only read)\n"
     "  --data DIR          MNIST-format directory (default: Fashion-MNIST), or\n"
     "                      synthetic[:HxWxC[:CLASSES]] (docs/training.md)\n"
     "  --test-limit N      use the first N test images\n"
@@ -68,8 +70,11 @@ int bp_cmd_eval(int argc, char **argv) {
     return BP_CLI_EXIT_RUN;
   }
   const bp_train_state s = bp_trainer_state(t);
-  printf("checkpoint %s: epoch %llu, step %llu of the run\n", a.options.resume_path,
-         (unsigned long long)s.epoch, (unsigned long long)s.global_step);
+  if (a.options.resume_path)
+    printf("checkpoint %s: epoch %llu, step %llu of the run\n", a.options.resume_path,
+           (unsigned long long)s.epoch, (unsigned long long)s.global_step);
+  else
+    printf("%s: the ONNX file's initializers\n", a.model_path);
   printf("test loss %.4f  test accuracy %.2f%%  (%lld images, %.1f s)\n", r.loss,
          100.0 * r.accuracy, (long long)r.samples, r.seconds);
   if (prof) bp_cli_profile_report(stdout, prof, "eval");

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "blueprint/model.h"
+#include "blueprint/model_onnx.h"
 #include "blueprint/model_yaml.h"
 #include "blueprint/registry.h"
 #include "cli_util.h"
@@ -294,7 +295,7 @@ static int run(const plan_args *a) {
   if (clash) return clash == 2 ? EXIT_USAGE : EXIT_INPUT;
   if (bp_registry_create_with(&bp_cli_env_get()->registry, &registry) != BP_OK ||
       bp_registry_discover(registry, a->plugins, a->plugin_count) != BP_OK ||
-      bp_model_load_with_registry(a->model_path, registry, &model) != BP_OK) {
+      bp_model_load_file(a->model_path, registry, &model) != BP_OK) {
     bp_cli_report("plan", "%s", bp_last_error());
     bp_registry_destroy(registry);
     return EXIT_INPUT;

@@ -39,6 +39,7 @@
 #include "blueprint/infile.h"
 #include "blueprint/kernel_checks.h"
 #include "blueprint/model.h"
+#include "blueprint/model_onnx.h"
 #include "blueprint/model_yaml.h"
 #include "blueprint/registry.h"
 #include "blueprint/session.h"
@@ -51,6 +52,7 @@
 
 static const char usage_text[] =
     "usage: blueprint predict MODEL --checkpoint FILE --input FILE [options]\n"
+    "       blueprint predict MODEL.onnx --input FILE [options]  (its initializers)\n"
     "\n"
     "Classifies the images of FILE with the checkpoint of MODEL, one image at a\n"
     "time, and prints the most likely classes with their probabilities.\n"
@@ -158,10 +160,11 @@ static int parse_args(int argc, char **argv, predict_args *a) {
     }
     i++;
   }
-  if (!a->model || !a->checkpoint || !a->input) {
-    bp_cli_report("predict", "%s", !a->model        ? "missing MODEL (try --help)"
-                                   : !a->checkpoint ? "missing --checkpoint FILE"
-                                                    : "missing --input FILE");
+  const int onnx = a->model && bp_model_path_is_onnx(a->model); /* may run its initializers */
+  if (!a->model || (!a->checkpoint && !onnx) || !a->input) {
+    bp_cli_report("predict", "%s", !a->model                 ? "missing MODEL (try --help)"
+                                   : !a->checkpoint && !onnx ? "missing --checkpoint FILE"
+                                                             : "missing --input FILE");
     return -1;
   }
   return 0;
@@ -297,6 +300,24 @@ static void predictor_destroy(predictor *p) {
   bp_registry_destroy(p->registry);
 }
 
+/* The model's initial values (an ONNX file's initializers) into the
+ * arena: FP32 tensors of this host's arena, compact as the plan lays
+ * FP32 out (no channel padding). */
+static bp_status write_inits(predictor *p) {
+  const bp_model *m = p->model;
+  for (int i = 0; i < m->init_count; i++) {
+    const bp_model_init *v = &m->inits[i];
+    const int32_t id = bp_plan_find_tensor(p->plan, v->name);
+    const bp_dtensor *d = id >= 0 ? bp_plan_tensor(p->plan, 0, id) : NULL;
+    if (!d || d->dtype != BP_DTYPE_FP32 || bp_dtensor_host_elems(d) != v->count ||
+        d->padded_c != d->shape.c)
+      return bp_fail(BP_ERR_SHAPE, "model '%s': initial value '%s' fits no FP32 tensor of the plan",
+                     m->name, v->name);
+    memcpy(p->base + d->offset, v->values, (size_t)v->count * sizeof *v->values);
+  }
+  return bp_exec_run(p->exec, p->variant, BP_SEGMENT_INIT, 0); /* the copies of W */
+}
+
 static bp_status predictor_open(const predict_args *a, predictor *p) {
   memset(p, 0, sizeof *p);
   bp_status st = bp_registry_create_with(&bp_cli_env_get()->registry, &p->registry);
@@ -304,7 +325,7 @@ static bp_status predictor_open(const predict_args *a, predictor *p) {
   if ((st = bp_registry_discover(p->registry, a->plugins, a->plugin_count)) != BP_OK) return st;
   /* pinned kernels checked at bind, as for train (kernel_checks.h) */
   if ((st = bp_kernel_checks_install(p->registry, !a->trust_pins)) != BP_OK) return st;
-  if ((st = bp_model_load_with_registry(a->model, p->registry, &p->model)) != BP_OK) return st;
+  if ((st = bp_model_load_file(a->model, p->registry, &p->model)) != BP_OK) return st;
   bp_model *m = p->model;
   if (m->layer_count < 2 || m->layers[m->layer_count - 1].type != BP_LAYER_SOFTMAX_CE)
     return bp_fail(BP_ERR_INVALID, "model '%s' does not end in a softmax_ce layer", m->name);
@@ -345,7 +366,9 @@ static bp_status predictor_open(const predict_args *a, predictor *p) {
   if ((st = bp_session_bind(p->session, p->registry, p->base, &eo, &p->exec)) != BP_OK) return st;
 
   bp_train_state state;
-  if ((st = bp_checkpoint_load(a->checkpoint, p->plan, p->base, &state)) != BP_OK) return st;
+  if (a->checkpoint) st = bp_checkpoint_load(a->checkpoint, p->plan, p->base, &state);
+  else st = write_inits(p); /* an ONNX model's own initializers */
+  if (st != BP_OK) return st;
   bp_exec_params_changed(p->exec); /* packed weights follow the loaded ones */
   /* FP16 working copies (amp) from the loaded weights */
   if ((st = bp_exec_run(p->exec, p->variant, BP_SEGMENT_CAST, 0)) != BP_OK) return st;

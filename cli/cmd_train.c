@@ -36,7 +36,8 @@
 static const char usage_text[] =
     "usage: blueprint train MODEL [options]\n"
     "\n"
-    "Trains MODEL (a YAML model file) on Fashion-MNIST (the dataset-fashion-mnist\n"
+    "Trains MODEL (a YAML model file, or an ONNX file starting from its\n"
+    "initializers: docs/onnx.md) on Fashion-MNIST (the dataset-fashion-mnist\n"
     "package) or on the MNIST-format files of --data DIR, evaluating on the test\n"
     "set after every epoch. Options override the model file's train: settings.\n"
     "\n"

@@ -10,5 +10,6 @@ int bp_cmd_train(int argc, char **argv);
 int bp_cmd_eval(int argc, char **argv);
 int bp_cmd_validate(int argc, char **argv);
 int bp_cmd_predict(int argc, char **argv);
+int bp_cmd_export(int argc, char **argv);
 
 #endif

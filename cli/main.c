@@ -19,6 +19,7 @@ static const struct {
     {"eval", bp_cmd_eval, "evaluate a checkpoint on the test set"},
     {"validate", bp_cmd_validate, "check every kernel against the reference kernel of its op"},
     {"predict", bp_cmd_predict, "classify images with a trained checkpoint, one at a time"},
+    {"export", bp_cmd_export, "write a trained checkpoint as an ONNX inference graph"},
 };
 
 static void usage(FILE *out) {

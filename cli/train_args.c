@@ -1,6 +1,7 @@
 /* Parsing the command lines of `blueprint train` and `blueprint eval`.
  * Every value is checked here, so a typo is one line naming the option and
  * the value, before any data is read. */
+#include "blueprint/model_onnx.h"
 #include "train_args.h"
 
 #include <errno.h>
@@ -307,7 +308,7 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
 
 int bp_cli_train_parse(int argc, char **argv, int eval, bp_cli_train_args *a) {
   memset(a, 0, sizeof *a);
-  a->command = eval ? "eval" : "train";
+  a->command = eval ? (argc > 0 && strcmp(argv[0], "export") == 0 ? "export" : "eval") : "train";
   bp_train_options_init(&a->options);
   bp_cli_env_train(&a->options); /* the options below win */
   int plugins = 0, only_positional = 0;
@@ -364,8 +365,9 @@ int bp_cli_train_parse(int argc, char **argv, int eval, bp_cli_train_args *a) {
                   a->command);
     return -1;
   }
-  if (eval && !a->options.checkpoint_path) {
-    bp_cli_report(a->command, "--checkpoint FILE is required (the checkpoint to evaluate)");
+  if (eval && !a->options.checkpoint_path && !bp_model_path_is_onnx(a->model_path)) {
+    bp_cli_report(a->command, "--checkpoint FILE is required (the checkpoint to evaluate; an "
+                  "ONNX model without one runs its own initializers)");
     return -1;
   }
   if (a->options.loss_scale > 0 && a->options.loss_scale_growth_interval > 0) {

@@ -11,6 +11,7 @@
 #include "blueprint/checkpoint.h"
 #include "blueprint/data.h"
 #include "blueprint/model.h"
+#include "blueprint/model_onnx.h"
 #include "blueprint/model_yaml.h"
 #include "blueprint/plan.h"
 #include "elf-check-impl.h"
@@ -38,6 +39,16 @@ int bp_fuzz_model(const uint8_t *data, size_t size) {
   if (bp_model_parse((const char *)data, size, "fuzz.yaml", &m) != BP_OK) return 0;
   bp_compile_options co = bp_compile_options_from_model(m);
   /* the model's own batch may be huge: planning is arithmetic only */
+  bp_plan *p = NULL;
+  if (bp_model_compile(m, &co, &p) == BP_OK) bp_plan_destroy(p);
+  bp_model_destroy(m);
+  return 0;
+}
+
+int bp_fuzz_onnx(const uint8_t *data, size_t size) {
+  bp_model *m = NULL;
+  if (bp_onnx_parse(data, size, "fuzz.onnx", &m) != BP_OK) return 0;
+  bp_compile_options co = bp_compile_options_from_model(m);
   bp_plan *p = NULL;
   if (bp_model_compile(m, &co, &p) == BP_OK) bp_plan_destroy(p);
   bp_model_destroy(m);
@@ -110,5 +121,6 @@ const bp_fuzz_target bp_fuzz_targets[] = {
     {.name = "elf", .run = bp_fuzz_elf},
     {.name = "cli", .run = bp_fuzz_cli},
     {.name = "checkpoint", .run = bp_fuzz_checkpoint},
+    {.name = "onnx", .run = bp_fuzz_onnx},
     {.name = NULL, .run = NULL},
 };

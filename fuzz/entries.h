@@ -20,6 +20,8 @@ int bp_fuzz_elf(const uint8_t *data, size_t size);
 int bp_fuzz_cli(const uint8_t *data, size_t size);
 /* A checkpoint file for bp_checkpoint_read_info (header and body checks). */
 int bp_fuzz_checkpoint(const uint8_t *data, size_t size);
+/* An ONNX file: parse (the ONNX front end), and compile when it parses. */
+int bp_fuzz_onnx(const uint8_t *data, size_t size);
 
 typedef struct bp_fuzz_target {
   const char *name; /* the corpus directory fuzz/corpus/<name> */

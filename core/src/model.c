@@ -38,6 +38,8 @@ int bp_layer_name_valid(const char *name) {
 
 void bp_model_destroy(bp_model *model) {
   if (!model) return;
+  for (int i = 0; i < model->init_count; i++) free(model->inits[i].values);
+  free(model->inits);
   free(model->layers);
   free(model);
 }

@@ -39,6 +39,7 @@ typedef struct parse_ctx {
   const yaml_node_t *(*refs)[2];
   int *ref_count;
   bp_name_index names; /* layer names read so far */
+  int train_only;      /* a settings file beside an ONNX model: only 'train' (model_onnx.h) */
 } parse_ctx;
 
 /* ---- messages ---------------------------------------------------------- */
@@ -714,6 +715,16 @@ static bp_status read_model(parse_ctx *c, const yaml_node_t *root) {
   }
   bp_model *m = c->model;
   const yaml_node_t *v;
+  if (c->train_only) { /* training settings beside an ONNX model: nothing else */
+    for (const yaml_node_pair_t *p = root->data.mapping.pairs.start;
+         p < root->data.mapping.pairs.top; p++) {
+      const yaml_node_t *k = node_at(c, p->key);
+      if (strcmp(scalar_text(k), "train") != 0)
+        return fail_at(c, k, BP_ERR_INVALID, "field '%s': the settings beside an ONNX model "
+                       "take only 'train' (the network is the ONNX file's)", scalar_text(k));
+    }
+    return (v = map_get(c, root, "train")) ? read_train(c, v) : BP_OK;
+  }
   if ((v = map_get(c, root, "name"))) {
     if ((st = read_string(c, v, "'name' of the model", m->name, BP_NAME_MAX)) != BP_OK) return st;
     if (strspn(m->name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
@@ -814,8 +825,41 @@ bp_status bp_model_parse(const char *text, size_t length, const char *display_na
   return bp_model_parse_with_registry(text, length, display_name, NULL, model_out);
 }
 
+static bp_status parse_text(const char *text, size_t length, const char *display_name,
+                            const bp_registry *registry, int train_only, bp_model **model_out);
+
 bp_status bp_model_parse_with_registry(const char *text, size_t length, const char *display_name,
                                        const bp_registry *registry, bp_model **model_out) {
+  return parse_text(text, length, display_name, registry, 0, model_out);
+}
+
+bp_status bp_train_settings_parse(const char *text, size_t length, const char *display_name,
+                                  bp_train_settings *settings) {
+  if (!settings) return bp_fail(BP_ERR_INVALID, "bp_train_settings_parse: NULL argument");
+  bp_model *m = NULL;
+  bp_status st = parse_text(text, length, display_name, NULL, 1, &m);
+  if (st == BP_OK) {
+    const bp_train_settings defaults = bp_train_defaults();
+    bp_train_settings *t = &m->train;
+    /* only what the file sets: the rest stays as the caller had it */
+    if (t->batch != defaults.batch) settings->batch = t->batch;
+    if (t->eval_batch != defaults.eval_batch) settings->eval_batch = t->eval_batch;
+    if (t->train_size != defaults.train_size) settings->train_size = t->train_size;
+    if (t->epochs != defaults.epochs) settings->epochs = t->epochs;
+    if (t->optimizer != defaults.optimizer) settings->optimizer = t->optimizer;
+    if (t->lr != defaults.lr) settings->lr = t->lr;
+    if (t->momentum != defaults.momentum) settings->momentum = t->momentum;
+    if (t->weight_decay != defaults.weight_decay) settings->weight_decay = t->weight_decay;
+    if (t->amp != defaults.amp) settings->amp = t->amp;
+    if (t->ema != defaults.ema) settings->ema = t->ema;
+    if (t->kernels[0]) memcpy(settings->kernels, t->kernels, sizeof t->kernels);
+  }
+  bp_model_destroy(m);
+  return st;
+}
+
+static bp_status parse_text(const char *text, size_t length, const char *display_name,
+                            const bp_registry *registry, int train_only, bp_model **model_out) {
   if (!model_out || (!text && length > 0))
     return bp_fail(BP_ERR_INVALID, "bp_model_parse: NULL argument");
   if (length > MODEL_FILE_MAX)
@@ -824,6 +868,7 @@ bp_status bp_model_parse_with_registry(const char *text, size_t length, const ch
   parse_ctx c;
   memset(&c, 0, sizeof c);
   c.registry = registry;
+  c.train_only = train_only;
   c.file = display_name ? display_name : "<memory>";
   c.text = text ? text : "";
   c.length = length;

@@ -7,6 +7,7 @@
 
 #include "blueprint/autotune.h"
 #include "blueprint/kernel_checks.h"
+#include "blueprint/model_onnx.h"
 #include "blueprint/model_yaml.h"
 #include "blueprint/op_table.h"
 #include "checkpoint-impl.h"
@@ -94,8 +95,6 @@ static bp_status check_options(const bp_train_options *o) {
                    o->augment.crop_pad, BP_TRAIN_MAX_CROP_PAD);
   if (o->plugin_path_count < 0 || (o->plugin_path_count && !o->plugin_paths))
     return bp_fail(BP_ERR_INVALID, "%d plugin paths without their list", o->plugin_path_count);
-  if (o->eval_only && !o->resume_path)
-    return bp_fail(BP_ERR_INVALID, "evaluation only needs a checkpoint to evaluate");
   if (o->loss_scale != 0 &&
       !finite_in(o->loss_scale, BP_TRAIN_MIN_LOSS_SCALE, BP_TRAIN_MAX_LOSS_SCALE))
     return bp_fail(BP_ERR_INVALID, "loss scale %g must be 0 (dynamic) or in [2^-24, 2^64]",
@@ -146,6 +145,19 @@ static bp_status copy_model(bp_trainer *t, const bp_model *m) {
   t->model->layers = malloc((size_t)m->layer_count * sizeof *m->layers);
   if (!t->model->layers) return bp_fail(BP_ERR_NOMEM, "out of memory copying the model");
   memcpy(t->model->layers, m->layers, (size_t)m->layer_count * sizeof *m->layers);
+  t->model->inits = NULL; /* the copy owns its own initial values */
+  t->model->init_count = 0;
+  if (m->init_count > 0) {
+    t->model->inits = calloc((size_t)m->init_count, sizeof *m->inits);
+    if (!t->model->inits) return bp_fail(BP_ERR_NOMEM, "out of memory copying the model");
+    for (int i = 0; i < m->init_count; i++, t->model->init_count++) {
+      bp_model_init *d = &t->model->inits[i];
+      *d = m->inits[i];
+      d->values = malloc((size_t)(d->count ? d->count : 1) * sizeof *d->values);
+      if (!d->values) return bp_fail(BP_ERR_NOMEM, "out of memory copying the model");
+      memcpy(d->values, m->inits[i].values, (size_t)d->count * sizeof *d->values);
+    }
+  }
   bp_train_settings *s = &t->model->train;
   const bp_train_options *o = &t->opt;
   if (o->epochs) s->epochs = o->epochs;
@@ -728,6 +740,9 @@ bp_status bp_trainer_create(const bp_model *model, const bp_train_options *optio
     return bp_fail(BP_ERR_INVALID, "bp_trainer_create: NULL argument");
   bp_status st = check_options(options);
   if (st != BP_OK) return st;
+  if (options->eval_only && !options->resume_path && model->init_count == 0)
+    return bp_fail(BP_ERR_INVALID, "evaluation only needs a checkpoint to evaluate (or a model "
+                   "with its own initial values: an ONNX file's initializers)");
   bp_trainer *t = calloc(1, sizeof *t);
   if (!t) return bp_fail(BP_ERR_NOMEM, "out of memory creating a trainer");
   if ((st = setup(t, model, options)) != BP_OK) {
@@ -758,7 +773,7 @@ bp_status bp_trainer_create_from_file(const char *model_path, const bp_train_opt
     o.registry = own;
   }
   bp_model *m = NULL;
-  if ((st = bp_model_load_with_registry(model_path, o.registry, &m)) == BP_OK)
+  if ((st = bp_model_load_file(model_path, o.registry, &m)) == BP_OK) /* YAML or ONNX */
     st = bp_trainer_create(m, &o, trainer_out);
   bp_model_destroy(m);
   if (st == BP_OK && own) (*trainer_out)->own_registry = 1; /* the trainer keeps it */

@@ -41,6 +41,18 @@ bp_status bp_train_arena_init(bp_trainer *t, bp_train_rank *r) {
       st = bp_devio_write_tensor(&r->io, d, buf);
   }
   free(buf);
+  /* the model's own initial values (an ONNX file's initializers) replace
+   * the rules; the INIT segment below copies them to E and A */
+  for (int i = 0; i < t->model->init_count && st == BP_OK; i++) {
+    const bp_model_init *v = &t->model->inits[i];
+    const int32_t id = bp_plan_find_tensor(p, v->name);
+    const bp_dtensor *d = id >= 0 ? bp_plan_tensor(p, 0, id) : NULL;
+    if (!d || d->dtype != BP_DTYPE_FP32 || bp_dtensor_host_elems(d) != v->count)
+      st = bp_fail(BP_ERR_SHAPE, "model '%s': initial value '%s' (%llu values) fits no FP32 "
+                   "tensor of the plan", t->model->name, v->name, (unsigned long long)v->count);
+    else
+      st = bp_devio_write_tensor(&r->io, d, v->values);
+  }
   if (st != BP_OK) return st;
   for (int c = 0; c < bp_graph_constant_count(t->graph) && st == BP_OK; c++) {
     const bp_graph_constant *k = bp_graph_constant_get(t->graph, c);

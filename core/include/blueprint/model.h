@@ -64,6 +64,16 @@ typedef struct bp_train_settings {
   char kernels[256];    /* kernel pins "op_glob=impl,..." (registry.h); "" for none */
 } bp_train_settings;
 
+/* Initial values of one parameter or statistic tensor ("conv1.w",
+ * "bn1.running_mean"): compact NHWC FP32, in the plan's layout (model.h's
+ * shapes; core/src/compile.c lists the names). A front end that reads
+ * trained weights (an ONNX file's initializers) fills them. */
+typedef struct bp_model_init {
+  char name[BP_NAME_MAX];
+  float *values; /* [count], owned by the model */
+  uint64_t count;
+} bp_model_init;
+
 typedef struct bp_model {
   char name[BP_NAME_MAX];
   char path[4096];      /* file it came from ("" if built in C) */
@@ -71,6 +81,11 @@ typedef struct bp_model {
   bp_layer *layers;     /* [layer_count], owned */
   int layer_count;
   bp_train_settings train;
+  /* Values that replace the init rules of the tensors they name, before
+   * the first step (a trainer writes them after filling the rules; the
+   * EMA and FP16 copies follow); owned; NULL and 0: none. */
+  bp_model_init *inits;
+  int init_count;
 } bp_model;
 
 /* Models are read from YAML by the front end (model_yaml.h) or built in C. */

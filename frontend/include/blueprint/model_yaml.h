@@ -35,6 +35,14 @@ bp_status bp_model_load_with_registry(const char *path, const struct bp_registry
 bp_status bp_model_parse_with_registry(const char *text, size_t length, const char *display_name,
                                        const struct bp_registry *registry, bp_model **model_out);
 
+/* Training settings alone: a YAML mapping with one optional 'train' block
+ * of a model file's form (models/README.md), the settings beside a model
+ * that carries none itself (an ONNX file: model_onnx.h). The fields the
+ * text sets overwrite *settings; the others are left as they are. The
+ * errors of bp_model_parse; any top-level key but 'train' is refused. */
+bp_status bp_train_settings_parse(const char *text, size_t length, const char *display_name,
+                                  bp_train_settings *settings);
+
 #ifdef __cplusplus
 }
 #endif

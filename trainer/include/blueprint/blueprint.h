@@ -11,6 +11,7 @@
 #include "blueprint/plan.h"
 #include "blueprint/arena.h"
 #include "blueprint/model.h"
+#include "blueprint/model_onnx.h"
 #include "blueprint/model_yaml.h"
 #include "blueprint/registry.h"
 #include "blueprint/data.h"
