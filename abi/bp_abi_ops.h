@@ -226,6 +226,26 @@ typedef struct bp_allreduce_attrs {
   float scale;
 } bp_allreduce_attrs;
 
+/* ---- attention (multi-head self-attention) ---------------------------------
+ * attention.fwd  in: qkv[N,H,W,3D]   out: y[N,H,W,D], lse[N,H,W,heads] FP32
+ * attention.bwd  in: qkv, y, lse, dy[N,H,W,D]   out: dqkv[N,H,W,3D]  (accumulate: dqkv)
+ * T = H*W tokens per sample, token t = h*W + w. Each position's channels
+ * are [q (D) | k (D) | v (D)]; head j uses channels j*dh .. j*dh+dh-1 of
+ * each (dh = D/heads, heads must divide D) and writes its result to
+ * channels j*dh.. of y. scores s_tu = q_t . k_u / sqrt(dh), softmax over
+ * the keys u (with causal: only u <= t), y_t = sum_u p_tu v_u: PyTorch's
+ * softmax(q k^T / sqrt(dh)) v per head. lse_t = log sum_u exp(s_tu), per
+ * token and head, is what the backward needs to recompute p_tu (it never
+ * sees the [T,T] probabilities); the backward also reads y (for
+ * D_t = dy_t . y_t). qkv, y, dy, dqkv may be FP16 (float arithmetic); lse
+ * is always FP32. Rows of tokens must be evenly spaced (stride[1] ==
+ * W*stride[2]), as every plan tensor is. */
+typedef struct bp_attention_attrs {
+  int32_t heads;
+  int32_t causal; /* 1: token t attends to tokens u <= t only */
+  int32_t accumulate;
+} bp_attention_attrs;
+
 /* First element of chunk k of a span of `count` elements cut into `world`
  * chunks (count * k / world, without overflow): chunk sizes differ by at
  * most one, the larger ones last. */

@@ -58,7 +58,7 @@ typedef struct bp_layer_tensors {
   bp_param_ids weight;     /* conv/fc "w"; batchnorm "weight" (gamma) */
   bp_param_ids bias;       /* conv/fc "b"; batchnorm "bias" (beta) */
   int32_t running[2];      /* batchnorm running mean, var (B) */
-  int32_t saved[2];        /* batchnorm save_mean, save_invstd */
+  int32_t saved[2];        /* batchnorm save_mean, save_invstd; attention [0]: lse */
   int32_t mask;            /* maxpool argmax */
   int32_t prob;            /* softmax_ce probabilities (T) */
   int32_t saved_by_module[BP_ABI_LAYER_SAVED_MAX]; /* a module layer's "<l>.saved<k>" */
@@ -224,6 +224,7 @@ extern const bp_layer_desc bp_layer_batchnorm, bp_layer_relu, bp_layer_gelu, bp_
 extern const bp_layer_desc bp_layer_maxpool, bp_layer_avgpool, bp_layer_global_avgpool;
 extern const bp_layer_desc bp_layer_softmax_ce;
 extern const bp_layer_desc bp_layer_module;
+extern const bp_layer_desc bp_layer_attention; /* layer_attention.c */
 
 /* Shared keys (layers.c). */
 extern const bp_layer_key bp_key_kernel, bp_key_stride, bp_key_pad, bp_key_bias;

@@ -157,6 +157,13 @@ static const bp_op_info table[] = {
     {ABI("gelu.bwd", 2, 1, bp_elementwise_attrs), ACCUMULATES(bp_elementwise_attrs),
      .cases = BP_OP_CASES_SAME_SHAPE, .fp16_tolerance = BP_OP_TOL_SELECT,
      GRAD_OF("gelu.fwd", {'x', 0}, {'r', 0}), .grad_out = {0}},
+    /* multi-head self-attention: qkv -> y, lse (FP32) | qkv, y, lse, dy
+     * -> dqkv (the backward recomputes the probabilities from lse) */
+    {ABI("attention.fwd", 1, 2, bp_attention_attrs), .amp_fp32_out = BIT(1),
+     .fp16_tolerance = BP_OP_TOL_REDUCTION, .grad_check = 1},
+    {ABI("attention.bwd", 4, 1, bp_attention_attrs), ACCUMULATES(bp_attention_attrs),
+     .amp_fp32_in = BIT(2), .fp16_tolerance = BP_OP_TOL_REDUCTION,
+     GRAD_OF("attention.fwd", {'x', 0}, {'y', 0}, {'y', 1}, {'r', 0}), .grad_out = {0}},
 };
 
 const bp_op_info *bp_op_table(int *count_out) {

@@ -198,6 +198,8 @@ extern const bp_abi_kernel cpu_batchnorm_relu_fwd_train, cpu_batchnorm_relu_fwd_
     cpu_batchnorm_relu_bwd;
 /* softmax_ce.c: FP32 logits, bit-identical to the reference's */
 extern const bp_abi_kernel cpu_softmax_ce_fwd_bwd;
+/* attention.c: the reference's loops on the host's threads */
+extern const bp_abi_kernel cpu_attention_fwd, cpu_attention_bwd;
 
 /* A descriptor of this module: op name, supports, run, extra flags and the
  * dtypes among the op's tensors (as the reference declares them: FP32,

@@ -57,6 +57,8 @@ static const bp_abi_kernel *const cpu_kernels[] = {
     &cpu_batchnorm_relu_fwd_eval,
     &cpu_batchnorm_relu_bwd,
     &cpu_softmax_ce_fwd_bwd,
+    &cpu_attention_fwd,
+    &cpu_attention_bwd,
 };
 
 const cpu_user cpu_relu_tag = {CPU_ISA_DEFAULT, 1};

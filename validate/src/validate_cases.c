@@ -595,6 +595,48 @@ static void range_cases(void) {
   }
 }
 
+/* ---- attention --------------------------------------------------------------------- */
+
+typedef struct attn_geo {
+  int64_t n, h, w, d, heads, pad; /* pad: padded_c of qkv and dqkv (0: compact) */
+  int32_t causal;
+} attn_geo;
+
+/* T = 49 (the ViT's 7x7 tokens) with heads 1, 2 and 4, causal or not,
+ * batches of every small residue, one token, padded channels */
+static const attn_geo attn_geos[] = {
+    {2, 7, 7, 16, 4, 0, 0}, {3, 7, 7, 16, 4, 0, 1}, {1, 7, 7, 8, 1, 0, 0},
+    {5, 7, 7, 12, 2, 0, 1}, {3, 2, 3, 6, 2, 24, 0}, {2, 1, 5, 4, 1, 16, 1},
+    {1, 1, 1, 4, 2, 0, 0},  {4, 7, 7, 64, 4, 0, 0},
+};
+
+/* fwd: qkv -> y, lse | bwd: qkv, y, lse, dy -> dqkv */
+static void attention_cases(void) {
+  for (size_t i = 0; i < sizeof attn_geos / sizeof attn_geos[0]; i++) {
+    const attn_geo *g = &attn_geos[i];
+    const bp_attention_attrs a = {(int32_t)g->heads, g->causal, 0};
+    const bp_abi_tensor qkv = vc_tensor_desc(F32, g->n, g->h, g->w, 3 * g->d, g->pad);
+    const bp_abi_tensor y = vc_tensor_desc(F32, g->n, g->h, g->w, g->d, 0);
+    const bp_abi_tensor lse = vc_tensor_desc(F32, g->n, g->h, g->w, g->heads, 0);
+    char name[96];
+    snprintf(name, sizeof name, "N%lld T%lldx%lld D%lld heads %lld%s%s", (long long)g->n,
+             (long long)g->h, (long long)g->w, (long long)g->d, (long long)g->heads,
+             g->causal ? " causal" : "", g->pad ? " padded" : "");
+    vc_case *c = add("attention.fwd", "%s", name);
+    in(c, qkv);
+    out(c, y);
+    out(c, lse);
+    attrs(c, &a, sizeof a);
+    c = add("attention.bwd", "%s", name);
+    in(c, qkv);
+    in(c, y);
+    in(c, lse);
+    in(c, y);
+    out(c, qkv);
+    attrs(c, &a, sizeof a);
+  }
+}
+
 static void build(void) {
   conv_cases();
   fc_cases();
@@ -603,6 +645,7 @@ static void build(void) {
   batchnorm_cases();
   softmax_cases();
   range_cases();
+  attention_cases();
   for (int i = 0; i < table_count; i++) vc_op_complete(&table[i]);
 }
 

@@ -24,6 +24,7 @@ typedef enum bp_layer_type {
   BP_LAYER_SOFTMAX_CE,    /* softmax cross-entropy: label_smoothing; the loss */
   BP_LAYER_MODULE,        /* a type an op module registered (bp_layer.module) */
   BP_LAYER_GELU,          /* y = x * Phi(x), the exact (erf) form */
+  BP_LAYER_ATTENTION,     /* multi-head self-attention over packed [q|k|v]: heads, causal */
   BP_LAYER_TYPE_COUNT
 } bp_layer_type;
 
@@ -50,6 +51,8 @@ typedef struct bp_layer {
    * attribute block, filled from the YAML keys by the type's schema. */
   const struct bp_registered_layer *module;
   unsigned char attrs[BP_LAYER_ATTR_MAX];
+  int64_t heads; /* attention: heads (divides D) */
+  int causal;    /* attention: 1 masks keys after the query */
 } bp_layer;
 
 /* Training settings a model file may carry; the command line overrides them. */
