@@ -122,6 +122,24 @@ int cuda_nn_softmax_ce(void *stream, cuda_nhwc z, const void *pz, const int32_t 
                        cuda_nhwc dz, void *pdz, float label_smoothing, float grad_scale,
                        void *ws);
 
+/* attention.fwd / .bwd (nn_attn.cu): one block per (sample, head), the
+ * head's operands staged in shared memory (bytes below, at most
+ * CUDA_ATTN_MAX_SHARED), dh <= CUDA_ATTN_MAX_DH floats of accumulators per
+ * thread. q stands for qkv [N,H,W,3D], l for lse [N,H,W,heads] FP32. */
+#define CUDA_ATTN_MAX_DH 64
+#define CUDA_ATTN_MAX_SHARED (48u * 1024u)
+static inline size_t cuda_attn_fwd_shared(int64_t tokens, int64_t dh) {
+  return (size_t)(2 * tokens * dh) * sizeof(float);
+}
+static inline size_t cuda_attn_bwd_shared(int64_t tokens, int64_t dh) {
+  return (size_t)(4 * tokens * dh + 2 * tokens) * sizeof(float);
+}
+int cuda_nn_attention_fwd(void *stream, cuda_nhwc q, const void *pq, cuda_nhwc y, void *py,
+                          cuda_nhwc l, float *pl, int heads, int causal);
+int cuda_nn_attention_bwd(void *stream, cuda_nhwc q, const void *pq, cuda_nhwc y, const void *py,
+                          cuda_nhwc l, const float *pl, cuda_nhwc dy, const void *pdy,
+                          cuda_nhwc dq, void *pdq, int heads, int causal, int accumulate);
+
 #ifndef __CUDACC__
 #include "shared/fp16_adapter.h"
 
@@ -133,6 +151,7 @@ extern const bp_abi_kernel cuda_avgpool_fwd_kernel, cuda_avgpool_bwd_kernel;
 extern const bp_abi_kernel cuda_gap_fwd_kernel, cuda_gap_bwd_kernel;
 extern const bp_abi_kernel cuda_bn_fwd_train_kernel, cuda_bn_fwd_eval_kernel, cuda_bn_bwd_kernel;
 extern const bp_abi_kernel cuda_softmax_ce_kernel;
+extern const bp_abi_kernel cuda_attention_fwd_kernel, cuda_attention_bwd_kernel;
 
 /* t as the launchers see it (nn.c). */
 cuda_nhwc cuda_nn_tensor(const bp_abi_tensor *t);

@@ -10,7 +10,8 @@ const bp_abi_kernel *const cuda_nn_kernels[] = {
     &cuda_add_bwd_kernel,      &cuda_maxpool_fwd_kernel,  &cuda_maxpool_bwd_kernel,
     &cuda_avgpool_fwd_kernel,  &cuda_avgpool_bwd_kernel,  &cuda_gap_fwd_kernel,
     &cuda_gap_bwd_kernel,      &cuda_bn_fwd_train_kernel, &cuda_bn_fwd_eval_kernel,
-    &cuda_bn_bwd_kernel,       &cuda_softmax_ce_kernel,
+    &cuda_bn_bwd_kernel,       &cuda_softmax_ce_kernel,   &cuda_attention_fwd_kernel,
+    &cuda_attention_bwd_kernel,
 };
 const size_t cuda_nn_kernel_count = sizeof cuda_nn_kernels / sizeof cuda_nn_kernels[0];
 
