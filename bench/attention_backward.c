@@ -6,7 +6,7 @@
  *              each p_tu = exp(q_t.k_u/sqrt(dh) - lse_t) (what the op does)
  *   saved      the forward also writes the probabilities [N,heads,T,T];
  *              the backward reads them
- * A and B alternate in every round (both see the same load); it prints the
+ * (AVX2 loops where the CPU has them.) A and B alternate in every round (both see the same load); it prints the
  * minimum and median of each pass and the bytes each keeps per layer.
  * Usage: bench_attention_backward [rounds] (default 9). */
 #include <stdio.h>
@@ -36,24 +36,41 @@ typedef struct bufs {
   float *qkv, *y, *lse, *dy, *dqkv, *probs;
 } bufs;
 
-/* every (sample, head) of one pass; probs NULL: the recompute way */
-static double pass(const ops_attn_geo *g, const bufs *b, int bwd, int keep, double *scratch) {
-  const double t0 = bench_now();
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t j = 0; j < HEADS; j++) {
-      ops_attn_head h = {0};
-      const float *base = b->qkv + n * T * 3 * D + j * DH;
-      h.q = base, h.k = base + D, h.v = base + 2 * D, h.ts = 3 * D, h.cs = 1;
-      h.y = b->y + n * T * D + j * DH, h.yts = D, h.ycs = 1;
-      h.lse = b->lse + n * T * HEADS + j, h.lts = HEADS;
-      h.dy = b->dy + n * T * D + j * DH, h.dts = D, h.dcs = 1;
-      float *dbase = b->dqkv + n * T * 3 * D + j * DH;
-      h.dq = dbase, h.dk = dbase + D, h.dv = dbase + 2 * D, h.gts = 3 * D, h.gcs = 1;
-      h.probs = keep ? b->probs + (n * HEADS + j) * T * T : NULL;
-      if (bwd) ops_attn_head_bwd(g, &h, scratch);
-      else ops_attn_head_fwd(g, &h, scratch);
-    }
+/* every (sample, head) of one pass; keep 0: the recompute way */
+#define PASS_BODY                                                                           \
+  const double t0 = bench_now();                                                            \
+  for (int64_t n = 0; n < N; n++)                                                           \
+    for (int64_t j = 0; j < HEADS; j++) {                                                   \
+      ops_attn_head h = {0};                                                                \
+      const float *base = b->qkv + n * T * 3 * D + j * DH;                                  \
+      h.q = base, h.k = base + D, h.v = base + 2 * D, h.ts = 3 * D, h.cs = 1;              \
+      h.y = b->y + n * T * D + j * DH, h.yts = D, h.ycs = 1;                                \
+      h.lse = b->lse + n * T * HEADS + j, h.lts = HEADS;                                    \
+      h.dy = b->dy + n * T * D + j * DH, h.dts = D, h.dcs = 1;                              \
+      float *dbase = b->dqkv + n * T * 3 * D + j * DH;                                      \
+      h.dq = dbase, h.dk = dbase + D, h.dv = dbase + 2 * D, h.gts = 3 * D, h.gcs = 1;      \
+      h.probs = keep ? b->probs + (n * HEADS + j) * T * T : NULL;                           \
+      if (bwd) ops_attn_head_bwd(g, &h, scratch);                                           \
+      else ops_attn_head_fwd(g, &h, scratch);                                               \
+    }                                                                                       \
   return bench_now() - t0;
+
+/* built for AVX2 where the CPU has it, as ops/cpu runs these loops */
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static double pass_avx2(const ops_attn_geo *g, const bufs *b,
+                                                        int bwd, int keep, double *scratch) {
+  PASS_BODY
+}
+#endif
+static double pass_default(const ops_attn_geo *g, const bufs *b, int bwd, int keep,
+                           double *scratch) {
+  PASS_BODY
+}
+static double pass(const ops_attn_geo *g, const bufs *b, int bwd, int keep, double *scratch) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) return pass_avx2(g, b, bwd, keep, scratch);
+#endif
+  return pass_default(g, b, bwd, keep, scratch);
 }
 
 int main(int argc, char **argv) {

@@ -9,6 +9,8 @@
 #include "reference-impl.h"
 #include "shared/attention_math.h"
 
+static void ref_attn_task(void *job, int64_t i) { ops_attn_task(job, i); }
+
 static int attn_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason,
                              size_t rs) {
   (void)user;
@@ -31,11 +33,11 @@ static uint64_t attn_workspace_bwd(void *user, const bp_abi_kernel_args *args) {
 }
 static int attn_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  return ops_attn_run(args, 0, 0);
+  return ops_attn_run(args, 0, 0, ref_attn_task, 0);
 }
 static int attn_run_bwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
-  return ops_attn_run(args, 1, 0);
+  return ops_attn_run(args, 1, 0, ref_attn_task, 0);
 }
 
 static const ops_fp16_kernel attn_fwd16 = {

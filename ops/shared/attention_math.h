@@ -14,9 +14,11 @@
  *
  * Math of one head (scale = 1/sqrt(dh); u runs over the keys a row sees:
  * all T, or u <= t when causal):
- *   s_tu = scale * q_t . k_u      lse_t = m_t + log sum_u exp(s_tu - m_t)
- *   p_tu = exp(s_tu - lse_t)      y_t = sum_u p_tu v_u
- * Backward (probabilities recomputed from lse, flash-style; D_t = dy_t . y_t):
+ *   s_tu = scale * q_t . k_u      e_tu = exp(s_tu - m_t), m_t = max_u s_tu
+ *   p_tu = e_tu * (1 / sum_u e_tu)   y_t = sum_u p_tu v_u
+ *   lse_t = m_t + log sum_u e_tu
+ * Backward (probabilities recomputed from lse, flash-style: p_tu =
+ * exp(s_tu - lse_t), equal to the forward's up to rounding; D_t = dy_t . y_t):
  *   dp_tu = dy_t . v_u            ds_tu = p_tu (dp_tu - D_t)
  *   dq_t = scale sum_u ds_tu k_u  dk_u = scale sum_t ds_tu q_t
  *   dv_u = sum_t p_tu dy_t
@@ -38,7 +40,7 @@
 /* Tasks the host-side kernels cut (sample, head) pairs into: at most this
  * many, each with its own scratch in the workspace, so the workspace does
  * not grow with the batch. A function of the shape only. */
-#define OPS_ATTN_MAX_TASKS 64
+#define OPS_ATTN_MAX_TASKS 32
 
 /* One call's geometry, from the checked tensors. */
 typedef struct ops_attn_geo {
@@ -112,19 +114,6 @@ static inline int ops_attn_check(const bp_abi_kernel_args *args, int bwd, ops_at
   return 1;
 }
 
-/* Doubles of scratch one task needs: a row of scores, the D_t column, and
- * the dq row, dk and dv accumulators of the backward. */
-static inline uint64_t ops_attn_scratch(const ops_attn_geo *g) {
-  return (uint64_t)(2 * g->T + g->dh + 2 * g->T * g->dh);
-}
-static inline uint64_t ops_attn_tasks(const ops_attn_geo *g) {
-  const int64_t items = g->N * g->heads;
-  return (uint64_t)(items < OPS_ATTN_MAX_TASKS ? items : OPS_ATTN_MAX_TASKS);
-}
-static inline uint64_t ops_attn_workspace(const ops_attn_geo *g) {
-  return ops_attn_tasks(g) * ops_attn_scratch(g) * sizeof(double);
-}
-
 /* One head's operands: element c of token t of q at q[t*ts + c*cs] (k, v
  * likewise), of y at y[t*yts + c*ycs], lse_t at lse[t*lts]. */
 typedef struct ops_attn_head {
@@ -141,11 +130,25 @@ typedef struct ops_attn_head {
   float *probs; /* NULL, or [T,T] kept probabilities (bench only) */
 } ops_attn_head;
 
-static inline double ops_attn_dot(const float *a, int64_t as, const float *b, int64_t bs,
-                                  int64_t n) {
-  double s = 0.0;
-  for (int64_t i = 0; i < n; i++) s += (double)a[i * as] * (double)b[i * bs];
-  return s;
+/* The loops below are written so the compiler vectorizes them without
+ * changing a bit: a head's operands are first copied (exactly) into
+ * doubles, K and V also transposed, and every sum runs across lanes of
+ * independent outputs (the scores of one row over its keys, the channels
+ * of one output), each output summed in index order as a scalar loop
+ * would. always_inline: ops/cpu instantiates them per instruction set. */
+#define OPS_ATTN_INLINE static inline __attribute__((always_inline))
+
+/* Doubles of scratch one task needs: the backward's seven [T,dh] copies
+ * and accumulators, four rows of T and dq (the forward uses less). */
+static inline uint64_t ops_attn_scratch(const ops_attn_geo *g) {
+  return (uint64_t)(7 * g->T * g->dh + 4 * g->T + g->dh);
+}
+static inline uint64_t ops_attn_tasks(const ops_attn_geo *g) {
+  const int64_t items = g->N * g->heads;
+  return (uint64_t)(items < OPS_ATTN_MAX_TASKS ? items : OPS_ATTN_MAX_TASKS);
+}
+static inline uint64_t ops_attn_workspace(const ops_attn_geo *g) {
+  return ops_attn_tasks(g) * ops_attn_scratch(g) * sizeof(double);
 }
 
 /* Keys row t sees: [0, ops_attn_keys). */
@@ -153,69 +156,116 @@ static inline int64_t ops_attn_keys(const ops_attn_geo *g, int64_t t) {
   return g->causal ? t + 1 : g->T;
 }
 
+/* dst[t*dh + c] = src[t*ts + c*cs] (rows), or dst[c*T + t] (transposed) */
+OPS_ATTN_INLINE void ops_attn_gather(double *restrict dst, const float *src, int64_t ts,
+                                     int64_t cs, int64_t T, int64_t dh, int transposed) {
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t c = 0; c < dh; c++)
+      dst[transposed ? c * T + t : t * dh + c] = (double)src[t * ts + c * cs];
+}
+
+/* s[u] = scale * sum_c a[c] * bT[c*T + u] for u < keys, each in c order */
+OPS_ATTN_INLINE void ops_attn_row_dots(double *restrict s, const double *restrict a,
+                                       const double *restrict bT, int64_t T, int64_t dh,
+                                       int64_t keys, double scale) {
+  for (int64_t u = 0; u < keys; u++) s[u] = 0.0;
+  for (int64_t c = 0; c < dh; c++) {
+    const double ac = a[c];
+    const double *restrict b = bT + c * T;
+    for (int64_t u = 0; u < keys; u++) s[u] += ac * b[u];
+  }
+  for (int64_t u = 0; u < keys; u++) s[u] *= scale;
+}
+
+/* acc[c] += sum_u w[u] * rows[u*dh + c] for u < keys, in u order */
+OPS_ATTN_INLINE void ops_attn_row_mix(double *restrict acc, const double *restrict w,
+                                      const double *restrict rows, int64_t dh, int64_t keys) {
+  for (int64_t u = 0; u < keys; u++) {
+    const double wu = w[u];
+    const double *restrict r = rows + u * dh;
+    for (int64_t c = 0; c < dh; c++) acc[c] += wu * r[c];
+  }
+}
+
 /* Forward of one head; scratch: ops_attn_scratch doubles. */
-static inline void ops_attn_head_fwd(const ops_attn_geo *g, const ops_attn_head *h,
-                                     double *scratch) {
+OPS_ATTN_INLINE void ops_attn_head_fwd(const ops_attn_geo *g, const ops_attn_head *h,
+                                       double *scratch) {
   const int64_t T = g->T, dh = g->dh;
-  double *s = scratch, *acc = scratch + 2 * T;
+  double *restrict q = scratch, *restrict kT = q + T * dh, *restrict v = kT + T * dh;
+  double *restrict s = v + T * dh, *restrict acc = s + T;
+  ops_attn_gather(q, h->q, h->ts, h->cs, T, dh, 0);
+  ops_attn_gather(kT, h->k, h->ts, h->cs, T, dh, 1);
+  ops_attn_gather(v, h->v, h->ts, h->cs, T, dh, 0);
   for (int64_t t = 0; t < T; t++) {
     const int64_t keys = ops_attn_keys(g, t);
+    ops_attn_row_dots(s, q + t * dh, kT, T, dh, keys, g->scale);
     double m = -INFINITY;
-    for (int64_t u = 0; u < keys; u++) {
-      s[u] = g->scale * ops_attn_dot(h->q + t * h->ts, h->cs, h->k + u * h->ts, h->cs, dh);
-      if (s[u] > m) m = s[u];
-    }
+    for (int64_t u = 0; u < keys; u++) m = s[u] > m ? s[u] : m;
     double sum = 0.0;
-    for (int64_t u = 0; u < keys; u++) sum += exp(s[u] - m);
-    const double lse = m + log(sum);
-    for (int64_t c = 0; c < dh; c++) acc[c] = 0.0;
     for (int64_t u = 0; u < keys; u++) {
-      const double p = exp(s[u] - lse);
-      if (h->probs) h->probs[t * T + u] = (float)p;
-      const float *vu = h->v + u * h->ts;
-      for (int64_t c = 0; c < dh; c++) acc[c] += p * (double)vu[c * h->cs];
+      s[u] = exp(s[u] - m);
+      sum += s[u];
     }
+    const double lse = m + log(sum), inv = 1.0 / sum;
+    for (int64_t u = 0; u < keys; u++) s[u] *= inv;
     if (h->probs)
-      for (int64_t u = keys; u < T; u++) h->probs[t * T + u] = 0.0f;
+      for (int64_t u = 0; u < T; u++) h->probs[t * T + u] = u < keys ? (float)s[u] : 0.0f;
+    for (int64_t c = 0; c < dh; c++) acc[c] = 0.0;
+    ops_attn_row_mix(acc, s, v, dh, keys);
     for (int64_t c = 0; c < dh; c++) h->y[t * h->yts + c * h->ycs] = (float)acc[c];
     h->lse[t * h->lts] = (float)lse;
   }
 }
 
 /* out (+)= value, rounded once. */
-static inline void ops_attn_store(float *out, double value, int accumulate) {
+OPS_ATTN_INLINE void ops_attn_store(float *out, double value, int accumulate) {
   *out = accumulate ? (float)((double)*out + value) : (float)value;
 }
 
 /* Backward of one head: dq, dk, dv (+)=; scratch: ops_attn_scratch doubles.
  * With h->probs, p_tu is read there instead of exp(s_tu - lse_t). */
-static inline void ops_attn_head_bwd(const ops_attn_geo *g, const ops_attn_head *h,
-                                     double *scratch) {
+OPS_ATTN_INLINE void ops_attn_head_bwd(const ops_attn_geo *g, const ops_attn_head *h,
+                                       double *scratch) {
   const int64_t T = g->T, dh = g->dh;
-  double *Dt = scratch + T, *dq = scratch + 2 * T, *dk = dq + dh, *dv = dk + T * dh;
+  double *restrict q = scratch, *restrict kT = q + T * dh, *restrict k = kT + T * dh;
+  double *restrict vT = k + T * dh, *restrict dy = vT + T * dh, *restrict dk = dy + T * dh;
+  double *restrict dv = dk + T * dh, *restrict p = dv + T * dh, *restrict ds = p + T;
+  double *restrict dp = ds + T, *restrict Dt = dp + T, *restrict dq = Dt + T;
+  ops_attn_gather(q, h->q, h->ts, h->cs, T, dh, 0);
+  ops_attn_gather(kT, h->k, h->ts, h->cs, T, dh, 1);
+  ops_attn_gather(k, h->k, h->ts, h->cs, T, dh, 0);
+  ops_attn_gather(vT, h->v, h->ts, h->cs, T, dh, 1);
+  ops_attn_gather(dy, h->dy, h->dts, h->dcs, T, dh, 0);
   for (int64_t i = 0; i < 2 * T * dh; i++) dk[i] = 0.0;
-  for (int64_t t = 0; t < T; t++)
-    Dt[t] = ops_attn_dot(h->dy + t * h->dts, h->dcs, h->y + t * h->yts, h->ycs, dh);
+  for (int64_t t = 0; t < T; t++) {
+    double d = 0.0;
+    for (int64_t c = 0; c < dh; c++) d += dy[t * dh + c] * (double)h->y[t * h->yts + c * h->ycs];
+    Dt[t] = d;
+  }
   for (int64_t t = 0; t < T; t++) {
     const int64_t keys = ops_attn_keys(g, t);
-    const float *qt = h->q + t * h->ts, *dyt = h->dy + t * h->dts;
-    const double lse = h->lse[t * h->lts];
-    for (int64_t c = 0; c < dh; c++) dq[c] = 0.0;
-    for (int64_t u = 0; u < keys; u++) {
-      const float *ku = h->k + u * h->ts, *vu = h->v + u * h->ts;
-      const double p = h->probs ? (double)h->probs[t * T + u]
-                                : exp(g->scale * ops_attn_dot(qt, h->cs, ku, h->cs, dh) - lse);
-      const double dp = ops_attn_dot(dyt, h->dcs, vu, h->cs, dh);
-      const double ds = p * (dp - Dt[t]) * g->scale;
-      double *dku = dk + u * dh, *dvu = dv + u * dh;
-      for (int64_t c = 0; c < dh; c++) {
-        dq[c] += ds * (double)ku[c * h->cs];
-        dku[c] += ds * (double)qt[c * h->cs];
-        dvu[c] += p * (double)dyt[c * h->dcs];
-      }
+    const double *restrict qt = q + t * dh, *restrict dyt = dy + t * dh;
+    if (h->probs) {
+      for (int64_t u = 0; u < keys; u++) p[u] = (double)h->probs[t * T + u];
+    } else {
+      const double lse = h->lse[t * h->lts];
+      ops_attn_row_dots(p, qt, kT, T, dh, keys, g->scale);
+      for (int64_t u = 0; u < keys; u++) p[u] = exp(p[u] - lse);
     }
+    ops_attn_row_dots(dp, dyt, vT, T, dh, keys, 1.0);
+    for (int64_t u = 0; u < keys; u++) ds[u] = p[u] * (dp[u] - Dt[t]) * g->scale;
+    for (int64_t c = 0; c < dh; c++) dq[c] = 0.0;
+    ops_attn_row_mix(dq, ds, k, dh, keys);
     for (int64_t c = 0; c < dh; c++)
       ops_attn_store(h->dq + t * h->gts + c * h->gcs, dq[c], g->accumulate);
+    for (int64_t u = 0; u < keys; u++) {
+      double *restrict dku = dk + u * dh, *restrict dvu = dv + u * dh;
+      const double du = ds[u], pu = p[u];
+      for (int64_t c = 0; c < dh; c++) {
+        dku[c] += du * qt[c];
+        dvu[c] += pu * dyt[c];
+      }
+    }
   }
   for (int64_t u = 0; u < T; u++)
     for (int64_t c = 0; c < dh; c++) {
@@ -232,6 +282,7 @@ typedef struct ops_attn_job {
   int bwd;
   double *workspace;
   int64_t per_task; /* (sample, head) items per task */
+  int isa;          /* the caller's instruction set (ops/cpu), carried to its tasks */
 } ops_attn_job;
 
 /* The head operands of item i = n*heads + j. */
@@ -272,7 +323,7 @@ static inline ops_attn_head ops_attn_head_of(const ops_attn_job *job, int64_t i)
   return h;
 }
 
-static inline void ops_attn_task(void *arg, int64_t task) {
+OPS_ATTN_INLINE void ops_attn_task(void *arg, int64_t task) {
   const ops_attn_job *job = (const ops_attn_job *)arg;
   const int64_t items = job->g.N * job->g.heads;
   double *scratch = job->workspace + (uint64_t)task * ops_attn_scratch(&job->g);
@@ -286,10 +337,12 @@ static inline void ops_attn_task(void *arg, int64_t task) {
 }
 
 /* run() of either op: checks (reasons into the host's buffer), then every
- * (sample, head) in ops_attn_tasks tasks, on the host's threads when
- * `threaded`, else in order on the calling thread. The bits are the same
- * either way. */
-static inline int ops_attn_run(const bp_abi_kernel_args *args, int bwd, int threaded) {
+ * (sample, head) in ops_attn_tasks tasks: task(job, i) for each, on the
+ * host's threads when `threaded`, else in order on the calling thread
+ * (task is ops_attn_task, or ops/cpu's instantiation of it for `isa`).
+ * The bits are the same either way. */
+static inline int ops_attn_run(const bp_abi_kernel_args *args, int bwd, int threaded,
+                               void (*task)(void *job, int64_t i), int isa) {
   char *reason = bp_sdk_args_reason(args);
   const size_t rs = bp_sdk_args_reason_size(args);
   ops_attn_job job = {0};
@@ -306,11 +359,12 @@ static inline int ops_attn_run(const bp_abi_kernel_args *args, int bwd, int thre
   job.args = args;
   job.bwd = bwd;
   job.workspace = (double *)args->workspace;
+  job.isa = isa;
   const int64_t tasks = (int64_t)ops_attn_tasks(&job.g), items = job.g.N * job.g.heads;
   job.per_task = (items + tasks - 1) / tasks;
-  if (threaded) bp_sdk_parallel_for(args, ops_attn_task, &job, tasks);
+  if (threaded) bp_sdk_parallel_for(args, task, &job, tasks);
   else
-    for (int64_t t = 0; t < tasks; t++) ops_attn_task(&job, t);
+    for (int64_t t = 0; t < tasks; t++) task(&job, t);
   return BP_ABI_OK;
 }
 
