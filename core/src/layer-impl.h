@@ -8,7 +8,8 @@
  * Files: layers.c (the table, keys and defaults), layer_conv_fc.c (conv,
  * fc), layer_norm_act.c (batchnorm, relu, add), layer_pool.c (maxpool,
  * avgpool, global_avgpool), layer_loss.c (softmax_ce), layer_module.c
- * (types op modules register through host->register_layer).
+ * (types op modules register through host->register_layer),
+ * layer_attention.c (attention).
  *
  * Tensor ids flow from the compiler to the graph build: compile.c records
  * the ids of every layer's tensors (bp_layer_tensors) while it allocates

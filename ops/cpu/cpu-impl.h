@@ -11,7 +11,9 @@
  * exp and log as the reference calls them); and the span ops of a mixed-precision
  * step, range.zero, range.cast, range.unscale and range.nan_check
  * (range_fp16.c: F16C conversions, spans cut into chunks run on the
- * host's threads). Every kernel runs its work in tasks on the host's
+ * host's threads); attention.fwd and attention.bwd (attention.c: the
+ * reference's loops, ops/shared/attention_math.h, per task of (sample,
+ * head) pairs). Every kernel runs its work in tasks on the host's
  * threads (see "Threads" below). Implementation "cpu", device "cpu",
  * priority 5 (ops/blas uses 10; the reference module is REFERENCE
  * and only serves what nothing else supports), DETERMINISTIC, plus
