@@ -73,7 +73,11 @@ typedef struct bp_fc_attrs {
  * add.bwd   in: dy           out: da, db            (accumulate: da, db)
  * gelu.fwd  in: x            out: y = x * Phi(x) = x/2 * (1 + erf(x/sqrt 2)) (the exact form)
  * gelu.bwd  in: x, dy        out: dx = dy * (Phi(x) + x * phi(x))  (accumulate: dx)
- *           (phi the standard normal density; neither output may alias) */
+ *           (phi the standard normal density; neither output may alias)
+ * gelu_tanh.fwd  in: x       out: y = x/2 * (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+ *                (PyTorch's GELU(approximate='tanh'))
+ * gelu_tanh.bwd  in: x, dy   out: dx = dy * dy/dx of the above  (accumulate: dx)
+ *                (neither output may alias) */
 typedef struct bp_elementwise_attrs {
   int32_t accumulate;
 } bp_elementwise_attrs;

@@ -207,6 +207,27 @@ START_TEST(gelu_gradients_match_finite_differences) {
 }
 END_TEST
 
+/* The same network with gelu_tanh layers. */
+START_TEST(gelu_tanh_gradients_match_finite_differences) {
+  static const char net[] =
+      "input: {height: 4, width: 4, channels: 2, classes: 3}\n"
+      "layers:\n"
+      "  - {type: conv, name: c1, filters: 3, kernel: 3, pad: 1}\n"
+      "  - {type: gelu_tanh, name: g1}\n"
+      "  - {type: conv, name: c2, filters: 3, kernel: 3, pad: 1}\n"
+      "  - {type: add, name: a1, inputs: [c2, g1]}\n"
+      "  - {type: gelu_tanh, name: g2}\n"
+      "  - {type: fc, name: f1, units: 5}\n"
+      "  - {type: gelu_tanh, name: g3}\n"
+      "  - {type: fc, name: f2, units: 3}\n"
+      "  - {type: softmax_ce, name: loss}\n";
+  xrig x;
+  ck_assert_msg(open_xrig(&x, net, 4, 0, NULL) == BP_OK, "%s", bp_last_error());
+  check_gradients(&x, 4, 4, 1e-2f);
+  close_xrig(&x);
+}
+END_TEST
+
 /* The shipped cnn's layer sequence, at 8x8 so the check stays quick. */
 START_TEST(cnn_gradients_match_finite_differences) {
   static const char cnn_small[] =
@@ -317,6 +338,7 @@ int main(void) {
   tcase_add_test(tc, residual_gradients_match_finite_differences);
   tcase_add_test(tc, cnn_gradients_match_finite_differences);
   tcase_add_test(tc, gelu_gradients_match_finite_differences);
+  tcase_add_test(tc, gelu_tanh_gradients_match_finite_differences);
   tcase_add_test(tc, update_segment_applies_sgd);
   tcase_add_test(tc, unsupported_node_is_a_bind_error);
   tcase_add_test(tc, pins_choose_the_kernel);

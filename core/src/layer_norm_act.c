@@ -1,4 +1,4 @@
-/* Layer types that keep the shape: batchnorm, relu, gelu and add.
+/* Layer types that keep the shape: batchnorm, relu, gelu, gelu_tanh and add.
  *
  *   batchnorm  x[N,H,W,C] -> y, over C: gamma "<l>.weight" (ones, BN_WEIGHT),
  *              beta "<l>.bias" (zeros, BN_BIAS), running mean and var (B),
@@ -6,6 +6,7 @@
  *              backward needs from the forward batch statistics)
  *   relu       y = max(x, 0)
  *   gelu       y = x * Phi(x) (erf form); its backward reads x
+ *   gelu_tanh  y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); its backward reads x
  *   add        y = a + b, two inputs of one shape (a residual)
  *
  * batchnorm and add always write their data gradients, into a sink where
@@ -133,6 +134,25 @@ static void gelu_backward(bp_layer_graph *g) {
   BP_SET_ATTRS(n, elementwise, {0});
 }
 
+/* ---- gelu_tanh ------------------------------------------------------------------------ */
+
+static void gelu_tanh_forward(bp_layer_graph *g) {
+  bp_node *n = bp_layer_node(g, "gelu_tanh.fwd", "fwd");
+  bp_node_in(n, bp_layer_input(g, 0));
+  bp_node_out(n, g->t->out);
+  BP_SET_ATTRS(n, elementwise, {0});
+}
+
+/* in: x, dy   out: dx (as gelu's: the slope needs x) */
+static void gelu_tanh_backward(bp_layer_graph *g) {
+  if (!bp_layer_input_needs_grad(g, 0)) return;
+  bp_node *n = bp_layer_backward_node(g, "gelu_tanh.bwd", "bwd");
+  bp_node_in(n, bp_layer_input(g, 0));
+  bp_node_in(n, g->t->dout);
+  bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
+  BP_SET_ATTRS(n, elementwise, {0});
+}
+
 /* ---- add ------------------------------------------------------------------------------ */
 
 static bp_status add_shape(bp_layer_compile *c) {
@@ -203,4 +223,12 @@ const bp_layer_desc bp_layer_add = {
     .shape = add_shape,
     .forward = add_forward,
     .backward = add_backward,
+};
+
+const bp_layer_desc bp_layer_gelu_tanh = {
+    .name = "gelu_tanh",
+    .inputs = 1,
+    .shape = same_shape,
+    .forward = gelu_tanh_forward,
+    .backward = gelu_tanh_backward,
 };

@@ -18,6 +18,7 @@ static const bp_layer_desc *const table[BP_LAYER_TYPE_COUNT] = {
     [BP_LAYER_SOFTMAX_CE] = &bp_layer_softmax_ce,
     [BP_LAYER_MODULE] = &bp_layer_module,
     [BP_LAYER_GELU] = &bp_layer_gelu,
+    [BP_LAYER_GELU_TANH] = &bp_layer_gelu_tanh,
 };
 
 const bp_layer_desc *bp_layer_desc_of(bp_layer_type type) {

@@ -157,6 +157,14 @@ static const bp_op_info table[] = {
     {ABI("gelu.bwd", 2, 1, bp_elementwise_attrs), ACCUMULATES(bp_elementwise_attrs),
      .cases = BP_OP_CASES_SAME_SHAPE, .fp16_tolerance = BP_OP_TOL_SELECT,
      GRAD_OF("gelu.fwd", {'x', 0}, {'r', 0}), .grad_out = {0}},
+    /* ViT ops (layernorm, gelu_tanh, pos_embed) */
+    /* x -> y | x, dy -> dx */
+    {ABI("gelu_tanh.fwd", 1, 1, bp_elementwise_attrs), .cases = BP_OP_CASES_SAME_SHAPE,
+     .fp16_tolerance = BP_OP_TOL_SELECT, .grad_check = 1},
+    {ABI("gelu_tanh.bwd", 2, 1, bp_elementwise_attrs), ACCUMULATES(bp_elementwise_attrs),
+     .cases = BP_OP_CASES_SAME_SHAPE, .fp16_tolerance = BP_OP_TOL_SELECT,
+     GRAD_OF("gelu_tanh.fwd", {'x', 0}, {'r', 0}), .grad_out = {0}},
+    /* end of the ViT ops */
 };
 
 const bp_op_info *bp_op_table(int *count_out) {

@@ -24,6 +24,9 @@ typedef enum bp_layer_type {
   BP_LAYER_SOFTMAX_CE,    /* softmax cross-entropy: label_smoothing; the loss */
   BP_LAYER_MODULE,        /* a type an op module registered (bp_layer.module) */
   BP_LAYER_GELU,          /* y = x * Phi(x), the exact (erf) form */
+  /* ViT layer types */
+  BP_LAYER_GELU_TANH,     /* y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+  /* end of the ViT layer types */
   BP_LAYER_TYPE_COUNT
 } bp_layer_type;
 
