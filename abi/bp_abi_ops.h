@@ -118,6 +118,26 @@ typedef struct bp_batchnorm_attrs {
   int32_t accumulate;
 } bp_batchnorm_attrs;
 
+/* ViT ops */
+/* layernorm.fwd  in: x[N,H,W,C], gain[1,1,1,C], bias[1,1,1,C]
+ *                out: y, save_mean[N,H,W,1] fp32, save_invstd[N,H,W,1] fp32
+ * layernorm.bwd  in: x, dy, gain, save_mean, save_invstd
+ *                out: dx, dgain, dbias  (accumulate: dx, dgain, dbias)
+ * Per position (n, h, w), over its C channels (as PyTorch's
+ * LayerNorm(C) on [N, H*W, C]):
+ *   mean = sum x / C, var = sum (x - mean)^2 / C (biased),
+ *   invstd = 1 / sqrt(var + eps), xhat = (x - mean) * invstd,
+ *   y = xhat * gain + bias
+ *   g = dy * gain: dx = invstd * (g - mean_C(g) - xhat * mean_C(g * xhat))
+ *   dgain = sum over positions of dy * xhat, dbias = sum of dy
+ * The backward reads the forward's saved statistics. No output aliases an
+ * input. */
+typedef struct bp_layernorm_attrs {
+  float eps;
+  int32_t accumulate;
+} bp_layernorm_attrs;
+/* end of the ViT ops */
+
 /* softmax_ce.fwd_bwd  in: logits[N,1,1,K], labels[N,1,1,1] int32,
  *                         loss_scale[1,1,1,1] fp32 (has_loss_scale, 1.5)
  *                     out: loss[1,1,1,1], correct[1,1,1,1], dlogits[N,1,1,K] (compute_grad)

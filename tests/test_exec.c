@@ -228,6 +228,38 @@ START_TEST(gelu_tanh_gradients_match_finite_differences) {
 }
 END_TEST
 
+/* Layer norms over conv channels (per position) and over fc units, one
+ * of them on a residual sum: dx, dgain and dbias of every layernorm
+ * against central differences of the loss. */
+START_TEST(layernorm_gradients_match_finite_differences) {
+  static const char net[] =
+      "input: {height: 4, width: 4, channels: 2, classes: 3}\n"
+      "layers:\n"
+      "  - {type: conv, name: c1, filters: 5, kernel: 2, stride: 2}\n"
+      "  - {type: layernorm, name: n1}\n"
+      "  - {type: conv, name: c2, filters: 5, kernel: 1}\n"
+      "  - {type: gelu_tanh, name: g1}\n"
+      "  - {type: add, name: a1, inputs: [g1, c1]}\n"
+      "  - {type: layernorm, name: n2, eps: 1e-3}\n"
+      "  - {type: fc, name: f1, units: 6}\n"
+      "  - {type: layernorm, name: n3}\n"
+      "  - {type: fc, name: f2, units: 3}\n"
+      "  - {type: softmax_ce, name: loss}\n";
+  xrig x;
+  ck_assert_msg(open_xrig(&x, net, 4, 0, NULL) == BP_OK, "%s", bp_last_error());
+  /* gain and bias start at 1 and 0; other values make their gradients matter */
+  static const char *const params[] = {"n1.weight", "n1.bias", "n2.weight", "n2.bias",
+                                       "n3.weight", "n3.bias"};
+  for (size_t k = 0; k < sizeof params / sizeof params[0]; k++) {
+    float *p = f32(&x, params[k]);
+    for (uint64_t i = 0; i < bp_dtensor_host_elems(desc(&x, params[k])); i++)
+      p[i] += (float)(unit() - 0.5);
+  }
+  check_gradients(&x, 4, 4, 1e-2f);
+  close_xrig(&x);
+}
+END_TEST
+
 /* The shipped cnn's layer sequence, at 8x8 so the check stays quick. */
 START_TEST(cnn_gradients_match_finite_differences) {
   static const char cnn_small[] =
@@ -339,6 +371,7 @@ int main(void) {
   tcase_add_test(tc, cnn_gradients_match_finite_differences);
   tcase_add_test(tc, gelu_gradients_match_finite_differences);
   tcase_add_test(tc, gelu_tanh_gradients_match_finite_differences);
+  tcase_add_test(tc, layernorm_gradients_match_finite_differences);
   tcase_add_test(tc, update_segment_applies_sgd);
   tcase_add_test(tc, unsupported_node_is_a_bind_error);
   tcase_add_test(tc, pins_choose_the_kernel);

@@ -6,7 +6,7 @@
  * switches on a layer type. Not installed.
  *
  * Files: layers.c (the table, keys and defaults), layer_conv_fc.c (conv,
- * fc), layer_norm_act.c (batchnorm, relu, gelu, gelu_tanh, add),
+ * fc), layer_norm_act.c (batchnorm, layernorm, relu, gelu, gelu_tanh, add),
  * layer_pool.c (maxpool,
  * avgpool, global_avgpool), layer_loss.c (softmax_ce), layer_module.c
  * (types op modules register through host->register_layer).
@@ -225,7 +225,7 @@ extern const bp_layer_desc bp_layer_batchnorm, bp_layer_relu, bp_layer_gelu, bp_
 extern const bp_layer_desc bp_layer_maxpool, bp_layer_avgpool, bp_layer_global_avgpool;
 extern const bp_layer_desc bp_layer_softmax_ce;
 extern const bp_layer_desc bp_layer_module;
-extern const bp_layer_desc bp_layer_gelu_tanh; /* layer_norm_act.c */
+extern const bp_layer_desc bp_layer_gelu_tanh, bp_layer_layernorm; /* layer_norm_act.c */
 
 /* Shared keys (layers.c). */
 extern const bp_layer_key bp_key_kernel, bp_key_stride, bp_key_pad, bp_key_bias;

@@ -34,6 +34,7 @@ static const bp_abi_kernel *const ref_kernels[] = {
     &ref_gelu_bwd,
     /* the ViT ops */
     &ref_gelu_tanh_fwd,       &ref_gelu_tanh_bwd,
+    &ref_layernorm_fwd,       &ref_layernorm_bwd,
 };
 
 static int ref_init(const bp_abi_host *host) {

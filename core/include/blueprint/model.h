@@ -26,6 +26,7 @@ typedef enum bp_layer_type {
   BP_LAYER_GELU,          /* y = x * Phi(x), the exact (erf) form */
   /* ViT layer types */
   BP_LAYER_GELU_TANH,     /* y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+  BP_LAYER_LAYERNORM,     /* layer norm over C at each position: eps */
   /* end of the ViT layer types */
   BP_LAYER_TYPE_COUNT
 } bp_layer_type;
