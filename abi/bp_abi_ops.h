@@ -77,7 +77,10 @@ typedef struct bp_fc_attrs {
  * gelu_tanh.fwd  in: x       out: y = x/2 * (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
  *                (PyTorch's GELU(approximate='tanh'))
  * gelu_tanh.bwd  in: x, dy   out: dx = dy * dy/dx of the above  (accumulate: dx)
- *                (neither output may alias) */
+ *                (neither output may alias)
+ * pos_embed.fwd  in: x[N,H,W,C], P[1,H,W,C]   out: y = x + P (P added to every sample)
+ * pos_embed.bwd  in: dy          out: dx = dy, dP = sum over n of dy  (accumulate: dx, dP)
+ *                (no output may alias an input) */
 typedef struct bp_elementwise_attrs {
   int32_t accumulate;
 } bp_elementwise_attrs;

@@ -175,6 +175,12 @@ static const bp_op_info table[] = {
      .amp_param_out = FROM(1),
      GRAD_OF("layernorm.fwd", {'x', 0}, {'r', 0}, {'x', 1}, {'y', 1}, {'y', 2}),
      .grad_out = {0, 1, 2}},
+    /* x, P -> y = x + P | dy -> dx, dP */
+    {ABI("pos_embed.fwd", 2, 1, bp_elementwise_attrs), .fp16_tolerance = BP_OP_TOL_SELECT,
+     .amp_param_in = BIT(1), .grad_check = 1},
+    {ABI("pos_embed.bwd", 1, 2, bp_elementwise_attrs), ACCUMULATES(bp_elementwise_attrs),
+     .fp16_tolerance = BP_OP_TOL_SELECT, .amp_param_out = BIT(1),
+     GRAD_OF("pos_embed.fwd", {'r', 0}), .grad_out = {0, 1}},
     /* end of the ViT ops */
 };
 

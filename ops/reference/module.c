@@ -35,6 +35,7 @@ static const bp_abi_kernel *const ref_kernels[] = {
     /* the ViT ops */
     &ref_gelu_tanh_fwd,       &ref_gelu_tanh_bwd,
     &ref_layernorm_fwd,       &ref_layernorm_bwd,
+    &ref_pos_embed_fwd,       &ref_pos_embed_bwd,
 };
 
 static int ref_init(const bp_abi_host *host) {

@@ -323,6 +323,28 @@ static void batchnorm_cases(void) {
   batchnorm_op_cases(1);
 }
 
+/* pos_embed.fwd and .bwd: P [1,H,W,C] broadcast over the batch */
+static void pos_embed_cases(void) {
+  const bp_elementwise_attrs a = {.accumulate = 0};
+  for (size_t i = 0; i < sizeof plain_geos / sizeof plain_geos[0]; i++) {
+    const plain_geo *g = &plain_geos[i];
+    char name[96];
+    plain_name(g, name, sizeof name);
+    const bp_abi_tensor x = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->pad);
+    const bp_abi_tensor p = vc_tensor_desc(F32, 1, g->h, g->w, g->c, g->pad);
+    vc_case *c = add("pos_embed.fwd", "%s", name);
+    in(c, x);
+    in(c, p);
+    out(c, x);
+    attrs(c, &a, sizeof a);
+    c = add("pos_embed.bwd", "%s", name);
+    in(c, x);
+    out(c, x);
+    out(c, p);
+    attrs(c, &a, sizeof a);
+  }
+}
+
 /* layernorm.fwd and .bwd: statistics per position ([N,H,W,1]), gain and
  * bias per channel; one or eight channels, padded ones, many positions */
 static const plain_geo ln_geos[] = {
@@ -638,6 +660,7 @@ static void build(void) {
   pool_cases();
   batchnorm_cases();
   layernorm_cases(); /* ViT ops */
+  pos_embed_cases();
   softmax_cases();
   range_cases();
   for (int i = 0; i < table_count; i++) vc_op_complete(&table[i]);

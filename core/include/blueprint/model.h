@@ -27,6 +27,7 @@ typedef enum bp_layer_type {
   /* ViT layer types */
   BP_LAYER_GELU_TANH,     /* y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
   BP_LAYER_LAYERNORM,     /* layer norm over C at each position: eps */
+  BP_LAYER_POS_EMBED,     /* y = x + P[H,W,C], P learned */
   /* end of the ViT layer types */
   BP_LAYER_TYPE_COUNT
 } bp_layer_type;
