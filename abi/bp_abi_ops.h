@@ -73,7 +73,14 @@ typedef struct bp_fc_attrs {
  * add.bwd   in: dy           out: da, db            (accumulate: da, db)
  * gelu.fwd  in: x            out: y = x * Phi(x) = x/2 * (1 + erf(x/sqrt 2)) (the exact form)
  * gelu.bwd  in: x, dy        out: dx = dy * (Phi(x) + x * phi(x))  (accumulate: dx)
- *           (phi the standard normal density; neither output may alias) */
+ *           (phi the standard normal density; neither output may alias)
+ * gelu_tanh.fwd  in: x       out: y = x/2 * (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+ *                (PyTorch's GELU(approximate='tanh'))
+ * gelu_tanh.bwd  in: x, dy   out: dx = dy * dy/dx of the above  (accumulate: dx)
+ *                (neither output may alias)
+ * pos_embed.fwd  in: x[N,H,W,C], P[1,H,W,C]   out: y = x + P (P added to every sample)
+ * pos_embed.bwd  in: dy          out: dx = dy, dP = sum over n of dy  (accumulate: dx, dP)
+ *                (no output may alias an input) */
 typedef struct bp_elementwise_attrs {
   int32_t accumulate;
 } bp_elementwise_attrs;
@@ -113,6 +120,26 @@ typedef struct bp_batchnorm_attrs {
   float momentum;
   int32_t accumulate;
 } bp_batchnorm_attrs;
+
+/* ViT ops */
+/* layernorm.fwd  in: x[N,H,W,C], gain[1,1,1,C], bias[1,1,1,C]
+ *                out: y, save_mean[N,H,W,1] fp32, save_invstd[N,H,W,1] fp32
+ * layernorm.bwd  in: x, dy, gain, save_mean, save_invstd
+ *                out: dx, dgain, dbias  (accumulate: dx, dgain, dbias)
+ * Per position (n, h, w), over its C channels (as PyTorch's
+ * LayerNorm(C) on [N, H*W, C]):
+ *   mean = sum x / C, var = sum (x - mean)^2 / C (biased),
+ *   invstd = 1 / sqrt(var + eps), xhat = (x - mean) * invstd,
+ *   y = xhat * gain + bias
+ *   g = dy * gain: dx = invstd * (g - mean_C(g) - xhat * mean_C(g * xhat))
+ *   dgain = sum over positions of dy * xhat, dbias = sum of dy
+ * The backward reads the forward's saved statistics. No output aliases an
+ * input. */
+typedef struct bp_layernorm_attrs {
+  float eps;
+  int32_t accumulate;
+} bp_layernorm_attrs;
+/* end of the ViT ops */
 
 /* softmax_ce.fwd_bwd  in: logits[N,1,1,K], labels[N,1,1,1] int32,
  *                         loss_scale[1,1,1,1] fp32 (has_loss_scale, 1.5)

@@ -323,6 +323,64 @@ static void batchnorm_cases(void) {
   batchnorm_op_cases(1);
 }
 
+/* pos_embed.fwd and .bwd: P [1,H,W,C] broadcast over the batch */
+static void pos_embed_cases(void) {
+  const bp_elementwise_attrs a = {.accumulate = 0};
+  for (size_t i = 0; i < sizeof plain_geos / sizeof plain_geos[0]; i++) {
+    const plain_geo *g = &plain_geos[i];
+    char name[96];
+    plain_name(g, name, sizeof name);
+    const bp_abi_tensor x = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->pad);
+    const bp_abi_tensor p = vc_tensor_desc(F32, 1, g->h, g->w, g->c, g->pad);
+    vc_case *c = add("pos_embed.fwd", "%s", name);
+    in(c, x);
+    in(c, p);
+    out(c, x);
+    attrs(c, &a, sizeof a);
+    c = add("pos_embed.bwd", "%s", name);
+    in(c, x);
+    out(c, x);
+    out(c, p);
+    attrs(c, &a, sizeof a);
+  }
+}
+
+/* layernorm.fwd and .bwd: statistics per position ([N,H,W,1]), gain and
+ * bias per channel; one or eight channels, padded ones, many positions */
+static const plain_geo ln_geos[] = {
+    {4, 3, 3, 5, 0}, {2, 1, 1, 7, 8}, {1, 2, 3, 4, 0}, {8, 4, 4, 16, 0}, {2, 7, 7, 64, 0},
+    {3, 2, 2, 1, 0}, {1, 3, 5, 13, 16},
+};
+static void layernorm_cases(void) {
+  const bp_layernorm_attrs a = {.eps = 1e-5f, .accumulate = 0};
+  for (size_t i = 0; i < sizeof ln_geos / sizeof ln_geos[0]; i++) {
+    const plain_geo *g = &ln_geos[i];
+    char name[96];
+    plain_name(g, name, sizeof name);
+    const bp_abi_tensor x = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->pad);
+    const bp_abi_tensor p = vc_tensor_desc(F32, 1, 1, 1, g->c, g->pad);
+    const bp_abi_tensor s = vc_tensor_desc(F32, g->n, g->h, g->w, 1, 0);
+    vc_case *c = add("layernorm.fwd", "%s", name);
+    in(c, x);
+    in(c, p);
+    in(c, p);
+    out(c, x);
+    out(c, s);
+    out(c, s);
+    attrs(c, &a, sizeof a);
+    c = add("layernorm.bwd", "%s", name);
+    in(c, x);
+    in(c, x);
+    in(c, p);
+    in(c, s);
+    in(c, s);
+    out(c, x);
+    out(c, p);
+    out(c, p);
+    attrs(c, &a, sizeof a);
+  }
+}
+
 /* ---- pools ------------------------------------------------------------------------ */
 
 typedef struct pool_geo {
@@ -643,6 +701,8 @@ static void build(void) {
   elementwise_cases();
   pool_cases();
   batchnorm_cases();
+  layernorm_cases(); /* ViT ops */
+  pos_embed_cases();
   softmax_cases();
   range_cases();
   attention_cases();

@@ -25,6 +25,11 @@ typedef enum bp_layer_type {
   BP_LAYER_MODULE,        /* a type an op module registered (bp_layer.module) */
   BP_LAYER_GELU,          /* y = x * Phi(x), the exact (erf) form */
   BP_LAYER_ATTENTION,     /* multi-head self-attention over packed [q|k|v]: heads, causal */
+  /* ViT layer types */
+  BP_LAYER_GELU_TANH,     /* y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+  BP_LAYER_LAYERNORM,     /* layer norm over C at each position: eps */
+  BP_LAYER_POS_EMBED,     /* y = x + P[H,W,C], P learned */
+  /* end of the ViT layer types */
   BP_LAYER_TYPE_COUNT
 } bp_layer_type;
 
