@@ -60,6 +60,17 @@ typedef struct bp_layer {
   int causal;    /* attention: 1 masks keys after the query */
 } bp_layer;
 
+/* Learning-rate schedules (the trainer's bp_schedule_lr runs them, train.h).
+ * Every schedule may start with a linear warmup. */
+typedef enum bp_lr_schedule {
+  BP_LR_CONSTANT = 0, /* lr */
+  BP_LR_STEP,         /* lr * gamma^floor(epoch / step_epochs) */
+  BP_LR_COSINE,       /* 0.5 * lr * (1 + cos(pi * t / T)) after the warmup */
+} bp_lr_schedule;
+
+const char *bp_lr_schedule_name(bp_lr_schedule schedule); /* "constant", "step", "cosine" */
+int bp_lr_schedule_from_name(const char *name, bp_lr_schedule *out); /* 0 on success */
+
 /* Training settings a model file may carry; the command line overrides them. */
 typedef struct bp_train_settings {
   int64_t batch;        /* training batch (default 128) */
@@ -70,6 +81,8 @@ typedef struct bp_train_settings {
   double lr, momentum, weight_decay; /* defaults 0.05, 0.9, 5e-4 */
   int amp, ema;         /* default off */
   char kernels[256];    /* kernel pins "op_glob=impl,..." (registry.h); "" for none */
+  bp_lr_schedule schedule; /* default constant */
+  double warmup_epochs;    /* linear warmup over this many epochs' steps (default 0) */
 } bp_train_settings;
 
 typedef struct bp_model {
