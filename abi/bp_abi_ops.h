@@ -73,7 +73,14 @@ typedef struct bp_fc_attrs {
  * add.bwd   in: dy           out: da, db            (accumulate: da, db)
  * gelu.fwd  in: x            out: y = x * Phi(x) = x/2 * (1 + erf(x/sqrt 2)) (the exact form)
  * gelu.bwd  in: x, dy        out: dx = dy * (Phi(x) + x * phi(x))  (accumulate: dx)
- *           (phi the standard normal density; neither output may alias) */
+ *           (phi the standard normal density; neither output may alias)
+ * gelu_tanh.fwd  in: x       out: y = x/2 * (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+ *                (PyTorch's GELU(approximate='tanh'))
+ * gelu_tanh.bwd  in: x, dy   out: dx = dy * dy/dx of the above  (accumulate: dx)
+ *                (neither output may alias)
+ * pos_embed.fwd  in: x[N,H,W,C], P[1,H,W,C]   out: y = x + P (P added to every sample)
+ * pos_embed.bwd  in: dy          out: dx = dy, dP = sum over n of dy  (accumulate: dx, dP)
+ *                (no output may alias an input) */
 typedef struct bp_elementwise_attrs {
   int32_t accumulate;
 } bp_elementwise_attrs;
@@ -113,6 +120,26 @@ typedef struct bp_batchnorm_attrs {
   float momentum;
   int32_t accumulate;
 } bp_batchnorm_attrs;
+
+/* ViT ops */
+/* layernorm.fwd  in: x[N,H,W,C], gain[1,1,1,C], bias[1,1,1,C]
+ *                out: y, save_mean[N,H,W,1] fp32, save_invstd[N,H,W,1] fp32
+ * layernorm.bwd  in: x, dy, gain, save_mean, save_invstd
+ *                out: dx, dgain, dbias  (accumulate: dx, dgain, dbias)
+ * Per position (n, h, w), over its C channels (as PyTorch's
+ * LayerNorm(C) on [N, H*W, C]):
+ *   mean = sum x / C, var = sum (x - mean)^2 / C (biased),
+ *   invstd = 1 / sqrt(var + eps), xhat = (x - mean) * invstd,
+ *   y = xhat * gain + bias
+ *   g = dy * gain: dx = invstd * (g - mean_C(g) - xhat * mean_C(g * xhat))
+ *   dgain = sum over positions of dy * xhat, dbias = sum of dy
+ * The backward reads the forward's saved statistics. No output aliases an
+ * input. */
+typedef struct bp_layernorm_attrs {
+  float eps;
+  int32_t accumulate;
+} bp_layernorm_attrs;
+/* end of the ViT ops */
 
 /* softmax_ce.fwd_bwd  in: logits[N,1,1,K], labels[N,1,1,1] int32,
  *                         loss_scale[1,1,1,1] fp32 (has_loss_scale, 1.5)
@@ -225,6 +252,26 @@ typedef struct bp_optimizer_attrs {
 typedef struct bp_allreduce_attrs {
   float scale;
 } bp_allreduce_attrs;
+
+/* ---- attention (multi-head self-attention) ---------------------------------
+ * attention.fwd  in: qkv[N,H,W,3D]   out: y[N,H,W,D], lse[N,H,W,heads] FP32
+ * attention.bwd  in: qkv, y, lse, dy[N,H,W,D]   out: dqkv[N,H,W,3D]  (accumulate: dqkv)
+ * T = H*W tokens per sample, token t = h*W + w. Each position's channels
+ * are [q (D) | k (D) | v (D)]; head j uses channels j*dh .. j*dh+dh-1 of
+ * each (dh = D/heads, heads must divide D) and writes its result to
+ * channels j*dh.. of y. scores s_tu = q_t . k_u / sqrt(dh), softmax over
+ * the keys u (with causal: only u <= t), y_t = sum_u p_tu v_u: PyTorch's
+ * softmax(q k^T / sqrt(dh)) v per head. lse_t = log sum_u exp(s_tu), per
+ * token and head, is what the backward needs to recompute p_tu (it never
+ * sees the [T,T] probabilities); the backward also reads y (for
+ * D_t = dy_t . y_t). qkv, y, dy, dqkv may be FP16 (float arithmetic); lse
+ * is always FP32. Rows of tokens must be evenly spaced (stride[1] ==
+ * W*stride[2]), as every plan tensor is. */
+typedef struct bp_attention_attrs {
+  int32_t heads;
+  int32_t causal; /* 1: token t attends to tokens u <= t only */
+  int32_t accumulate;
+} bp_attention_attrs;
 
 /* First element of chunk k of a span of `count` elements cut into `world`
  * chunks (count * k / world, without overflow): chunk sizes differ by at

@@ -8,11 +8,16 @@ images/s can be compared side by side with `blueprint train`:
 
   model    layers, order, channels, bias flags, BN eps/momentum (defaults
            1e-5 / 0.1 as core/src/model.c), max/avg pool, add, fc (which
-           flattens H*W*C in NHWC order, as blueprint does)
+           flattens H*W*C in NHWC order, as blueprint does); the ViT's
+           layernorm (over the channels of each position), gelu / gelu_tanh,
+           pos_embed (a learned [H, W, C] added to every sample) and
+           attention (hand-written: [q | k | v] channels, heads over
+           contiguous channel groups, tokens t = h*W + w; models/vit.yaml)
   init     the same scheme, not the same numbers (core/src/compile.c,
            core/src/init.c): Kaiming normal, fan_in, gain sqrt(2), for every
-           conv and fc weight (the last fc included); zero biases; BN weight 1,
-           bias 0
+           conv and fc weight (the last fc and the ViT's 1x1 convs included);
+           zero biases; BN and layernorm weight 1, bias 0; pos_embed
+           normal(0, 0.02)
   data     Fashion-MNIST from the Debian package (gzip IDX, read here with
            gzip + struct), pixel p -> (float32(p) / 255 - 0.2860) / 0.3530 in
            float32 (data/include/blueprint/data.h; another --data set: its
@@ -27,15 +32,21 @@ images/s can be compared side by side with `blueprint train`:
            (abi/bp_abi_ops.h range.sgd) applied only to conv and fc weights:
            blueprint updates bias-like parameters (biases, BN weight and bias)
            as a span without decay (core/src/region.c); `--decay-all` decays
-           everything instead; --nesterov; AdamW with PyTorch's defaults
+           everything instead; --nesterov; AdamW with PyTorch's defaults,
+           decoupled decay w -= lr*wd*w on the same conv and fc weights only
+           (layernorm gain and bias and pos_embed undecayed, as bias-like)
   schedule the learning rate of every step as bp_schedule_lr
-           (trainer/src/schedule.c): constant, step, cosine, linear warmup
+           (trainer/src/schedule.c): constant, step, cosine, linear warmup;
+           from the model file's train: schedule / warmup_epochs, the
+           options overriding them as blueprint's do
   loss     mean softmax cross-entropy over the batch (grad_scale = 1/batch,
            the last partial batch by its own size), label smoothing as the
            model file says
   eval     the test images in batches of eval_batch, BN in eval mode
 
 The options are blueprint train's (cli/train_args.c) where they exist.
+--peak-memory trains nothing and prints PyTorch's peak allocated memory
+over one training step instead (peak_step_memory).
 Run with Debian's python3 (/usr/bin/python3), where python3-torch lives.
 One JSON object per epoch with --json (see bench/README.md).
 """
@@ -261,6 +272,53 @@ class FC(nn.Linear):
         return y.reshape(y.shape[0], y.shape[1], 1, 1)
 
 
+class LayerNorm(nn.LayerNorm):
+    """blueprint's layernorm on NCHW: normalizes over the C channels of
+    every position (the NHWC tensor's last dimension), gain 1 and bias 0 at
+    init (PyTorch's own init)."""
+
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class PosEmbed(nn.Module):
+    """blueprint's pos_embed: a learned P[H, W, C] (NCHW here: [1, C, H, W])
+    added to every sample; init normal(0, 0.02)."""
+
+    def __init__(self, c, h, w):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(1, c, h, w))
+        nn.init.normal_(self.weight, 0.0, 0.02)
+
+    def forward(self, x):
+        return x + self.weight
+
+
+class Attention(nn.Module):
+    """blueprint's attention, by hand (PyTorch 1.13 has no fused SDPA): the
+    NCHW input [N, 3D, H, W] is the token tensor [N, T, 3D], T = H*W in
+    row-major order; q, k, v = its three D-channel thirds; head j takes
+    channels j*dh..j*dh+dh-1 of each; softmax(q k^T / sqrt(dh)) v, keys
+    t' > t masked when causal; heads concatenated back to [N, D, H, W]."""
+
+    def __init__(self, heads, causal):
+        super().__init__()
+        self.heads, self.causal = heads, causal
+
+    def forward(self, x):
+        n, c3, h, w = x.shape
+        d, t = c3 // 3, h * w
+        dh = d // self.heads
+        q, k, v = x.permute(0, 2, 3, 1).reshape(n, t, c3).chunk(3, -1)
+        q, k, v = (z.reshape(n, t, self.heads, dh).transpose(1, 2) for z in (q, k, v))
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(dh)
+        if self.causal:
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+            scores = scores.masked_fill(mask, float("-inf"))
+        out = torch.matmul(scores.softmax(-1), v)  # [N, heads, T, dh]
+        return out.transpose(1, 2).reshape(n, h, w, d).permute(0, 3, 1, 2)
+
+
 class Twin(nn.Module):
     """The layer graph of a blueprint model file, NCHW."""
 
@@ -297,6 +355,21 @@ class Twin(nn.Module):
                                    momentum=float(layer.get("momentum", 0.1)))
             elif t == "relu":
                 m = nn.ReLU(inplace=False)
+            elif t == "gelu":
+                m = nn.GELU()
+            elif t == "gelu_tanh":
+                m = nn.GELU(approximate="tanh")
+            elif t == "layernorm":
+                m = LayerNorm(c, eps=float(layer.get("eps", 1e-5)))
+            elif t == "pos_embed":
+                m = PosEmbed(c, h, w)
+            elif t == "attention":
+                heads = int(layer["heads"])
+                if c % 3 or (c // 3) % heads:
+                    sys.exit(f"torch_twin: attention '{name}': {c} input channels are not "
+                             f"3 x D with D divisible by {heads} heads")
+                m = Attention(heads, bool(layer.get("causal", False)))
+                c //= 3
             elif t in ("maxpool", "avgpool"):
                 kh, kw = _kernel(layer["kernel"])
                 s = layer.get("stride")
@@ -346,10 +419,12 @@ class Twin(nn.Module):
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
                     self.bias_like.append(m.bias)
-            elif isinstance(m, nn.BatchNorm2d):
+            elif isinstance(m, (nn.BatchNorm2d, nn.LayerNorm)):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
                 self.bias_like += [m.weight, m.bias]
+            elif isinstance(m, PosEmbed):  # normal(0, 0.02) at construction
+                self.bias_like.append(m.weight)
 
     def forward(self, x):
         outs = {"input": x}
@@ -367,7 +442,7 @@ class Twin(nn.Module):
 # ---- recipe --------------------------------------------------------------------
 
 KNOWN_TRAIN = {"batch", "eval_batch", "train_size", "epochs", "optimizer", "lr", "momentum",
-               "weight_decay", "amp", "ema"}
+               "weight_decay", "amp", "ema", "schedule", "warmup_epochs"}
 SCHEDULES = ("constant", "step", "cosine")
 
 
@@ -391,6 +466,54 @@ def schedule_lr(kind, lr, gamma, step_epochs, warmup_epochs, steps_per_epoch, ep
         progress = (t - warm) / span
         return 0.5 * lr * (1.0 + math.cos(math.pi * min(progress, 1.0)))
     return lr
+
+
+def tensor_bytes(tensors):
+    """Bytes of the distinct storages behind `tensors`."""
+    seen = {}
+    for t in tensors:
+        if torch.is_tensor(t):
+            s = t.storage()
+            seen[s.data_ptr()] = s.nbytes()
+    return sum(seen.values())
+
+
+def peak_step_memory(model, opt, x, y):
+    """PyTorch's peak allocated CPU memory over one training step (zero_grad,
+    forward, loss, backward, optimizer step) after a first step, so the
+    optimizer's state exists as in every later step. What is live when the
+    step starts (parameters, optimizer state, the batch; the gradients are
+    None after zero_grad(set_to_none=True)) plus the highest running sum of
+    the allocations and frees torch.profiler records during the step (its
+    "[memory]" events, in time order). Returns a dict of bytes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y, label_smoothing=model.label_smoothing)
+        loss.backward()
+        opt.step()
+
+    model.train()
+    step()
+    opt.zero_grad(set_to_none=True)
+    params = list(model.parameters())
+    state = [v for st in opt.state.values() for v in st.values()]
+    base = {"parameters": tensor_bytes(params), "optimizer_state": tensor_bytes(state),
+            "batch_bytes": tensor_bytes([x, y])}
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = [(e.start_us(), k, e.nbytes()) for k, e in
+              enumerate(prof.profiler.kineto_results.events())
+              if e.name() == "[memory]" and str(e.device_type()) == "DeviceType.CPU"]
+    events.sort()
+    live = peak = 0
+    for _, _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    start = sum(base.values())
+    return dict(base, live_at_start=start, step_peak_above_start=peak,
+                peak_allocated=start + peak, step_net=live, memory_events=len(events))
 
 
 def resolve_model(arg):
@@ -440,8 +563,8 @@ def main():
     ap.add_argument("--momentum", type=float)
     ap.add_argument("--weight-decay", type=float)
     ap.add_argument("--nesterov", action="store_true")
-    ap.add_argument("--schedule", choices=SCHEDULES, default="constant")
-    ap.add_argument("--warmup-epochs", type=float, default=0.0)
+    ap.add_argument("--schedule", choices=SCHEDULES, help="default: the model file's (constant)")
+    ap.add_argument("--warmup-epochs", type=float, help="default: the model file's (0)")
     ap.add_argument("--step-gamma", type=float, default=0.1)
     ap.add_argument("--step-every", type=positive, default=1)
     ap.add_argument("--crop-pad", type=nonneg, default=0,
@@ -462,6 +585,10 @@ def main():
     ap.add_argument("--log-steps", type=nonneg, default=0,
                     help="with --json: a 'step' line (running train_loss) for each of the "
                          "first N steps")
+    ap.add_argument("--peak-memory", action="store_true",
+                    help="train nothing: print PyTorch's peak allocated CPU memory over one "
+                         "training step at the batch (the first batch of epoch 0, after one "
+                         "step), measured with torch.profiler(profile_memory=True)")
     args = ap.parse_args()
     FC.nchw = bool(args.export_onnx)
 
@@ -481,6 +608,11 @@ def main():
     lr = args.lr if args.lr is not None else float(tr.get("lr", 0.05))
     momentum = args.momentum if args.momentum is not None else float(tr.get("momentum", 0.9))
     wd = args.weight_decay if args.weight_decay is not None else float(tr.get("weight_decay", 5e-4))
+    args.schedule = args.schedule or str(tr.get("schedule", "constant"))
+    if args.schedule not in SCHEDULES:
+        sys.exit(f"torch_twin: {path}: unknown schedule '{args.schedule}'")
+    if args.warmup_epochs is None:
+        args.warmup_epochs = float(tr.get("warmup_epochs", 0.0))
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -529,12 +661,31 @@ def main():
         sys.exit(f"torch_twin: optimizer '{opt_name}' has no twin here (sgd, adamw)")
 
     steps = (n + batch - 1) // batch
+    if args.peak_memory:
+        idx = torch.tensor(permutation(args.seed, 0, n)[:batch], dtype=torch.int64)
+        x = (to_nchw(lut[augment_batch(train_u8, idx.numpy(), args.seed, 0, args.crop_pad,
+                                       args.flip)]) if augment else train_x.index_select(0, idx))
+        m = peak_step_memory(model, opt, x, train_y.index_select(0, idx))
+        m.update(model=model_name, batch=int(idx.numel()), optimizer=opt_name,
+                 threads=torch.get_num_threads(), torch=torch.__version__)
+        if args.json:
+            print(json.dumps(dict(event="peak_memory", **m)), flush=True)
+        else:
+            mib = 1.0 / 1048576
+            print(f"# {model_name}: batch {m['batch']}, {opt_name}, torch {torch.__version__}: "
+                  f"peak allocated {m['peak_allocated'] * mib:.2f} MiB over one training step "
+                  f"= live at start {m['live_at_start'] * mib:.2f} MiB (parameters "
+                  f"{m['parameters'] * mib:.2f}, optimizer state {m['optimizer_state'] * mib:.2f}, "
+                  f"batch {m['batch_bytes'] * mib:.2f}) + "
+                  f"{m['step_peak_above_start'] * mib:.2f} MiB at the step's peak "
+                  f"({m['memory_events']} allocator events)", flush=True)
+        return
     if not args.json:
         print(f"# {model_name}: {path}, {sum(p.numel() for p in model.parameters())} parameters, "
               f"{n} training images, batch {batch} ({steps} steps/epoch, last "
               f"{n - (steps - 1) * batch}), eval batch {eval_batch}, {opt_name} lr {lr} "
               f"momentum {momentum} wd {wd} ({'all' if args.decay_all else 'weights only'}) "
-              f"nesterov {args.nesterov}, schedule {args.schedule}, crop-pad {args.crop_pad} "
+              f"nesterov {args.nesterov}, schedule {args.schedule} warmup {args.warmup_epochs}, crop-pad {args.crop_pad} "
               f"flip {int(args.flip)}, seed {args.seed}, threads {torch.get_num_threads()}, "
               f"torch {torch.__version__}", flush=True)
         print(f"{'epoch':>5} {'train_loss':>10} {'train_acc':>9} {'test_acc':>8} "

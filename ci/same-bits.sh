@@ -73,6 +73,9 @@ echo "resume ckpt $(sha256sum < "$work/resume.ckpt" | cut -c1-16)"
 # the plans: every variant's size and the hash of every tensor's placement,
 # with and without liveness packing, FP32 and AMP
 for m in models/*.yaml; do
+  # vit.yaml needs the ViT layer types (layernorm, gelu_tanh, pos_embed,
+  # attention); the baselines predate it: drop this once both have them
+  [ "$m" = models/vit.yaml ] && continue
   for opts in "" "--amp" "--no-reuse"; do
     # shellcheck disable=SC2086
     "$bp" plan "$m" $opts --json > "$work/plan.json" 2>&1 || { echo "$m $opts: plan failed"; continue; }

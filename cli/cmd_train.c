@@ -69,6 +69,7 @@ static const char usage_text[] =
     "  --lr X, --momentum X, --weight-decay X, --nesterov\n"
     "  --schedule NAME       constant, step (--step-gamma X, --step-every N epochs)\n"
     "                        or cosine; --warmup-epochs N: linear warmup first\n"
+    "                        (both default to the model file's train: settings)\n"
     "  --ema, --ema-decay X  keep an EMA of the weights and evaluate on it\n"
     "  --amp                 mixed precision: FP16 features, gradients and working\n"
     "                        copies, FP32 master weights, dynamic loss scaling\n"
@@ -324,11 +325,13 @@ static int run(bp_cli_train_args *a) {
   const bp_train_state s = bp_trainer_state(t);
   printf(
       "model %s: %lld training and %lld test images, batch %lld, %lld steps per epoch, "
-      "%lld epochs, %s lr %g (%s)",
+      "%lld epochs, %s lr %g (%s",
       m->name, (long long)bp_trainer_train_samples(t), (long long)bp_trainer_test_samples(t),
       (long long)m->train.batch, (long long)bp_trainer_steps_per_epoch(t),
       (long long)bp_trainer_epochs(t), bp_optimizer_name(m->train.optimizer), m->train.lr,
-      bp_lr_schedule_name(a->options.schedule));
+      bp_lr_schedule_name(m->train.schedule));
+  if (m->train.warmup_epochs > 0) printf(", warmup %g epochs", m->train.warmup_epochs);
+  printf(")");
   if (bp_trainer_transport(t))
     printf(", %d ranks (%s)", bp_trainer_world(t), bp_trainer_transport(t));
   if (a->options.resume_path)

@@ -290,7 +290,7 @@ static int apply(bp_cli_train_args *a, const struct option_spec *s, const char *
       bp_cli_report(cmd, "--schedule: unknown schedule '%s' (constant, step or cosine)", value);
       return -1;
     }
-    o->schedule = sch;
+    o->schedule = (int)sch;
     break;
   }
   case O_PLUGIN:

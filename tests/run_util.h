@@ -91,7 +91,9 @@ double jsonl_number(const char *path, const char *event, int n, const char *key,
 int have_fashion_mnist(void);
 
 /* The shipped model files (BP_SOURCE_DIR/models/NAME.yaml), sorted,
- * NULL-terminated; at least three. */
+ * NULL-terminated; at least three. A model refused only for naming a ViT
+ * layer type (layernorm, gelu_tanh, pos_embed, attention) this build lacks
+ * is left out, with a note on stdout. */
 char **shipped_models(void);
 void shipped_models_free(char **paths);
 

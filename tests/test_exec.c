@@ -207,6 +207,120 @@ START_TEST(gelu_gradients_match_finite_differences) {
 }
 END_TEST
 
+/* The same network with gelu_tanh layers. */
+START_TEST(gelu_tanh_gradients_match_finite_differences) {
+  static const char net[] =
+      "input: {height: 4, width: 4, channels: 2, classes: 3}\n"
+      "layers:\n"
+      "  - {type: conv, name: c1, filters: 3, kernel: 3, pad: 1}\n"
+      "  - {type: gelu_tanh, name: g1}\n"
+      "  - {type: conv, name: c2, filters: 3, kernel: 3, pad: 1}\n"
+      "  - {type: add, name: a1, inputs: [c2, g1]}\n"
+      "  - {type: gelu_tanh, name: g2}\n"
+      "  - {type: fc, name: f1, units: 5}\n"
+      "  - {type: gelu_tanh, name: g3}\n"
+      "  - {type: fc, name: f2, units: 3}\n"
+      "  - {type: softmax_ce, name: loss}\n";
+  xrig x;
+  ck_assert_msg(open_xrig(&x, net, 4, 0, NULL) == BP_OK, "%s", bp_last_error());
+  check_gradients(&x, 4, 4, 1e-2f);
+  close_xrig(&x);
+}
+END_TEST
+
+/* Layer norms over conv channels (per position) and over fc units, one
+ * of them on a residual sum: dx, dgain and dbias of every layernorm
+ * against central differences of the loss. */
+START_TEST(layernorm_gradients_match_finite_differences) {
+  static const char net[] =
+      "input: {height: 4, width: 4, channels: 2, classes: 3}\n"
+      "layers:\n"
+      "  - {type: conv, name: c1, filters: 5, kernel: 2, stride: 2}\n"
+      "  - {type: layernorm, name: n1}\n"
+      "  - {type: conv, name: c2, filters: 5, kernel: 1}\n"
+      "  - {type: gelu_tanh, name: g1}\n"
+      "  - {type: add, name: a1, inputs: [g1, c1]}\n"
+      "  - {type: layernorm, name: n2, eps: 1e-3}\n"
+      "  - {type: fc, name: f1, units: 6}\n"
+      "  - {type: layernorm, name: n3}\n"
+      "  - {type: fc, name: f2, units: 3}\n"
+      "  - {type: softmax_ce, name: loss}\n";
+  xrig x;
+  ck_assert_msg(open_xrig(&x, net, 4, 0, NULL) == BP_OK, "%s", bp_last_error());
+  /* gain and bias start at 1 and 0; other values make their gradients matter */
+  static const char *const params[] = {"n1.weight", "n1.bias", "n2.weight", "n2.bias",
+                                       "n3.weight", "n3.bias"};
+  for (size_t k = 0; k < sizeof params / sizeof params[0]; k++) {
+    float *p = f32(&x, params[k]);
+    for (uint64_t i = 0; i < bp_dtensor_host_elems(desc(&x, params[k])); i++)
+      p[i] += (float)(unit() - 0.5);
+  }
+  check_gradients(&x, 4, 4, 1e-2f);
+  close_xrig(&x);
+}
+END_TEST
+
+/* A ViT block in small: patch conv, pos_embed, layernorm, token-wise
+ * 1x1 convs with gelu_tanh, a residual add, mean over tokens: every
+ * parameter's gradient (P's included) against central differences. */
+START_TEST(vit_block_gradients_match_finite_differences) {
+  static const char net[] =
+      "input: {height: 4, width: 4, channels: 1, classes: 3}\n"
+      "layers:\n"
+      "  - {type: conv, name: patch, filters: 4, kernel: 2, stride: 2}\n"
+      "  - {type: pos_embed, name: pos}\n"
+      "  - {type: layernorm, name: n1}\n"
+      "  - {type: conv, name: up, filters: 8, kernel: 1}\n"
+      "  - {type: gelu_tanh, name: g}\n"
+      "  - {type: conv, name: down, filters: 4, kernel: 1}\n"
+      "  - {type: add, name: res, inputs: [down, pos]}\n"
+      "  - {type: layernorm, name: n2}\n"
+      "  - {type: global_avgpool, name: mean}\n"
+      "  - {type: fc, name: head, units: 3}\n"
+      "  - {type: softmax_ce, name: loss}\n";
+  xrig x;
+  ck_assert_msg(open_xrig(&x, net, 4, 0, NULL) == BP_OK, "%s", bp_last_error());
+  const bp_dtensor *p = desc(&x, "pos.weight");
+  ck_assert_int_eq(p->shape.n, 1);
+  ck_assert_int_eq(p->shape.h, 2);
+  ck_assert_int_eq(p->shape.w, 2);
+  ck_assert_int_eq(p->shape.c, 4);
+  ck_assert_int_eq(p->region, BP_REGION_W_BN_WEIGHT);
+  /* P scaled up from its 0.02 so its effect on the loss rises above FP32 rounding */
+  float *pw = f32(&x, "pos.weight");
+  for (int i = 0; i < 16; i++) pw[i] *= 25.0f;
+  check_gradients(&x, 4, 6, 1e-2f);
+  close_xrig(&x);
+}
+END_TEST
+
+/* pos_embed's P starts as normal(0, 0.02), from its name's seed: the same
+ * values in two compiles, and a sample whose mean and spread fit. */
+START_TEST(pos_embed_starts_normal_with_std_0_02) {
+  static const char net[] =
+      "input: {height: 16, width: 16, channels: 16, classes: 2}\n"
+      "layers:\n"
+      "  - {type: pos_embed, name: pos}\n"
+      "  - {type: global_avgpool, name: mean}\n"
+      "  - {type: fc, name: head, units: 2}\n"
+      "  - {type: softmax_ce, name: loss}\n";
+  xrig a, b;
+  ck_assert_msg(open_xrig(&a, net, 2, 0, NULL) == BP_OK, "%s", bp_last_error());
+  ck_assert_msg(open_xrig(&b, net, 2, 0, NULL) == BP_OK, "%s", bp_last_error());
+  const float *pa = f32(&a, "pos.weight"), *pb = f32(&b, "pos.weight");
+  const int n = 16 * 16 * 16;
+  double sum = 0, sq = 0;
+  for (int i = 0; i < n; i++) {
+    ck_assert(pa[i] == pb[i]);
+    sum += pa[i], sq += (double)pa[i] * pa[i];
+  }
+  const double mean = sum / n, sd = sqrt(sq / n - mean * mean);
+  ck_assert_msg(fabs(mean) < 0.002 && fabs(sd - 0.02) < 0.001, "mean %g, sd %g", mean, sd);
+  close_xrig(&a);
+  close_xrig(&b);
+}
+END_TEST
+
 /* The shipped cnn's layer sequence, at 8x8 so the check stays quick. */
 START_TEST(cnn_gradients_match_finite_differences) {
   static const char cnn_small[] =
@@ -317,6 +431,10 @@ int main(void) {
   tcase_add_test(tc, residual_gradients_match_finite_differences);
   tcase_add_test(tc, cnn_gradients_match_finite_differences);
   tcase_add_test(tc, gelu_gradients_match_finite_differences);
+  tcase_add_test(tc, gelu_tanh_gradients_match_finite_differences);
+  tcase_add_test(tc, layernorm_gradients_match_finite_differences);
+  tcase_add_test(tc, vit_block_gradients_match_finite_differences);
+  tcase_add_test(tc, pos_embed_starts_normal_with_std_0_02);
   tcase_add_test(tc, update_segment_applies_sgd);
   tcase_add_test(tc, unsupported_node_is_a_bind_error);
   tcase_add_test(tc, pins_choose_the_kernel);

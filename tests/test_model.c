@@ -88,6 +88,8 @@ START_TEST(mlp_parses) {
   ck_assert_double_eq(m->train.weight_decay, 5e-4);
   ck_assert_int_eq(m->train.amp, 0);
   ck_assert_int_eq(m->train.ema, 0);
+  ck_assert_int_eq(m->train.schedule, BP_LR_CONSTANT);
+  ck_assert_double_eq(m->train.warmup_epochs, 0.0);
   bp_model_destroy(m);
 }
 END_TEST
@@ -454,6 +456,42 @@ START_TEST(train_section) {
 }
 END_TEST
 
+/* schedule and warmup_epochs: the trainer's --schedule and --warmup-epochs,
+ * read into the settings; a bad value is one line at its position. */
+START_TEST(train_schedule) {
+  bp_model *m = NULL;
+  const char *text = HEAD LOSS "train: {schedule: cosine, warmup_epochs: 1.5}\n";
+  ck_assert_msg(parse(text, &m) == BP_OK, "%s", bp_last_error());
+  ck_assert_int_eq(m->train.schedule, BP_LR_COSINE);
+  ck_assert_double_eq(m->train.warmup_epochs, 1.5);
+  bp_model_destroy(m);
+  ck_assert_msg(parse(HEAD LOSS "train:\n  schedule: step\n", &m) == BP_OK, "%s",
+                bp_last_error());
+  ck_assert_int_eq(m->train.schedule, BP_LR_STEP);
+  ck_assert_double_eq(m->train.warmup_epochs, 0.0);
+  bp_model_destroy(m);
+
+  EXPECT_FAIL(HEAD LOSS "train: {schedule: linear}\n", BP_ERR_INVALID, "x.yaml:4:19:",
+              "'schedule' of 'train' must be constant, step or cosine, got 'linear'");
+  EXPECT_FAIL(HEAD LOSS "train: {schedule: [cosine]}\n", BP_ERR_INVALID, "x.yaml:4:19:",
+              "'schedule' of 'train' must be constant, step or cosine");
+  EXPECT_FAIL(HEAD LOSS "train: {schedule: cosineannealing}\n", BP_ERR_INVALID, "x.yaml:4:19:",
+              "'schedule' of 'train' must be constant, step or cosine");
+  EXPECT_FAIL(HEAD LOSS "train: {warmup_epochs: -1}\n", BP_ERR_INVALID, "x.yaml:4:24:",
+              "'warmup_epochs' of 'train' must be >= 0, got -1");
+  EXPECT_FAIL(HEAD LOSS "train: {warmup_epochs: two}\n", BP_ERR_INVALID, "x.yaml:4:24:",
+              "'warmup_epochs' of 'train' must be a number, got 'two'");
+  EXPECT_FAIL(HEAD LOSS "train: {warmup_epochs: \"1\"}\n", BP_ERR_INVALID, "x.yaml:4:24:",
+              "'warmup_epochs' of 'train' must be a number");
+  EXPECT_FAIL(HEAD LOSS "train: {warmup_epochs: 1e999}\n", BP_ERR_INVALID, "x.yaml:4:24:",
+              "'warmup_epochs' of 'train': '1e999' is out of range");
+  EXPECT_FAIL(HEAD LOSS "train: {warmup: 1}\n", BP_ERR_INVALID, "x.yaml:4:9:",
+              "unknown field 'warmup' in 'train'", "schedule", "warmup_epochs");
+  EXPECT_FAIL(HEAD LOSS "train: {schedule: cosine, schedule: step}\n", BP_ERR_INVALID,
+              "duplicate");
+}
+END_TEST
+
 START_TEST(missing_file) {
   bp_model *m = NULL;
   ck_assert_int_eq(bp_model_load("/nonexistent/dir/model.yaml", &m), BP_ERR_IO);
@@ -538,6 +576,7 @@ int main(void) {
   tcase_add_test(bad, names_and_references);
   tcase_add_test(bad, loss_placement);
   tcase_add_test(bad, train_section);
+  tcase_add_test(bad, train_schedule);
   tcase_add_test(bad, missing_file);
   tcase_add_test(bad, no_crash_on_mangled_input);
   tcase_set_timeout(bad, 60);

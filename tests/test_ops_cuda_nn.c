@@ -13,7 +13,8 @@
  * for FP32 batch norm and softmax-CE (sums in another order); 4e-3 for FP16
  * outputs of those (one FP16 rounding of a value that differs in its last
  * FP32 bits can move it by one FP16 ulp, 2^-10 relative); 1e-4 for the
- * FP32 batch-norm dx, which cancels. Every call is also run a second
+ * FP32 batch-norm dx, which cancels; the ViT ops (gelu_tanh, layernorm,
+ * pos_embed) as stated at their test. Every call is also run a second
  * time, captured in a CUDA graph and replayed, and must give the same bits
  * (determinism, capturability).
  *
@@ -506,6 +507,64 @@ END_TEST
 /* ---- refusals ------------------------------------------------------------ */
 
 /* The cuda kernels refuse what the reference refuses, with its reason. */
+/* ---- the ViT ops: gelu_tanh, layernorm, pos_embed ---------------------------- */
+
+/* gelu_tanh: CUDA's double tanh is within 2 ulp of libm's, so a float may
+ * differ in its last bit (1e-6); layernorm's and pos_embed's sums run in
+ * the reference's order with the same double operations. FP16: 4e-3 (one
+ * FP16 ulp, where a last FP32 bit or an accumulate rounded in another
+ * order moves the rounding). */
+START_TEST(vit_ops_match_the_reference) {
+  static const int64_t shapes[][4] = {{2, 7, 7, 64}, {3, 2, 5, 13}, {64, 7, 7, 9}, {1, 1, 1, 1}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+    for (int d = 0; d < 2; d++)
+      for (int acc = 0; acc < 2; acc++) {
+        const double t = d ? 4e-3 : 1e-6, close[3] = {t, t, t};
+        const int64_t *sh = shapes[si];
+        const int32_t dt = dtypes[d];
+        bp_elementwise_attrs at = {acc};
+        tt x = make(dt, sh[0], sh[1], sh[2], sh[3], 3), y = make(dt, sh[0], sh[1], sh[2], sh[3], 1);
+        tt dy = make(dt, sh[0], sh[1], sh[2], sh[3], 0), dx = make(dt, sh[0], sh[1], sh[2], sh[3], 2);
+        fill(&x, -4, 4), fill(&dy, -1, 1);
+        poison(&y);
+        nn_call gf = {"gelu_tanh.fwd", {&x}, {&y}, 1, 1, &at, sizeof at};
+        check_call("gelu_tanh.fwd", &gf, close);
+        if (acc) fill(&dx, -1, 1);
+        else poison(&dx);
+        nn_call gb = {"gelu_tanh.bwd", {&x, &dy}, {&dx}, 2, 1, &at, sizeof at};
+        check_call("gelu_tanh.bwd", &gb, close);
+        /* pos_embed: P [1,H,W,C] */
+        tt P = make(dt, 1, sh[1], sh[2], sh[3], 1), dP = make(dt, 1, sh[1], sh[2], sh[3], 0);
+        fill(&P, -0.1, 0.1);
+        poison(&y);
+        nn_call pf = {"pos_embed.fwd", {&x, &P}, {&y}, 2, 1, &at, sizeof at};
+        check_call("pos_embed.fwd", &pf, close);
+        if (acc) fill(&dx, -1, 1), fill(&dP, -1, 1);
+        else poison(&dx), poison(&dP);
+        nn_call pb = {"pos_embed.bwd", {&dy}, {&dx, &dP}, 1, 2, &at, sizeof at};
+        check_call("pos_embed.bwd", &pb, close);
+        /* layernorm: gain, bias per channel; FP32 statistics per position */
+        bp_layernorm_attrs la = {1e-5f, acc};
+        tt g = make(dt, 1, 1, 1, sh[3], 0), b = make(dt, 1, 1, 1, sh[3], 2);
+        tt sm = make(BP_ABI_DTYPE_FP32, sh[0], sh[1], sh[2], 1, 0);
+        tt sv = make(BP_ABI_DTYPE_FP32, sh[0], sh[1], sh[2], 1, 0);
+        tt dg = make(dt, 1, 1, 1, sh[3], 1), db = make(dt, 1, 1, 1, sh[3], 0);
+        fill(&g, 0.5, 1.5), fill(&b, -1, 1);
+        poison(&y), poison(&sm), poison(&sv);
+        nn_call lf = {"layernorm.fwd", {&x, &g, &b}, {&y, &sm, &sv}, 3, 3, &la, sizeof la};
+        check_call("layernorm.fwd", &lf, close);
+        fill(&sm, -0.5, 0.5), fill(&sv, 0.5, 2);
+        if (acc) fill(&dx, -1, 1), fill(&dg, -1, 1), fill(&db, -1, 1);
+        else poison(&dx), poison(&dg), poison(&db);
+        nn_call lb = {"layernorm.bwd", {&x, &dy, &g, &sm, &sv}, {&dx, &dg, &db}, 5, 3, &la,
+                      sizeof la};
+        check_call("layernorm.bwd", &lb, close);
+        tt *all[] = {&x, &y, &dy, &dx, &P, &dP, &g, &b, &sm, &sv, &dg, &db};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+      }
+}
+END_TEST
+
 START_TEST(refusals_match_the_reference) {
   bp_pool_attrs bad = {2, 2, 2, 2, 2, 0, 0, 0}; /* pad == kernel */
   tt x = make(BP_ABI_DTYPE_FP32, 1, 4, 4, 3, 0), y = make(BP_ABI_DTYPE_FP32, 1, 3, 2, 3, 0);
@@ -545,6 +604,7 @@ int main(void) {
   tcase_add_test(tc, pooling_backward_with_fp16_dy_and_fp32_dx_adds_as_the_reference);
   tcase_add_test(tc, batchnorm_matches_the_reference);
   tcase_add_test(tc, softmax_ce_matches_the_reference);
+  tcase_add_test(tc, vit_ops_match_the_reference);
   tcase_add_test(tc, refusals_match_the_reference);
   suite_add_tcase(suite, tc);
   SRunner *sr = srunner_create(suite);

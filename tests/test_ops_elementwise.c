@@ -1,4 +1,4 @@
-/* relu, add and gelu reference kernels: forward by hand, in place where
+/* relu, add, gelu, gelu_tanh and pos_embed reference kernels: forward by hand, in place where
  * the op allows it, backward against central finite differences,
  * accumulate, and the refusals of supports() and run(). */
 #include <check.h>
@@ -68,6 +68,41 @@ START_TEST(gelu_by_hand) {
   ck_assert_uint_eq(ops_kernel("gelu.fwd")->flags & BP_ABI_KERNEL_IN_PLACE, 0);
   ck_assert_uint_eq(ops_kernel("gelu.bwd")->flags & BP_ABI_KERNEL_IN_PLACE, 0);
   ops_call bi = {"gelu.bwd", {&x, &dy}, {&dy}, 2, 1, &overwrite, sizeof overwrite};
+  ck_assert_int_eq(ops_run_raw(&bi), BP_ABI_ERR_INVALID);
+  tt *all[] = {&x, &y, &dy, &dx};
+  for (size_t i = 0; i < 4; i++) {
+    ck_assert(tt_padding_intact(all[i]));
+    tt_free(all[i]);
+  }
+}
+END_TEST
+
+START_TEST(gelu_tanh_by_hand) {
+  /* x/2 (1 + tanh u) and its slope at x = -3 .. 4, from tanh in double
+   * (the values of PyTorch's GELU(approximate='tanh'); padded tensors) */
+  static const float xs[8] = {-3, -1, -0.5f, 0, 0.5f, 1, 2, 4};
+  static const float ys[8] = {-0.00363739208f, -0.158808009f, -0.15428599f, 0,
+                              0.34571401f,     0.841191991f,  1.95459769f,  3.99992975f};
+  static const float slopes[8] = {-0.0115841666f, -0.0829640838f, 0.132630096f, 0.5f,
+                                  0.867369904f,   1.08296408f,    1.08609926f,  1.00033512f};
+  tt x = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 1, 4, 3), y = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 1, 4, 1);
+  tt dy = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 1, 4, 0), dx = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 1, 4, 2);
+  tt_set(&x, xs);
+  tt_set(&dy, (const float[]){2, 2, 2, 2, 2, 2, 2, 2});
+  ops_call f = {"gelu_tanh.fwd", {&x}, {&y}, 1, 1, &overwrite, sizeof overwrite};
+  ops_run(&f);
+  ops_expect_close(&y, ys, 1e-6, "y");
+  float twice[8], thrice[8];
+  for (int i = 0; i < 8; i++) twice[i] = 2 * slopes[i], thrice[i] = 4 * slopes[i];
+  ops_call b = {"gelu_tanh.bwd", {&x, &dy}, {&dx}, 2, 1, &overwrite, sizeof overwrite};
+  ops_run(&b);
+  ops_expect_close(&dx, twice, 1e-6, "dx");
+  ops_call ba = {"gelu_tanh.bwd", {&x, &dy}, {&dx}, 2, 1, &accumulate, sizeof accumulate};
+  ops_run(&ba);
+  ops_expect_close(&dx, thrice, 1e-6, "dx accumulated");
+  ck_assert_uint_eq(ops_kernel("gelu_tanh.fwd")->flags & BP_ABI_KERNEL_IN_PLACE, 0);
+  ck_assert_uint_eq(ops_kernel("gelu_tanh.bwd")->flags & BP_ABI_KERNEL_IN_PLACE, 0);
+  ops_call bi = {"gelu_tanh.bwd", {&x, &dy}, {&dy}, 2, 1, &overwrite, sizeof overwrite};
   ck_assert_int_eq(ops_run_raw(&bi), BP_ABI_ERR_INVALID);
   tt *all[] = {&x, &y, &dy, &dx};
   for (size_t i = 0; i < 4; i++) {
@@ -151,6 +186,40 @@ static double grad_err(ew_ctx *ctx, tt *param, const tt *analytic) {
   return err;
 }
 
+START_TEST(pos_embed_by_hand) {
+  /* x [2,1,2,2] + P [1,1,2,2]: P added to both samples; dy summed over them */
+  tt x = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 2, 2, 1), P = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 2, 2, 3);
+  tt y = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 2, 2, 0), dy = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 2, 2, 2);
+  tt dx = tt_new(BP_ABI_DTYPE_FP32, 2, 1, 2, 2, 1), dP = tt_new(BP_ABI_DTYPE_FP32, 1, 1, 2, 2, 0);
+  tt_set(&x, (const float[]){1, 2, 3, 4, -1, -2, -3, -4});
+  tt_set(&P, (const float[]){0.5f, -0.25f, 10, 0});
+  ops_call f = {"pos_embed.fwd", {&x, &P}, {&y}, 2, 1, &overwrite, sizeof overwrite};
+  ops_run(&f);
+  ops_expect_close(&y, (const float[]){1.5f, 1.75f, 13, 4, -0.5f, -2.25f, 7, -4}, 0, "y");
+  tt_set(&dy, (const float[]){1, 2, 3, 4, 10, 20, 30, 40});
+  ops_call b = {"pos_embed.bwd", {&dy}, {&dx, &dP}, 1, 2, &overwrite, sizeof overwrite};
+  ops_run(&b);
+  ops_expect_close(&dx, (const float[]){1, 2, 3, 4, 10, 20, 30, 40}, 0, "dx");
+  ops_expect_close(&dP, (const float[]){11, 22, 33, 44}, 0, "dP");
+  ops_call ba = {"pos_embed.bwd", {&dy}, {&dx, &dP}, 1, 2, &accumulate, sizeof accumulate};
+  ops_run(&ba);
+  ops_expect_close(&dx, (const float[]){2, 4, 6, 8, 20, 40, 60, 80}, 0, "dx accumulated");
+  ops_expect_close(&dP, (const float[]){22, 44, 66, 88}, 0, "dP accumulated");
+  /* no output may alias an input; P must be [1,H,W,C] */
+  ops_call fi = {"pos_embed.fwd", {&x, &P}, {&x}, 2, 1, &overwrite, sizeof overwrite};
+  ck_assert_int_eq(ops_run_raw(&fi), BP_ABI_ERR_INVALID);
+  ops_call bi = {"pos_embed.bwd", {&dy}, {&dy, &dP}, 1, 2, &overwrite, sizeof overwrite};
+  ck_assert_int_eq(ops_run_raw(&bi), BP_ABI_ERR_INVALID);
+  ops_call wrong = {"pos_embed.fwd", {&x, &y}, {&dx}, 2, 1, &overwrite, sizeof overwrite};
+  ops_expect_refused(&wrong, "P: shape [2,1,2,2], expected [1,1,2,2]");
+  tt *all[] = {&x, &P, &y, &dy, &dx, &dP};
+  for (size_t i = 0; i < 6; i++) {
+    ck_assert(tt_padding_intact(all[i]));
+    tt_free(all[i]);
+  }
+}
+END_TEST
+
 START_TEST(bwd_matches_finite_differences) {
   static const int shapes[][4] = {{2, 3, 5, 7}, {1, 1, 1, 1}, {3, 4, 1, 9}};
   for (int s = 0; s < 3; s++)
@@ -181,10 +250,30 @@ START_TEST(bwd_matches_finite_differences) {
       ops_call gb = {"gelu.bwd", {&b, &r}, {&db}, 2, 1, &overwrite, sizeof overwrite};
       ops_run(&gb);
       const double e_gelu = grad_err(&gelu, &b, &db);
-      printf("elementwise shape %d%s: err relu %.2e add a %.2e b %.2e gelu %.2e\n", s,
-             extra ? " (padded)" : "", e_relu, e_a, e_b, e_gelu);
+
+      ew_ctx gelu_tanh = {{"gelu_tanh.fwd", {&b}, {&y}, 1, 1, &overwrite, sizeof overwrite}, &y, &r};
+      ops_call tb = {"gelu_tanh.bwd", {&b, &r}, {&db}, 2, 1, &overwrite, sizeof overwrite};
+      ops_run(&tb);
+      const double e_gelu_tanh = grad_err(&gelu_tanh, &b, &db);
+      printf("elementwise shape %d%s: err relu %.2e add a %.2e b %.2e gelu %.2e gelu_tanh %.2e\n",
+             s, extra ? " (padded)" : "", e_relu, e_a, e_b, e_gelu, e_gelu_tanh);
       ck_assert(e_relu < OPS_FD_TOL && e_a < OPS_FD_TOL && e_b < OPS_FD_TOL);
-      ck_assert(e_gelu < OPS_FD_TOL);
+      ck_assert(e_gelu < OPS_FD_TOL && e_gelu_tanh < OPS_FD_TOL);
+
+      /* pos_embed: L = sum r .* (b + P), P one sample of the shape */
+      tt P = tt_new(BP_ABI_DTYPE_FP32, 1, sh[1], sh[2], sh[3], extra);
+      tt dP = tt_new(BP_ABI_DTYPE_FP32, 1, sh[1], sh[2], sh[3], 1);
+      tt_rand(&P, &rng, -1, 1);
+      ew_ctx pe = {{"pos_embed.fwd", {&b, &P}, {&y}, 2, 1, &overwrite, sizeof overwrite}, &y, &r};
+      ops_call pb = {"pos_embed.bwd", {&r}, {&db, &dP}, 1, 2, &overwrite, sizeof overwrite};
+      ops_run(&pb);
+      const double e_pe_x = grad_err(&pe, &b, &db), e_pe_p = grad_err(&pe, &P, &dP);
+      printf("elementwise shape %d%s: err pos_embed x %.2e P %.2e\n", s, extra ? " (padded)" : "",
+             e_pe_x, e_pe_p);
+      ck_assert(e_pe_x < OPS_FD_TOL && e_pe_p < OPS_FD_TOL);
+      ck_assert(tt_padding_intact(&P) && tt_padding_intact(&dP));
+      tt_free(&P);
+      tt_free(&dP);
       tt *all[] = {&x, &b, &y, &r, &dx, &db};
       for (size_t i = 0; i < 6; i++) {
         ck_assert(tt_padding_intact(all[i]));
@@ -223,6 +312,8 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, relu_by_hand);
   tcase_add_test(tc, gelu_by_hand);
+  tcase_add_test(tc, gelu_tanh_by_hand);
+  tcase_add_test(tc, pos_embed_by_hand);
   tcase_add_test(tc, relu_flags_and_partial_overlap);
   tcase_add_test(tc, add_by_hand);
   tcase_add_test(tc, bwd_matches_finite_differences);

@@ -7,7 +7,6 @@
  * (docs/validate.md: the layouts validate's AMP twins use), and the tensors
  * AMP keeps FP32 (BN statistics, results, scalars) are FP32. */
 #include <check.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,31 +14,7 @@
 #include "blueprint/model.h"
 #include "blueprint/model_yaml.h"
 #include "blueprint/plan.h"
-
-#define MAX_MODELS 32
-
-/* The shipped models' paths; the count. */
-static int shipped_models(char paths[MAX_MODELS][512]) {
-  const char *src = getenv("BP_SOURCE_DIR");
-  ck_assert_msg(src != NULL, "BP_SOURCE_DIR is not set (run through ctest)");
-  char dir[400];
-  const int dn = snprintf(dir, sizeof dir, "%s/models", src);
-  ck_assert_msg(dn > 0 && (size_t)dn < sizeof dir, "BP_SOURCE_DIR is too long: %s", src);
-  DIR *d = opendir(dir);
-  ck_assert_msg(d != NULL, "cannot open %s", dir);
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    const size_t len = strlen(e->d_name);
-    if (len < 6 || strcmp(e->d_name + len - 5, ".yaml") != 0) continue;
-    ck_assert_int_lt(n, MAX_MODELS);
-    /* a truncated path would name another file: fail instead */
-    const int pn = snprintf(paths[n], sizeof paths[n], "%s/%s", dir, e->d_name);
-    ck_assert_msg(pn > 0 && (size_t)pn < sizeof paths[n], "path too long: %s/%s", dir, e->d_name);
-    n++;
-  }
-  closedir(d);
-  return n;
-}
+#include "run_util.h"
 
 static const bp_region kinds[][4] = {
     /* W, A, G, G16 of each parameter kind */
@@ -115,11 +90,9 @@ static void check_plan(const char *path, const bp_plan *plan, const char *what) 
 }
 
 START_TEST(amp_plans_of_every_shipped_model_have_twin_sizes_and_fp16_paddings) {
-  char paths[MAX_MODELS][512];
-  const int n = shipped_models(paths);
-  ck_assert_int_ge(n, 3);
+  char **paths = shipped_models(); /* at least three */
   static const bp_optimizer opts[] = {BP_OPT_SGD, BP_OPT_ADAMW, BP_OPT_LARS};
-  for (int m = 0; m < n; m++) {
+  for (int m = 0; paths[m]; m++) {
     bp_model *model = NULL;
     ck_assert_msg(bp_model_load(paths[m], &model) == BP_OK, "%s: %s", paths[m], bp_last_error());
     for (size_t o = 0; o < sizeof opts / sizeof opts[0]; o++)
@@ -145,6 +118,7 @@ START_TEST(amp_plans_of_every_shipped_model_have_twin_sizes_and_fp16_paddings) {
       }
     bp_model_destroy(model);
   }
+  shipped_models_free(paths);
 }
 END_TEST
 

@@ -122,8 +122,8 @@ END_TEST
 
 static int op_is(const vc_case *c, const char *op) { return strcmp(c->op, op) == 0; }
 
-/* Tensors of an AMP plan (`blueprint plan --amp`): batch norm statistics,
- * the loss, its count and the loss scale FP32; the mask INT8; labels
+/* Tensors of an AMP plan (`blueprint plan --amp`): batch norm and layer
+ * norm statistics, the loss, its count and the loss scale FP32; the mask INT8; labels
  * INT32; features and gradients FP16 padded to 8 (the model input: 4);
  * parameters FP16. */
 START_TEST(amp_twins_take_the_dtypes_and_paddings_of_an_amp_plan) {
@@ -146,9 +146,14 @@ START_TEST(amp_twins_take_the_dtypes_and_paddings_of_an_amp_plan) {
         const bp_abi_tensor *was = side ? &all[i].out[k].d : &all[i].in[k].d;
         const int bn_stats = (op_is(&t, "batchnorm.fwd_train") && (side ? k >= 1 : k >= 3)) ||
                              ((op_is(&t, "batchnorm.fwd_eval") || op_is(&t, "batchnorm.bwd")) &&
-                              !side && k >= 3);
+                              !side && k >= 3) ||
+                             (op_is(&t, "layernorm.fwd") && side && k >= 1) ||
+                             (op_is(&t, "layernorm.bwd") && !side && k >= 3);
         const int loss = op_is(&t, "softmax_ce.fwd_bwd") && (side ? k <= 1 : k == 2);
-        if (was->dtype != BP_ABI_DTYPE_FP32 || bn_stats || loss) {
+        /* attention's saved lse stays FP32 */
+        const int lse = (op_is(&t, "attention.fwd") && side && k == 1) ||
+                        (op_is(&t, "attention.bwd") && !side && k == 2);
+        if (was->dtype != BP_ABI_DTYPE_FP32 || bn_stats || loss || lse) {
           ck_assert_msg(memcmp(d, was, sizeof *d) == 0, "%s %s: %s %d changed", t.op, t.name,
                         side ? "output" : "input", k);
           continue;
@@ -163,7 +168,9 @@ START_TEST(amp_twins_take_the_dtypes_and_paddings_of_an_amp_plan) {
                           (op_is(&t, "conv2d.fwd") || op_is(&t, "conv2d.bwd_filter") ||
                            op_is(&t, "fc.fwd") || op_is(&t, "fc.bwd_filter"));
         const int params = strncmp(t.op, "conv2d.", 7) == 0 || strncmp(t.op, "fc.", 3) == 0 ||
-                           strncmp(t.op, "batchnorm.", 10) == 0;
+                           strncmp(t.op, "batchnorm.", 10) == 0 ||
+                           strncmp(t.op, "layernorm.", 10) == 0 ||
+                           strncmp(t.op, "pos_embed.", 10) == 0;
         ck_assert_msg((params && d->padded_c == was->padded_c) ||
                           d->padded_c == (first ? by4 : by8),
                       "%s %s: %s %d padded_c %lld", t.op, t.name, side ? "output" : "input", k,

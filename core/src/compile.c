@@ -151,9 +151,14 @@ const char *bp_layer_tensor_name(char *out, const bp_layer *l, const char *what)
 
 bp_status bp_layer_param(const bp_layer_compile *c, bp_param_kind kind, const char *what,
                          bp_shape shape, bp_init_kind rule, bp_param_ids *ids) {
+  return bp_layer_param_init(c, kind, what, shape, (bp_init){rule, 0.0f, 0.0f, 0}, ids);
+}
+
+bp_status bp_layer_param_init(const bp_layer_compile *c, bp_param_kind kind, const char *what,
+                              bp_shape shape, bp_init init, bp_param_ids *ids) {
   char name[BP_NAME_MAX];
   bp_layer_tensor_name(name, c->layer, what);
-  bp_init init = {rule, 0.0f, 0.0f, name_seed(name)};
+  init.seed = name_seed(name);
   bp_status st = bp_plan_alloc_param(c->plan, kind, name, shape, init, ids);
   if (st == BP_OK) return BP_OK;
   if (st == BP_ERR_SHAPE && kind == BP_PARAM_FC_WEIGHT) {

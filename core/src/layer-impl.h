@@ -6,9 +6,11 @@
  * switches on a layer type. Not installed.
  *
  * Files: layers.c (the table, keys and defaults), layer_conv_fc.c (conv,
- * fc), layer_norm_act.c (batchnorm, relu, add), layer_pool.c (maxpool,
+ * fc), layer_norm_act.c (batchnorm, layernorm, relu, gelu, gelu_tanh, add),
+ * layer_pos_embed.c (pos_embed), layer_pool.c (maxpool,
  * avgpool, global_avgpool), layer_loss.c (softmax_ce), layer_module.c
- * (types op modules register through host->register_layer).
+ * (types op modules register through host->register_layer),
+ * layer_attention.c (attention).
  *
  * Tensor ids flow from the compiler to the graph build: compile.c records
  * the ids of every layer's tensors (bp_layer_tensors) while it allocates
@@ -58,7 +60,7 @@ typedef struct bp_layer_tensors {
   bp_param_ids weight;     /* conv/fc "w"; batchnorm "weight" (gamma) */
   bp_param_ids bias;       /* conv/fc "b"; batchnorm "bias" (beta) */
   int32_t running[2];      /* batchnorm running mean, var (B) */
-  int32_t saved[2];        /* batchnorm save_mean, save_invstd */
+  int32_t saved[2];        /* batchnorm save_mean, save_invstd; attention [0]: lse */
   int32_t mask;            /* maxpool argmax */
   int32_t prob;            /* softmax_ce probabilities (T) */
   int32_t saved_by_module[BP_ABI_LAYER_SAVED_MAX]; /* a module layer's "<l>.saved<k>" */
@@ -111,6 +113,10 @@ bp_status bp_layer_plan_fail(const bp_layer_compile *c, bp_status st);
 /* A parameter "<layer>.<what>" and its family (plan.h), seeded by its name. */
 bp_status bp_layer_param(const bp_layer_compile *c, bp_param_kind kind, const char *what,
                          bp_shape shape, bp_init_kind rule, bp_param_ids *ids);
+/* The same with the rule's arguments (init.a, init.b; its seed is ignored:
+ * the name's): a normal(0, 0.02) initialization. */
+bp_status bp_layer_param_init(const bp_layer_compile *c, bp_param_kind kind, const char *what,
+                              bp_shape shape, bp_init init, bp_param_ids *ids);
 /* A feature "<layer>.<what>" (F32 or F16 by dtype). */
 bp_status bp_layer_feature(const bp_layer_compile *c, const char *what, bp_shape shape,
                            bp_dtype dtype, int32_t *id);
@@ -224,6 +230,9 @@ extern const bp_layer_desc bp_layer_batchnorm, bp_layer_relu, bp_layer_gelu, bp_
 extern const bp_layer_desc bp_layer_maxpool, bp_layer_avgpool, bp_layer_global_avgpool;
 extern const bp_layer_desc bp_layer_softmax_ce;
 extern const bp_layer_desc bp_layer_module;
+extern const bp_layer_desc bp_layer_attention; /* layer_attention.c */
+extern const bp_layer_desc bp_layer_gelu_tanh, bp_layer_layernorm; /* layer_norm_act.c */
+extern const bp_layer_desc bp_layer_pos_embed;                     /* layer_pos_embed.c */
 
 /* Shared keys (layers.c). */
 extern const bp_layer_key bp_key_kernel, bp_key_stride, bp_key_pad, bp_key_bias;

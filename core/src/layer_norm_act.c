@@ -1,14 +1,21 @@
-/* Layer types that keep the shape: batchnorm, relu, gelu and add.
+/* Layer types that keep the shape: batchnorm, layernorm, relu, gelu, gelu_tanh
+ * and add.
  *
  *   batchnorm  x[N,H,W,C] -> y, over C: gamma "<l>.weight" (ones, BN_WEIGHT),
  *              beta "<l>.bias" (zeros, BN_BIAS), running mean and var (B),
  *              save_mean and save_invstd [1,1,1,C] FP32 features (what the
  *              backward needs from the forward batch statistics)
+ *   layernorm  x[N,H,W,C] -> y, per position over its C channels: gain
+ *              "<l>.weight" (ones, BN_WEIGHT), bias "<l>.bias" (zeros,
+ *              BN_BIAS), so the optimizer treats them as batch norm's (no
+ *              weight decay); save_mean and save_invstd [N,H,W,1] FP32
+ *              features, written by every forward (train and eval alike)
  *   relu       y = max(x, 0)
  *   gelu       y = x * Phi(x) (erf form); its backward reads x
+ *   gelu_tanh  y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); its backward reads x
  *   add        y = a + b, two inputs of one shape (a residual)
  *
- * batchnorm and add always write their data gradients, into a sink where
+ * batchnorm, layernorm and add always write their data gradients, into a sink where
  * the producer is the model's input (bp_layer_input_grad).
  *
  * A batchnorm whose only reader is a relu may run fused with it
@@ -95,6 +102,51 @@ static void bn_backward(bp_layer_graph *g) {
   BP_SET_ATTRS(n, batchnorm, {g->layer->eps, g->layer->momentum, 0});
 }
 
+/* ---- layernorm -------------------------------------------------------------------- */
+
+static bp_status ln_alloc(bp_layer_compile *c) {
+  const bp_shape channel = {1, 1, 1, c->out.c}, position = {c->out.n, c->out.h, c->out.w, 1};
+  bp_layer_tensors *t = c->t;
+  bp_status st;
+  if ((st = bp_layer_param(c, BP_PARAM_BN_BIAS, "bias", channel, BP_INIT_ZEROS, &t->bias)) !=
+          BP_OK ||
+      (st = bp_layer_param(c, BP_PARAM_BN_WEIGHT, "weight", channel, BP_INIT_ONES, &t->weight)) !=
+          BP_OK)
+    return st;
+  if ((st = bp_layer_feature(c, "save_mean", position, BP_DTYPE_FP32, &t->saved[0])) != BP_OK ||
+      (st = bp_layer_feature(c, "save_invstd", position, BP_DTYPE_FP32, &t->saved[1])) != BP_OK)
+    return st;
+  return BP_OK;
+}
+
+/* in: x, gain, bias   out: y, save_mean, save_invstd (train and eval) */
+static void ln_forward(bp_layer_graph *g) {
+  const bp_layer_tensors *t = g->t;
+  bp_node *n = bp_layer_node(g, "layernorm.fwd", "fwd");
+  bp_node_in(n, bp_layer_input(g, 0));
+  bp_node_in(n, bp_layer_param_in(g, &t->weight));
+  bp_node_in(n, bp_layer_param_in(g, &t->bias));
+  bp_node_out(n, t->out);
+  bp_node_out(n, t->saved[0]);
+  bp_node_out(n, t->saved[1]);
+  BP_SET_ATTRS(n, layernorm, {g->layer->eps, 0});
+}
+
+/* in: x, dy, gain, save_mean, save_invstd   out: dx, dgain, dbias */
+static void ln_backward(bp_layer_graph *g) {
+  const bp_layer_tensors *t = g->t;
+  bp_node *n = bp_layer_backward_node(g, "layernorm.bwd", "bwd");
+  bp_node_in(n, bp_layer_input(g, 0));
+  bp_node_in(n, t->dout);
+  bp_node_in(n, bp_layer_param_in(g, &t->weight));
+  bp_node_in(n, t->saved[0]);
+  bp_node_in(n, t->saved[1]);
+  bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
+  bp_layer_grad_out(g, n, bp_layer_param_grad(g, &t->weight));
+  bp_layer_grad_out(g, n, bp_layer_param_grad(g, &t->bias));
+  BP_SET_ATTRS(n, layernorm, {g->layer->eps, 0});
+}
+
 /* ---- relu ---------------------------------------------------------------------------- */
 
 static void relu_forward(bp_layer_graph *g) {
@@ -127,6 +179,25 @@ static void gelu_forward(bp_layer_graph *g) {
 static void gelu_backward(bp_layer_graph *g) {
   if (!bp_layer_input_needs_grad(g, 0)) return;
   bp_node *n = bp_layer_backward_node(g, "gelu.bwd", "bwd");
+  bp_node_in(n, bp_layer_input(g, 0));
+  bp_node_in(n, g->t->dout);
+  bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
+  BP_SET_ATTRS(n, elementwise, {0});
+}
+
+/* ---- gelu_tanh ------------------------------------------------------------------------ */
+
+static void gelu_tanh_forward(bp_layer_graph *g) {
+  bp_node *n = bp_layer_node(g, "gelu_tanh.fwd", "fwd");
+  bp_node_in(n, bp_layer_input(g, 0));
+  bp_node_out(n, g->t->out);
+  BP_SET_ATTRS(n, elementwise, {0});
+}
+
+/* in: x, dy   out: dx (as gelu's: the slope needs x) */
+static void gelu_tanh_backward(bp_layer_graph *g) {
+  if (!bp_layer_input_needs_grad(g, 0)) return;
+  bp_node *n = bp_layer_backward_node(g, "gelu_tanh.bwd", "bwd");
   bp_node_in(n, bp_layer_input(g, 0));
   bp_node_in(n, g->t->dout);
   bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
@@ -181,6 +252,20 @@ const bp_layer_desc bp_layer_batchnorm = {
     .backward = bn_backward,
 };
 
+static const bp_layer_key *const ln_keys[] = {&key_eps};
+
+const bp_layer_desc bp_layer_layernorm = {
+    .name = "layernorm",
+    .inputs = 1,
+    .keys = ln_keys,
+    .key_count = sizeof ln_keys / sizeof ln_keys[0],
+    .has_params = 1,
+    .shape = same_shape,
+    .alloc = ln_alloc,
+    .forward = ln_forward,
+    .backward = ln_backward,
+};
+
 const bp_layer_desc bp_layer_relu = {
     .name = "relu",
     .inputs = 1,
@@ -203,4 +288,12 @@ const bp_layer_desc bp_layer_add = {
     .shape = add_shape,
     .forward = add_forward,
     .backward = add_backward,
+};
+
+const bp_layer_desc bp_layer_gelu_tanh = {
+    .name = "gelu_tanh",
+    .inputs = 1,
+    .shape = same_shape,
+    .forward = gelu_tanh_forward,
+    .backward = gelu_tanh_backward,
 };

@@ -18,6 +18,10 @@ static const bp_layer_desc *const table[BP_LAYER_TYPE_COUNT] = {
     [BP_LAYER_SOFTMAX_CE] = &bp_layer_softmax_ce,
     [BP_LAYER_MODULE] = &bp_layer_module,
     [BP_LAYER_GELU] = &bp_layer_gelu,
+    [BP_LAYER_ATTENTION] = &bp_layer_attention,
+    [BP_LAYER_GELU_TANH] = &bp_layer_gelu_tanh,
+    [BP_LAYER_LAYERNORM] = &bp_layer_layernorm,
+    [BP_LAYER_POS_EMBED] = &bp_layer_pos_embed,
 };
 
 const bp_layer_desc *bp_layer_desc_of(bp_layer_type type) {

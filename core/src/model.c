@@ -21,7 +21,23 @@ bp_train_settings bp_train_defaults(void) {
   t.lr = 0.05;
   t.momentum = 0.9;
   t.weight_decay = 5e-4;
+  t.schedule = BP_LR_CONSTANT;
   return t;
+}
+
+static const char *const schedule_names[] = {"constant", "step", "cosine"};
+
+const char *bp_lr_schedule_name(bp_lr_schedule s) {
+  return (int)s >= 0 && s <= BP_LR_COSINE ? schedule_names[s] : "?";
+}
+
+int bp_lr_schedule_from_name(const char *name, bp_lr_schedule *out) {
+  for (int s = 0; s <= BP_LR_COSINE; s++)
+    if (name && strcmp(name, schedule_names[s]) == 0) {
+      *out = (bp_lr_schedule)s;
+      return 0;
+    }
+  return -1;
 }
 
 int bp_layer_name_valid(const char *name) {
@@ -172,6 +188,12 @@ static bp_status check_train(const bp_model *m) {
   if (!(t->weight_decay >= 0.0) || !isfinite(t->weight_decay))
     return bp_fail(BP_ERR_INVALID, "%s: train: 'weight_decay' must be a finite number >= 0, got %g",
                    where, t->weight_decay);
+  if ((int)t->schedule < BP_LR_CONSTANT || t->schedule > BP_LR_COSINE)
+    return bp_fail(BP_ERR_INVALID, "%s: train: unknown schedule %d", where, (int)t->schedule);
+  if (!(t->warmup_epochs >= 0.0) || !isfinite(t->warmup_epochs))
+    return bp_fail(BP_ERR_INVALID,
+                   "%s: train: 'warmup_epochs' must be a finite number >= 0, got %g", where,
+                   t->warmup_epochs);
   return BP_OK;
 }
 

@@ -157,6 +157,38 @@ static const bp_op_info table[] = {
     {ABI("gelu.bwd", 2, 1, bp_elementwise_attrs), ACCUMULATES(bp_elementwise_attrs),
      .cases = BP_OP_CASES_SAME_SHAPE, .fp16_tolerance = BP_OP_TOL_SELECT,
      GRAD_OF("gelu.fwd", {'x', 0}, {'r', 0}), .grad_out = {0}},
+    /* multi-head self-attention: qkv -> y, lse (FP32) | qkv, y, lse, dy
+     * -> dqkv (the backward recomputes the probabilities from lse) */
+    {ABI("attention.fwd", 1, 2, bp_attention_attrs), .amp_fp32_out = BIT(1),
+     .fp16_tolerance = BP_OP_TOL_REDUCTION, .grad_check = 1},
+    {ABI("attention.bwd", 4, 1, bp_attention_attrs), ACCUMULATES(bp_attention_attrs),
+     .amp_fp32_in = BIT(2), .fp16_tolerance = BP_OP_TOL_REDUCTION,
+     GRAD_OF("attention.fwd", {'x', 0}, {'y', 0}, {'y', 1}, {'r', 0}), .grad_out = {0}},
+    /* ViT ops (layernorm, gelu_tanh, pos_embed) */
+    /* x -> y | x, dy -> dx */
+    {ABI("gelu_tanh.fwd", 1, 1, bp_elementwise_attrs), .cases = BP_OP_CASES_SAME_SHAPE,
+     .fp16_tolerance = BP_OP_TOL_SELECT, .grad_check = 1},
+    {ABI("gelu_tanh.bwd", 2, 1, bp_elementwise_attrs), ACCUMULATES(bp_elementwise_attrs),
+     .cases = BP_OP_CASES_SAME_SHAPE, .fp16_tolerance = BP_OP_TOL_SELECT,
+     GRAD_OF("gelu_tanh.fwd", {'x', 0}, {'r', 0}), .grad_out = {0}},
+    /* x, gain, bias -> y, save_mean, save_invstd (per position) |
+     * x, dy, gain, save_mean, save_invstd -> dx, dgain, dbias */
+    {ABI("layernorm.fwd", 3, 3, bp_layernorm_attrs), .fills = {IN(1, UNIFORM, 0.5, 1.5)},
+     .fp16_tolerance = BP_OP_TOL_REDUCTION, .amp_fp32_out = FROM(1),
+     .amp_param_in = BIT(1) | BIT(2), .grad_check = 1, .grad_kink = 3},
+    {ABI("layernorm.bwd", 5, 3, bp_layernorm_attrs), ACCUMULATES(bp_layernorm_attrs),
+     .fills = {IN(2, UNIFORM, 0.5, 1.5), IN(4, UNIFORM, 0.5, 2.0)},
+     .fp16_tolerance = BP_OP_TOL_REDUCTION, .amp_fp32_in = FROM(3), .amp_param_in = BIT(2),
+     .amp_param_out = FROM(1),
+     GRAD_OF("layernorm.fwd", {'x', 0}, {'r', 0}, {'x', 1}, {'y', 1}, {'y', 2}),
+     .grad_out = {0, 1, 2}},
+    /* x, P -> y = x + P | dy -> dx, dP */
+    {ABI("pos_embed.fwd", 2, 1, bp_elementwise_attrs), .fp16_tolerance = BP_OP_TOL_SELECT,
+     .amp_param_in = BIT(1), .grad_check = 1},
+    {ABI("pos_embed.bwd", 1, 2, bp_elementwise_attrs), ACCUMULATES(bp_elementwise_attrs),
+     .fp16_tolerance = BP_OP_TOL_SELECT, .amp_param_out = BIT(1),
+     GRAD_OF("pos_embed.fwd", {'r', 0}), .grad_out = {0, 1}},
+    /* end of the ViT ops */
 };
 
 const bp_op_info *bp_op_table(int *count_out) {

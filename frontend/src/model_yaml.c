@@ -623,11 +623,14 @@ static bp_status read_train(parse_ctx *c, const yaml_node_t *n) {
     AMP,
     EMA,
     KERNELS,
+    SCHEDULE,
+    WARMUP_EPOCHS,
     COUNT
   };
   static const char *const names[COUNT] = {"batch",     "eval_batch", "train_size", "epochs",
                                            "optimizer", "lr",         "momentum",   "weight_decay",
-                                           "amp",       "ema",        "kernels"};
+                                           "amp",       "ema",        "kernels",    "schedule",
+                                           "warmup_epochs"};
   bp_status st = expect_mapping(c, n, "'train'", "{batch: 128, lr: 0.05}");
   if (st != BP_OK) return st;
   bp_train_settings *t = &c->model->train;
@@ -654,6 +657,13 @@ static bp_status read_train(parse_ctx *c, const yaml_node_t *n) {
         st = fail_at(c, v, BP_ERR_INVALID, "%s must be sgd, adamw or lars, got %s", what,
                      node_preview(v, pv, sizeof pv));
       break;
+    case SCHEDULE:
+      if (v->type != YAML_SCALAR_NODE || v->data.scalar.length >= sizeof opt ||
+          bp_lr_schedule_from_name(scalar_text(v), &t->schedule) != 0)
+        st = fail_at(c, v, BP_ERR_INVALID, "%s must be constant, step or cosine, got %s", what,
+                     node_preview(v, pv, sizeof pv));
+      break;
+    case WARMUP_EPOCHS: st = read_number(c, v, what, nonneg, &t->warmup_epochs); break;
     case LR: st = read_number(c, v, what, nonneg, &t->lr); break;
     case MOMENTUM: st = read_number(c, v, what, (num_range){0.0, 1.0, 0, 1}, &t->momentum); break;
     case WEIGHT_DECAY: st = read_number(c, v, what, nonneg, &t->weight_decay); break;

@@ -11,7 +11,11 @@
  * exp and log as the reference calls them); and the span ops of a mixed-precision
  * step, range.zero, range.cast, range.unscale and range.nan_check
  * (range_fp16.c: F16C conversions, spans cut into chunks run on the
- * host's threads). Every kernel runs its work in tasks on the host's
+ * host's threads); attention.fwd and attention.bwd (attention.c: the
+ * reference's loops, ops/shared/attention_math.h, per task of (sample,
+ * head) pairs); and the ViT ops gelu_tanh (gelu_tanh.c: scalar, libm's
+ * tanh, threaded), layernorm (layernorm.c: vectorized across channels,
+ * threaded over positions) and pos_embed (pos_embed.c). Every kernel runs its work in tasks on the host's
  * threads (see "Threads" below). Implementation "cpu", device "cpu",
  * priority 5 (ops/blas uses 10; the reference module is REFERENCE
  * and only serves what nothing else supports), DETERMINISTIC, plus
@@ -198,6 +202,12 @@ extern const bp_abi_kernel cpu_batchnorm_relu_fwd_train, cpu_batchnorm_relu_fwd_
     cpu_batchnorm_relu_bwd;
 /* softmax_ce.c: FP32 logits, bit-identical to the reference's */
 extern const bp_abi_kernel cpu_softmax_ce_fwd_bwd;
+/* attention.c: the reference's loops on the host's threads */
+extern const bp_abi_kernel cpu_attention_fwd, cpu_attention_bwd;
+/* gelu_tanh.c, layernorm.c, pos_embed.c: the ViT ops */
+extern const bp_abi_kernel cpu_gelu_tanh_fwd, cpu_gelu_tanh_bwd;
+extern const bp_abi_kernel cpu_layernorm_fwd, cpu_layernorm_bwd;
+extern const bp_abi_kernel cpu_pos_embed_fwd, cpu_pos_embed_bwd;
 
 /* A descriptor of this module: op name, supports, run, extra flags and the
  * dtypes among the op's tensors (as the reference declares them: FP32,

@@ -6,7 +6,8 @@
  * FP16, through shared/fp16_adapter.h, cpu-impl.h), batchnorm_relu.fwd_train,
  * .fwd_eval and .bwd (FP32), softmax_ce.fwd_bwd (FP32), and range.zero,
  * range.cast, range.unscale and range.nan_check (the dtypes of the
- * reference's), device
+ * reference's), the ViT ops gelu_tanh.*, layernorm.* and pos_embed.* (FP32,
+ * FP16 through the adapter), device
  * "cpu", implementation "cpu", priority 5, flagged DETERMINISTIC (relu
  * also IN_PLACE), not REFERENCE: the registry prefers
  * them to the reference kernels wherever their supports() holds, and a pin
@@ -57,6 +58,15 @@ static const bp_abi_kernel *const cpu_kernels[] = {
     &cpu_batchnorm_relu_fwd_eval,
     &cpu_batchnorm_relu_bwd,
     &cpu_softmax_ce_fwd_bwd,
+    &cpu_attention_fwd,
+    &cpu_attention_bwd,
+    /* the ViT ops */
+    &cpu_gelu_tanh_fwd,
+    &cpu_gelu_tanh_bwd,
+    &cpu_layernorm_fwd,
+    &cpu_layernorm_bwd,
+    &cpu_pos_embed_fwd,
+    &cpu_pos_embed_bwd,
 };
 
 const cpu_user cpu_relu_tag = {CPU_ISA_DEFAULT, 1};

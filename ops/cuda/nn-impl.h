@@ -122,6 +122,45 @@ int cuda_nn_softmax_ce(void *stream, cuda_nhwc z, const void *pz, const int32_t 
                        cuda_nhwc dz, void *pdz, float label_smoothing, float grad_scale,
                        void *ws);
 
+/* attention.fwd / .bwd (nn_attn.cu): one block per (sample, head), the
+ * head's operands staged in shared memory (bytes below, at most
+ * CUDA_ATTN_MAX_SHARED), dh <= CUDA_ATTN_MAX_DH floats of accumulators per
+ * thread. q stands for qkv [N,H,W,3D], l for lse [N,H,W,heads] FP32. */
+#define CUDA_ATTN_MAX_DH 64
+#define CUDA_ATTN_MAX_SHARED (48u * 1024u)
+static inline size_t cuda_attn_fwd_shared(int64_t tokens, int64_t dh) {
+  return (size_t)(2 * tokens * dh) * sizeof(float);
+}
+static inline size_t cuda_attn_bwd_shared(int64_t tokens, int64_t dh) {
+  return (size_t)(4 * tokens * dh + 2 * tokens) * sizeof(float);
+}
+int cuda_nn_attention_fwd(void *stream, cuda_nhwc q, const void *pq, cuda_nhwc y, void *py,
+                          cuda_nhwc l, float *pl, int heads, int causal);
+int cuda_nn_attention_bwd(void *stream, cuda_nhwc q, const void *pq, cuda_nhwc y, const void *py,
+                          cuda_nhwc l, const float *pl, cuda_nhwc dy, const void *pdy,
+                          cuda_nhwc dq, void *pdq, int heads, int causal, int accumulate);
+/* The ViT ops (nn_vit.cu). layernorm: sm, si the FP32 [N,H,W,1]
+ * statistics; bwd ws: cuda_ln_workspace_bytes(chunks, C), the chunks of
+ * ops/shared/layernorm_steps.h (chunk_len positions each). pos_embed: P
+ * and dP [1,H,W,C]. accumulate as above. */
+static inline uint64_t cuda_ln_workspace_bytes(int64_t chunks, int64_t channels) {
+  return 2u * (uint64_t)chunks * (uint64_t)channels * sizeof(double) + CUDA_NN_WS_ALIGN;
+}
+int cuda_nn_gelu_tanh_fwd(void *stream, cuda_nhwc x, const void *px, cuda_nhwc y, void *py);
+int cuda_nn_gelu_tanh_bwd(void *stream, cuda_nhwc x, const void *px, cuda_nhwc dy,
+                          const void *pdy, cuda_nhwc dx, void *pdx, int accumulate);
+int cuda_nn_pos_embed_fwd(void *stream, cuda_nhwc x, const void *px, cuda_nhwc P, const void *pP,
+                          cuda_nhwc y, void *py);
+int cuda_nn_pos_embed_bwd(void *stream, cuda_nhwc dy, const void *pdy, cuda_nhwc dx, void *pdx,
+                          cuda_nhwc dP, void *pdP, int accumulate);
+int cuda_nn_ln_fwd(void *stream, cuda_nhwc x, const void *px, cuda_chan gain, cuda_chan bias,
+                   cuda_nhwc y, void *py, cuda_nhwc sm, void *psm, cuda_nhwc si, void *psi,
+                   float eps);
+int cuda_nn_ln_bwd(void *stream, cuda_nhwc x, const void *px, cuda_nhwc dy, const void *pdy,
+                   cuda_chan gain, cuda_nhwc sm, const void *psm, cuda_nhwc si, const void *psi,
+                   cuda_nhwc dx, void *pdx, cuda_chan dgain, cuda_chan dbias, int64_t chunk_len,
+                   int64_t chunks, int accumulate, void *ws);
+
 #ifndef __CUDACC__
 #include "shared/fp16_adapter.h"
 
@@ -133,6 +172,10 @@ extern const bp_abi_kernel cuda_avgpool_fwd_kernel, cuda_avgpool_bwd_kernel;
 extern const bp_abi_kernel cuda_gap_fwd_kernel, cuda_gap_bwd_kernel;
 extern const bp_abi_kernel cuda_bn_fwd_train_kernel, cuda_bn_fwd_eval_kernel, cuda_bn_bwd_kernel;
 extern const bp_abi_kernel cuda_softmax_ce_kernel;
+extern const bp_abi_kernel cuda_attention_fwd_kernel, cuda_attention_bwd_kernel;
+extern const bp_abi_kernel cuda_gelu_tanh_fwd_kernel, cuda_gelu_tanh_bwd_kernel; /* nn_vit.c */
+extern const bp_abi_kernel cuda_ln_fwd_kernel, cuda_ln_bwd_kernel;
+extern const bp_abi_kernel cuda_pos_embed_fwd_kernel, cuda_pos_embed_bwd_kernel;
 
 /* t as the launchers see it (nn.c). */
 cuda_nhwc cuda_nn_tensor(const bp_abi_tensor *t);

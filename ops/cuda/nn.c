@@ -1,7 +1,8 @@
 /* ops/cuda: the layer family's kernel table (registered by module.c) and
  * the tensor views its run() functions hand to the launchers. The kernels
  * are in nn_ew.c (relu, add), nn_pool.c (max, avg and global-avg pooling),
- * nn_bn.c (batch norm) and nn_ce.c (softmax cross-entropy), each with its
+ * nn_bn.c (batch norm), nn_ce.c (softmax cross-entropy) and nn_vit.c
+ * (gelu_tanh, layernorm, pos_embed), each with its
  * .cu file; nn-impl.h says what they share. */
 #include "nn-impl.h"
 
@@ -10,7 +11,12 @@ const bp_abi_kernel *const cuda_nn_kernels[] = {
     &cuda_add_bwd_kernel,      &cuda_maxpool_fwd_kernel,  &cuda_maxpool_bwd_kernel,
     &cuda_avgpool_fwd_kernel,  &cuda_avgpool_bwd_kernel,  &cuda_gap_fwd_kernel,
     &cuda_gap_bwd_kernel,      &cuda_bn_fwd_train_kernel, &cuda_bn_fwd_eval_kernel,
+    &cuda_bn_bwd_kernel,       &cuda_softmax_ce_kernel,   &cuda_attention_fwd_kernel,
+    &cuda_attention_bwd_kernel,
     &cuda_bn_bwd_kernel,       &cuda_softmax_ce_kernel,
+    /* the ViT ops (nn_vit.c) */
+    &cuda_gelu_tanh_fwd_kernel, &cuda_gelu_tanh_bwd_kernel, &cuda_ln_fwd_kernel,
+    &cuda_ln_bwd_kernel,        &cuda_pos_embed_fwd_kernel, &cuda_pos_embed_bwd_kernel,
 };
 const size_t cuda_nn_kernel_count = sizeof cuda_nn_kernels / sizeof cuda_nn_kernels[0];
 

@@ -1,4 +1,5 @@
-/* Element-wise reference kernels: ReLU, add and GELU, forward and backward.
+/* Element-wise reference kernels: ReLU, add, GELU and GELU's tanh form,
+ * forward and backward.
  *
  * Every tensor of one op has the same NHWC shape; each has its own device
  * strides (padded channels skipped, never read or written). FP32, no
@@ -161,6 +162,60 @@ static int gelu_run_bwd(void *user, const bp_abi_kernel_args *args) {
   return map_elements(args, 2, -1, 1, gelu_dx);
 }
 
+/* gelu_tanh.fwd
+ *   in: x   out: y = x/2 * (1 + tanh(u)), u = sqrt(2/pi) * (x + 0.044715 x^3)
+ *   (PyTorch's GELU(approximate='tanh')), in double, rounded once
+ *   (bp_gelu_tanh_fwd, shared/elem_math.h). y aliases no input,
+ *   overwritten (no accumulate). */
+static int gelu_tanh_run_fwd(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  bp_elementwise_attrs a;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ops_ew_check(args, 1, 1, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
+    return BP_ABI_ERR_INVALID;
+  const bp_abi_tensor *tx = bp_sdk_input(args, 0), *ty = bp_sdk_output(args, 0);
+  const float *x = bp_sdk_input_f32(args, 0);
+  float *y = bp_sdk_output_f32(args, 0);
+  for (int64_t n = 0; n < tx->shape[0]; n++)
+    for (int64_t h = 0; h < tx->shape[1]; h++)
+      for (int64_t w = 0; w < tx->shape[2]; w++)
+        for (int64_t c = 0; c < tx->shape[3]; c++) {
+          y[bp_sdk_offset(ty, n, h, w, c)] = bp_gelu_tanh_fwd(x[bp_sdk_offset(tx, n, h, w, c)]);
+        }
+  return BP_ABI_OK;
+}
+
+/* gelu_tanh.bwd
+ *   in: x (the forward's input), dy   out: dx
+ *   dx (+)= dy * (0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)),
+ *   t = tanh(u) as in the forward, in double, rounded once (bp_gelu_tanh_bwd).
+ *   accumulate 0: overwritten, 1: added. dx aliases no input. */
+static int gelu_tanh_run_bwd(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  bp_elementwise_attrs a;
+  char *reason = bp_sdk_args_reason(args);
+  const size_t rs = bp_sdk_args_reason_size(args);
+  if (!ops_ew_check(args, 2, 1, &a, reason, rs) ||
+      !bp_sdk_check_ptrs(args, NULL, NULL, 0, reason, rs))
+    return BP_ABI_ERR_INVALID;
+  const bp_abi_tensor *tx = bp_sdk_input(args, 0), *tdy = bp_sdk_input(args, 1);
+  const bp_abi_tensor *tdx = bp_sdk_output(args, 0);
+  const float *x = bp_sdk_input_f32(args, 0), *dy = bp_sdk_input_f32(args, 1);
+  float *dx = bp_sdk_output_f32(args, 0);
+  for (int64_t n = 0; n < tx->shape[0]; n++)
+    for (int64_t h = 0; h < tx->shape[1]; h++)
+      for (int64_t w = 0; w < tx->shape[2]; w++)
+        for (int64_t c = 0; c < tx->shape[3]; c++) {
+          const float g = bp_gelu_tanh_bwd(x[bp_sdk_offset(tx, n, h, w, c)],
+                                           dy[bp_sdk_offset(tdy, n, h, w, c)]);
+          float *o = dx + bp_sdk_offset(tdx, n, h, w, c);
+          *o = a.accumulate ? *o + g : g;
+        }
+  return BP_ABI_OK;
+}
+
 #define EW_ACC offsetof(bp_elementwise_attrs, accumulate)
 /* the "may alias" pairs: relu.fwd y with x, relu.bwd dx with dy */
 static const ops_fp16_kernel relu_fwd16 =
@@ -181,3 +236,11 @@ const bp_abi_kernel ref_add_fwd = REF_KERNEL16("add.fwd", add_fwd16, 0, REF_FP16
 const bp_abi_kernel ref_add_bwd = REF_KERNEL16("add.bwd", add_bwd16, 0, REF_FP16_DTYPES);
 const bp_abi_kernel ref_gelu_fwd = REF_KERNEL16("gelu.fwd", gelu_fwd16, 0, REF_FP16_DTYPES);
 const bp_abi_kernel ref_gelu_bwd = REF_KERNEL16("gelu.bwd", gelu_bwd16, 0, REF_FP16_DTYPES);
+static const ops_fp16_kernel gelu_tanh_fwd16 =
+    REF_FP16(one_in_one_out, gelu_tanh_run_fwd, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel gelu_tanh_bwd16 =
+    REF_FP16(two_in_one_out, gelu_tanh_run_bwd, EW_ACC);
+const bp_abi_kernel ref_gelu_tanh_fwd =
+    REF_KERNEL16("gelu_tanh.fwd", gelu_tanh_fwd16, 0, REF_FP16_DTYPES);
+const bp_abi_kernel ref_gelu_tanh_bwd =
+    REF_KERNEL16("gelu_tanh.bwd", gelu_tanh_bwd16, 0, REF_FP16_DTYPES);

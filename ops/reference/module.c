@@ -32,6 +32,11 @@ static const bp_abi_kernel *const ref_kernels[] = {
     &ref_range_sgd,           &ref_range_adamw,        &ref_range_lars,
     &ref_range_unscale,       &ref_range_loss_scale,    &ref_gelu_fwd,
     &ref_gelu_bwd,
+    &ref_attention_fwd,       &ref_attention_bwd,
+    /* the ViT ops */
+    &ref_gelu_tanh_fwd,       &ref_gelu_tanh_bwd,
+    &ref_layernorm_fwd,       &ref_layernorm_bwd,
+    &ref_pos_embed_fwd,       &ref_pos_embed_bwd,
 };
 
 static int ref_init(const bp_abi_host *host) {

@@ -67,6 +67,11 @@ extern const bp_abi_kernel ref_conv2d_fwd, ref_conv2d_bwd_data, ref_conv2d_bwd_f
 extern const bp_abi_kernel ref_fc_fwd, ref_fc_bwd_data, ref_fc_bwd_filter;
 extern const bp_abi_kernel ref_relu_fwd, ref_relu_bwd, ref_add_fwd, ref_add_bwd;
 extern const bp_abi_kernel ref_gelu_fwd, ref_gelu_bwd;
+/* attention.c */
+extern const bp_abi_kernel ref_attention_fwd, ref_attention_bwd;
+extern const bp_abi_kernel ref_gelu_tanh_fwd, ref_gelu_tanh_bwd;
+extern const bp_abi_kernel ref_layernorm_fwd, ref_layernorm_bwd;
+extern const bp_abi_kernel ref_pos_embed_fwd, ref_pos_embed_bwd;
 extern const bp_abi_kernel ref_maxpool_fwd, ref_maxpool_bwd, ref_avgpool_fwd, ref_avgpool_bwd;
 extern const bp_abi_kernel ref_global_avgpool_fwd, ref_global_avgpool_bwd;
 extern const bp_abi_kernel ref_batchnorm_fwd_train, ref_batchnorm_fwd_eval, ref_batchnorm_bwd;

@@ -9,7 +9,7 @@
  * need the CPU's bits).
  *
  * Keep every function free of libc calls other than the <math.h> ones
- * that CUDA provides as device functions (sqrtf, fabsf, expf, logf). */
+ * that CUDA provides as device functions (sqrtf, fabsf, expf, logf, tanh). */
 #ifndef BP_OPS_SHARED_ELEM_MATH_H
 #define BP_OPS_SHARED_ELEM_MATH_H
 
@@ -349,6 +349,44 @@ BP_HD double bp_ce_loss_term(double t, double lse, float z) { return t * (lse - 
  * dlogits rounds that float once more, to nearest even). */
 BP_HD float bp_ce_dlogit(double p, double t, float grad_scale, double loss_scale) {
   return (float)((p - t) * grad_scale * loss_scale);
+}
+
+/* ---- ViT layer ops: gelu_tanh, layer norm ------------------------------- */
+
+/* GELU's tanh form (PyTorch's GELU(approximate='tanh')), in double:
+ * y = x/2 (1 + t), t = tanh(sqrt(2/pi) (x + 0.044715 x^3)), and its slope
+ * 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2). */
+#define BP_GELU_TANH_K 0.79788456080286535588 /* sqrt(2/pi) */
+#define BP_GELU_TANH_A 0.044715
+BP_HD double bp_gelu_tanh_t(double x) {
+  return tanh(BP_GELU_TANH_K * (x + BP_GELU_TANH_A * x * x * x));
+}
+BP_HD float bp_gelu_tanh_fwd(float x) {
+  const double v = x;
+  return (float)(0.5 * v * (1.0 + bp_gelu_tanh_t(v)));
+}
+BP_HD float bp_gelu_tanh_bwd(float x, float dy) {
+  const double v = x, t = bp_gelu_tanh_t(v);
+  const double slope = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * BP_GELU_TANH_K *
+                                             (1.0 + 3.0 * BP_GELU_TANH_A * v * v);
+  return (float)((double)dy * slope);
+}
+
+/* Layer norm at one position over its C channels (bp_abi_ops.h): the
+ * statistics are in double (ops/shared/layernorm_steps.h sums them);
+ * xhat = (x - mean) * invstd, y = xhat * gain + bias rounded once;
+ * backward with g = dy * gain and the channel means mg of g and mgx of
+ * g * xhat: dx = invstd * (g - mg - xhat * mgx), rounded once. */
+BP_HD double bp_ln_invstd(double var, float eps) { return 1.0 / sqrt(var + (double)eps); }
+BP_HD double bp_ln_xhat(float x, double mean, double invstd) {
+  return ((double)x - mean) * invstd;
+}
+BP_HD float bp_ln_apply(double xhat, float gain, float bias) {
+  return (float)(xhat * (double)gain + (double)bias);
+}
+BP_HD double bp_ln_g(float dy, float gain) { return (double)dy * (double)gain; }
+BP_HD float bp_ln_dx(double invstd, double g, double mg, double xhat, double mgx) {
+  return (float)(invstd * (g - mg - xhat * mgx));
 }
 
 #endif

@@ -1,25 +1,10 @@
 /* Learning-rate schedules (train.h): a pure function of the step of the
- * run, so a resumed run sees the same rates as an uninterrupted one. */
+ * run, so a resumed run sees the same rates as an uninterrupted one. The
+ * schedules' names are the model's (core/src/model.c). */
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "blueprint/train.h"
-
-static const char *const schedule_names[] = {"constant", "step", "cosine"};
-
-const char *bp_lr_schedule_name(bp_lr_schedule s) {
-  return (int)s >= 0 && s <= BP_LR_COSINE ? schedule_names[s] : "?";
-}
-
-int bp_lr_schedule_from_name(const char *name, bp_lr_schedule *out) {
-  for (int s = 0; s <= BP_LR_COSINE; s++)
-    if (name && strcmp(name, schedule_names[s]) == 0) {
-      *out = (bp_lr_schedule)s;
-      return 0;
-    }
-  return -1;
-}
 
 double bp_schedule_lr(const bp_schedule *s, int64_t t) {
   const int64_t spe = s->steps_per_epoch > 0 ? s->steps_per_epoch : 1;

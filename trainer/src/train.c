@@ -26,7 +26,8 @@ void bp_train_options_init(bp_train_options *o) {
   o->beta2 = 0.999;
   o->eps = 1e-8;
   o->lars_eta = 0.001;
-  o->schedule = BP_LR_CONSTANT;
+  o->schedule = -1;
+  o->warmup_epochs = -1.0;
   o->step_gamma = 0.1;
   o->step_epochs = 1;
   o->amp = o->ema = -1;
@@ -64,7 +65,7 @@ static bp_status check_options(const bp_train_options *o) {
                      (long long)counts[k]);
   if (o->optimizer < -1 || o->optimizer > BP_OPT_LARS)
     return bp_fail(BP_ERR_INVALID, "unknown optimizer %d", o->optimizer);
-  if ((int)o->schedule < 0 || o->schedule > BP_LR_COSINE)
+  if (o->schedule < -1 || o->schedule > BP_LR_COSINE)
     return bp_fail(BP_ERR_INVALID, "unknown learning-rate schedule %d", (int)o->schedule);
   if ((o->lr >= 0 || !isfinite(o->lr)) && !finite_in(o->lr, 0.0, 1e6))
     return bp_fail(BP_ERR_INVALID, "learning rate %g must be in [0, %g]", o->lr, BP_TRAIN_MAX_RATE);
@@ -82,7 +83,7 @@ static bp_status check_options(const bp_train_options *o) {
   if (!finite_in(o->step_gamma, 0.0, BP_TRAIN_MAX_RATE))
     return bp_fail(BP_ERR_INVALID, "step gamma %g must be in [0, %g]", o->step_gamma,
                    BP_TRAIN_MAX_RATE);
-  if (!finite_in(o->warmup_epochs, 0.0, BP_TRAIN_MAX_EPOCHS))
+  if (o->warmup_epochs != -1.0 && !finite_in(o->warmup_epochs, 0.0, BP_TRAIN_MAX_EPOCHS))
     return bp_fail(BP_ERR_INVALID, "warmup epochs %g must be in [0, %d]", o->warmup_epochs,
                    BP_TRAIN_MAX_EPOCHS);
   if (!finite_in(o->ema_decay, 0.0, 1.0))
@@ -169,6 +170,8 @@ static bp_status copy_model(bp_trainer *t, const bp_model *m) {
   if (o->weight_decay >= 0) s->weight_decay = o->weight_decay;
   if (o->amp >= 0) s->amp = o->amp;
   if (o->ema >= 0) s->ema = o->ema;
+  if (o->schedule >= 0) s->schedule = (bp_lr_schedule)o->schedule;
+  if (o->warmup_epochs >= 0) s->warmup_epochs = o->warmup_epochs;
   if (!s->amp && (o->loss_scale != 0 || o->loss_scale_growth_interval != 0))
     return bp_fail(BP_ERR_INVALID,
                    "model '%s': loss scale options apply to mixed precision only (--amp, or "
@@ -710,8 +713,9 @@ static bp_status setup(bp_trainer *t, const bp_model *model, const bp_train_opti
   const int64_t n = t->train_set ? bp_dataset_get_info(t->train_set)->count : 1;
   t->steps_per_epoch = bp_data_steps_per_epoch(n, t->batch, 0);
   t->schedule =
-      (bp_schedule){t->opt.schedule,      t->model->train.lr, t->opt.step_gamma, t->opt.step_epochs,
-                    t->opt.warmup_epochs, t->steps_per_epoch, t->epochs};
+      (bp_schedule){t->model->train.schedule, t->model->train.lr, t->opt.step_gamma,
+                    t->opt.step_epochs, t->model->train.warmup_epochs, t->steps_per_epoch,
+                    t->epochs};
   t->state = (bp_train_state){.seed = o->seed, .loss_scale = 1.0};
   if (t->loss_scale) /* AMP: the scale starts at the static one, or GradScaler's */
     t->state.loss_scale = o->loss_scale > 0 ? o->loss_scale : BP_TRAIN_INITIAL_LOSS_SCALE;

@@ -323,6 +323,64 @@ static void batchnorm_cases(void) {
   batchnorm_op_cases(1);
 }
 
+/* pos_embed.fwd and .bwd: P [1,H,W,C] broadcast over the batch */
+static void pos_embed_cases(void) {
+  const bp_elementwise_attrs a = {.accumulate = 0};
+  for (size_t i = 0; i < sizeof plain_geos / sizeof plain_geos[0]; i++) {
+    const plain_geo *g = &plain_geos[i];
+    char name[96];
+    plain_name(g, name, sizeof name);
+    const bp_abi_tensor x = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->pad);
+    const bp_abi_tensor p = vc_tensor_desc(F32, 1, g->h, g->w, g->c, g->pad);
+    vc_case *c = add("pos_embed.fwd", "%s", name);
+    in(c, x);
+    in(c, p);
+    out(c, x);
+    attrs(c, &a, sizeof a);
+    c = add("pos_embed.bwd", "%s", name);
+    in(c, x);
+    out(c, x);
+    out(c, p);
+    attrs(c, &a, sizeof a);
+  }
+}
+
+/* layernorm.fwd and .bwd: statistics per position ([N,H,W,1]), gain and
+ * bias per channel; one or eight channels, padded ones, many positions */
+static const plain_geo ln_geos[] = {
+    {4, 3, 3, 5, 0}, {2, 1, 1, 7, 8}, {1, 2, 3, 4, 0}, {8, 4, 4, 16, 0}, {2, 7, 7, 64, 0},
+    {3, 2, 2, 1, 0}, {1, 3, 5, 13, 16},
+};
+static void layernorm_cases(void) {
+  const bp_layernorm_attrs a = {.eps = 1e-5f, .accumulate = 0};
+  for (size_t i = 0; i < sizeof ln_geos / sizeof ln_geos[0]; i++) {
+    const plain_geo *g = &ln_geos[i];
+    char name[96];
+    plain_name(g, name, sizeof name);
+    const bp_abi_tensor x = vc_tensor_desc(F32, g->n, g->h, g->w, g->c, g->pad);
+    const bp_abi_tensor p = vc_tensor_desc(F32, 1, 1, 1, g->c, g->pad);
+    const bp_abi_tensor s = vc_tensor_desc(F32, g->n, g->h, g->w, 1, 0);
+    vc_case *c = add("layernorm.fwd", "%s", name);
+    in(c, x);
+    in(c, p);
+    in(c, p);
+    out(c, x);
+    out(c, s);
+    out(c, s);
+    attrs(c, &a, sizeof a);
+    c = add("layernorm.bwd", "%s", name);
+    in(c, x);
+    in(c, x);
+    in(c, p);
+    in(c, s);
+    in(c, s);
+    out(c, x);
+    out(c, p);
+    out(c, p);
+    attrs(c, &a, sizeof a);
+  }
+}
+
 /* ---- pools ------------------------------------------------------------------------ */
 
 typedef struct pool_geo {
@@ -595,14 +653,59 @@ static void range_cases(void) {
   }
 }
 
+/* ---- attention --------------------------------------------------------------------- */
+
+typedef struct attn_geo {
+  int64_t n, h, w, d, heads, pad; /* pad: padded_c of qkv and dqkv (0: compact) */
+  int32_t causal;
+} attn_geo;
+
+/* T = 49 (the ViT's 7x7 tokens) with heads 1, 2 and 4, causal or not,
+ * batches of every small residue, one token, padded channels */
+static const attn_geo attn_geos[] = {
+    {2, 7, 7, 16, 4, 0, 0}, {3, 7, 7, 16, 4, 0, 1}, {1, 7, 7, 8, 1, 0, 0},
+    {5, 7, 7, 12, 2, 0, 1}, {3, 2, 3, 6, 2, 24, 0}, {2, 1, 5, 4, 1, 16, 1},
+    {1, 1, 1, 4, 2, 0, 0},  {4, 7, 7, 64, 4, 0, 0},
+};
+
+/* fwd: qkv -> y, lse | bwd: qkv, y, lse, dy -> dqkv */
+static void attention_cases(void) {
+  for (size_t i = 0; i < sizeof attn_geos / sizeof attn_geos[0]; i++) {
+    const attn_geo *g = &attn_geos[i];
+    const bp_attention_attrs a = {(int32_t)g->heads, g->causal, 0};
+    const bp_abi_tensor qkv = vc_tensor_desc(F32, g->n, g->h, g->w, 3 * g->d, g->pad);
+    const bp_abi_tensor y = vc_tensor_desc(F32, g->n, g->h, g->w, g->d, 0);
+    const bp_abi_tensor lse = vc_tensor_desc(F32, g->n, g->h, g->w, g->heads, 0);
+    char name[96];
+    snprintf(name, sizeof name, "N%lld T%lldx%lld D%lld heads %lld%s%s", (long long)g->n,
+             (long long)g->h, (long long)g->w, (long long)g->d, (long long)g->heads,
+             g->causal ? " causal" : "", g->pad ? " padded" : "");
+    vc_case *c = add("attention.fwd", "%s", name);
+    in(c, qkv);
+    out(c, y);
+    out(c, lse);
+    attrs(c, &a, sizeof a);
+    c = add("attention.bwd", "%s", name);
+    in(c, qkv);
+    in(c, y);
+    in(c, lse);
+    in(c, y);
+    out(c, qkv);
+    attrs(c, &a, sizeof a);
+  }
+}
+
 static void build(void) {
   conv_cases();
   fc_cases();
   elementwise_cases();
   pool_cases();
   batchnorm_cases();
+  layernorm_cases(); /* ViT ops */
+  pos_embed_cases();
   softmax_cases();
   range_cases();
+  attention_cases();
   for (int i = 0; i < table_count; i++) vc_op_complete(&table[i]);
 }
 

@@ -179,6 +179,8 @@ typedef union bp_node_attrs {
   bp_optimizer_attrs optimizer;
   bp_allreduce_attrs allreduce;
   bp_loss_scale_attrs loss_scale;
+  bp_attention_attrs attention;
+  bp_layernorm_attrs layernorm; /* ViT ops */
   unsigned char bytes[BP_LAYER_ATTR_MAX]; /* a module layer's block (bp_abi_layer) */
 } bp_node_attrs;
 

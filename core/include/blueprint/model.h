@@ -24,6 +24,12 @@ typedef enum bp_layer_type {
   BP_LAYER_SOFTMAX_CE,    /* softmax cross-entropy: label_smoothing; the loss */
   BP_LAYER_MODULE,        /* a type an op module registered (bp_layer.module) */
   BP_LAYER_GELU,          /* y = x * Phi(x), the exact (erf) form */
+  BP_LAYER_ATTENTION,     /* multi-head self-attention over packed [q|k|v]: heads, causal */
+  /* ViT layer types */
+  BP_LAYER_GELU_TANH,     /* y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+  BP_LAYER_LAYERNORM,     /* layer norm over C at each position: eps */
+  BP_LAYER_POS_EMBED,     /* y = x + P[H,W,C], P learned */
+  /* end of the ViT layer types */
   BP_LAYER_TYPE_COUNT
 } bp_layer_type;
 
@@ -50,7 +56,20 @@ typedef struct bp_layer {
    * attribute block, filled from the YAML keys by the type's schema. */
   const struct bp_registered_layer *module;
   unsigned char attrs[BP_LAYER_ATTR_MAX];
+  int64_t heads; /* attention: heads (divides D) */
+  int causal;    /* attention: 1 masks keys after the query */
 } bp_layer;
+
+/* Learning-rate schedules (the trainer's bp_schedule_lr runs them, train.h).
+ * Every schedule may start with a linear warmup. */
+typedef enum bp_lr_schedule {
+  BP_LR_CONSTANT = 0, /* lr */
+  BP_LR_STEP,         /* lr * gamma^floor(epoch / step_epochs) */
+  BP_LR_COSINE,       /* 0.5 * lr * (1 + cos(pi * t / T)) after the warmup */
+} bp_lr_schedule;
+
+const char *bp_lr_schedule_name(bp_lr_schedule schedule); /* "constant", "step", "cosine" */
+int bp_lr_schedule_from_name(const char *name, bp_lr_schedule *out); /* 0 on success */
 
 /* Training settings a model file may carry; the command line overrides them. */
 typedef struct bp_train_settings {
@@ -62,6 +81,8 @@ typedef struct bp_train_settings {
   double lr, momentum, weight_decay; /* defaults 0.05, 0.9, 5e-4 */
   int amp, ema;         /* default off */
   char kernels[256];    /* kernel pins "op_glob=impl,..." (registry.h); "" for none */
+  bp_lr_schedule schedule; /* default constant */
+  double warmup_epochs;    /* linear warmup over this many epochs' steps (default 0) */
 } bp_train_settings;
 
 /* Initial values of one parameter or statistic tensor ("conv1.w",

@@ -86,16 +86,8 @@
 extern "C" {
 #endif
 
-/* Learning-rate schedules. Every schedule may start with a linear warmup. */
-typedef enum bp_lr_schedule {
-  BP_LR_CONSTANT = 0, /* lr */
-  BP_LR_STEP,         /* lr * gamma^floor(epoch / step_epochs) */
-  BP_LR_COSINE,       /* 0.5 * lr * (1 + cos(pi * t / T)) after the warmup */
-} bp_lr_schedule;
-
-const char *bp_lr_schedule_name(bp_lr_schedule schedule); /* "constant", "step", "cosine" */
-int bp_lr_schedule_from_name(const char *name, bp_lr_schedule *out); /* 0 on success */
-
+/* A run's learning-rate schedule; its kind (bp_lr_schedule) is in model.h,
+ * since a model file's train: settings may name it. */
 typedef struct bp_schedule {
   bp_lr_schedule kind;
   double lr;               /* base learning rate */
@@ -196,11 +188,12 @@ typedef struct bp_train_options {
   int nesterov;             /* sgd: 0 */
   double beta1, beta2, eps; /* adamw: 0.9, 0.999, 1e-8 */
   double lars_eta;          /* lars: 0.001 */
-  /* schedule (bp_schedule) */
-  bp_lr_schedule schedule; /* constant */
+  /* schedule (bp_schedule); schedule and warmup_epochs: -1 (default) means
+     the model's train: settings (constant, 0 when the file names none) */
+  int schedule;            /* -1 or a bp_lr_schedule */
   double step_gamma;       /* 0.1 */
   int64_t step_epochs;     /* 1 */
-  double warmup_epochs;    /* 0 */
+  double warmup_epochs;    /* -1 or >= 0 */
   /* switches; -1: the model's */
   int amp, ema;
   int no_reuse;     /* 1: no liveness packing of the feature slots (bp_compile_options) */
