@@ -300,30 +300,7 @@ int shm_usable(size_t bytes) {
   return ok;
 }
 
-/* 1 when the model file at `path` is refused only for naming a layer type
- * of the ViT (models/vit.yaml: layernorm, gelu_tanh, pos_embed, attention)
- * that this build's layer table does not have yet; says so on stdout. Any
- * other refusal is 0, so a broken model file still fails the suite. */
-static int needs_missing_vit_layer(const char *path) {
-  bp_model *m = NULL;
-  if (bp_model_load(path, &m) == BP_OK) {
-    bp_model_destroy(m);
-    return 0;
-  }
-  static const char *const vit_types[] = {"layernorm", "gelu_tanh", "pos_embed", "attention"};
-  for (size_t k = 0; k < sizeof vit_types / sizeof vit_types[0]; k++) {
-    char want[64];
-    snprintf(want, sizeof want, "unknown layer type '%s'", vit_types[k]);
-    if (strstr(bp_last_error(), want)) {
-      printf("note: %s left out: this build has no '%s' layer yet\n", path, vit_types[k]);
-      return 1;
-    }
-  }
-  return 0;
-}
-
-/* The shipped model files (models/NAME.yaml), sorted, NULL-terminated;
- * a model whose ViT layer types this build lacks is left out. */
+/* The shipped model files (models/NAME.yaml), sorted, NULL-terminated. */
 char **shipped_models(void) {
   const char *src = getenv("BP_SOURCE_DIR");
   ck_assert_msg(src && *src, "BP_SOURCE_DIR is not set (run through ctest)");
@@ -335,13 +312,7 @@ char **shipped_models(void) {
   for (struct dirent *e; (e = readdir(d)) != NULL && n < 63;) {
     const size_t len = strlen(e->d_name);
     if (len <= 5 || strcmp(e->d_name + len - 5, ".yaml") != 0) continue;
-    names[n] = path_in(dir, e->d_name);
-    if (!needs_missing_vit_layer(names[n]))
-      n++;
-    else {
-      free(names[n]);
-      names[n] = NULL;
-    }
+    names[n++] = path_in(dir, e->d_name);
   }
   closedir(d);
   free(dir);
