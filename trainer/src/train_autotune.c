@@ -184,6 +184,29 @@ static void report_nodes(bp_trainer *t, const tune_side *sides, int rounds) {
   }
 }
 
+/* Whether `impl` is among the candidates autotune timed alone ("a=ms,b=ms"). */
+static int timed_alone(const char *alone, const char *impl) {
+  const size_t len = strlen(impl);
+  for (const char *p = alone; *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
+    if (strncmp(p, impl, len) == 0 && p[len] == '=') return 1;
+  return 0;
+}
+
+/* A node where the default selection binds a kernel autotune did not keep
+ * among the candidates that passed its checks (it times only those), or
+ * NULL: such a default is no alternative, since it would run a kernel the
+ * checks refused. A node without recorded times (an old cache) is taken
+ * on trust. */
+static const tune_node *default_failed_checks(const tune_side *sides) {
+  const tune_side *d = &sides[0], *u = &sides[1];
+  for (int i = 0; i < d->count && i < u->count; i++) {
+    const tune_node *a = &d->nodes[i], *b = &u->nodes[i];
+    if (strcmp(a->name, b->name) != 0 || strcmp(a->impl, b->impl) == 0 || !b->alone[0]) continue;
+    if (!timed_alone(b->alone, a->impl)) return a;
+  }
+  return NULL;
+}
+
 bp_status bp_train_autotune_confirm(bp_trainer *t) {
   if (!t->opt.autotune) return BP_OK;
   const char *skip = NULL;
@@ -227,6 +250,14 @@ bp_status bp_train_autotune_confirm(bp_trainer *t) {
                                  .node_time = side_node_time,
                                  .run_time = side_run_time};
     if ((st = bp_exec_set_timer(execs[w], &timer)) != BP_OK) goto done;
+  }
+  const tune_node *refused = default_failed_checks(sides);
+  if (refused) {
+    note(t,
+         "autotune: kept the tuned kernels without timing whole steps: the default selection "
+         "binds %s to node '%s' (%s), which failed autotune's checks\n",
+         refused->impl, refused->name, refused->op);
+    goto done;
   }
   double sec[2][TUNE_ROUNDS], ignored, spent = 0;
   int rounds = 0;

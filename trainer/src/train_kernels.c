@@ -55,7 +55,10 @@ static const bp_registered_kernel *first_rank_kernel(const bp_trainer *t, int v,
 bp_status bp_train_kernels_collect(bp_trainer *t) {
   int cap = 0;
   free(t->kernel_warnings); /* what the kernel checks found while the ranks bound */
-  t->kernel_warnings = strdup(bp_kernel_checks_warnings(t->registry));
+  /* under autotune the priority picks they judge are the default
+   * selection's: moot when the tuned one runs */
+  const int moot = t->opt.autotune && t->autotune_kept_tuned;
+  t->kernel_warnings = strdup(moot ? "" : bp_kernel_checks_warnings(t->registry));
   if (!t->kernel_warnings) return bp_fail(BP_ERR_NOMEM, "out of memory listing the kernels");
   for (int k = 0; k < t->local; k++) {
     const bp_exec *x = t->ranks[k].exec;
