@@ -35,32 +35,80 @@ BLAS_SIMD_INLINE void attn_gather(float *restrict dst, const float *src, int64_t
     for (int64_t c = 0; c < dh; c++) dst[transposed ? c * T + t : t * dh + c] = src[t * ts + c * cs];
 }
 
-/* s[u] = scale * a . bT[:, u] for u < keys (bT: dh rows of T) */
+/* s[u] = scale * a . bT[:, u] for u < keys (bT: dh rows of ld) */
 BLAS_SIMD_INLINE void attn_row_dots(float *restrict s, const float *restrict a,
-                                    const float *restrict bT, int64_t T, int64_t dh, int64_t keys,
+                                    const float *restrict bT, int64_t ld, int64_t dh, int64_t keys,
                                     float scale) {
-  for (int64_t u = 0; u < keys; u++) s[u] = 0.0f;
-  for (int64_t c = 0; c < dh; c++) {
-    const float ac = a[c] * scale;
-    const float *restrict b = bT + c * T;
-    for (int64_t u = 0; u < keys; u++) s[u] += ac * b[u];
+  for (int64_t u = 0; u < keys; u++) {
+    float acc = 0.0f;
+    for (int64_t c = 0; c < dh; c++) acc += a[c] * bT[c * ld + u];
+    s[u] = acc * scale;
   }
 }
 
-/* acc[c] = sum_u w[u] * rows[u*dh + c] for u < keys */
+/* Sums over keys run in ATTN_LANES interleaved partial sums (key u into
+ * partial u % ATTN_LANES, added up in lane order at the end): a float
+ * chain of one add per key would wait on the adder's latency at every
+ * step; the order is still fixed, so the bits are too. */
+#define ATTN_LANES 8
+
+/* acc[c] = sum_u w[u] * rows[u*dh + c] for u < keys (dh <= ATTN_MIX_MAX:
+ * four partial sums per channel; wider heads one) */
+#define ATTN_MIX_MAX 64
 BLAS_SIMD_INLINE void attn_row_mix(float *restrict acc, const float *restrict w,
                                    const float *restrict rows, int64_t dh, int64_t keys) {
-  for (int64_t c = 0; c < dh; c++) acc[c] = 0.0f;
-  for (int64_t u = 0; u < keys; u++) {
-    const float wu = w[u];
-    const float *restrict r = rows + u * dh;
-    for (int64_t c = 0; c < dh; c++) acc[c] += wu * r[c];
+  if (dh > ATTN_MIX_MAX) {
+    for (int64_t c = 0; c < dh; c++) acc[c] = 0.0f;
+    for (int64_t u = 0; u < keys; u++)
+      for (int64_t c = 0; c < dh; c++) acc[c] += w[u] * rows[u * dh + c];
+    return;
   }
+  float part[4][ATTN_MIX_MAX];
+  for (int l = 0; l < 4; l++)
+    for (int64_t c = 0; c < dh; c++) part[l][c] = 0.0f;
+  int64_t u = 0;
+  for (; u + 4 <= keys; u += 4)
+    for (int l = 0; l < 4; l++)
+      for (int64_t c = 0; c < dh; c++) part[l][c] += w[u + l] * rows[(u + l) * dh + c];
+  for (int l = 0; u < keys; u++, l++)
+    for (int64_t c = 0; c < dh; c++) part[l][c] += w[u] * rows[u * dh + c];
+  for (int64_t c = 0; c < dh; c++) acc[c] = (part[0][c] + part[1][c]) + (part[2][c] + part[3][c]);
+}
+
+/* max_u s[u] for u < keys (keys >= 1), in ATTN_LANES lanes */
+BLAS_SIMD_INLINE float attn_row_max(const float *restrict s, int64_t keys) {
+  float m[ATTN_LANES];
+  for (int l = 0; l < ATTN_LANES; l++) m[l] = s[0];
+  int64_t u = 0;
+  for (; u + ATTN_LANES <= keys; u += ATTN_LANES)
+    for (int l = 0; l < ATTN_LANES; l++) m[l] = s[u + l] > m[l] ? s[u + l] : m[l];
+  for (int l = 0; u < keys; u++, l++) m[l] = s[u] > m[l] ? s[u] : m[l];
+  float r = m[0];
+  for (int l = 1; l < ATTN_LANES; l++) r = m[l] > r ? m[l] : r;
+  return r;
+}
+
+/* s[u] = exp(s[u] - m) for u < keys; returns their sum, in ATTN_LANES lanes */
+BLAS_SIMD_INLINE float attn_row_exp(float *restrict s, int64_t keys, float m) {
+  float sum[ATTN_LANES] = {0};
+  int64_t u = 0;
+  for (; u + ATTN_LANES <= keys; u += ATTN_LANES)
+    for (int l = 0; l < ATTN_LANES; l++) {
+      s[u + l] = blas_expf(s[u + l] - m);
+      sum[l] += s[u + l];
+    }
+  for (int l = 0; u < keys; u++, l++) {
+    s[u] = blas_expf(s[u] - m);
+    sum[l] += s[u];
+  }
+  float r = 0.0f;
+  for (int l = 0; l < ATTN_LANES; l++) r += sum[l];
+  return r;
 }
 
 BLAS_SIMD_INLINE void attn_head_fwd(const ops_attn_geo *g, const ops_attn_head *h,
-                                    float *scratch) {
-  const int64_t T = g->T, dh = g->dh;
+                                    float *scratch, int64_t dh) {
+  const int64_t T = g->T;
   const float scale = (float)g->scale;
   float *restrict q = scratch, *restrict kT = q + T * dh, *restrict v = kT + T * dh;
   float *restrict s = v + T * dh, *restrict acc = s + T;
@@ -70,13 +118,7 @@ BLAS_SIMD_INLINE void attn_head_fwd(const ops_attn_geo *g, const ops_attn_head *
   for (int64_t t = 0; t < T; t++) {
     const int64_t keys = ops_attn_keys(g, t);
     attn_row_dots(s, q + t * dh, kT, T, dh, keys, scale);
-    float m = s[0];
-    for (int64_t u = 1; u < keys; u++) m = s[u] > m ? s[u] : m;
-    float sum = 0.0f;
-    for (int64_t u = 0; u < keys; u++) {
-      s[u] = blas_expf(s[u] - m);
-      sum += s[u];
-    }
+    const float m = attn_row_max(s, keys), sum = attn_row_exp(s, keys, m);
     const float inv = 1.0f / sum;
     for (int64_t u = 0; u < keys; u++) s[u] *= inv;
     attn_row_mix(acc, s, v, dh, keys);
@@ -91,8 +133,8 @@ BLAS_SIMD_INLINE void attn_store(float *out, float value, int accumulate) {
 }
 
 BLAS_SIMD_INLINE void attn_head_bwd(const ops_attn_geo *g, const ops_attn_head *h,
-                                    float *scratch) {
-  const int64_t T = g->T, dh = g->dh;
+                                    float *scratch, int64_t dh) {
+  const int64_t T = g->T;
   const float scale = (float)g->scale;
   float *restrict q = scratch, *restrict kT = q + T * dh, *restrict k = kT + T * dh;
   float *restrict vT = k + T * dh, *restrict dy = vT + T * dh, *restrict dk = dy + T * dh;
@@ -132,6 +174,26 @@ BLAS_SIMD_INLINE void attn_head_bwd(const ops_attn_geo *g, const ops_attn_head *
     }
 }
 
+/* One head, its loops built for the common head widths as constants (the
+ * compiler then unrolls the loops over channels and keeps a row's sums in
+ * registers), else for any dh. */
+BLAS_SIMD_INLINE void attn_head(const ops_attn_geo *g, const ops_attn_head *h, float *scratch,
+                                int bwd) {
+#define ATTN_DH(width)                                          \
+  do {                                                          \
+    if (bwd) attn_head_bwd(g, h, scratch, (width));             \
+    else attn_head_fwd(g, h, scratch, (width));                 \
+  } while (0)
+  switch (g->dh) {
+    case 8: ATTN_DH(8); break;
+    case 16: ATTN_DH(16); break;
+    case 32: ATTN_DH(32); break;
+    case 64: ATTN_DH(64); break;
+    default: ATTN_DH(g->dh); break;
+  }
+#undef ATTN_DH
+}
+
 /* One task's (sample, head) items, as ops_attn_task cuts them; the float
  * scratch of task i starts where attention_math.h's double scratch would
  * (twice what it needs). */
@@ -143,8 +205,7 @@ BLAS_SIMD_INLINE void attn_task_body(void *arg, int64_t task) {
   const int64_t hi = lo + job->per_task < items ? lo + job->per_task : items;
   for (int64_t i = lo; i < hi; i++) {
     const ops_attn_head h = ops_attn_head_of(job, i);
-    if (job->bwd) attn_head_bwd(&job->g, &h, scratch);
-    else attn_head_fwd(&job->g, &h, scratch);
+    attn_head(&job->g, &h, scratch, job->bwd);
   }
 }
 BLAS_SIMD(attn_task, (void *arg, int64_t task), (arg, task))
