@@ -23,6 +23,7 @@
  * (blas-impl.h), lse FP32. Bits: a function of the inputs and the
  * instruction set (each head is one task, summed in a fixed order). */
 #include <math.h>
+#include <string.h>
 
 #include "blas-impl.h"
 #include "blas-simd.h"
@@ -52,6 +53,43 @@ BLAS_SIMD_INLINE void attn_row_dots(float *restrict s, const float *restrict a,
  * step; the order is still fixed, so the bits are too. */
 #define ATTN_LANES 8
 
+/* Eight floats in one vector register (a GCC / clang vector type: a ymm
+ * register under BLAS_SIMD's AVX2 build, two xmm ones in the baseline). */
+typedef float attn_v8 __attribute__((vector_size(32)));
+/* (macros: a function passing a vector type by value would change its ABI
+ * with the instruction set) */
+#define ATTN_LOAD8(v, p) memcpy(&(v), (p), sizeof(attn_v8))
+#define ATTN_STORE8(p, v) memcpy((p), &(v), sizeof(attn_v8))
+
+/* attn_row_mix for dh = 16 (the ViT's heads) with its sums held in
+ * registers: two vectors per partial sum, four partials (key u into
+ * partial u % 4), added up as the general loop does; the compiler keeps
+ * an array of partials in memory instead, and every add then waits on a
+ * store and a load. */
+BLAS_SIMD_INLINE void attn_row_mix16(float *restrict acc, const float *restrict w,
+                                     const float *restrict rows, int64_t keys) {
+  const attn_v8 zero = {0};
+  attn_v8 lo[4] = {zero, zero, zero, zero}, hi[4] = {zero, zero, zero, zero}, r;
+  int64_t u = 0;
+  for (; u + 4 <= keys; u += 4)
+    for (int l = 0; l < 4; l++) {
+      ATTN_LOAD8(r, rows + (u + l) * 16);
+      lo[l] += w[u + l] * r;
+      ATTN_LOAD8(r, rows + (u + l) * 16 + 8);
+      hi[l] += w[u + l] * r;
+    }
+  for (int l = 0; u < keys; u++, l++) {
+    ATTN_LOAD8(r, rows + u * 16);
+    lo[l] += w[u] * r;
+    ATTN_LOAD8(r, rows + u * 16 + 8);
+    hi[l] += w[u] * r;
+  }
+  r = (lo[0] + lo[1]) + (lo[2] + lo[3]);
+  ATTN_STORE8(acc, r);
+  r = (hi[0] + hi[1]) + (hi[2] + hi[3]);
+  ATTN_STORE8(acc + 8, r);
+}
+
 /* acc[c] = sum_u w[u] * rows[u*dh + c] for u < keys (dh <= ATTN_MIX_MAX:
  * four partial sums per channel; wider heads one) */
 #define ATTN_MIX_MAX 64
@@ -61,6 +99,10 @@ BLAS_SIMD_INLINE void attn_row_mix(float *restrict acc, const float *restrict w,
     for (int64_t c = 0; c < dh; c++) acc[c] = 0.0f;
     for (int64_t u = 0; u < keys; u++)
       for (int64_t c = 0; c < dh; c++) acc[c] += w[u] * rows[u * dh + c];
+    return;
+  }
+  if (dh == 16) {
+    attn_row_mix16(acc, w, rows, keys);
     return;
   }
   float part[4][ATTN_MIX_MAX];
@@ -127,6 +169,35 @@ BLAS_SIMD_INLINE void attn_head_fwd(const ops_attn_geo *g, const ops_attn_head *
   }
 }
 
+/* dk[u] += ds[u] q_t and dv[u] += p[u] dy_t for u < keys, dh = 16, in
+ * vector registers (left to itself, the compiler vectorizes this across
+ * keys, with strided accesses) */
+BLAS_SIMD_INLINE void attn_outer16(float *restrict dk, float *restrict dv,
+                                   const float *restrict ds, const float *restrict p,
+                                   const float *restrict qt, const float *restrict dyt,
+                                   int64_t keys) {
+  attn_v8 qlo, qhi, ylo, yhi, r;
+  ATTN_LOAD8(qlo, qt);
+  ATTN_LOAD8(qhi, qt + 8);
+  ATTN_LOAD8(ylo, dyt);
+  ATTN_LOAD8(yhi, dyt + 8);
+  for (int64_t u = 0; u < keys; u++) {
+    float *restrict dku = dk + u * 16, *restrict dvu = dv + u * 16;
+    ATTN_LOAD8(r, dku);
+    r += ds[u] * qlo;
+    ATTN_STORE8(dku, r);
+    ATTN_LOAD8(r, dku + 8);
+    r += ds[u] * qhi;
+    ATTN_STORE8(dku + 8, r);
+    ATTN_LOAD8(r, dvu);
+    r += p[u] * ylo;
+    ATTN_STORE8(dvu, r);
+    ATTN_LOAD8(r, dvu + 8);
+    r += p[u] * yhi;
+    ATTN_STORE8(dvu + 8, r);
+  }
+}
+
 /* out (+)= value */
 BLAS_SIMD_INLINE void attn_store(float *out, float value, int accumulate) {
   *out = accumulate ? *out + value : value;
@@ -158,6 +229,10 @@ BLAS_SIMD_INLINE void attn_head_bwd(const ops_attn_geo *g, const ops_attn_head *
     for (int64_t u = 0; u < keys; u++) ds[u] = p[u] * (dp[u] - dt) * scale;
     attn_row_mix(dq, ds, k, dh, keys);
     for (int64_t c = 0; c < dh; c++) attn_store(h->dq + t * h->gts + c * h->gcs, dq[c], g->accumulate);
+    if (dh == 16) {
+      attn_outer16(dk, dv, ds, p, qt, dyt, keys);
+      continue;
+    }
     for (int64_t u = 0; u < keys; u++) {
       float *restrict dku = dk + u * dh, *restrict dvu = dv + u * dh;
       const float du = ds[u], pu = p[u];
