@@ -11,7 +11,9 @@
  * would nest in the host's), so each task copies its head's q, k, v (and
  * dy) into contiguous float scratch, k and v also transposed, and runs row
  * loops the compiler vectorizes across keys or channels (AVX2 + FMA where
- * the CPU has them, BLAS_SIMD):
+ * the CPU has them, BLAS_SIMD; the loops are built with dh as a constant
+ * for 8, 16, 32 and 64, and for dh = 16, the ViT's, the key sums and the
+ * dK, dV updates are written on 8-float vectors, kept in registers):
  *   forward, row t:  s = scale q_t K^T; p = exp(s - max) / sum;
  *                    y_t = p V; lse_t = max + log sum
  *   backward, row t: p = exp(scale q_t K^T - lse_t); dp = dy_t V^T;
