@@ -130,6 +130,33 @@ START_TEST(gelu_tanh_sweep_matches_reference) {
 }
 END_TEST
 
+/* A NaN in gelu_tanh's input or in attention's scores reaches the outputs
+ * (as in the reference; AMP's overflow check relies on it). */
+START_TEST(nan_reaches_the_outputs) {
+  tt x = tt_new(FP32, 1, 1, 1, 8, 0), y = tt_new(FP32, 1, 1, 1, 8, 0);
+  tt dy = tt_new(FP32, 1, 1, 1, 8, 0), dx = tt_new(FP32, 1, 1, 1, 8, 0);
+  uint64_t rng = 95;
+  tt_rand(&x, &rng, -1, 1), tt_rand(&dy, &rng, -1, 1);
+  *tt_at(&x, 3) = NAN;
+  bp_elementwise_attrs e = {0};
+  const ops_call f = {"gelu_tanh.fwd", {&x}, {&y}, 1, 1, &e, sizeof e};
+  const ops_call b = {"gelu_tanh.bwd", {&x, &dy}, {&dx}, 2, 1, &e, sizeof e};
+  run_impl(GEMM_IMPL, &f, NO_THREADS), run_impl(GEMM_IMPL, &b, NO_THREADS);
+  ck_assert(isnan(*tt_at(&y, 3)) && isnan(*tt_at(&dx, 3)));
+  ck_assert(!isnan(*tt_at(&y, 2)) && !isnan(*tt_at(&dx, 2)));
+  tt qkv = tt_new(FP32, 1, 2, 2, 12, 0), ya = tt_new(FP32, 1, 2, 2, 4, 0);
+  tt l = tt_new(FP32, 1, 2, 2, 1, 0);
+  tt_rand(&qkv, &rng, -1, 1);
+  *tt_f(&qkv, 0, 0, 0, 0) = NAN; /* q of token 0 */
+  const bp_attention_attrs a = {1, 0, 0};
+  const ops_call fa = {"attention.fwd", {&qkv}, {&ya, &l}, 1, 2, &a, sizeof a};
+  run_impl(GEMM_IMPL, &fa, NO_THREADS);
+  ck_assert(isnan(*tt_f(&ya, 0, 0, 0, 0)) && isnan(*tt_f(&l, 0, 0, 0, 0)));
+  tt *all[] = {&x, &y, &dy, &dx, &qkv, &ya, &l};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tt_free(all[i]);
+}
+END_TEST
+
 /* With the cpu module loaded too, the registry prefers GEMM_IMPL (its
  * priority is higher) for both ops; padded gelu_tanh tensors are refused. */
 START_TEST(registry_prefers_the_float_kernels) {
@@ -163,6 +190,7 @@ int main(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, attention_matches_reference, 0, ATTN_CASES);
   tcase_add_test(tc, gelu_tanh_sweep_matches_reference);
+  tcase_add_test(tc, nan_reaches_the_outputs);
   tcase_add_test(tc, registry_prefers_the_float_kernels);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -8,7 +8,9 @@
  * 2^n built in the exponent bits. x is clamped to [-87.3, 88.3] first, so
  * the result is always a finite normal float: exp of -inf gives about
  * 1e-38, not 0, and of +inf about 2e38 (callers either subtract a maximum
- * first or use the result where that is harmless; gelu_tanh.c).
+ * first or use the result where that is harmless; gelu_tanh.c); a NaN
+ * gives that NaN (so a NaN in attention's scores or gelu's input reaches
+ * the outputs, as in the reference, for AMP's overflow check).
  *
  * Dispatch: BLAS_SIMD(name, (params), (args)) builds name##_body (a
  * BLAS_SIMD_INLINE function) twice, for AVX2 with FMA and for the
@@ -25,9 +27,10 @@
 
 #define BLAS_SIMD_INLINE static inline __attribute__((always_inline))
 
-BLAS_SIMD_INLINE float blas_expf(float x) {
-  x = x < -87.3f ? -87.3f : x;
-  x = x > 88.3f ? 88.3f : x;
+BLAS_SIMD_INLINE float blas_expf(float in) {
+  /* a NaN becomes -87.3 here (no float-to-int conversion of a NaN) and
+   * is returned as it came at the end */
+  const float x = in > -87.3f ? (in < 88.3f ? in : 88.3f) : -87.3f;
   /* round to nearest by the 1.5 * 2^23 shift: n is an integer-valued float */
   const float shift = 12582912.0f;
   const float n = (x * 1.44269504088896341f + shift) - shift;
@@ -42,7 +45,7 @@ BLAS_SIMD_INLINE float blas_expf(float x) {
   const int32_t bits = ((int32_t)n + 127) * (1 << 23);
   float scale;
   memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+  return in == in ? p * scale : in;
 }
 
 #if defined(__x86_64__) || defined(__i386__)
