@@ -208,9 +208,13 @@ int blas_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const 
     if (blas_rc_ != BP_ABI_OK) return blas_rc_; \
   } while (0)
 
-/* The kernels, one descriptor each (conv2d.c, fc.c). */
+/* The kernels, one descriptor each (conv2d.c, fc.c, attention.c, gelu_tanh.c). */
 extern const bp_abi_kernel blas_conv2d_fwd, blas_conv2d_bwd_data, blas_conv2d_bwd_filter;
 extern const bp_abi_kernel blas_fc_fwd, blas_fc_bwd_data, blas_fc_bwd_filter;
+/* The ViT's float loops, no GEMM library call (attention.c, gelu_tanh.c,
+ * blas-simd.h): within validate's tolerance of the reference, not its bits. */
+extern const bp_abi_kernel blas_attention_fwd, blas_attention_bwd;
+extern const bp_abi_kernel blas_gelu_tanh_fwd, blas_gelu_tanh_bwd;
 
 /* Every kernel also takes FP16 tensors (features, weights, gradients;
  * mixed with FP32 ones) through the FP16 adapter (shared/fp16_adapter.h):

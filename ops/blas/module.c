@@ -1,6 +1,7 @@
 /* The BLAS op modules (blas-impl.h: one per GEMM provider): the ABI entry
  * (the only exported symbol) and the table of kernels each registers.
- * conv2d and fc, forward and both backwards, FP32 (FP16 through
+ * conv2d and fc, forward and both backwards, and the ViT's float loops
+ * (attention.fwd/.bwd, gelu_tanh.fwd/.bwd: attention.c, gelu_tanh.c), FP32 (FP16 through
  * shared/fp16_adapter.h, blas-impl.h), device "cpu",
  * implementation "blas" (OpenBLAS, priority 10) or "dnnl" (oneDNN,
  * priority 12), flagged DETERMINISTIC (with a fixed thread count,
@@ -38,6 +39,7 @@
 static const bp_abi_kernel *const blas_kernels[] = {
     &blas_conv2d_fwd, &blas_conv2d_bwd_data, &blas_conv2d_bwd_filter,
     &blas_fc_fwd,     &blas_fc_bwd_data,     &blas_fc_bwd_filter,
+    &blas_attention_fwd, &blas_attention_bwd, &blas_gelu_tanh_fwd, &blas_gelu_tanh_bwd,
 };
 #define BLAS_KERNEL_COUNT (sizeof blas_kernels / sizeof blas_kernels[0])
 
@@ -64,9 +66,15 @@ BLAS_THREADED_RUN(2)
 BLAS_THREADED_RUN(3)
 BLAS_THREADED_RUN(4)
 BLAS_THREADED_RUN(5)
+BLAS_THREADED_RUN(6)
+BLAS_THREADED_RUN(7)
+BLAS_THREADED_RUN(8)
+BLAS_THREADED_RUN(9)
 static int (*const blas_threaded_runs[])(void *, const bp_abi_kernel_args *) = {
     blas_threaded_run_0, blas_threaded_run_1, blas_threaded_run_2,
     blas_threaded_run_3, blas_threaded_run_4, blas_threaded_run_5,
+    blas_threaded_run_6, blas_threaded_run_7, blas_threaded_run_8,
+    blas_threaded_run_9,
 };
 _Static_assert(sizeof blas_threaded_runs / sizeof blas_threaded_runs[0] == BLAS_KERNEL_COUNT,
                "one threaded run() per kernel");
