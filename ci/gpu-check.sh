@@ -19,7 +19,9 @@
 #                   all pass, none skips
 #     validate 50   `blueprint validate --device cuda --json`: some CUDA case
 #                   ran, none failed, none skipped but for an unsupported
-#                   shape (or a collective, which needs every rank)
+#                   shape (or a collective, which needs every rank); each
+#                   ViT op (attention, layernorm, gelu_tanh, pos_embed;
+#                   fwd and bwd) ran at least one case
 #     replay 60     CNN, 20 steps, --deterministic: graph replay and --no-graph
 #                   give the same finite losses and checkpoint bytes (FP32 and
 #                   --amp), 3 streams the same checkpoint as --streams 1, and
@@ -368,7 +370,13 @@ failed = [r for r in rows if r["verdict"].lower() == "fail"]
 odd = [r for r in rows if r["verdict"].lower() == "skip"
        and not r["detail"].startswith(("unsupported:", "collective:"))]
 name = lambda r: "%s/%s %s: %s" % (r["op"], r["impl"], r["case"], r["detail"][:120])
-if failed or odd or not ran:
+# the ViT ops' kernels (issue 33) must each have run on the device
+vit = ["%s.%s" % (o, p) for o in ("attention", "layernorm", "gelu_tanh", "pos_embed")
+       for p in ("fwd", "bwd")]
+missing = [o for o in vit if not any(r["op"] == o for r in ran)]
+if missing:
+    print("FAIL", "no %s case ran for %s" % (sys.argv[2], ", ".join(missing)))
+elif failed or odd or not ran:
     print("FAIL", "%d %s cases ran, %d failed, %d skipped for another reason than the shape: %s" % (
         len(ran), sys.argv[2], len(failed), len(odd), "; ".join(map(name, (failed + odd)[:3]))))
 else:
