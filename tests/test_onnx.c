@@ -454,6 +454,77 @@ START_TEST(malformed_vit_patterns_name_node_op_and_what_is_missing) {
 }
 END_TEST
 
+/* b1_gelu's nine nodes replaced by one Gelu (opset 20) with `approximate`. */
+static Onnx__ModelProto *vit_with_gelu_node(uint8_t **bytes, const char *approximate) {
+  bp_model *m = load_shipped("vit.yaml");
+  const char *path = temp_path("gelu");
+  ck_assert(bp_onnx_save(m, fake_read, NULL, &norm, path) == BP_OK);
+  bp_model_destroy(m);
+  size_t size = 0;
+  *bytes = slurp(path, &size);
+  unlink(path);
+  Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, size, *bytes);
+  ck_assert(mp != NULL);
+  Onnx__GraphProto *g = mp->graph;
+  size_t first = 0, kept = 0;
+  while (strcmp(g->node[first]->name, "b1_gelu.square") != 0) first++;
+  Onnx__NodeProto *n = g->node[first];
+  free(n->op_type);
+  n->op_type = str_copy("Gelu");
+  n->n_input = 1; /* x, x -> x */
+  free(n->input[1]);
+  free(n->output[0]);
+  n->output[0] = str_copy("b1_gelu");
+  Onnx__AttributeProto *a = malloc(sizeof *a);
+  onnx__attribute_proto__init(a);
+  a->name = str_copy("approximate");
+  a->has_type = 1, a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+  a->has_s = 1, a->s.len = strlen(approximate), a->s.data = (uint8_t *)str_copy(approximate);
+  n->attribute = malloc(sizeof *n->attribute);
+  n->attribute[0] = a, n->n_attribute = 1;
+  for (size_t i = 0; i < g->n_node; i++) {
+    if (i > first && i <= first + 8)
+      onnx__node_proto__free_unpacked(g->node[i], NULL);
+    else
+      g->node[kept++] = g->node[i];
+  }
+  g->n_node = kept;
+  return mp;
+}
+
+static bp_status parse_message(Onnx__ModelProto *mp, bp_model **out) {
+  size_t n = onnx__model_proto__get_packed_size(mp);
+  uint8_t *b = malloc(n);
+  onnx__model_proto__pack(mp, b);
+  bp_status st = bp_onnx_parse(b, n, "gelu.onnx", out);
+  free(b);
+  return st;
+}
+
+START_TEST(gelu_node_of_opset_20_is_read) {
+  uint8_t *bytes;
+  Onnx__ModelProto *mp = vit_with_gelu_node(&bytes, "tanh");
+  bp_model *m = NULL;
+  ck_assert_msg(parse_message(mp, &m) == BP_OK, "%s", bp_last_error());
+  int tanh_form = 0;
+  for (int i = 0; i < m->layer_count; i++) tanh_form += m->layers[i].type == BP_LAYER_GELU_TANH;
+  ck_assert_int_eq(tanh_form, 4);
+  ck_assert_int_eq(m->layers[9].type, BP_LAYER_GELU_TANH);
+  ck_assert_str_eq(m->layers[9].name, "b1_gelu_square"); /* named after the Gelu node */
+  bp_model_destroy(m);
+  onnx__model_proto__free_unpacked(mp, NULL);
+  free(bytes);
+  mp = vit_with_gelu_node(&bytes, "erf");
+  m = NULL;
+  ck_assert_int_eq(parse_message(mp, &m), BP_ERR_UNSUPPORTED);
+  ck_assert_msg(strstr(bp_last_error(), "'b1_gelu.square' (Gelu): approximate must be"),
+                "%s", bp_last_error());
+  ck_assert(m == NULL);
+  onnx__model_proto__free_unpacked(mp, NULL);
+  free(bytes);
+}
+END_TEST
+
 START_TEST(unsupported_op_names_node_and_op) {
   EXPECT_REFUSED(relu_to_sigmoid, BP_ERR_UNSUPPORTED, "edited.onnx: node 2 'relu1' (Sigmoid)",
                  "no such op", "Conv, BatchNormalization");
@@ -631,6 +702,7 @@ int main(void) {
   tcase_add_test(good, vit_round_trips_with_equal_weights);
   tcase_add_test(good, causal_attention_round_trips);
   tcase_add_test(good, vit_file_holds_the_decompositions);
+  tcase_add_test(good, gelu_node_of_opset_20_is_read);
   tcase_add_test(good, file_holds_onnx_layouts_and_the_normalization);
   tcase_add_test(good, model_files_dispatch_on_the_extension);
   tcase_add_test(good, settings_beside_the_file_are_read);

@@ -34,7 +34,7 @@ TOL = 1e-3  # |log p_blueprint - log p_ort| per class, where p > 1e-30
 DATA = os.environ.get("BP_ONNX_DATA", "/usr/share/datasets/fashion-mnist")
 VIT_IMAGES = 500
 # model: (training images, test images compared; None = all 10,000)
-LIMITS = {"vit": (1280, VIT_IMAGES)}
+LIMITS = {"vit": (1280, VIT_IMAGES)}  # and vit_* variants
 
 
 def skip(why):
@@ -87,7 +87,7 @@ def check(blueprint, models_dir, work, model):
     yaml = os.path.join(models_dir, model + ".yaml")
     ckpt = os.path.join(work, model + ".ckpt")
     path = os.path.join(work, model + ".onnx")
-    train_limit, test_limit = LIMITS.get(model, (3000, None))
+    train_limit, test_limit = LIMITS.get(model.split("_")[0], (3000, None))
     limit = ["--test-limit", str(test_limit)] if test_limit else []
     run([blueprint, "train", yaml, "--epochs", "1", "--train-limit", str(train_limit), "--quiet",
          "--checkpoint", ckpt] + limit)
