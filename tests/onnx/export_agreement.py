@@ -16,8 +16,9 @@ Prints one line of figures per model. Exit 77 (skipped, with the reason)
 where onnx or onnxruntime is missing; 1 on a disagreement.
 
 The vit trains on 1,280 images and is compared on the first 500 test
-images (VIT_IMAGES): its one-image-at-a-time predict is slow on a small
-machine; the others train on 3,000 and use all 10,000.
+images (VIT_IMAGES; BP_ONNX_VIT_IMAGES=10000 compares all): its
+one-image-at-a-time predict is slow on a small machine; the others train
+on 3,000 and use all 10,000.
 
 usage: export_agreement.py BLUEPRINT MODELS_DIR WORKDIR [model ...]
 """
@@ -32,7 +33,7 @@ import sys
 
 TOL = 1e-3  # |log p_blueprint - log p_ort| per class, where p > 1e-30
 DATA = os.environ.get("BP_ONNX_DATA", "/usr/share/datasets/fashion-mnist")
-VIT_IMAGES = 500
+VIT_IMAGES = int(os.environ.get("BP_ONNX_VIT_IMAGES", "500"))  # 10000: all
 # model: (training images, test images compared; None = all 10,000)
 LIMITS = {"vit": (1280, VIT_IMAGES)}  # and vit_* variants
 
