@@ -493,10 +493,11 @@ static bp_status view(reader *r, const Onnx__NodeProto *n, int index, int flatte
   if (out.rank == 2 && x->shape.rank == 2) out = x->shape;
   if (n->n_output < 1 || !n->output[0])
     return node_fail(r, BP_ERR_INVALID, n, index, "it has no output");
+  const int layer = x->layer; /* add_value may move the values x points into */
   value *v = add_value(r, n->output[0]);
   if (!v) return bp_fail(BP_ERR_NOMEM, "out of memory reading %s", r->file);
   /* a flattened map keeps its [c, h, w] for the fc that reads it */
-  v->layer = x->layer, v->shape = out;
+  v->layer = layer, v->shape = out;
   return BP_OK;
 }
 
