@@ -16,7 +16,7 @@
 #include "onnx-impl.h"
 #include "onnx.pb-c.h"
 
-#define OPSET 17      /* LayerNormalization's first opset */
+#define OPSET 17     /* LayerNormalization's first opset */
 #define IR_VERSION 8 /* the IR of opset 17 (ONNX 1.12) */
 
 typedef struct writer {
@@ -132,8 +132,8 @@ static void initializer(writer *w, const char *name, int rank, const int64_t *di
   push(w, (void ***)&w->graph->initializer, &w->graph->n_initializer, t);
 }
 
-/* A node with one input and one output named "<layer>.<suffix>" (or the
- * layer itself when suffix is NULL): the steps of a layer's decomposition. */
+/* A step of a layer's decomposition: a node whose name and one output are
+ * "<layer>.<suffix>", or the layer's own name for the last (suffix NULL). */
 static Onnx__NodeProto *step(writer *w, const char *op, const bp_layer *l,
                              const char *const *in, int n_in, const char *suffix, char *out,
                              size_t out_size) {
