@@ -24,7 +24,7 @@ static const char usage_text[] =
     "usage: blueprint export MODEL --checkpoint FILE -o OUT.onnx [options]\n"
     "\n"
     "Writes the network of MODEL with the weights of the checkpoint FILE as an\n"
-    "ONNX inference graph (opset 13, FP32; input [N, C, H, W] normalized as\n"
+    "ONNX inference graph (opset 17, FP32; input [N, C, H, W] normalized as\n"
     "the file's metadata says, output the logits [N, classes]; docs/onnx.md).\n"
     "\n"
     "  --checkpoint FILE   the trained checkpoint (required; only read). An\n"

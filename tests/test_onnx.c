@@ -75,9 +75,9 @@ static const Onnx__TensorProto *find_initializer(const Onnx__ModelProto *mp, con
   return NULL;
 }
 
-/* Exports the shipped model `file` with fake_read and reads it back. */
-static void round_trip(const char *file) {
-  bp_model *m = load_shipped(file);
+/* Exports model m (named `file` in messages) with fake_read, reads it
+ * back: the same layers, every initial value equal. Takes m. */
+static void round_trip_model(bp_model *m, const char *file) {
   const char *path = temp_path("rt");
   ck_assert_msg(bp_onnx_save(m, fake_read, NULL, &norm, path) == BP_OK, "%s", bp_last_error());
   bp_model *back = NULL;
@@ -106,6 +106,11 @@ static void round_trip(const char *file) {
       ck_assert_int_eq(a->pad, b->pad);
       ck_assert_int_eq(a->groups, b->groups);
     }
+    if (a->type == BP_LAYER_LAYERNORM) ck_assert_float_eq(a->eps, b->eps);
+    if (a->type == BP_LAYER_ATTENTION) {
+      ck_assert_int_eq(a->heads, b->heads);
+      ck_assert_int_eq(a->causal, b->causal);
+    }
     if (a->type == BP_LAYER_BATCHNORM) {
       ck_assert_float_eq_tol(a->eps, b->eps, 1e-9);
       ck_assert_float_eq_tol(a->momentum, b->momentum, 1e-6);
@@ -128,6 +133,8 @@ static void round_trip(const char *file) {
   bp_model_destroy(m);
 }
 
+static void round_trip(const char *file) { round_trip_model(load_shipped(file), file); }
+
 /* ---- export, read back ---------------------------------------------------- */
 
 START_TEST(mlp_round_trips_with_equal_weights) { round_trip("mlp.yaml"); }
@@ -135,6 +142,78 @@ END_TEST
 START_TEST(cnn_round_trips_with_equal_weights) { round_trip("cnn.yaml"); }
 END_TEST
 START_TEST(resnet8_round_trips_with_equal_weights) { round_trip("resnet8.yaml"); }
+END_TEST
+
+START_TEST(vit_round_trips_with_equal_weights) { round_trip("vit.yaml"); }
+END_TEST
+
+/* causal attention (its mask), gelu_tanh and layernorm on 4 tokens of 8 */
+START_TEST(causal_attention_round_trips) {
+  static const char text[] =
+      "name: causal\n"
+      "input: {height: 8, width: 8, channels: 1, classes: 3}\n"
+      "layers:\n"
+      "  - {type: conv, name: patch, filters: 8, kernel: 4, stride: 4}\n"
+      "  - {type: pos_embed, name: pos}\n"
+      "  - {type: layernorm, name: ln, eps: 1e-6}\n"
+      "  - {type: conv, name: qkv, filters: 24, kernel: 1}\n"
+      "  - {type: attention, name: attn, heads: 2, causal: true}\n"
+      "  - {type: gelu_tanh, name: act}\n"
+      "  - {type: global_avgpool, name: pool}\n"
+      "  - {type: fc, name: head, units: 3}\n"
+      "  - {type: softmax_ce, name: loss}\n";
+  bp_model *m = NULL;
+  ck_assert_msg(bp_model_parse(text, strlen(text), "causal.yaml", &m) == BP_OK, "%s",
+                bp_last_error());
+  round_trip_model(m, "causal.yaml");
+}
+END_TEST
+
+/* The vit's file: opset 17, P as [1, C, H, W], a LayerNormalization over
+ * NHWC per layernorm, GELU's tanh form and attention decomposed. */
+START_TEST(vit_file_holds_the_decompositions) {
+  bp_model *m = load_shipped("vit.yaml");
+  const char *path = temp_path("vitfile");
+  ck_assert_msg(bp_onnx_save(m, fake_read, NULL, &norm, path) == BP_OK, "%s", bp_last_error());
+  size_t size = 0;
+  uint8_t *bytes = slurp(path, &size);
+  Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, size, bytes);
+  ck_assert(mp != NULL);
+  ck_assert_int_eq(mp->opset_import[0]->version, 17);
+  ck_assert_int_eq(mp->ir_version, 8);
+  /* pos: blueprint [1, 7, 7, 64] -> ONNX [1, 64, 7, 7] */
+  const Onnx__TensorProto *p = find_initializer(mp, "pos.weight");
+  ck_assert(p && p->n_dims == 4 && p->dims[0] == 1 && p->dims[1] == 64 && p->dims[2] == 7 &&
+            p->dims[3] == 7);
+  const float *pv = (const float *)(const void *)p->raw_data.data;
+  for (int c = 0; c < 64; c += 5)
+    for (int y = 0; y < 7; y++)
+      for (int x = 0; x < 7; x += 2)
+        ck_assert_float_eq(pv[(c * 7 + y) * 7 + x],
+                           value_of("pos.weight", (uint64_t)((y * 7 + x) * 64 + c)));
+  const Onnx__TensorProto *g = find_initializer(mp, "b2_ln1.weight");
+  ck_assert(g && g->n_dims == 1 && g->dims[0] == 64);
+  ck_assert_float_eq(((const float *)(const void *)g->raw_data.data)[3],
+                     value_of("b2_ln1.weight", 3));
+  int ln = 0, split = 0, softmax = 0, tanh_ = 0, conv = 0;
+  for (size_t i = 0; i < mp->graph->n_node; i++) {
+    const char *op = mp->graph->node[i]->op_type;
+    ln += !strcmp(op, "LayerNormalization");
+    split += !strcmp(op, "Split") && mp->graph->node[i]->n_output == 3;
+    softmax += !strcmp(op, "Softmax");
+    tanh_ += !strcmp(op, "Tanh");
+    conv += !strcmp(op, "Conv");
+  }
+  ck_assert_int_eq(ln, 9);
+  ck_assert_int_eq(split, 4);
+  ck_assert_int_eq(softmax, 4);
+  ck_assert_int_eq(tanh_, 4);
+  ck_assert_int_eq(conv, 17); /* the patch conv and 16 token-wise 1x1 convs */
+  onnx__model_proto__free_unpacked(mp, NULL);
+  free(bytes);
+  unlink(path);
+  bp_model_destroy(m);
+}
 END_TEST
 
 /* The file itself: OIHW conv weights, the fc weight in NCHW flattening,
@@ -148,7 +227,7 @@ START_TEST(file_holds_onnx_layouts_and_the_normalization) {
   Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, size, bytes);
   ck_assert_msg(mp != NULL, "the exported file does not parse as an ONNX ModelProto");
   ck_assert_int_eq(mp->n_opset_import, 1);
-  ck_assert_int_eq(mp->opset_import[0]->version, 13);
+  ck_assert_int_eq(mp->opset_import[0]->version, 17);
   /* conv2: blueprint [32, 3, 3, 32] -> ONNX [32, 32, 3, 3] */
   const Onnx__TensorProto *w = find_initializer(mp, "conv2.w");
   ck_assert(w && w->n_dims == 4 && w->dims[0] == 32 && w->dims[1] == 32 && w->dims[2] == 3 &&
@@ -199,9 +278,9 @@ END_TEST
 
 /* cnn exported, then `edit` applied to its message; parsing the result
  * fails with `want` and a one-line message holding every needle. */
-static void expect_refused_(void (*edit)(Onnx__ModelProto *), bp_status want,
+static void expect_refused_(const char *file, void (*edit)(Onnx__ModelProto *), bp_status want,
                             const char *const *needles, int line) {
-  bp_model *m = load_shipped("cnn.yaml");
+  bp_model *m = load_shipped(file);
   const char *path = temp_path("edit");
   ck_assert(bp_onnx_save(m, fake_read, NULL, &norm, path) == BP_OK);
   size_t size = 0;
@@ -230,11 +309,12 @@ static void expect_refused_(void (*edit)(Onnx__ModelProto *), bp_status want,
   bp_model_destroy(m);
 }
 
-#define EXPECT_REFUSED(edit, want, ...)                  \
-  do {                                                   \
-    const char *needles_[] = {__VA_ARGS__, NULL};        \
-    expect_refused_((edit), (want), needles_, __LINE__); \
+#define EXPECT_REFUSED_IN(file, edit, want, ...)                 \
+  do {                                                           \
+    const char *needles_[] = {__VA_ARGS__, NULL};                \
+    expect_refused_((file), (edit), (want), needles_, __LINE__); \
   } while (0)
+#define EXPECT_REFUSED(edit, want, ...) EXPECT_REFUSED_IN("cnn.yaml", edit, want, __VA_ARGS__)
 
 static Onnx__NodeProto *node_of(Onnx__ModelProto *mp, const char *op) {
   for (size_t i = 0; i < mp->graph->n_node; i++)
@@ -293,6 +373,157 @@ static void no_output(Onnx__ModelProto *mp) {
     onnx__value_info_proto__free_unpacked(mp->graph->output[i], NULL);
   mp->graph->n_output = 0;
 }
+
+/* ---- the vit's decompositions, malformed ---- */
+
+static Onnx__NodeProto *node_named(Onnx__ModelProto *mp, const char *name) {
+  for (size_t i = 0; i < mp->graph->n_node; i++)
+    if (strcmp(mp->graph->node[i]->name, name) == 0) return mp->graph->node[i];
+  ck_abort_msg("no node %s", name);
+  return NULL;
+}
+
+static float *initializer_floats(Onnx__ModelProto *mp, const char *name) {
+  const Onnx__TensorProto *t = find_initializer(mp, name);
+  ck_assert_msg(t && t->has_raw_data, "no initializer %s", name);
+  return (float *)(void *)t->raw_data.data;
+}
+
+static void attention_scale_wrong(Onnx__ModelProto *mp) {
+  *initializer_floats(mp, "b1_attn.scale") = 0.5f; /* 1/sqrt(16) = 0.25 */
+}
+
+static void attention_perm_wrong(Onnx__ModelProto *mp) {
+  Onnx__NodeProto *n = node_named(mp, "b2_attn.q_tokens");
+  n->attribute[0]->ints[2] = 2, n->attribute[0]->ints[3] = 3;
+}
+
+static void attention_softmax_replaced(Onnx__ModelProto *mp) {
+  Onnx__NodeProto *n = node_named(mp, "b1_attn.probs");
+  free(n->op_type);
+  n->op_type = str_copy("Relu");
+}
+
+static void attention_heads_not_dividing(Onnx__ModelProto *mp) {
+  const Onnx__TensorProto *t = find_initializer(mp, "b1_attn.shape_heads");
+  ((int64_t *)(void *)t->raw_data.data)[1] = 5; /* 5 heads of 64 channels */
+}
+
+static void attention_step_read_outside(Onnx__ModelProto *mp) {
+  Onnx__NodeProto *n = node_named(mp, "b1_proj"); /* reads the probabilities, not the result */
+  free(n->input[0]);
+  n->input[0] = str_copy("b1_attn.probs");
+}
+
+static void layernorm_axis_wrong(Onnx__ModelProto *mp) {
+  Onnx__NodeProto *n = node_named(mp, "b1_ln2.norm");
+  for (size_t i = 0; i < n->n_attribute; i++)
+    if (!strcmp(n->attribute[i]->name, "axis")) n->attribute[i]->i = 1;
+}
+
+static void layernorm_alone(Onnx__ModelProto *mp) {
+  Onnx__NodeProto *n = node_named(mp, "b1_ln1.nhwc"); /* the Transpose becomes an Identity */
+  free(n->op_type);
+  n->op_type = str_copy("Identity");
+  for (size_t i = 0; i < n->n_attribute; i++)
+    onnx__attribute_proto__free_unpacked(n->attribute[i], NULL);
+  n->n_attribute = 0;
+}
+
+static void gelu_constant_wrong(Onnx__ModelProto *mp) {
+  *initializer_floats(mp, "b3_gelu.c_cube") = 0.05f;
+}
+
+START_TEST(malformed_vit_patterns_name_node_op_and_what_is_missing) {
+  EXPECT_REFUSED_IN("vit.yaml", attention_scale_wrong, BP_ERR_UNSUPPORTED,
+                    "'b1_attn.scaled' (Mul): attention", "1/sqrt(D/heads)");
+  EXPECT_REFUSED_IN("vit.yaml", attention_perm_wrong, BP_ERR_UNSUPPORTED,
+                    "'b2_attn.q_tokens' (Transpose): attention", "perm must be [0, 1, 3, 2]");
+  EXPECT_REFUSED_IN("vit.yaml", attention_softmax_replaced, BP_ERR_UNSUPPORTED,
+                    "'b1_attn.probs' (Relu): attention", "expected Softmax");
+  EXPECT_REFUSED_IN("vit.yaml", attention_heads_not_dividing, BP_ERR_UNSUPPORTED,
+                    "'b1_attn.q_heads' (Reshape)", "heads dividing D");
+  EXPECT_REFUSED_IN("vit.yaml", attention_step_read_outside, BP_ERR_UNSUPPORTED,
+                    "'b1_proj' (Conv): reads 'b1_attn.probs', a step inside attention");
+  EXPECT_REFUSED_IN("vit.yaml", layernorm_axis_wrong, BP_ERR_UNSUPPORTED,
+                    "'b1_ln2.norm' (LayerNormalization): layer norm", "axis must be the last");
+  EXPECT_REFUSED_IN("vit.yaml", layernorm_alone, BP_ERR_UNSUPPORTED,
+                    "'b1_ln1.norm' (LayerNormalization): layer norm", "expected Transpose");
+  EXPECT_REFUSED_IN("vit.yaml", gelu_constant_wrong, BP_ERR_UNSUPPORTED,
+                    "'b3_gelu.cube_scaled' (Mul): GELU's tanh form", "0.044715");
+}
+END_TEST
+
+/* b1_gelu's nine nodes replaced by one Gelu (opset 20) with `approximate`. */
+static Onnx__ModelProto *vit_with_gelu_node(uint8_t **bytes, const char *approximate) {
+  bp_model *m = load_shipped("vit.yaml");
+  const char *path = temp_path("gelu");
+  ck_assert(bp_onnx_save(m, fake_read, NULL, &norm, path) == BP_OK);
+  bp_model_destroy(m);
+  size_t size = 0;
+  *bytes = slurp(path, &size);
+  unlink(path);
+  Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, size, *bytes);
+  ck_assert(mp != NULL);
+  Onnx__GraphProto *g = mp->graph;
+  size_t first = 0, kept = 0;
+  while (strcmp(g->node[first]->name, "b1_gelu.square") != 0) first++;
+  Onnx__NodeProto *n = g->node[first];
+  free(n->op_type);
+  n->op_type = str_copy("Gelu");
+  n->n_input = 1; /* x, x -> x */
+  free(n->input[1]);
+  free(n->output[0]);
+  n->output[0] = str_copy("b1_gelu");
+  Onnx__AttributeProto *a = malloc(sizeof *a);
+  onnx__attribute_proto__init(a);
+  a->name = str_copy("approximate");
+  a->has_type = 1, a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+  a->has_s = 1, a->s.len = strlen(approximate), a->s.data = (uint8_t *)str_copy(approximate);
+  n->attribute = malloc(sizeof *n->attribute);
+  n->attribute[0] = a, n->n_attribute = 1;
+  for (size_t i = 0; i < g->n_node; i++) {
+    if (i > first && i <= first + 8)
+      onnx__node_proto__free_unpacked(g->node[i], NULL);
+    else
+      g->node[kept++] = g->node[i];
+  }
+  g->n_node = kept;
+  return mp;
+}
+
+static bp_status parse_message(Onnx__ModelProto *mp, bp_model **out) {
+  size_t n = onnx__model_proto__get_packed_size(mp);
+  uint8_t *b = malloc(n);
+  onnx__model_proto__pack(mp, b);
+  bp_status st = bp_onnx_parse(b, n, "gelu.onnx", out);
+  free(b);
+  return st;
+}
+
+START_TEST(gelu_node_of_opset_20_is_read) {
+  uint8_t *bytes;
+  Onnx__ModelProto *mp = vit_with_gelu_node(&bytes, "tanh");
+  bp_model *m = NULL;
+  ck_assert_msg(parse_message(mp, &m) == BP_OK, "%s", bp_last_error());
+  int tanh_form = 0;
+  for (int i = 0; i < m->layer_count; i++) tanh_form += m->layers[i].type == BP_LAYER_GELU_TANH;
+  ck_assert_int_eq(tanh_form, 4);
+  ck_assert_int_eq(m->layers[9].type, BP_LAYER_GELU_TANH);
+  ck_assert_str_eq(m->layers[9].name, "b1_gelu_square"); /* named after the Gelu node */
+  bp_model_destroy(m);
+  onnx__model_proto__free_unpacked(mp, NULL);
+  free(bytes);
+  mp = vit_with_gelu_node(&bytes, "erf");
+  m = NULL;
+  ck_assert_int_eq(parse_message(mp, &m), BP_ERR_UNSUPPORTED);
+  ck_assert_msg(strstr(bp_last_error(), "'b1_gelu.square' (Gelu): approximate must be"),
+                "%s", bp_last_error());
+  ck_assert(m == NULL);
+  onnx__model_proto__free_unpacked(mp, NULL);
+  free(bytes);
+}
+END_TEST
 
 START_TEST(unsupported_op_names_node_and_op) {
   EXPECT_REFUSED(relu_to_sigmoid, BP_ERR_UNSUPPORTED, "edited.onnx: node 2 'relu1' (Sigmoid)",
@@ -468,6 +699,10 @@ int main(void) {
   tcase_add_test(good, mlp_round_trips_with_equal_weights);
   tcase_add_test(good, cnn_round_trips_with_equal_weights);
   tcase_add_test(good, resnet8_round_trips_with_equal_weights);
+  tcase_add_test(good, vit_round_trips_with_equal_weights);
+  tcase_add_test(good, causal_attention_round_trips);
+  tcase_add_test(good, vit_file_holds_the_decompositions);
+  tcase_add_test(good, gelu_node_of_opset_20_is_read);
   tcase_add_test(good, file_holds_onnx_layouts_and_the_normalization);
   tcase_add_test(good, model_files_dispatch_on_the_extension);
   tcase_add_test(good, settings_beside_the_file_are_read);
@@ -477,6 +712,7 @@ int main(void) {
   tcase_add_test(bad, unsupported_op_names_node_and_op);
   tcase_add_test(bad, unsupported_attribute_names_node_op_and_attribute);
   tcase_add_test(bad, malformed_files_are_parse_errors);
+  tcase_add_test(bad, malformed_vit_patterns_name_node_op_and_what_is_missing);
   tcase_set_timeout(bad, 120);
   suite_add_tcase(s, bad);
   TCase *cli = tcase_create("cli"); /* runs the built blueprint and its modules */

@@ -20,6 +20,11 @@ typedef struct bp_onnx_shape {
  * module's type, a shape that does not fit). */
 int bp_onnx_model_shapes(const bp_model *model, bp_onnx_shape *shapes, int *bad);
 
+/* The constants of GELU's tanh form, as export writes them and import
+ * expects them: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+#define BP_ONNX_GELU_CUBE 0.044715f
+#define BP_ONNX_GELU_SQRT_2_PI 0.797884560802865f
+
 /* conv weight [F, kh, kw, cg] (blueprint) <-> [F, cg, kh, kw] (ONNX) */
 void bp_onnx_conv_to_oihw(const float *src, float *dst, int64_t f, int64_t kh, int64_t kw,
                           int64_t cg);

@@ -5,6 +5,7 @@
  * list freed at the end. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +16,8 @@
 #include "onnx-impl.h"
 #include "onnx.pb-c.h"
 
-#define OPSET 13
-#define IR_VERSION 7 /* the IR of opset 13 (ONNX 1.8) */
+#define OPSET 17     /* LayerNormalization's first opset */
+#define IR_VERSION 8 /* the IR of opset 17 (ONNX 1.12) */
 
 typedef struct writer {
   void **owned; /* everything malloc'ed for the message, freed together */
@@ -123,12 +124,53 @@ static void initializer(writer *w, const char *name, int rank, const int64_t *di
   if (!t || !d || !raw) return;
   onnx__tensor_proto__init(t);
   t->name = text(w, name);
-  memcpy(d, dims, (size_t)rank * sizeof *d);
+  if (rank) memcpy(d, dims, (size_t)rank * sizeof *d);
   t->n_dims = (size_t)rank, t->dims = d;
   t->has_data_type = 1, t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
   memcpy(raw, values, (size_t)count * sizeof(float)); /* x86-64 and arm64: little-endian */
   t->has_raw_data = 1, t->raw_data.len = (size_t)count * sizeof(float), t->raw_data.data = raw;
   push(w, (void ***)&w->graph->initializer, &w->graph->n_initializer, t);
+}
+
+/* A step of a layer's decomposition: a node whose name and one output are
+ * "<layer>.<suffix>", or the layer's own name for the last (suffix NULL). */
+static Onnx__NodeProto *step(writer *w, const char *op, const bp_layer *l,
+                             const char *const *in, int n_in, const char *suffix, char *out,
+                             size_t out_size) {
+  if (suffix)
+    snprintf(out, out_size, "%s.%s", l->name, suffix);
+  else
+    snprintf(out, out_size, "%s", l->name);
+  return node(w, op, out, in, n_in, out);
+}
+
+/* A scalar FP32 constant "<layer>.<suffix>" (rank 0). */
+static void scalar(writer *w, const bp_layer *l, const char *suffix, float v, char *name,
+                   size_t size) {
+  snprintf(name, size, "%s.%s", l->name, suffix);
+  initializer(w, name, 0, NULL, &v, 1);
+}
+
+/* An INT64 vector initializer (Reshape's shape). */
+static void int64s(writer *w, const char *name, int n, const int64_t *values) {
+  Onnx__TensorProto *t = alloc(w, sizeof *t);
+  int64_t *d = alloc(w, sizeof *d);
+  uint8_t *raw = alloc(w, (size_t)n * sizeof(int64_t));
+  if (!t || !d || !raw) return;
+  onnx__tensor_proto__init(t);
+  t->name = text(w, name);
+  d[0] = n;
+  t->n_dims = 1, t->dims = d;
+  t->has_data_type = 1, t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+  memcpy(raw, values, (size_t)n * sizeof(int64_t));
+  t->has_raw_data = 1, t->raw_data.len = (size_t)n * sizeof(int64_t), t->raw_data.data = raw;
+  push(w, (void ***)&w->graph->initializer, &w->graph->n_initializer, t);
+}
+
+static void transpose(writer *w, const bp_layer *l, const char *in, const char *suffix,
+                      const int64_t perm[4], char *out, size_t size) {
+  Onnx__NodeProto *n = step(w, "Transpose", l, (const char *const[]){in}, 1, suffix, out, size);
+  node_attr(w, n, attr_ints(w, "perm", 4, perm));
 }
 
 /* A graph input or output: FP32 of dims, dim 0 the symbolic batch "N". */
@@ -285,6 +327,111 @@ static bp_status build_graph(writer *w, const bp_model *m, const bp_onnx_shape *
       const char *ins[3] = {a, wn, bn};
       Onnx__NodeProto *n = node(w, "Gemm", l->name, ins, l->bias ? 3 : 2, l->name);
       node_attr(w, n, attr_int(w, "transB", 1));
+      break;
+    }
+    case BP_LAYER_LAYERNORM: { /* over the channels: ONNX's axis must be last, so NHWC around it */
+      static const int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+      char nhwc[BP_NAME_MAX + 16], norm[BP_NAME_MAX + 16], out[BP_NAME_MAX + 16];
+      char gn[BP_NAME_MAX + 16], bsn[BP_NAME_MAX + 16];
+      const float *g = param(w, read, user, l, "weight", (uint64_t)in.c, &st);
+      const float *b = param(w, read, user, l, "bias", (uint64_t)in.c, &st);
+      if (!g || !b) break;
+      snprintf(gn, sizeof gn, "%s.weight", l->name);
+      snprintf(bsn, sizeof bsn, "%s.bias", l->name);
+      initializer(w, gn, 1, &in.c, g, (uint64_t)in.c);
+      initializer(w, bsn, 1, &in.c, b, (uint64_t)in.c);
+      transpose(w, l, in0, "nhwc", to_nhwc, nhwc, sizeof nhwc);
+      Onnx__NodeProto *n = step(w, "LayerNormalization", l, (const char *const[]){nhwc, gn, bsn},
+                                3, "norm", norm, sizeof norm);
+      node_attr(w, n, attr_int(w, "axis", -1));
+      node_attr(w, n, attr_float(w, "epsilon", l->eps));
+      transpose(w, l, norm, NULL, to_nchw, out, sizeof out);
+      break;
+    }
+    case BP_LAYER_POS_EMBED: { /* Add of P: blueprint [1, H, W, C], ONNX [1, C, H, W] */
+      const uint64_t count = (uint64_t)(in.c * in.h * in.w);
+      const float *v = param(w, read, user, l, "weight", count, &st);
+      float *chw = alloc(w, (size_t)count * sizeof *chw);
+      if (!v || !chw) break;
+      bp_onnx_conv_to_oihw(v, chw, 1, in.h, in.w, in.c); /* [1,H,W,C] -> [1,C,H,W] */
+      const int64_t dims[4] = {1, in.c, in.h, in.w};
+      snprintf(wn, sizeof wn, "%s.weight", l->name);
+      initializer(w, wn, 4, dims, chw, count);
+      node(w, "Add", l->name, (const char *const[]){in0, wn}, 2, l->name);
+      break;
+    }
+    case BP_LAYER_GELU_TANH: { /* x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): Gelu's tanh
+                                  form is opset 20 */
+      char sq[BP_NAME_MAX + 16], cube[BP_NAME_MAX + 16], cs[BP_NAME_MAX + 16],
+          inner[BP_NAME_MAX + 16], arg[BP_NAME_MAX + 16], th[BP_NAME_MAX + 16],
+          onep[BP_NAME_MAX + 16], half[BP_NAME_MAX + 16], out[BP_NAME_MAX + 16];
+      char k_cube[BP_NAME_MAX + 16], k_sqrt[BP_NAME_MAX + 16], k_one[BP_NAME_MAX + 16],
+          k_half[BP_NAME_MAX + 16];
+      scalar(w, l, "c_cube", BP_ONNX_GELU_CUBE, k_cube, sizeof k_cube);
+      scalar(w, l, "c_sqrt_2_pi", BP_ONNX_GELU_SQRT_2_PI, k_sqrt, sizeof k_sqrt);
+      scalar(w, l, "c_one", 1.0f, k_one, sizeof k_one);
+      scalar(w, l, "c_half", 0.5f, k_half, sizeof k_half);
+      step(w, "Mul", l, (const char *const[]){in0, in0}, 2, "square", sq, sizeof sq);
+      step(w, "Mul", l, (const char *const[]){sq, in0}, 2, "cube", cube, sizeof cube);
+      step(w, "Mul", l, (const char *const[]){cube, k_cube}, 2, "cube_scaled", cs, sizeof cs);
+      step(w, "Add", l, (const char *const[]){in0, cs}, 2, "inner", inner, sizeof inner);
+      step(w, "Mul", l, (const char *const[]){inner, k_sqrt}, 2, "arg", arg, sizeof arg);
+      step(w, "Tanh", l, (const char *const[]){arg}, 1, "tanh", th, sizeof th);
+      step(w, "Add", l, (const char *const[]){th, k_one}, 2, "one_plus", onep, sizeof onep);
+      step(w, "Mul", l, (const char *const[]){in0, k_half}, 2, "half", half, sizeof half);
+      step(w, "Mul", l, (const char *const[]){half, onep}, 2, NULL, out, sizeof out);
+      break;
+    }
+    case BP_LAYER_ATTENTION: { /* [N, 3D, H, W] -> q, k, v [N, heads, dh, T] -> [N, D, H, W] */
+      static const int64_t swap[4] = {0, 1, 3, 2};
+      const int64_t d = in.c / 3, dh = d / l->heads, t = in.h * in.w;
+      char q[BP_NAME_MAX + 16], k[BP_NAME_MAX + 16], v[BP_NAME_MAX + 16];
+      char hdt[BP_NAME_MAX + 16], dhw[BP_NAME_MAX + 16], scale[BP_NAME_MAX + 16];
+      char q4[BP_NAME_MAX + 16], kt[BP_NAME_MAX + 16], v4[BP_NAME_MAX + 16],
+          qt[BP_NAME_MAX + 16], vt[BP_NAME_MAX + 16], sc[BP_NAME_MAX + 16],
+          scd[BP_NAME_MAX + 16], msk[BP_NAME_MAX + 16], mskd[BP_NAME_MAX + 16],
+          pr[BP_NAME_MAX + 16], ctx[BP_NAME_MAX + 16], ctxt[BP_NAME_MAX + 16],
+          out[BP_NAME_MAX + 16];
+      snprintf(q, sizeof q, "%s.q", l->name);
+      snprintf(k, sizeof k, "%s.k", l->name);
+      snprintf(v, sizeof v, "%s.v", l->name);
+      char split_name[BP_NAME_MAX + 16];
+      snprintf(split_name, sizeof split_name, "%s.split", l->name);
+      Onnx__NodeProto *split = node(w, "Split", split_name, (const char *const[]){in0}, 1, q);
+      if (split) { /* equal thirds along the channels: [q | k | v] */
+        push(w, (void ***)&split->output, &split->n_output, text(w, k));
+        push(w, (void ***)&split->output, &split->n_output, text(w, v));
+      }
+      node_attr(w, split, attr_int(w, "axis", 1));
+      snprintf(hdt, sizeof hdt, "%s.shape_heads", l->name);
+      snprintf(dhw, sizeof dhw, "%s.shape_out", l->name);
+      int64s(w, hdt, 4, (const int64_t[]){0, l->heads, dh, t});
+      int64s(w, dhw, 4, (const int64_t[]){0, d, in.h, in.w});
+      scalar(w, l, "scale", 1.0f / sqrtf((float)dh), scale, sizeof scale);
+      step(w, "Reshape", l, (const char *const[]){q, hdt}, 2, "q_heads", q4, sizeof q4);
+      step(w, "Reshape", l, (const char *const[]){k, hdt}, 2, "k_heads", kt, sizeof kt);
+      step(w, "Reshape", l, (const char *const[]){v, hdt}, 2, "v_heads", v4, sizeof v4);
+      transpose(w, l, q4, "q_tokens", swap, qt, sizeof qt);
+      transpose(w, l, v4, "v_tokens", swap, vt, sizeof vt);
+      step(w, "MatMul", l, (const char *const[]){qt, kt}, 2, "scores", sc, sizeof sc);
+      step(w, "Mul", l, (const char *const[]){sc, scale}, 2, "scaled", scd, sizeof scd);
+      const char *logits = scd;
+      if (l->causal) { /* keys after the query: -inf, so softmax gives them 0 */
+        float *mask = alloc(w, (size_t)(t * t) * sizeof *mask);
+        if (!mask) break;
+        for (int64_t qi = 0; qi < t; qi++)
+          for (int64_t ki = 0; ki < t; ki++) mask[qi * t + ki] = ki > qi ? -INFINITY : 0.0f;
+        snprintf(msk, sizeof msk, "%s.mask", l->name);
+        initializer(w, msk, 2, (const int64_t[]){t, t}, mask, (uint64_t)(t * t));
+        step(w, "Add", l, (const char *const[]){scd, msk}, 2, "masked", mskd, sizeof mskd);
+        logits = mskd;
+      }
+      Onnx__NodeProto *sm =
+          step(w, "Softmax", l, (const char *const[]){logits}, 1, "probs", pr, sizeof pr);
+      node_attr(w, sm, attr_int(w, "axis", -1));
+      step(w, "MatMul", l, (const char *const[]){pr, vt}, 2, "context", ctx, sizeof ctx);
+      transpose(w, l, ctx, "context_t", swap, ctxt, sizeof ctxt);
+      step(w, "Reshape", l, (const char *const[]){ctxt, dhw}, 2, NULL, out, sizeof out);
       break;
     }
     case BP_LAYER_ADD: node(w, "Add", l->name, (const char *const[]){in0, in1}, 2, l->name); break;

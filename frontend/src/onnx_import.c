@@ -1,7 +1,9 @@
 /* Reading an ONNX model into the model IR (model_onnx.h): each node
  * becomes a layer (or is folded into one: Flatten, a Reshape to 2-D,
  * Identity, the Add of a MatMul's bias), its initializers the model's
- * initial values in the plan's layout. The op subset: docs/onnx.md. */
+ * initial values in the plan's layout; the decompositions export writes
+ * for layernorm, gelu_tanh and attention are read back as one layer each
+ * (the patterns below). The op subset: docs/onnx.md. */
 #include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
@@ -37,6 +39,7 @@ typedef struct reader {
   size_t value_count, value_cap;
   bp_onnx_shape *shapes; /* [layer_cap] */
   int init_cap;
+  int skip; /* nodes after the current one that its pattern consumed */
 } reader;
 
 static bp_status node_fail(const reader *r, bp_status code, const Onnx__NodeProto *n, int index,
@@ -374,6 +377,18 @@ static bp_status batchnorm(reader *r, const Onnx__NodeProto *n, int index) {
   return output(r, n, index, li, x->shape);
 }
 
+/* A layer of one feature input and its shape (attributes checked by the caller). */
+static bp_status unary(reader *r, const Onnx__NodeProto *n, int index, bp_layer_type type) {
+  value *x;
+  bp_status st = feature(r, n, index, 0, &x);
+  if (st != BP_OK) return st;
+  bp_layer *l = add_layer(r, n, index, type);
+  if (!l) return bp_fail(BP_ERR_NOMEM, "out of memory reading %s", r->file);
+  link_input(l, 0, x);
+  r->shapes[r->m->layer_count - 1] = x->shape;
+  return output(r, n, index, r->m->layer_count - 1, x->shape);
+}
+
 static bp_status simple(reader *r, const Onnx__NodeProto *n, int index, bp_layer_type type) {
   static const char *const none[] = {NULL};
   bp_status st = check_attrs(r, n, index, none);
@@ -478,10 +493,11 @@ static bp_status view(reader *r, const Onnx__NodeProto *n, int index, int flatte
   if (out.rank == 2 && x->shape.rank == 2) out = x->shape;
   if (n->n_output < 1 || !n->output[0])
     return node_fail(r, BP_ERR_INVALID, n, index, "it has no output");
+  const int layer = x->layer; /* add_value may move the values x points into */
   value *v = add_value(r, n->output[0]);
   if (!v) return bp_fail(BP_ERR_NOMEM, "out of memory reading %s", r->file);
   /* a flattened map keeps its [c, h, w] for the fc that reads it */
-  v->layer = x->layer, v->shape = out;
+  v->layer = layer, v->shape = out;
   return BP_OK;
 }
 
@@ -542,6 +558,31 @@ static bp_status fc(reader *r, const Onnx__NodeProto *n, int index, int gemm) {
   return output(r, n, index, li, r->shapes[li]);
 }
 
+/* Add of an initializer [1, C, H, W] to a feature map of that shape: a
+ * learned position embedding, P stored [1, H, W, C] in blueprint. */
+static bp_status pos_embed(reader *r, const Onnx__NodeProto *n, int index, value *x,
+                           const Onnx__TensorProto *p) {
+  uint64_t count = 0;
+  float *chw = tensor_values(p, &count);
+  float *hwc = chw ? malloc((size_t)count * sizeof *hwc) : NULL;
+  bp_layer *l = hwc ? add_layer(r, n, index, BP_LAYER_POS_EMBED) : NULL;
+  if (!l) {
+    const int nomem = chw != NULL;
+    free(chw), free(hwc);
+    return nomem ? bp_fail(BP_ERR_NOMEM, "out of memory reading %s", r->file)
+                 : node_fail(r, BP_ERR_UNSUPPORTED, n, index,
+                             "the position embedding is not FP32 data stored in the file");
+  }
+  bp_onnx_conv_from_oihw(chw, hwc, 1, x->shape.h, x->shape.w, x->shape.c);
+  free(chw);
+  x->uses++;
+  link_input(l, 0, x);
+  const int li = r->m->layer_count - 1;
+  r->shapes[li] = x->shape;
+  bp_status st = add_init(r, l->name, "weight", hwc, count);
+  return st != BP_OK ? st : output(r, n, index, li, x->shape);
+}
+
 /* Add: a residual (two feature maps of one shape), or the bias of a
  * MatMul's fc (a feature map and an initializer of its units). */
 static bp_status add(reader *r, const Onnx__NodeProto *n, int index) {
@@ -557,6 +598,8 @@ static bp_status add(reader *r, const Onnx__NodeProto *n, int index) {
   if (a->layer == -2 || c->layer == -2) {
     value *x = a->layer == -2 ? c : a;
     const Onnx__TensorProto *b = a->layer == -2 ? a->init : c->init;
+    const int64_t map[4] = {1, x->shape.c, x->shape.h, x->shape.w};
+    if (x->shape.rank == 4 && dims_are(b, 4, map)) return pos_embed(r, n, index, x, b);
     bp_layer *l = x->layer >= 0 ? &r->m->layers[x->layer] : NULL;
     const int64_t u = l ? l->units : 0;
     if (!l || l->type != BP_LAYER_FC || l->bias || x->uses != 0 || x->shape.rank != 2 ||
@@ -588,9 +631,372 @@ static bp_status add(reader *r, const Onnx__NodeProto *n, int index) {
   return output(r, n, index, r->m->layer_count - 1, x->shape);
 }
 
+/* ---- the decompositions export writes, read back as one layer each ---- */
+
+/* Nodes start, start+1, ... of the graph matched against one pattern; the
+ * first mismatch is the error, naming the node where it broke. */
+typedef struct pattern {
+  reader *r;
+  int start;
+  const char *what; /* the pattern, for the message */
+  bp_status st;
+} pattern;
+
+/* Node start+k, which must be `op` with n_in inputs and an output. */
+static const Onnx__NodeProto *pat_node(pattern *p, int k, const char *op, size_t n_in) {
+  if (p->st != BP_OK) return NULL;
+  const Onnx__GraphProto *g = p->r->g;
+  const size_t i = (size_t)p->start + (size_t)k;
+  if (i >= g->n_node) {
+    p->st = node_fail(p->r, BP_ERR_UNSUPPORTED, g->node[p->start], p->start,
+                      "%s: the graph ends where its %s should be", p->what, op);
+    return NULL;
+  }
+  const Onnx__NodeProto *n = g->node[i];
+  if (!n->op_type || strcmp(n->op_type, op) != 0 || n->n_input != n_in || n->n_output < 1 ||
+      !n->output[0] || !*n->output[0] || (n->domain && *n->domain && strcmp(n->domain, "ai.onnx")))
+    p->st = node_fail(p->r, BP_ERR_UNSUPPORTED, n, (int)i,
+                      "%s: expected %s with %zu input%s here (blueprint reads this pattern only "
+                      "as its export writes it)",
+                      p->what, op, n_in, n_in == 1 ? "" : "s");
+  return p->st == BP_OK ? n : NULL;
+}
+
+static void pat_fail(pattern *p, const Onnx__NodeProto *n, int k, const char *what) {
+  if (p->st == BP_OK)
+    p->st = node_fail(p->r, BP_ERR_UNSUPPORTED, n, p->start + k, "%s: %s", p->what, what);
+}
+
+/* Input j of node k must be the value `name`. */
+static void pat_wire(pattern *p, const Onnx__NodeProto *n, int k, size_t j, const char *name) {
+  if (p->st != BP_OK || !n) return;
+  if (!n->input[j] || strcmp(n->input[j], name) != 0) {
+    char what[160];
+    snprintf(what, sizeof what, "input %zu must be '%.80s'", j + 1, name);
+    pat_fail(p, n, k, what);
+  }
+}
+
+/* Node k's attributes: only `known`, and `perm` (when given) equal to it. */
+static void pat_attrs(pattern *p, const Onnx__NodeProto *n, int k, const char *const *known,
+                      const int64_t *perm) {
+  if (p->st != BP_OK || !n) return;
+  p->st = check_attrs(p->r, n, p->start + k, known);
+  if (p->st != BP_OK || !perm) return;
+  const Onnx__AttributeProto *a = attr(n, "perm");
+  if (!a || a->n_ints != 4 || memcmp(a->ints, perm, 4 * sizeof *perm) != 0) {
+    char what[80];
+    snprintf(what, sizeof what, "perm must be [%lld, %lld, %lld, %lld]", (long long)perm[0],
+             (long long)perm[1], (long long)perm[2], (long long)perm[3]);
+    pat_fail(p, n, k, what);
+  }
+}
+
+/* Input j of node k: an FP32 initializer of `count` values, returned
+ * (malloc'ed) when it is; NULL and the error otherwise. */
+static float *pat_floats(pattern *p, const Onnx__NodeProto *n, int k, size_t j, uint64_t count,
+                         const char *what) {
+  if (p->st != BP_OK || !n) return NULL;
+  const value *v = n->input[j] ? find(p->r, n->input[j]) : NULL;
+  uint64_t got = 0;
+  float *f = v && v->layer == -2 ? tensor_values(v->init, &got) : NULL;
+  if (!f || got != count) {
+    free(f);
+    pat_fail(p, n, k, what);
+    return NULL;
+  }
+  return f;
+}
+
+/* Input j of node k: the FP32 scalar `want`, bit for bit. */
+static void pat_scalar(pattern *p, const Onnx__NodeProto *n, int k, size_t j, float want,
+                       const char *what) {
+  float *f = pat_floats(p, n, k, j, 1, what);
+  if (f && memcmp(f, &want, sizeof want) != 0) pat_fail(p, n, k, what);
+  free(f);
+}
+
+/* Input j of node k (a Reshape's shape): the INT64 values want[0..4). */
+static void pat_shape(pattern *p, const Onnx__NodeProto *n, int k, const int64_t want[4]) {
+  if (p->st != BP_OK || !n) return;
+  const value *v = n->input[1] ? find(p->r, n->input[1]) : NULL;
+  int64_t d[8];
+  if (attr_i(n, "allowzero", 0) != 0 || !v || v->layer != -2 || tensor_int64s(v->init, d, 8) != 4 ||
+      memcmp(d, want, 4 * sizeof *d) != 0) {
+    char what[120];
+    snprintf(what, sizeof what, "the shape must be the constant [%lld, %lld, %lld, %lld]",
+             (long long)want[0], (long long)want[1], (long long)want[2], (long long)want[3]);
+    pat_fail(p, n, k, what);
+  }
+}
+
+/* The values nodes start .. start+count-2 produce are read only inside the
+ * pattern: it runs as one layer, its steps are not there to read. */
+static void pat_internal(pattern *p, int count) {
+  const Onnx__GraphProto *g = p->r->g;
+  for (int k = 0; k + 1 < count && p->st == BP_OK; k++) {
+    const Onnx__NodeProto *n = g->node[p->start + k];
+    for (size_t o = 0; o < n->n_output && p->st == BP_OK; o++) {
+      const char *name = n->output[o];
+      if (!name || !*name) continue;
+      for (size_t i = 0; i < g->n_node && p->st == BP_OK; i++) {
+        if ((int)i >= p->start && (int)i < p->start + count) continue;
+        for (size_t j = 0; j < g->node[i]->n_input; j++)
+          if (g->node[i]->input[j] && strcmp(g->node[i]->input[j], name) == 0) {
+            p->st = node_fail(p->r, BP_ERR_UNSUPPORTED, g->node[i], (int)i,
+                              "reads '%.80s', a step inside %s (nodes %d to %d), which blueprint "
+                              "runs as one layer",
+                              name, p->what, p->start, p->start + count - 1);
+            break;
+          }
+      }
+      for (size_t i = 0; i < g->n_output && p->st == BP_OK; i++)
+        if (g->output[i]->name && strcmp(g->output[i]->name, name) == 0)
+          pat_fail(p, n, k, "its output is a graph output, yet it is a step inside the pattern");
+    }
+  }
+}
+
+/* The pattern of `count` nodes matched: a layer reading x, named after the
+ * last node (export names it after the layer), whose output is the layer's. */
+static bp_layer *pat_layer(pattern *p, int count, value *x, bp_layer_type type) {
+  if (p->st != BP_OK) return NULL;
+  const int last = p->start + count - 1;
+  bp_layer *l = add_layer(p->r, p->r->g->node[last], last, type);
+  if (!l) {
+    p->st = bp_fail(BP_ERR_NOMEM, "out of memory reading %s", p->r->file);
+    return NULL;
+  }
+  link_input(l, 0, x);
+  return l;
+}
+
+static bp_status pat_done(pattern *p, int count, bp_onnx_shape shape) {
+  if (p->st != BP_OK) return p->st;
+  const int li = p->r->m->layer_count - 1;
+  p->r->shapes[li] = shape;
+  p->r->skip = count - 1;
+  const int last = p->start + count - 1;
+  return output(p->r, p->r->g->node[last], last, li, shape);
+}
+
+/* The first node's input 0 as a 4-D feature map. */
+static value *pat_input(pattern *p, const Onnx__NodeProto *n) {
+  value *x = NULL;
+  if (p->st == BP_OK && n) p->st = feature(p->r, n, p->start, 0, &x);
+  if (p->st == BP_OK && x->shape.rank != 4) {
+    pat_fail(p, n, 0, "its input is 2-D (the pattern works on [N, C, H, W] maps)");
+    return NULL;
+  }
+  return p->st == BP_OK ? x : NULL;
+}
+
+/* layernorm: Transpose to NHWC, LayerNormalization over the last axis
+ * (the channels), Transpose back to NCHW. */
+static bp_status layernorm_pattern(reader *r, int index) {
+  static const int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+  static const char *const known_t[] = {"perm", NULL};
+  static const char *const known_ln[] = {"axis", "epsilon", "stash_type", NULL};
+  pattern p = {r, index,
+               "layer norm (Transpose to NHWC, LayerNormalization over the last axis, Transpose "
+               "back)",
+               BP_OK};
+  const Onnx__NodeProto *t1 = pat_node(&p, 0, "Transpose", 1);
+  pat_attrs(&p, t1, 0, known_t, to_nhwc);
+  value *x = pat_input(&p, t1);
+  const Onnx__NodeProto *ln = pat_node(&p, 1, "LayerNormalization", 3);
+  pat_wire(&p, ln, 1, 0, t1 ? t1->output[0] : "");
+  pat_attrs(&p, ln, 1, known_ln, NULL);
+  if (ln && p.st == BP_OK) {
+    const int64_t axis = attr_i(ln, "axis", -1);
+    if (axis != -1 && axis != 3) pat_fail(&p, ln, 1, "axis must be the last (-1), the channels");
+    if (attr_i(ln, "stash_type", 1) != 1) pat_fail(&p, ln, 1, "stash_type must be 1 (FP32)");
+  }
+  const uint64_t c = x ? (uint64_t)x->shape.c : 0;
+  float *gain = pat_floats(&p, ln, 1, 1, c, "the scale must be an FP32 initializer of C values");
+  float *bias = pat_floats(&p, ln, 1, 2, c, "the bias B must be an FP32 initializer of C values");
+  const Onnx__NodeProto *t2 = pat_node(&p, 2, "Transpose", 1);
+  pat_wire(&p, t2, 2, 0, ln ? ln->output[0] : "");
+  pat_attrs(&p, t2, 2, known_t, to_nchw);
+  pat_internal(&p, 3);
+  bp_layer *l = pat_layer(&p, 3, x, BP_LAYER_LAYERNORM);
+  if (!l) {
+    free(gain), free(bias);
+    return p.st;
+  }
+  l->eps = attr_f(ln, "epsilon", 1e-5f);
+  if ((p.st = add_init(r, l->name, "weight", gain, c)) != BP_OK) {
+    free(bias);
+    return p.st;
+  }
+  if ((p.st = add_init(r, l->name, "bias", bias, c)) != BP_OK) return p.st;
+  return pat_done(&p, 3, x->shape);
+}
+
+/* gelu_tanh: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in the nine
+ * Mul, Add and Tanh nodes export writes. */
+static bp_status gelu_tanh_pattern(reader *r, int index) {
+  static const char *const none[] = {NULL};
+  pattern p = {r, index, "GELU's tanh form (x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))))",
+               BP_OK};
+  const Onnx__NodeProto *n[9];
+  static const char *const ops[9] = {"Mul", "Mul", "Mul", "Add", "Mul",
+                                     "Tanh", "Add", "Mul", "Mul"};
+  for (int k = 0; k < 9; k++) {
+    n[k] = pat_node(&p, k, ops[k], k == 5 ? 1 : 2);
+    pat_attrs(&p, n[k], k, none, NULL);
+  }
+  if (p.st != BP_OK) return p.st;
+  value *x = pat_input(&p, n[0]);
+  if (!x) return p.st;
+  const char *xs = n[0]->input[0];
+  pat_wire(&p, n[0], 0, 1, xs);                   /* x x */
+  pat_wire(&p, n[1], 1, 0, n[0]->output[0]);      /* x^2 x */
+  pat_wire(&p, n[1], 1, 1, xs);
+  pat_wire(&p, n[2], 2, 0, n[1]->output[0]);      /* x^3 0.044715 */
+  pat_scalar(&p, n[2], 2, 1, BP_ONNX_GELU_CUBE, "input 2 must be the constant 0.044715");
+  pat_wire(&p, n[3], 3, 0, xs);                   /* x + 0.044715 x^3 */
+  pat_wire(&p, n[3], 3, 1, n[2]->output[0]);
+  pat_wire(&p, n[4], 4, 0, n[3]->output[0]);      /* ... sqrt(2/pi) */
+  pat_scalar(&p, n[4], 4, 1, BP_ONNX_GELU_SQRT_2_PI, "input 2 must be the constant sqrt(2/pi)");
+  pat_wire(&p, n[5], 5, 0, n[4]->output[0]);      /* tanh */
+  pat_wire(&p, n[6], 6, 0, n[5]->output[0]);      /* 1 + tanh */
+  pat_scalar(&p, n[6], 6, 1, 1.0f, "input 2 must be the constant 1");
+  pat_wire(&p, n[7], 7, 0, xs);                   /* x 0.5 */
+  pat_scalar(&p, n[7], 7, 1, 0.5f, "input 2 must be the constant 0.5");
+  pat_wire(&p, n[8], 8, 0, n[7]->output[0]);      /* x/2 (1 + tanh) */
+  pat_wire(&p, n[8], 8, 1, n[6]->output[0]);
+  pat_internal(&p, 9);
+  pat_layer(&p, 9, x, BP_LAYER_GELU_TANH);
+  return pat_done(&p, 9, x->shape);
+}
+
+/* attention over packed [q | k | v] channels: Split into thirds, Reshape
+ * each to [N, heads, dh, T], Transpose q and v to [N, heads, T, dh],
+ * MatMul q k, Mul by 1/sqrt(dh), (causal: Add the mask), Softmax, MatMul
+ * by v, Transpose back, Reshape to [N, D, H, W]. */
+static bp_status attention_pattern(reader *r, int index) {
+  static const int64_t swap[4] = {0, 1, 3, 2};
+  static const char *const none[] = {NULL}, *const axis_only[] = {"axis", NULL},
+                           *const perm_only[] = {"perm", NULL},
+                           *const reshape[] = {"allowzero", NULL};
+  pattern p = {r, index, "attention (Split, Reshape, Transpose, MatMul, Mul, Softmax, MatMul, ...)",
+               BP_OK};
+  const Onnx__NodeProto *split = pat_node(&p, 0, "Split", 1);
+  pat_attrs(&p, split, 0, axis_only, NULL);
+  value *x = pat_input(&p, split);
+  if (!x) return p.st;
+  if (attr_i(split, "axis", 0) != 1 || split->n_output != 3 || !split->output[1] ||
+      !split->output[2])
+    pat_fail(&p, split, 0, "it must split the channels (axis 1) into three equal parts q, k, v");
+  if (x->shape.c % 3) pat_fail(&p, split, 0, "its input's channels are not a multiple of 3");
+  const int64_t d = x->shape.c / 3, t = x->shape.h * x->shape.w;
+  const Onnx__NodeProto *rq = pat_node(&p, 1, "Reshape", 2), *rk = pat_node(&p, 2, "Reshape", 2),
+                        *rv = pat_node(&p, 3, "Reshape", 2);
+  if (p.st != BP_OK) return p.st;
+  /* the heads: from the first Reshape's shape [0, heads, dh, T] */
+  const value *sv = rq->input[1] ? find(r, rq->input[1]) : NULL;
+  int64_t hs[8];
+  const int64_t heads = sv && sv->layer == -2 && tensor_int64s(sv->init, hs, 8) == 4 && hs[1] > 0
+                            ? hs[1]
+                            : 0;
+  if (!heads || d % heads) {
+    pat_fail(&p, rq, 1,
+             "the shape must be the constant [0, heads, D/heads, H*W], heads dividing D");
+    return p.st;
+  }
+  const int64_t to_heads[4] = {0, heads, d / heads, t};
+  for (int k = 1; k <= 3; k++) {
+    const Onnx__NodeProto *rn = k == 1 ? rq : k == 2 ? rk : rv;
+    pat_attrs(&p, rn, k, reshape, NULL);
+    pat_wire(&p, rn, k, 0, split->output[k - 1]);
+    pat_shape(&p, rn, k, to_heads);
+  }
+  const Onnx__NodeProto *tq = pat_node(&p, 4, "Transpose", 1);
+  const Onnx__NodeProto *tv = pat_node(&p, 5, "Transpose", 1);
+  pat_attrs(&p, tq, 4, perm_only, swap);
+  pat_wire(&p, tq, 4, 0, rq->output[0]);
+  pat_attrs(&p, tv, 5, perm_only, swap);
+  pat_wire(&p, tv, 5, 0, rv->output[0]);
+  const Onnx__NodeProto *qk = pat_node(&p, 6, "MatMul", 2);
+  pat_attrs(&p, qk, 6, none, NULL);
+  pat_wire(&p, qk, 6, 0, tq ? tq->output[0] : "");
+  pat_wire(&p, qk, 6, 1, rk->output[0]);
+  const Onnx__NodeProto *sc = pat_node(&p, 7, "Mul", 2);
+  pat_attrs(&p, sc, 7, none, NULL);
+  pat_wire(&p, sc, 7, 0, qk ? qk->output[0] : "");
+  pat_scalar(&p, sc, 7, 1, 1.0f / sqrtf((float)(d / heads)),
+             "input 2 must be the constant 1/sqrt(D/heads)");
+  if (p.st != BP_OK) return p.st;
+  int k = 8;
+  const int causal = (size_t)index + 8 < r->g->n_node && r->g->node[index + 8]->op_type &&
+                     !strcmp(r->g->node[index + 8]->op_type, "Add");
+  const char *logits = sc->output[0];
+  if (causal) {
+    const Onnx__NodeProto *mk = pat_node(&p, k, "Add", 2);
+    pat_attrs(&p, mk, k, none, NULL);
+    pat_wire(&p, mk, k, 0, logits);
+    float *mask = pat_floats(&p, mk, k, 1, (uint64_t)(t * t),
+                             "input 2 must be the causal mask: [T, T] constant, 0 on and below "
+                             "the diagonal, -inf above");
+    for (int64_t i = 0; mask && i < t * t && p.st == BP_OK; i++)
+      if (i % t > i / t ? !(isinf(mask[i]) && mask[i] < 0) : mask[i] != 0.0f)
+        pat_fail(&p, mk, k,
+                 "input 2 must be the causal mask: [T, T] constant, 0 on and below the "
+                 "diagonal, -inf above");
+    free(mask);
+    if (p.st != BP_OK) return p.st;
+    logits = mk->output[0];
+    k++;
+  }
+  const Onnx__NodeProto *sm = pat_node(&p, k, "Softmax", 1);
+  pat_attrs(&p, sm, k, axis_only, NULL);
+  pat_wire(&p, sm, k, 0, logits);
+  if (sm && p.st == BP_OK && attr_i(sm, "axis", -1) != -1 && attr_i(sm, "axis", -1) != 3)
+    pat_fail(&p, sm, k, "axis must be the last (-1), the keys");
+  k++;
+  const Onnx__NodeProto *pv = pat_node(&p, k, "MatMul", 2);
+  pat_attrs(&p, pv, k, none, NULL);
+  pat_wire(&p, pv, k, 0, sm ? sm->output[0] : "");
+  pat_wire(&p, pv, k, 1, tv ? tv->output[0] : "");
+  k++;
+  const Onnx__NodeProto *tc = pat_node(&p, k, "Transpose", 1);
+  pat_attrs(&p, tc, k, perm_only, swap);
+  pat_wire(&p, tc, k, 0, pv ? pv->output[0] : "");
+  k++;
+  const Onnx__NodeProto *ro = pat_node(&p, k, "Reshape", 2);
+  pat_attrs(&p, ro, k, reshape, NULL);
+  pat_wire(&p, ro, k, 0, tc ? tc->output[0] : "");
+  pat_shape(&p, ro, k, (const int64_t[]){0, d, x->shape.h, x->shape.w});
+  k++;
+  pat_internal(&p, k);
+  bp_layer *l = pat_layer(&p, k, x, BP_LAYER_ATTENTION);
+  if (l) l->heads = heads, l->causal = causal;
+  return pat_done(&p, k, (bp_onnx_shape){d, x->shape.h, x->shape.w, 4});
+}
+
+/* Gelu (opset 20): approximate "none" is gelu (erf form), "tanh" gelu_tanh. */
+static bp_status gelu(reader *r, const Onnx__NodeProto *n, int index) {
+  static const char *const known[] = {"approximate", NULL};
+  bp_status st = check_attrs(r, n, index, known);
+  if (st != BP_OK) return st;
+  const Onnx__AttributeProto *a = attr(n, "approximate");
+  bp_layer_type type = BP_LAYER_GELU;
+  if (a) {
+    const size_t len = a->s.len;
+    const char *v = (const char *)a->s.data;
+    if (len == 4 && v && !memcmp(v, "tanh", 4))
+      type = BP_LAYER_GELU_TANH;
+    else if (!(len == 4 && v && !memcmp(v, "none", 4)))
+      return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "approximate must be 'none' or 'tanh'");
+  }
+  return unary(r, n, index, type);
+}
+
 static const char supported_ops[] =
     "Conv, BatchNormalization, Relu, MaxPool, AveragePool, GlobalAveragePool, Gemm, MatMul, "
-    "Add, Flatten, Reshape, Identity";
+    "Add, Flatten, Reshape, Identity, Gelu; and as blueprint's export writes them: "
+    "LayerNormalization, GELU's tanh expression, attention";
 
 static bp_status read_node(reader *r, const Onnx__NodeProto *n, int index) {
   const char *op = n->op_type ? n->op_type : "";
@@ -611,6 +1017,12 @@ static bp_status read_node(reader *r, const Onnx__NodeProto *n, int index) {
   if (!strcmp(op, "Gemm")) return fc(r, n, index, 1);
   if (!strcmp(op, "MatMul")) return fc(r, n, index, 0);
   if (!strcmp(op, "Add")) return add(r, n, index);
+  if (!strcmp(op, "Gelu")) return gelu(r, n, index);
+  /* the decompositions export writes start with these ops */
+  if (!strcmp(op, "Transpose") || !strcmp(op, "LayerNormalization"))
+    return layernorm_pattern(r, index);
+  if (!strcmp(op, "Mul")) return gelu_tanh_pattern(r, index);
+  if (!strcmp(op, "Split")) return attention_pattern(r, index);
   return node_fail(r, BP_ERR_UNSUPPORTED, n, index, "blueprint has no such op (it runs: %s)",
                    supported_ops);
 }
@@ -671,7 +1083,10 @@ static bp_status read_graph(reader *r) {
     v->layer = -2, v->init = g->initializer[i];
   }
   if ((st = read_input(r)) != BP_OK) return st;
-  for (size_t i = 0; i < g->n_node && st == BP_OK; i++) st = read_node(r, g->node[i], (int)i);
+  for (size_t i = 0; i < g->n_node && st == BP_OK; i += 1 + (size_t)r->skip) {
+    r->skip = 0;
+    st = read_node(r, g->node[i], (int)i);
+  }
   if (st != BP_OK) return st;
   if (g->n_output != 1 || !g->output[0]->name)
     return bp_fail(BP_ERR_UNSUPPORTED,

@@ -22,7 +22,17 @@ int bp_onnx_model_shapes(const bp_model *m, bp_onnx_shape *shapes, int *bad) {
       break;
     case BP_LAYER_GLOBAL_AVGPOOL: out.h = out.w = 1; break;
     case BP_LAYER_FC: out = (bp_onnx_shape){l->units, 1, 1, 2}; break;
+    case BP_LAYER_ATTENTION:
+      if (in.c % 3 || l->heads < 1 || (in.c / 3) % l->heads) {
+        *bad = i;
+        return -1;
+      }
+      out.c = in.c / 3;
+      break;
     case BP_LAYER_BATCHNORM:
+    case BP_LAYER_LAYERNORM:
+    case BP_LAYER_POS_EMBED:
+    case BP_LAYER_GELU_TANH:
     case BP_LAYER_RELU:
     case BP_LAYER_ADD:
     case BP_LAYER_GELU:
@@ -32,7 +42,9 @@ int bp_onnx_model_shapes(const bp_model *m, bp_onnx_shape *shapes, int *bad) {
       return -1;
     }
     const int spatial = l->type == BP_LAYER_CONV || l->type == BP_LAYER_MAXPOOL ||
-                        l->type == BP_LAYER_AVGPOOL || l->type == BP_LAYER_GLOBAL_AVGPOOL;
+                        l->type == BP_LAYER_AVGPOOL || l->type == BP_LAYER_GLOBAL_AVGPOOL ||
+                        l->type == BP_LAYER_LAYERNORM || l->type == BP_LAYER_POS_EMBED ||
+                        l->type == BP_LAYER_ATTENTION;
     if ((spatial && in.rank != 4) || out.c <= 0 || out.h <= 0 || out.w <= 0) {
       *bad = i;
       return -1;

@@ -55,7 +55,7 @@ typedef struct bp_onnx_export_options {
   const char *weights;   /* (optional) "master" or "ema": stored as metadata */
 } bp_onnx_export_options;
 
-/* Writes `model` as an ONNX inference graph (opset 13, FP32, NCHW input
+/* Writes `model` as an ONNX inference graph (opset 17, FP32, NCHW input
  * "input" [N, C, H, W], output "logits" [N, classes]; BatchNormalization in
  * its inference form with the running statistics), every parameter read
  * through `read`, the input's normalization in metadata_props; atomically
