@@ -166,43 +166,29 @@ static void relu_backward(bp_layer_graph *g) {
   BP_SET_ATTRS(n, elementwise, {0});
 }
 
-/* ---- gelu ----------------------------------------------------------------------------- */
+/* ---- gelu, gelu_tanh ------------------------------------------------------------------ */
 
-static void gelu_forward(bp_layer_graph *g) {
-  bp_node *n = bp_layer_node(g, "gelu.fwd", "fwd");
+/* An activation whose backward needs its input x: fwd (x -> y), bwd (x, dy -> dx). */
+static void x_activation_forward(bp_layer_graph *g, const char *op) {
+  bp_node *n = bp_layer_node(g, op, "fwd");
   bp_node_in(n, bp_layer_input(g, 0));
   bp_node_out(n, g->t->out);
   BP_SET_ATTRS(n, elementwise, {0});
 }
 
-/* in: x, dy   out: dx (the forward's input, kept: GELU's slope needs x) */
-static void gelu_backward(bp_layer_graph *g) {
+static void x_activation_backward(bp_layer_graph *g, const char *op) {
   if (!bp_layer_input_needs_grad(g, 0)) return;
-  bp_node *n = bp_layer_backward_node(g, "gelu.bwd", "bwd");
+  bp_node *n = bp_layer_backward_node(g, op, "bwd");
   bp_node_in(n, bp_layer_input(g, 0));
   bp_node_in(n, g->t->dout);
   bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
   BP_SET_ATTRS(n, elementwise, {0});
 }
 
-/* ---- gelu_tanh ------------------------------------------------------------------------ */
-
-static void gelu_tanh_forward(bp_layer_graph *g) {
-  bp_node *n = bp_layer_node(g, "gelu_tanh.fwd", "fwd");
-  bp_node_in(n, bp_layer_input(g, 0));
-  bp_node_out(n, g->t->out);
-  BP_SET_ATTRS(n, elementwise, {0});
-}
-
-/* in: x, dy   out: dx (as gelu's: the slope needs x) */
-static void gelu_tanh_backward(bp_layer_graph *g) {
-  if (!bp_layer_input_needs_grad(g, 0)) return;
-  bp_node *n = bp_layer_backward_node(g, "gelu_tanh.bwd", "bwd");
-  bp_node_in(n, bp_layer_input(g, 0));
-  bp_node_in(n, g->t->dout);
-  bp_layer_grad_out(g, n, bp_layer_input_grad(g, 0));
-  BP_SET_ATTRS(n, elementwise, {0});
-}
+static void gelu_forward(bp_layer_graph *g) { x_activation_forward(g, "gelu.fwd"); }
+static void gelu_backward(bp_layer_graph *g) { x_activation_backward(g, "gelu.bwd"); }
+static void gelu_tanh_forward(bp_layer_graph *g) { x_activation_forward(g, "gelu_tanh.fwd"); }
+static void gelu_tanh_backward(bp_layer_graph *g) { x_activation_backward(g, "gelu_tanh.bwd"); }
 
 /* ---- add ------------------------------------------------------------------------------ */
 
