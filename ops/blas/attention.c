@@ -287,26 +287,6 @@ BLAS_SIMD_INLINE void attn_task_body(void *arg, int64_t task) {
 }
 BLAS_SIMD(attn_task, (void *arg, int64_t task), (arg, task))
 
-static int attn_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason,
-                             size_t rs) {
-  (void)user;
-  ops_attn_geo g;
-  return ops_attn_check(args, 0, &g, reason, rs);
-}
-static int attn_supports_bwd(void *user, const bp_abi_kernel_args *args, char *reason,
-                             size_t rs) {
-  (void)user;
-  ops_attn_geo g;
-  return ops_attn_check(args, 1, &g, reason, rs);
-}
-static uint64_t attn_workspace_fwd(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
-  return ops_attn_workspace_size(args, 0);
-}
-static uint64_t attn_workspace_bwd(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
-  return ops_attn_workspace_size(args, 1);
-}
 static int attn_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   return ops_attn_run(args, 0, 1, attn_task, 0);
@@ -317,8 +297,9 @@ static int attn_run_bwd(void *user, const bp_abi_kernel_args *args) {
 }
 
 static const ops_fp16_kernel attn_fwd16 =
-    BLAS_FP16(attn_supports_fwd, attn_workspace_fwd, attn_run_fwd, OPS_FP16_NO_ACCUMULATE);
-static const ops_fp16_kernel attn_bwd16 = BLAS_FP16(
-    attn_supports_bwd, attn_workspace_bwd, attn_run_bwd, offsetof(bp_attention_attrs, accumulate));
+    BLAS_FP16(ops_attn_supports_fwd, ops_attn_workspace_fwd, attn_run_fwd, OPS_FP16_NO_ACCUMULATE);
+static const ops_fp16_kernel attn_bwd16 =
+    BLAS_FP16(ops_attn_supports_bwd, ops_attn_workspace_bwd, attn_run_bwd,
+              offsetof(bp_attention_attrs, accumulate));
 const bp_abi_kernel blas_attention_fwd = BLAS_KERNEL("attention.fwd", attn_fwd16);
 const bp_abi_kernel blas_attention_bwd = BLAS_KERNEL("attention.bwd", attn_bwd16);

@@ -11,26 +11,6 @@
 
 static void ref_attn_task(void *job, int64_t i) { ops_attn_task(job, i); }
 
-static int attn_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason,
-                             size_t rs) {
-  (void)user;
-  ops_attn_geo g;
-  return ops_attn_check(args, 0, &g, reason, rs);
-}
-static int attn_supports_bwd(void *user, const bp_abi_kernel_args *args, char *reason,
-                             size_t rs) {
-  (void)user;
-  ops_attn_geo g;
-  return ops_attn_check(args, 1, &g, reason, rs);
-}
-static uint64_t attn_workspace_fwd(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
-  return ops_attn_workspace_size(args, 0);
-}
-static uint64_t attn_workspace_bwd(void *user, const bp_abi_kernel_args *args) {
-  (void)user;
-  return ops_attn_workspace_size(args, 1);
-}
 static int attn_run_fwd(void *user, const bp_abi_kernel_args *args) {
   (void)user;
   return ops_attn_run(args, 0, 0, ref_attn_task, 0);
@@ -41,10 +21,14 @@ static int attn_run_bwd(void *user, const bp_abi_kernel_args *args) {
 }
 
 static const ops_fp16_kernel attn_fwd16 = {
-    .supports = attn_supports_fwd, .workspace_size = attn_workspace_fwd, .run = attn_run_fwd,
+    .supports = ops_attn_supports_fwd,
+    .workspace_size = ops_attn_workspace_fwd,
+    .run = attn_run_fwd,
     .accumulate_offset = OPS_FP16_NO_ACCUMULATE, .convert = ops_fp16_convert_scalar};
 static const ops_fp16_kernel attn_bwd16 = {
-    .supports = attn_supports_bwd, .workspace_size = attn_workspace_bwd, .run = attn_run_bwd,
+    .supports = ops_attn_supports_bwd,
+    .workspace_size = ops_attn_workspace_bwd,
+    .run = attn_run_bwd,
     .accumulate_offset = offsetof(bp_attention_attrs, accumulate),
     .convert = ops_fp16_convert_scalar};
 const bp_abi_kernel ref_attention_fwd =

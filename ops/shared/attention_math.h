@@ -373,4 +373,27 @@ static inline uint64_t ops_attn_workspace_size(const bp_abi_kernel_args *args, i
   return ops_attn_check(args, bwd, &g, NULL, 0) ? ops_attn_workspace(&g) : 0;
 }
 
+/* The ABI's supports() and workspace_size() of attention.fwd / .bwd, the
+ * same in every CPU module (the reference, ops/cpu, ops/blas). */
+static inline int ops_attn_supports_fwd(void *user, const bp_abi_kernel_args *args, char *reason,
+                                        size_t rs) {
+  (void)user;
+  ops_attn_geo g;
+  return ops_attn_check(args, 0, &g, reason, rs);
+}
+static inline int ops_attn_supports_bwd(void *user, const bp_abi_kernel_args *args, char *reason,
+                                        size_t rs) {
+  (void)user;
+  ops_attn_geo g;
+  return ops_attn_check(args, 1, &g, reason, rs);
+}
+static inline uint64_t ops_attn_workspace_fwd(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  return ops_attn_workspace_size(args, 0);
+}
+static inline uint64_t ops_attn_workspace_bwd(void *user, const bp_abi_kernel_args *args) {
+  (void)user;
+  return ops_attn_workspace_size(args, 1);
+}
+
 #endif
