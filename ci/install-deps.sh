@@ -17,6 +17,7 @@ packages=(
   libprotobuf-c-dev protobuf-c-compiler          # ONNX files (frontend/: protoc-c at build time)
   libonnx-dev                                    # ONNX's schema, onnx.proto (frontend/)
   python3-onnx python3-venv python3-matplotlib   # ONNX checker; the venv below; bench/plot_runs.py
+  python3-torch                                  # torch.onnx's twins for the ONNX import check (tests/onnx/import_torch.py); bench/'s twins
 )
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo=sudo
