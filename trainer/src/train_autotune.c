@@ -48,6 +48,7 @@ typedef struct tune_node {
   bp_segment segment;
   char name[64], op[64], impl[64];
   char alone[256]; /* what autotune recorded: "impl=ms,..." ("" when none) */
+  int refused;     /* autotune's checks excluded this node's kernel */
   double ns[TUNE_ROUNDS];
   int runs;
 } tune_node;
@@ -85,6 +86,7 @@ static bp_status side_add_node(void *ctx, int variant, bp_segment segment, const
   snprintf(n->impl, sizeof n->impl, "%s", impl);
   (void)bp_autotune_node_times(s->t->registry, op, s->t->kernel_kind, args, n->alone,
                                sizeof n->alone);
+  n->refused = bp_autotune_excluded(s->t->registry, op, s->t->kernel_kind, args, impl);
   *slot_out = s->count++;
   return BP_OK;
 }
@@ -184,26 +186,12 @@ static void report_nodes(bp_trainer *t, const tune_side *sides, int rounds) {
   }
 }
 
-/* Whether `impl` is among the candidates autotune timed alone ("a=ms,b=ms"). */
-static int timed_alone(const char *alone, const char *impl) {
-  const size_t len = strlen(impl);
-  for (const char *p = alone; *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
-    if (strncmp(p, impl, len) == 0 && p[len] == '=') return 1;
-  return 0;
-}
-
-/* A node where the default selection binds a kernel autotune did not keep
- * among the candidates that passed its checks (it times only those), or
- * NULL: such a default is no alternative, since it would run a kernel the
- * checks refused. A node without recorded times (an old cache) is taken
- * on trust. */
+/* A node where the default selection binds a kernel that autotune's
+ * checks excluded, or NULL: such a default is no alternative, since it
+ * would run a kernel the checks refused. */
 static const tune_node *default_failed_checks(const tune_side *sides) {
-  const tune_side *d = &sides[0], *u = &sides[1];
-  for (int i = 0; i < d->count && i < u->count; i++) {
-    const tune_node *a = &d->nodes[i], *b = &u->nodes[i];
-    if (strcmp(a->name, b->name) != 0 || strcmp(a->impl, b->impl) == 0 || !b->alone[0]) continue;
-    if (!timed_alone(b->alone, a->impl)) return a;
-  }
+  for (int i = 0; i < sides[0].count; i++)
+    if (sides[0].nodes[i].refused) return &sides[0].nodes[i];
   return NULL;
 }
 

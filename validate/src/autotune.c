@@ -696,6 +696,25 @@ int bp_autotune_keep_tuned(double tuned_ms, double default_ms, double margin) {
   return tuned_ms > 0 && default_ms > 0 && tuned_ms < default_ms * (1.0 - margin);
 }
 
+int bp_autotune_excluded(bp_registry *r, const char *op, const char *device,
+                         const bp_abi_kernel_args *args, const char *impl) {
+  const bp_select_tuner *have = r ? bp_registry_tuner(r) : NULL;
+  if (!have || have->pick != autotune_pick || !op || !device || !args || !impl) return 0;
+  autotuner *t = have->ctx;
+  char *sig = malloc(TUNE_FIELD_MAX);
+  if (!sig) return 0;
+  signature(op, device, args, sig, TUNE_FIELD_MAX);
+  int excluded = 0;
+  pthread_mutex_lock(&t->lock);
+  for (int i = 0; t->cache && i < t->cache->check_count && !excluded; i++) {
+    const tune_check *e = &t->cache->checks[i];
+    excluded = strcmp(e->sig, sig) == 0 && strcmp(e->impl, impl) == 0 && e->why[0];
+  }
+  pthread_mutex_unlock(&t->lock);
+  free(sig);
+  return excluded;
+}
+
 bp_status bp_autotune_node_times(bp_registry *r, const char *op, const char *device,
                                  const bp_abi_kernel_args *args, char *out, size_t size) {
   if (!r || !op || !device || !args || !out || size == 0)

@@ -38,6 +38,11 @@ int bp_autotune_keep_tuned(double tuned_ms, double default_ms, double margin);
  * a cache line of format v1). */
 bp_status bp_autotune_node_times(bp_registry *registry, const char *op, const char *device,
                                  const bp_abi_kernel_args *args, char *out, size_t size);
+/* 1 when the autotuner's checks excluded kernel `impl` for a node of `op`
+ * on `device` with the argument block `args` in this process, else 0 (no
+ * autotuner installed, not checked, or passed). */
+int bp_autotune_excluded(bp_registry *registry, const char *op, const char *device,
+                         const bp_abi_kernel_args *args, const char *impl);
 
 #ifdef __cplusplus
 }
