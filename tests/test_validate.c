@@ -356,6 +356,10 @@ START_TEST(train_with_autotune_names_and_skips_the_wrong_kernels) {
       strstr(r.err, "autotune: excluded fc.bwd_data/offset for node 'fc.bwd_data'"));
   ck_assert_ptr_nonnull(strstr(r.err, "autotune: excluded relu.fwd/overread for node 'relu1.fwd': "
                                       "read past slot_bytes of input 0"));
+  /* the default selection (noacc by priority) is no alternative to time */
+  ck_assert_ptr_nonnull(strstr(r.err, "autotune: kept the tuned kernels without timing whole "
+                                      "steps: the default selection binds noacc to node "
+                                      "'fc.bwd_data'"));
   ck_assert_ptr_null(strstr(r.out, "noacc"));
   ck_assert_ptr_null(strstr(r.out, "offset"));
   ck_assert_ptr_null(strstr(r.out, "overread"));
