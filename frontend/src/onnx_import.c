@@ -134,9 +134,9 @@ static float *tensor_values(const Onnx__TensorProto *t, uint64_t *count) {
   float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
   if (!v) return NULL;
   if (t->has_raw_data && t->raw_data.len == n * sizeof(float)) {
-    memcpy(v, t->raw_data.data, (size_t)n * sizeof *v); /* little-endian, as this host */
+    if (n) memcpy(v, t->raw_data.data, (size_t)n * sizeof *v); /* little-endian, as this host */
   } else if (!t->has_raw_data && t->n_float_data == n) {
-    memcpy(v, t->float_data, (size_t)n * sizeof *v);
+    if (n) memcpy(v, t->float_data, (size_t)n * sizeof *v); /* no data pointer when empty */
   } else {
     free(v);
     return NULL;
@@ -151,12 +151,14 @@ static int tensor_int64s(const Onnx__TensorProto *t, int64_t *out, int max) {
       t->dims[0] < 0 || t->dims[0] > max)
     return -1;
   const int n = (int)t->dims[0];
-  if (t->has_raw_data && t->raw_data.len == (size_t)n * 8)
-    memcpy(out, t->raw_data.data, (size_t)n * 8);
-  else if (!t->has_raw_data && t->n_int64_data == (size_t)n)
-    memcpy(out, t->int64_data, (size_t)n * 8);
-  else
+  /* an empty tensor has no data pointer to copy from */
+  if (t->has_raw_data && t->raw_data.len == (size_t)n * 8) {
+    if (n) memcpy(out, t->raw_data.data, (size_t)n * 8);
+  } else if (!t->has_raw_data && t->n_int64_data == (size_t)n) {
+    if (n) memcpy(out, t->int64_data, (size_t)n * 8);
+  } else {
     return -1;
+  }
   return n;
 }
 
