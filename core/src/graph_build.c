@@ -8,12 +8,16 @@
  *
  * The backward pass is planned in two steps. First every backward node is
  * generated in run order (layers in reverse) with the gradient slots it
- * writes, parameter gradients included; then each slot's writers are
- * counted. A node whose slot has several writers accumulates, and the slot
- * is zeroed right before its first writer; a slot with a single writer is
- * overwritten. So a step's backward leaves every gradient it reaches fresh
- * without the ZERO_GRAD segment, which only a rank with no samples runs.
- * The zero sits just before the first writer, not at the top of the
+ * writes, parameter gradients included; then the nodes are walked in that
+ * order. A node whose slots are all fresh (no earlier node wrote them, and
+ * it names each once) overwrites them; the later writers of a slot
+ * accumulate onto it. Only a node that writes a fresh slot and also one
+ * already written (or one slot twice) must accumulate into the fresh one,
+ * which is zeroed right before it. So a step's backward leaves every
+ * gradient it reaches fresh without the ZERO_GRAD segment, which only a
+ * rank with no samples runs, and with few zero nodes (a fan-out's first
+ * writer overwrites instead of adding to zeros: the same values, as 0 + g
+ * is g). The zero sits just before that writer, not at the top of the
  * segment, because a "sink" slot (below) may still be read by later
  * backward nodes before it.
  *
@@ -83,7 +87,6 @@ typedef struct build_ctx {
                      FUSED_AWAY; else -1 */
   int32_t input, lr, step, lars_segments, lars_norms; /* from globals: input in I_A */
   int32_t loss_scale, found_inf, good_steps, skipped;  /* AMP's scalars (-1 without) */
-  int *writers; /* [tensor count] gradient-slot writers, per variant */
   int *written; /* [tensor count] a writer already ran */
   int variant;
   variant_graph *vg;
@@ -370,24 +373,23 @@ static bp_status build_backward(build_ctx *x) {
   const int count = x->pend_count;
 
   const int32_t tensors = bp_plan_tensor_count(x->plan);
-  memset(x->writers, 0, (size_t)tensors * sizeof *x->writers);
   memset(x->written, 0, (size_t)tensors * sizeof *x->written);
   /* the loss node overwrites the logits' slot first (dlogits) */
   const bp_layer *loss = &m->layers[m->layer_count - 1];
-  if (loss->inputs[0] != BP_MODEL_INPUT && x->needs[loss->inputs[0]]) {
-    const int32_t logits = x->ids[loss->inputs[0]].dout;
-    x->writers[logits]++;
-    x->written[logits] = 1;
-  }
-  for (int k = 0; k < count; k++)
-    for (int s = 0; s < list[k].slot_count; s++)
-      x->writers[list[k].node.outputs[list[k].slot_outputs[s]].id]++;
+  if (loss->inputs[0] != BP_MODEL_INPUT && x->needs[loss->inputs[0]])
+    x->written[x->ids[loss->inputs[0]].dout] = 1;
 
   for (int k = 0; k < count; k++) {
     pending *p = &list[k];
+    /* overwrite when every slot of the node is fresh: not written before
+     * and named once among its outputs (add(x, x) writes x's twice) */
     int32_t accumulate = 0;
-    for (int s = 0; s < p->slot_count; s++)
-      if (x->writers[p->node.outputs[p->slot_outputs[s]].id] > 1) accumulate = 1;
+    for (int s = 0; s < p->slot_count; s++) {
+      const int32_t id = p->node.outputs[p->slot_outputs[s]].id;
+      if (x->written[id]) accumulate = 1;
+      for (int r = 0; r < s; r++)
+        if (p->node.outputs[p->slot_outputs[r]].id == id) accumulate = 1;
+    }
     memcpy((unsigned char *)&p->node.attrs + p->accumulate_offset, &accumulate,
            sizeof accumulate);
     for (int s = 0; s < p->slot_count; s++) {
@@ -831,13 +833,12 @@ bp_status bp_graph_build(const bp_model *model, const bp_plan *plan,
   x.reaches = calloc((size_t)model->layer_count, sizeof *x.reaches);
   x.flows = calloc((size_t)model->layer_count, sizeof *x.flows);
   x.fuse = calloc((size_t)model->layer_count, sizeof *x.fuse);
-  x.writers = calloc((size_t)tensors + 1, sizeof *x.writers);
   x.written = calloc((size_t)tensors + 1, sizeof *x.written);
   if (x.g) {
     x.g->variant_count = bp_plan_variant_count(plan);
     x.g->variants = calloc((size_t)x.g->variant_count, sizeof *x.g->variants);
   }
-  if (!x.g || !x.g->variants || !x.needs || !x.reaches || !x.flows || !x.fuse || !x.writers ||
+  if (!x.g || !x.g->variants || !x.needs || !x.reaches || !x.flows || !x.fuse ||
       !x.written) {
     st = bp_fail(BP_ERR_NOMEM, "out of memory building a graph");
     goto done;
@@ -865,7 +866,6 @@ done:
   free(x.reaches);
   free(x.flows);
   free(x.fuse);
-  free(x.writers);
   free(x.written);
   if (st != BP_OK) {
     bp_graph_destroy(x.g);
